@@ -1,0 +1,3 @@
+from vastui.cli import main
+
+raise SystemExit(main())
