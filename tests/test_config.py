@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vastui.config import (
+    DEFAULT_FILTER,
+    ApiKeyError,
+    Config,
+    ConfigError,
+    default_config_path,
+    load_api_key,
+    load_config,
+)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_come_from_the_original_system():
+    cfg = Config()
+    assert cfg.offers.filter == DEFAULT_FILTER
+    assert cfg.fleet.max_cost_per_proof == 0.008
+    assert cfg.fleet.disk_gb == 250
+    assert (cfg.deadlines.first_report_min, cfg.deadlines.paramfetch_min) == (15, 90)
+    assert cfg.deadlines.benchmark_min == 45
+
+
+@pytest.mark.parametrize(
+    ("dph", "expected"), [(0.232, 29.0), (0.24, 30.0), (0.2401, 31.0), (0.9, 113.0), (0.008, 1.0)]
+)
+def test_min_rate_is_ceil_of_price_over_max_cost(dph: float, expected: float):
+    assert Config().min_rate_for(dph) == expected
+
+
+def test_missing_default_file_means_defaults():
+    assert load_config() == Config()
+
+
+def test_explicit_missing_file_is_an_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_valid_file_overrides(tmp_path: Path):
+    cfg = load_config(
+        write(tmp_path, '[fleet]\ntarget_workers = 3\ndisk_gb = 300\n[ui.keymap]\nquit = "q"\n')
+    )
+    assert cfg.fleet.target_workers == 3
+    assert cfg.fleet.disk_gb == 300.0
+    assert cfg.ui.keymap == {"quit": "q"}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[fleet]\ntarget_workrs = 3\n", "unknown key 'fleet.target_workrs'"),
+        ("[flet]\n", "unknown key 'flet'"),
+        ('[fleet]\ntarget_workers = "3"\n', "key 'fleet.target_workers': expected an integer"),
+        ("[fleet]\ndisk_gb = true\n", "key 'fleet.disk_gb': expected a number, got boolean"),
+        ("[offers]\nfilter = 5\n", "key 'offers.filter': expected a string"),
+        ("fleet = 3\n", "key 'fleet': expected a table"),
+        ("[fleet]\nmax_cost_per_proof = 0\n", "key 'fleet.max_cost_per_proof': expected a number > 0"),
+        ("[ui.keymap]\nquit = 1\n", "key 'ui.keymap.quit': expected a string"),
+        ("[fleet\n", "not valid TOML"),
+        ('[vast]\napi_key = "x"\n', "'api_key' is not read from the config file"),
+    ],
+)
+def test_bad_config_is_one_line_naming_file_and_key(tmp_path: Path, text: str, fragment: str):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert fragment in message
+    assert str(path) in message
+    assert "\n" not in message
+
+
+def test_config_path_env_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("VASTUI_CONFIG", str(tmp_path / "x.toml"))
+    assert default_config_path() == tmp_path / "x.toml"
+    with pytest.raises(ConfigError, match="not found"):
+        load_config()
+
+
+def test_api_key_order(monkeypatch: pytest.MonkeyPatch, _isolated_env: Path):
+    with pytest.raises(ApiKeyError, match="no Vast API key"):
+        load_api_key()
+    key_file = _isolated_env / ".config" / "vastai" / "vast_api_key"
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text("filekey\n")
+    assert load_api_key() == ("filekey", str(key_file))
+    monkeypatch.setenv("VAST_API_KEY", "envkey")
+    assert load_api_key() == ("envkey", "$VAST_API_KEY")

@@ -1,0 +1,249 @@
+"""Configuration: TOML with strict validation, defaults from the original vast-manager.
+
+Location: `$VASTUI_CONFIG`, else `$XDG_CONFIG_HOME/vastui/config.toml` (`~/.config/...`).
+A missing file means defaults. An unknown key or a wrong type is a `ConfigError` whose one-line
+message names the file, the key and what was expected. The Vast API key never comes from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FILTER = (
+    "disk_space>=250 dph<=0.9 gpu_ram>12.5 cpu_ram>=240 cpu_cores>25 inet_down>100 cuda_vers>=13.0"
+)
+DEFAULT_IMAGE = "ghcr.io/vastui/curio-cuzk-worker:latest"
+LABEL_PREFIX = "vastui"
+
+
+class ConfigError(Exception):
+    """One line: file, key, expectation."""
+
+
+@dataclass
+class VastSection:
+    api_url: str = "https://console.vast.ai"
+    timeout_s: float = 30.0
+    max_attempts: int = 5
+
+
+@dataclass
+class OffersSection:
+    filter: str = DEFAULT_FILTER
+    order: str = "dph"
+    limit: int = 500
+    refresh_s: float = 120.0
+
+
+@dataclass
+class FleetSection:
+    name: str = "main"
+    image: str = DEFAULT_IMAGE
+    disk_gb: float = 250.0
+    max_cost_per_proof: float = 0.008  # $/proof; min_rate = ceil(dph_total / this)
+    target_workers: int = 0
+    max_total_dph: float = 5.0
+    max_concurrent_benchmarks: int = 2
+    bench_proofs: int = 12
+
+
+@dataclass
+class DeadlinesSection:
+    # Minutes; the first three are the original vast-manager's constants.
+    first_report_min: float = 15.0
+    paramfetch_min: float = 90.0
+    benchmark_min: float = 45.0
+    loading_min: float = 30.0
+    exited_grace_min: float = 5.0
+
+
+@dataclass
+class SshSection:
+    key_path: str = ""  # empty: vastui's own ed25519 key in its state directory
+    lotus_api: str = "127.0.0.1:1234"  # controller-side address the worker's :1234 forwards to
+    connect_timeout_s: float = 10.0
+
+
+@dataclass
+class UiSection:
+    theme: str = "textual-dark"
+    keymap: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    vast: VastSection = field(default_factory=VastSection)
+    offers: OffersSection = field(default_factory=OffersSection)
+    fleet: FleetSection = field(default_factory=FleetSection)
+    deadlines: DeadlinesSection = field(default_factory=DeadlinesSection)
+    ssh: SshSection = field(default_factory=SshSection)
+    ui: UiSection = field(default_factory=UiSection)
+    path: Path | None = None  # where it was read from (None: defaults only)
+
+    def min_rate_for(self, dph_total: float) -> float:
+        """Proofs/hour a machine must reach for its price: ceil($/h ÷ max $/proof)."""
+        return float(math.ceil(round(dph_total / self.fleet.max_cost_per_proof, 9)))
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
+    origin = typing.get_origin(expected)
+    if origin is dict:
+        _, value_type = typing.get_args(expected)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: key '{key}': expected a table, got {_kind(value)}")
+        return {k: _check_value(path, f"{key}.{k}", value_type, v) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        raise AssertionError("unions are not used in config sections")
+    if expected is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{path}: key '{key}': expected a finite number")
+            return float(value)
+    elif expected is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, expected):
+        return value
+    raise ConfigError(f"{path}: key '{key}': expected {_TYPE_NAMES[expected]}, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value[:40]!r}"
+    if isinstance(value, int | float):
+        return f"number {value}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: key '{name}': expected a table [{name}], got {_kind(data)}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(
+                f"{path}: unknown key '{name}.{key}' (known: {', '.join(sorted(known))})"
+            )
+        kwargs[key] = _check_value(path, f"{name}.{key}", hints[key], value)
+    return cls(**kwargs)
+
+
+_VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
+    ("fleet.max_cost_per_proof", lambda c: c.fleet.max_cost_per_proof > 0, "a number > 0"),
+    ("fleet.disk_gb", lambda c: c.fleet.disk_gb >= 10, "a number >= 10"),
+    ("fleet.target_workers", lambda c: c.fleet.target_workers >= 0, "an integer >= 0"),
+    ("fleet.max_total_dph", lambda c: c.fleet.max_total_dph >= 0, "a number >= 0"),
+    ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
+    ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
+    ("fleet.name", lambda c: c.fleet.name.replace("-", "").isalnum(), "letters, digits and -"),
+    ("vast.api_url", lambda c: c.vast.api_url.startswith(("http://", "https://")), "an http(s) URL"),
+    ("vast.max_attempts", lambda c: 1 <= c.vast.max_attempts <= 20, "an integer from 1 to 20"),
+    ("offers.limit", lambda c: 1 <= c.offers.limit <= 10_000, "an integer from 1 to 10000"),
+]
+
+
+def default_config_path() -> Path:
+    override = os.environ.get("VASTUI_CONFIG")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "vastui" / "config.toml"
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read and validate; a missing default file is fine, a missing explicit file is not."""
+    explicit = path is not None or bool(os.environ.get("VASTUI_CONFIG"))
+    path = path or default_config_path()
+    if not path.exists():
+        if explicit:
+            raise ConfigError(f"{path}: config file not found")
+        return Config()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    sections = {f.name: f for f in dataclasses.fields(Config) if f.name != "path"}
+    hints = typing.get_type_hints(Config)
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        if name == "api_key" or (isinstance(value, dict) and "api_key" in value):
+            raise ConfigError(
+                f"{path}: key 'api_key' is not read from the config file; "
+                "set VAST_API_KEY or ~/.config/vastai/vast_api_key"
+            )
+        if name not in sections:
+            raise ConfigError(
+                f"{path}: unknown key '{name}' (known sections: {', '.join(sorted(sections))})"
+            )
+        kwargs[name] = _build_section(path, name, hints[name], value)
+    config = Config(**kwargs, path=path)
+    for key, ok, expected in _VALIDATORS:
+        if not ok(config):
+            raise ConfigError(f"{path}: key '{key}': expected {expected}")
+    return config
+
+
+class ApiKeyError(Exception):
+    pass
+
+
+def vast_api_key_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "vastai" / "vast_api_key"
+
+
+def load_api_key() -> tuple[str, str]:
+    """(key, where it came from). Order: $VAST_API_KEY, the vastai CLI's key file, ~/.vast_api_key.
+
+    The key itself is never logged or printed; only its source is.
+    """
+    env = os.environ.get("VAST_API_KEY", "").strip()
+    if env:
+        return env, "$VAST_API_KEY"
+    for candidate in (vast_api_key_path(), Path.home() / ".vast_api_key"):
+        try:
+            text = candidate.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ApiKeyError(f"cannot read Vast API key file {candidate}: {exc}") from None
+        if text:
+            return text, str(candidate)
+    raise ApiKeyError(
+        f"no Vast API key: set VAST_API_KEY or write it to {vast_api_key_path()} "
+        "(or use --demo for the simulated cloud)"
+    )
+
+
+def state_dir() -> Path:
+    """Where vastui keeps its database, logs and own SSH key."""
+    override = os.environ.get("VASTUI_STATE_DIR")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "vastui"
+
+
+def default_db_path(demo: bool = False) -> Path:
+    return state_dir() / ("demo.db" if demo else "vastui.db")

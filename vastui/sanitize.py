@@ -1,0 +1,42 @@
+"""Make untrusted remote text (offer fields, status messages, worker logs) safe to show.
+
+Removes terminal escape sequences (CSI, OSC, DCS, single-character escapes) and every other
+control character except tab, replaces undecodable bytes, and bounds the length. Textual markup
+is a separate concern: the console renders remote text as `rich.text.Text`, never as markup.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_LINE = 4096
+
+# ESC [ ... final byte | ESC ] ... (BEL | ESC \) | ESC P/X/^/_ ... ESC \ | ESC + one char;
+# plus the 8-bit C1 forms of CSI (0x9b) and OSC (0x9d).
+_ESCAPES = re.compile(
+    r"""
+      (?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?
+    | (?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?
+    | \x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?
+    | \x1b.?
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def sanitize_line(text: str | bytes | None, max_len: int = MAX_LINE) -> str:
+    """One display-safe line: escapes and controls gone, newlines flattened, length bounded."""
+    if text is None:
+        return ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    text = _ESCAPES.sub("", text)
+    text = _CONTROLS.sub(" ", text.replace("\r\n", "\n"))
+    if len(text) > max_len:
+        text = text[: max_len - 1] + "…"
+    return text
+
+
+def sanitize_opt(text: str | None, max_len: int = 256) -> str | None:
+    return None if text is None else sanitize_line(text, max_len)

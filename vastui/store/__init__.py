@@ -1,0 +1,37 @@
+"""vastui persistent state: an aiosqlite-backed SQLite store (no UI imports here, ever)."""
+
+from .db import Store, StoreError
+from .legacy import ImportReport, import_legacy
+from .migrations import SCHEMA_VERSION
+from .records import (
+    BAD_SOURCES,
+    EVENT_KINDS,
+    KILL_KINDS,
+    STAGES,
+    STATES,
+    BadEntry,
+    Event,
+    InstanceRecord,
+    LegacyReviewEntry,
+    PerfRecord,
+    iso_utc,
+)
+
+__all__ = [
+    "BAD_SOURCES",
+    "EVENT_KINDS",
+    "KILL_KINDS",
+    "SCHEMA_VERSION",
+    "STAGES",
+    "STATES",
+    "BadEntry",
+    "Event",
+    "ImportReport",
+    "InstanceRecord",
+    "LegacyReviewEntry",
+    "PerfRecord",
+    "Store",
+    "StoreError",
+    "import_legacy",
+    "iso_utc",
+]

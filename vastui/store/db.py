@@ -1,0 +1,688 @@
+"""The vastui state store: one SQLite file (WAL, mode 0600) accessed through aiosqlite.
+
+Design notes:
+
+* One connection per :class:`Store`, in autocommit mode; every multi-statement write runs in an
+  explicit ``BEGIN IMMEDIATE`` transaction. All access is serialized with an ``asyncio.Lock``
+  so a reader never sees another coroutine's half-finished transaction.
+* Times are REAL epoch seconds (UTC). Every writing method takes ``now=`` (default
+  ``time.time()``) so callers and tests are deterministic.
+* Invalid input raises :class:`StoreError` with a one-line message; SQLite failures inside a
+  transaction are rolled back and re-raised as :class:`StoreError` too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import fields, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import aiosqlite
+
+from .migrations import SCHEMA_VERSION, apply_migrations, current_version
+from .records import (
+    BAD_SOURCES,
+    STAGES,
+    STATES,
+    BadEntry,
+    Event,
+    InstanceRecord,
+    LegacyReviewEntry,
+    PerfRecord,
+)
+
+
+class StoreError(Exception):
+    """A store operation failed; the message is one line, fit to show an operator."""
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers (shared with legacy.py)
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else float(now)
+
+
+def check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise StoreError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_optional_positive_int(name: str, value: object) -> int | None:
+    return None if value is None else check_positive_int(name, value)
+
+
+def check_text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise StoreError(f"{name} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def check_rate(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise StoreError(f"{name} must be a number, got {value!r}")
+    rate = float(value)
+    if not math.isfinite(rate) or rate < 0:
+        raise StoreError(f"{name} must be a finite number >= 0, got {value!r}")
+    return rate
+
+
+def check_optional_time(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise StoreError(f"{name} must be epoch seconds or None, got {value!r}")
+    return float(value)
+
+
+def _lines_json(name: str, lines: Iterable[str] | None) -> str | None:
+    if lines is None:
+        return None
+    if isinstance(lines, str):
+        lines = [lines]
+    out = [str(line) for line in lines]
+    return json.dumps(out, ensure_ascii=False)
+
+
+def _detail_json(detail: Mapping[str, Any] | None) -> str | None:
+    if detail is None:
+        return None
+    if not isinstance(detail, Mapping):
+        raise StoreError(f"event detail must be a mapping, got {type(detail).__name__}")
+    try:
+        return json.dumps(dict(detail), ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"event detail is not JSON-serializable: {e}") from e
+
+
+_INSTANCE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(InstanceRecord))
+_BAD_RANK = {source: rank for rank, source in enumerate(BAD_SOURCES)}  # lower = stronger
+
+
+def _merge_expiry(old: float | None, new: float | None) -> float | None:
+    """A re-struck ban lasts as long as the longer of the two (None = forever)."""
+    if old is None or new is None:
+        return None
+    return max(old, new)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Store:
+    """Async access to the vastui SQLite database. Create with ``await Store.open(path)``."""
+
+    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+        self.path = path
+        self._conn: aiosqlite.Connection | None = conn
+        self._lock = asyncio.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        """Open (creating if needed) the database at ``path`` and migrate it to the latest schema.
+
+        A new file is created with mode 0600 before SQLite touches it. Raises
+        :class:`StoreError` if the file is not a database or its schema is newer than this code.
+        """
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+                os.close(fd)
+        except OSError as e:
+            raise StoreError(f"cannot create database {path}: {e.strerror or e}") from e
+
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open database {path}: {e}") from e
+        conn.row_factory = sqlite3.Row
+        try:
+            async with conn.execute("PRAGMA journal_mode=WAL") as cur:
+                row = await cur.fetchone()
+            if not row or str(row[0]).lower() != "wal":
+                raise StoreError(f"database {path}: could not enable WAL mode (got {row!r})")
+            await conn.execute("PRAGMA busy_timeout=5000")
+            await conn.execute("PRAGMA foreign_keys=ON")
+            version = await current_version(conn)
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"database {path} has schema version {version}, "
+                    f"newer than this vastui ({SCHEMA_VERSION})"
+                )
+            await apply_migrations(conn, version)
+        except StoreError:
+            await conn.close()
+            raise
+        except sqlite3.Error as e:
+            await conn.close()
+            raise StoreError(f"cannot open database {path}: {e}") from e
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(path, conn)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            async with self._lock:
+                await conn.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    async def schema_version(self) -> int:
+        async with self._read() as conn:
+            return await current_version(conn)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _require(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise StoreError(f"database {self.path} is closed")
+        return self._conn
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            conn = self._require()
+            try:
+                yield conn
+            except sqlite3.Error as e:
+                raise StoreError(f"database {self.path}: {e}") from e
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Hold the write lock and a ``BEGIN IMMEDIATE`` transaction; commit on success.
+
+        For use inside the store package (e.g. the legacy importer); the yielded connection
+        must not escape the ``async with`` block.
+        """
+        async with self._lock:
+            conn = self._require()
+            try:
+                await conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise StoreError(f"database {self.path}: cannot begin transaction: {e}") from e
+            try:
+                yield conn
+            except BaseException as e:
+                if conn.in_transaction:
+                    await conn.rollback()
+                if isinstance(e, sqlite3.Error):
+                    raise StoreError(f"database {self.path}: {e}") from e
+                raise
+            else:
+                try:
+                    await conn.commit()
+                except sqlite3.Error as e:
+                    if conn.in_transaction:
+                        await conn.rollback()
+                    raise StoreError(f"database {self.path}: commit failed: {e}") from e
+
+    @staticmethod
+    async def _fetchone(
+        conn: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()
+    ) -> sqlite3.Row | None:
+        async with conn.execute(sql, tuple(params)) as cur:
+            return await cur.fetchone()
+
+    @staticmethod
+    async def _fetchall(
+        conn: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()
+    ) -> list[sqlite3.Row]:
+        async with conn.execute(sql, tuple(params)) as cur:
+            return list(await cur.fetchall())
+
+    @staticmethod
+    async def insert_event(
+        conn: aiosqlite.Connection,
+        kind: str,
+        reason: str,
+        *,
+        ts: float,
+        instance_id: int | None = None,
+        machine_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append an event on ``conn`` inside the caller's transaction; return its id."""
+        cur = await conn.execute(
+            "INSERT INTO events (ts, kind, instance_id, machine_id, reason, detail)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (ts, kind, instance_id, machine_id, reason, _detail_json(detail)),
+        )
+        event_id = cur.lastrowid
+        await cur.close()
+        assert event_id is not None
+        return event_id
+
+    # -- instances --------------------------------------------------------------------------
+
+    async def upsert_instance(
+        self, rec: InstanceRecord, *, now: float | None = None
+    ) -> InstanceRecord:
+        """Insert or replace an instance row (``created_at`` of an existing row is kept).
+
+        ``created_at`` and ``stage_started_at`` default to ``now`` when ``None``. Returns the
+        stored record.
+        """
+        ts = _now(now)
+        check_positive_int("vast_id", rec.vast_id)
+        check_optional_positive_int("machine_id", rec.machine_id)
+        if rec.state not in STATES:
+            raise StoreError(f"unknown instance state {rec.state!r} (expected one of {STATES})")
+        if rec.source not in ("vastui", "legacy"):
+            raise StoreError(f"instance source must be 'vastui' or 'legacy', got {rec.source!r}")
+        if rec.created_at is None:
+            rec = replace(rec, created_at=ts)
+        if rec.stage_started_at is None:
+            rec = replace(rec, stage_started_at=ts)
+        values = {name: getattr(rec, name) for name in _INSTANCE_COLUMNS}
+        values["error_lines"] = _lines_json("error_lines", rec.error_lines)
+        cols = ", ".join(_INSTANCE_COLUMNS)
+        marks = ", ".join(f":{c}" for c in _INSTANCE_COLUMNS)
+        updates = ", ".join(
+            f"{c} = excluded.{c}" for c in _INSTANCE_COLUMNS if c not in ("vast_id", "created_at")
+        )
+        async with self.transaction() as conn:
+            await conn.execute(
+                f"INSERT INTO instances ({cols}) VALUES ({marks})"
+                f" ON CONFLICT(vast_id) DO UPDATE SET {updates}",
+                values,
+            )
+            row = await self._fetchone(
+                conn, "SELECT * FROM instances WHERE vast_id = ?", (rec.vast_id,)
+            )
+        assert row is not None
+        return InstanceRecord.from_row(row)
+
+    async def get_instance(self, vast_id: int) -> InstanceRecord | None:
+        async with self._read() as conn:
+            row = await self._fetchone(
+                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            )
+        return InstanceRecord.from_row(row) if row else None
+
+    async def list_instances(self, include_killed: bool = True) -> list[InstanceRecord]:
+        """All instances, oldest first."""
+        sql = "SELECT * FROM instances"
+        if not include_killed:
+            sql += " WHERE state != 'killed'"
+        sql += " ORDER BY created_at, vast_id"
+        async with self._read() as conn:
+            rows = await self._fetchall(conn, sql)
+        return [InstanceRecord.from_row(r) for r in rows]
+
+    async def set_stage(self, vast_id: int, stage: str, now: float | None = None) -> InstanceRecord:
+        """Move a live instance to ``stage``: sets state, stage_started_at and ``<stage>_at``.
+
+        Setting the stage an instance is already in is a no-op (its clock is not reset).
+        Raises :class:`StoreError` for an unknown instance, an unknown stage, or a killed
+        instance (use :meth:`mark_killed` to kill).
+        """
+        ts = _now(now)
+        check_positive_int("vast_id", vast_id)
+        if stage not in STAGES:
+            raise StoreError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+        async with self.transaction() as conn:
+            row = await self._fetchone(
+                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            )
+            if row is None:
+                raise StoreError(f"no instance {vast_id}")
+            if row["state"] == "killed":
+                raise StoreError(f"instance {vast_id} is killed; cannot move it to {stage}")
+            if row["state"] != stage:
+                await conn.execute(
+                    f"UPDATE instances SET state = ?, stage_started_at = ?, {stage}_at = ?"
+                    " WHERE vast_id = ?",
+                    (stage, ts, ts, vast_id),
+                )
+                row = await self._fetchone(
+                    conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+                )
+        assert row is not None
+        return InstanceRecord.from_row(row)
+
+    async def mark_killed(
+        self,
+        vast_id: int,
+        kind: str,
+        reason: str,
+        *,
+        failed_stage: str | None = None,
+        bench_outcome: str | None = None,
+        error_lines: Iterable[str] | None = None,
+        now: float | None = None,
+    ) -> InstanceRecord:
+        """Mark an instance killed (terminal). ``failed_stage`` defaults to its current stage.
+
+        Killing an already-killed instance changes nothing and returns the existing row (the
+        first recorded cause wins). Raises :class:`StoreError` for an unknown instance.
+        """
+        ts = _now(now)
+        check_positive_int("vast_id", vast_id)
+        kind = check_text("kill kind", kind)
+        reason = check_text("kill reason", reason)
+        if failed_stage is not None and failed_stage not in STATES:
+            raise StoreError(f"unknown failed_stage {failed_stage!r}")
+        lines = _lines_json("error_lines", error_lines)
+        async with self.transaction() as conn:
+            row = await self._fetchone(
+                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            )
+            if row is None:
+                raise StoreError(f"no instance {vast_id}")
+            if row["state"] != "killed":
+                await conn.execute(
+                    "UPDATE instances SET state = 'killed', killed_at = ?, stage_started_at = ?,"
+                    " failed_stage = ?, kill_kind = ?, kill_reason = ?,"
+                    " bench_outcome = COALESCE(?, bench_outcome),"
+                    " error_lines = COALESCE(?, error_lines)"
+                    " WHERE vast_id = ?",
+                    (
+                        ts,
+                        ts,
+                        failed_stage or row["state"],
+                        kind,
+                        reason,
+                        bench_outcome,
+                        lines,
+                        vast_id,
+                    ),
+                )
+                row = await self._fetchone(
+                    conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+                )
+        assert row is not None
+        return InstanceRecord.from_row(row)
+
+    # -- bad machines -----------------------------------------------------------------------
+
+    async def add_bad(
+        self,
+        machine_id: int,
+        reason: str,
+        *,
+        source: str = "manual",
+        host_id: int | None = None,
+        gpu_name: str | None = None,
+        expires_at: float | None = None,
+        evidence: Iterable[str] | None = None,
+        now: float | None = None,
+    ) -> BadEntry:
+        """Ban a machine, or strike it again if already banned; writes a 'ban' event atomically.
+
+        On a repeat: ``strikes`` += 1, ``reason``/``updated_at`` are replaced, ``evidence`` is
+        replaced when given, the stronger source is kept (manual > automatic > legacy) and the
+        ban lasts as long as the longer of the two expiries (``None`` = forever).
+        """
+        ts = _now(now)
+        check_positive_int("machine_id", machine_id)
+        reason = check_text("reason", reason)
+        if source not in BAD_SOURCES:
+            raise StoreError(f"bad-machine source must be one of {BAD_SOURCES}, got {source!r}")
+        check_optional_positive_int("host_id", host_id)
+        expires_at = check_optional_time("expires_at", expires_at)
+        ev = _lines_json("evidence", evidence)
+        async with self.transaction() as conn:
+            old = await self._fetchone(
+                conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
+            )
+            if old is None:
+                await conn.execute(
+                    "INSERT INTO bad_machines (machine_id, host_id, gpu_name, reason, source,"
+                    " created_at, updated_at, expires_at, strikes, evidence)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                    (machine_id, host_id, gpu_name, reason, source, ts, ts, expires_at, ev),
+                )
+                strikes = 1
+            else:
+                keep_source = old["source"]
+                if _BAD_RANK[source] < _BAD_RANK.get(keep_source, len(BAD_SOURCES)):
+                    keep_source = source
+                strikes = int(old["strikes"]) + 1
+                await conn.execute(
+                    "UPDATE bad_machines SET reason = ?, source = ?, updated_at = ?,"
+                    " expires_at = ?, strikes = ?, evidence = COALESCE(?, evidence),"
+                    " host_id = COALESCE(?, host_id), gpu_name = COALESCE(?, gpu_name)"
+                    " WHERE machine_id = ?",
+                    (
+                        reason,
+                        keep_source,
+                        ts,
+                        _merge_expiry(old["expires_at"], expires_at),
+                        strikes,
+                        ev,
+                        host_id,
+                        gpu_name,
+                        machine_id,
+                    ),
+                )
+            row = await self._fetchone(
+                conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
+            )
+            assert row is not None
+            await self.insert_event(
+                conn,
+                "ban",
+                reason,
+                ts=ts,
+                machine_id=machine_id,
+                detail={
+                    "source": row["source"],
+                    "strikes": strikes,
+                    "expires_at": row["expires_at"],
+                    "host_id": row["host_id"],
+                    "gpu_name": row["gpu_name"],
+                },
+            )
+        return BadEntry.from_row(row)
+
+    async def remove_bad(
+        self, machine_id: int, reason: str = "manual unignore", now: float | None = None
+    ) -> bool:
+        """Unban a machine and write an 'unban' event atomically. False (and no event) if absent."""
+        ts = _now(now)
+        check_positive_int("machine_id", machine_id)
+        reason = check_text("reason", reason)
+        async with self.transaction() as conn:
+            old = await self._fetchone(
+                conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
+            )
+            if old is None:
+                return False
+            await conn.execute("DELETE FROM bad_machines WHERE machine_id = ?", (machine_id,))
+            await self.insert_event(
+                conn,
+                "unban",
+                reason,
+                ts=ts,
+                machine_id=machine_id,
+                detail={
+                    "previous_reason": old["reason"],
+                    "source": old["source"],
+                    "strikes": old["strikes"],
+                },
+            )
+        return True
+
+    async def get_bad(self, machine_id: int) -> BadEntry | None:
+        """The bad-list entry for a machine, expired or not."""
+        async with self._read() as conn:
+            row = await self._fetchone(
+                conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
+            )
+        return BadEntry.from_row(row) if row else None
+
+    async def list_bad(
+        self, include_expired: bool = False, now: float | None = None
+    ) -> list[BadEntry]:
+        """Bad-list entries, oldest first; expired ones only with ``include_expired``."""
+        ts = _now(now)
+        sql = "SELECT * FROM bad_machines"
+        params: tuple[Any, ...] = ()
+        if not include_expired:
+            sql += " WHERE expires_at IS NULL OR expires_at > ?"
+            params = (ts,)
+        sql += " ORDER BY created_at, machine_id"
+        async with self._read() as conn:
+            rows = await self._fetchall(conn, sql, params)
+        return [BadEntry.from_row(r) for r in rows]
+
+    async def bad_machine_ids(self, now: float | None = None) -> set[int]:
+        """Machine ids currently banned (expired entries excluded)."""
+        ts = _now(now)
+        async with self._read() as conn:
+            rows = await self._fetchall(
+                conn,
+                "SELECT machine_id FROM bad_machines WHERE expires_at IS NULL OR expires_at > ?",
+                (ts,),
+            )
+        return {int(r[0]) for r in rows}
+
+    async def list_legacy_review(self) -> list[LegacyReviewEntry]:
+        """Pre-re-key legacy rows (keyed by operator account ``host_id``) awaiting review."""
+        async with self._read() as conn:
+            rows = await self._fetchall(
+                conn, "SELECT * FROM legacy_review ORDER BY kind, host_id, gpu_name, num_gpus, id"
+            )
+        return [LegacyReviewEntry.from_row(r) for r in rows]
+
+    # -- performance ------------------------------------------------------------------------
+
+    async def record_benchmark(
+        self,
+        machine_id: int,
+        gpu_name: str,
+        num_gpus: int,
+        rate: float,
+        *,
+        cpu_ram_gb: float | None = None,
+        host_id: int | None = None,
+        now: float | None = None,
+    ) -> PerfRecord:
+        """Record a benchmark rate (proofs/hour): best = max, last = rate, samples += 1."""
+        ts = _now(now)
+        check_positive_int("machine_id", machine_id)
+        gpu_name = check_text("gpu_name", gpu_name)
+        check_positive_int("num_gpus", num_gpus)
+        rate = check_rate("rate", rate)
+        if cpu_ram_gb is not None:
+            cpu_ram_gb = check_rate("cpu_ram_gb", cpu_ram_gb)
+        check_optional_positive_int("host_id", host_id)
+        async with self.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO machine_perf (machine_id, gpu_name, num_gpus, best_rate, last_rate,"
+                " samples, cpu_ram_gb, measured_at, host_id) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?)"
+                " ON CONFLICT(machine_id, gpu_name, num_gpus) DO UPDATE SET"
+                " best_rate = MAX(best_rate, excluded.best_rate),"
+                " last_rate = excluded.last_rate,"
+                " samples = samples + 1,"
+                " cpu_ram_gb = COALESCE(excluded.cpu_ram_gb, cpu_ram_gb),"
+                " measured_at = excluded.measured_at,"
+                " host_id = COALESCE(excluded.host_id, host_id)",
+                (machine_id, gpu_name, num_gpus, rate, rate, cpu_ram_gb, ts, host_id),
+            )
+            row = await self._fetchone(
+                conn,
+                "SELECT * FROM machine_perf WHERE machine_id = ? AND gpu_name = ? AND num_gpus = ?",
+                (machine_id, gpu_name, num_gpus),
+            )
+        assert row is not None
+        return PerfRecord.from_row(row)
+
+    async def get_perf(self, machine_id: int) -> list[PerfRecord]:
+        async with self._read() as conn:
+            rows = await self._fetchall(
+                conn,
+                "SELECT * FROM machine_perf WHERE machine_id = ? ORDER BY gpu_name, num_gpus",
+                (machine_id,),
+            )
+        return [PerfRecord.from_row(r) for r in rows]
+
+    async def list_perf(self) -> list[PerfRecord]:
+        async with self._read() as conn:
+            rows = await self._fetchall(
+                conn, "SELECT * FROM machine_perf ORDER BY machine_id, gpu_name, num_gpus"
+            )
+        return [PerfRecord.from_row(r) for r in rows]
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def add_event(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        instance_id: int | None = None,
+        machine_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> Event:
+        """Append one event (see ``records.EVENT_KINDS`` for the documented kinds)."""
+        ts = _now(now)
+        kind = check_text("event kind", kind)
+        reason = check_text("event reason", reason)
+        check_optional_positive_int("instance_id", instance_id)
+        check_optional_positive_int("machine_id", machine_id)
+        _detail_json(detail)  # validate before taking the lock
+        async with self.transaction() as conn:
+            event_id = await self.insert_event(
+                conn,
+                kind,
+                reason,
+                ts=ts,
+                instance_id=instance_id,
+                machine_id=machine_id,
+                detail=detail,
+            )
+            row = await self._fetchone(conn, "SELECT * FROM events WHERE id = ?", (event_id,))
+        assert row is not None
+        return Event.from_row(row)
+
+    async def list_events(self, limit: int | None = None, kind: str | None = None) -> list[Event]:
+        """Events oldest first; with ``limit``, the newest ``limit`` events (still oldest first)."""
+        where = ""
+        params: list[Any] = []
+        if kind is not None:
+            where = " WHERE kind = ?"
+            params.append(kind)
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+                raise StoreError(f"limit must be a non-negative integer, got {limit!r}")
+            sql = (
+                f"SELECT * FROM (SELECT * FROM events{where} ORDER BY id DESC LIMIT ?) ORDER BY id"
+            )
+            params.append(limit)
+        else:
+            sql = f"SELECT * FROM events{where} ORDER BY id"
+        async with self._read() as conn:
+            rows = await self._fetchall(conn, sql, params)
+        return [Event.from_row(r) for r in rows]

@@ -1,0 +1,145 @@
+"""Versioned schema migrations, tracked with ``PRAGMA user_version``.
+
+``MIGRATIONS[i]`` upgrades a database from version ``i`` to ``i + 1``. Each script is applied in
+its own transaction together with the ``user_version`` bump, so a failed migration leaves the
+database at the previous version. Never edit a released script; append a new one.
+"""
+
+from __future__ import annotations
+
+import aiosqlite
+
+_V1 = """
+CREATE TABLE instances (
+    vast_id          INTEGER PRIMARY KEY,
+    label            TEXT,
+    offer_id         INTEGER,
+    machine_id       INTEGER,
+    host_id          INTEGER,
+    gpu_name         TEXT,
+    num_gpus         INTEGER,
+    dph_total        REAL,
+    cpu_ram_gb       REAL,
+    geolocation      TEXT,
+    image            TEXT,
+    image_digest     TEXT,
+    state            TEXT NOT NULL DEFAULT 'loading'
+                     CHECK (state IN ('loading','setup','paramfetch','benchmark','proving',
+                                      'killed','legacy')),
+    stage_started_at REAL,
+    created_at       REAL NOT NULL,
+    loading_at       REAL,
+    setup_at         REAL,
+    paramfetch_at    REAL,
+    benchmark_at     REAL,
+    proving_at       REAL,
+    killed_at        REAL,
+    bench_rate       REAL,
+    min_rate         REAL,
+    bench_outcome    TEXT,
+    failed_stage     TEXT,
+    kill_kind        TEXT,
+    kill_reason      TEXT,
+    error_lines      TEXT,
+    ssh_host         TEXT,
+    ssh_port         INTEGER,
+    source           TEXT NOT NULL DEFAULT 'vastui' CHECK (source IN ('vastui','legacy'))
+);
+CREATE INDEX instances_state ON instances(state);
+CREATE INDEX instances_machine ON instances(machine_id);
+
+CREATE TABLE bad_machines (
+    machine_id INTEGER PRIMARY KEY CHECK (machine_id > 0),
+    host_id    INTEGER,
+    gpu_name   TEXT,
+    reason     TEXT NOT NULL,
+    source     TEXT NOT NULL CHECK (source IN ('manual','automatic','legacy')),
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    expires_at REAL,
+    strikes    INTEGER NOT NULL DEFAULT 1,
+    evidence   TEXT
+);
+
+CREATE TABLE legacy_review (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind            TEXT NOT NULL CHECK (kind IN ('bad_host','perf')),
+    host_id         INTEGER NOT NULL,
+    gpu_name        TEXT,
+    num_gpus        INTEGER,
+    bench_rate      REAL,
+    reason          TEXT,
+    legacy_added_at REAL,
+    imported_at     REAL NOT NULL,
+    source_path     TEXT NOT NULL,
+    UNIQUE (kind, host_id, gpu_name, num_gpus)
+);
+-- SQLite treats NULLs as distinct in UNIQUE constraints; bad_host rows have NULL gpu_name and
+-- num_gpus, so this expression index is what actually makes re-imports idempotent.
+CREATE UNIQUE INDEX legacy_review_identity
+    ON legacy_review(kind, host_id, COALESCE(gpu_name, ''), COALESCE(num_gpus, -1));
+
+CREATE TABLE machine_perf (
+    machine_id  INTEGER NOT NULL CHECK (machine_id > 0),
+    gpu_name    TEXT NOT NULL,
+    num_gpus    INTEGER NOT NULL,
+    best_rate   REAL NOT NULL,
+    last_rate   REAL NOT NULL,
+    samples     INTEGER NOT NULL DEFAULT 1,
+    cpu_ram_gb  REAL,
+    measured_at REAL NOT NULL,
+    host_id     INTEGER,
+    PRIMARY KEY (machine_id, gpu_name, num_gpus)
+);
+
+CREATE TABLE events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts          REAL NOT NULL,
+    kind        TEXT NOT NULL,
+    instance_id INTEGER,
+    machine_id  INTEGER,
+    reason      TEXT NOT NULL,
+    detail      TEXT
+);
+CREATE INDEX events_kind ON events(kind, id);
+CREATE INDEX events_machine ON events(machine_id);
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'events is append-only: UPDATE refused');
+END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'events is append-only: DELETE refused');
+END;
+"""
+
+MIGRATIONS: list[str] = [_V1]
+
+SCHEMA_VERSION: int = len(MIGRATIONS)
+
+
+async def current_version(conn: aiosqlite.Connection) -> int:
+    async with conn.execute("PRAGMA user_version") as cur:
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def apply_migrations(conn: aiosqlite.Connection, from_version: int) -> int:
+    """Apply every migration after ``from_version``; return the resulting version.
+
+    The connection must be in autocommit mode (``isolation_level=None``).
+    """
+    version = from_version
+    for target, script in enumerate(MIGRATIONS[from_version:], start=from_version + 1):
+        # executescript runs the statements as given; BEGIN/COMMIT make the script and the
+        # user_version bump one atomic unit.
+        try:
+            await conn.executescript(
+                f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {target};\nCOMMIT;"
+            )
+        except BaseException:
+            if conn.in_transaction:
+                await conn.rollback()
+            raise
+        version = target
+    return version

@@ -1,0 +1,295 @@
+"""Frozen record types returned by :class:`vastui.store.Store`.
+
+All timestamps are REAL epoch seconds (UTC). ``to_json()`` renders them as ISO-8601 UTC
+strings (``"2026-11-30T10:05:00Z"``); ``None`` stays ``None``. Each ``to_json()`` produces an
+exact, documented key set that the CLI's ``--json`` output and the console rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# Pipeline stages in order. ``killed`` is terminal; ``legacy`` marks imported rows whose original
+# state could not be mapped.
+STAGES: tuple[str, ...] = ("loading", "setup", "paramfetch", "benchmark", "proving")
+STATES: tuple[str, ...] = (*STAGES, "killed", "legacy")
+
+# Known kill reason codes (``instances.kill_kind``). Free text is accepted; these are the ones
+# vastui writes itself.
+KILL_KINDS: tuple[str, ...] = (
+    "bench_below_min",  # benchmark finished below min_rate
+    "deadline_setup",  # a stage exceeded its deadline (deadline_<stage>)
+    "deadline_paramfetch",
+    "deadline_benchmark",
+    "manual",  # operator killed it
+    "bad_machine",  # the machine is on the bad list
+    "vanished",  # instance disappeared from Vast
+    "exited",  # the worker / container exited
+    "unregistered",  # never reported in within the grace period
+    "legacy",  # imported from the original tool, cause unknown
+)
+
+# Sources of a bad-machine entry, strongest first: an import never downgrades a stronger source.
+BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
+
+# Event kinds written by vastui (``events.kind`` is free text; these are documented):
+#   rent       an instance was created on Vast
+#   destroy    an instance was destroyed on Vast
+#   ban        a machine was added to (or re-struck on) the bad list   [written by Store.add_bad]
+#   unban      a machine was removed from the bad list               [written by Store.remove_bad]
+#   adopt      a running Vast instance not created by vastui was taken under management
+#   stage      an instance moved to another pipeline stage
+#   kill       an instance was marked killed
+#   import     a legacy state.db was imported                       [written by import_legacy]
+#   benchmark  a benchmark result was recorded
+#   error      something failed (detail carries the error)
+EVENT_KINDS: tuple[str, ...] = (
+    "rent",
+    "destroy",
+    "ban",
+    "unban",
+    "adopt",
+    "stage",
+    "kill",
+    "import",
+    "benchmark",
+    "error",
+)
+
+
+def iso_utc(ts: float | None) -> str | None:
+    """Render epoch seconds as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC); ``None`` stays ``None``."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _json_list(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    value = json.loads(text)
+    return tuple(str(v) for v in value)
+
+
+def _json_obj(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {"value": value}
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """One rented Vast instance (table ``instances``)."""
+
+    vast_id: int
+    label: str | None = None
+    offer_id: int | None = None
+    machine_id: int | None = None
+    host_id: int | None = None  # Vast operator ACCOUNT id, informational only
+    gpu_name: str | None = None
+    num_gpus: int | None = None
+    dph_total: float | None = None
+    cpu_ram_gb: float | None = None
+    geolocation: str | None = None
+    image: str | None = None  # image requested at rent time
+    image_digest: str | None = None  # digest reported by the worker
+    state: str = "loading"
+    stage_started_at: float | None = None
+    created_at: float | None = None
+    loading_at: float | None = None
+    setup_at: float | None = None
+    paramfetch_at: float | None = None
+    benchmark_at: float | None = None
+    proving_at: float | None = None
+    killed_at: float | None = None
+    bench_rate: float | None = None
+    min_rate: float | None = None
+    bench_outcome: str | None = None  # 'pass' / 'fail' (or another engine-defined outcome)
+    failed_stage: str | None = None
+    kill_kind: str | None = None
+    kill_reason: str | None = None
+    error_lines: tuple[str, ...] | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    source: str = "vastui"  # 'vastui' or 'legacy'
+
+    @property
+    def stage(self) -> str | None:
+        """The current stage; for killed rows, the stage the instance died in."""
+        return self.failed_stage if self.state == "killed" else self.state
+
+    @property
+    def killed(self) -> bool:
+        return self.state == "killed"
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> InstanceRecord:
+        data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row needs keys()
+        data["error_lines"] = _json_list(data.get("error_lines"))
+        return cls(**data)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.vast_id,
+            "label": self.label,
+            "machine_id": self.machine_id,
+            "host_id": self.host_id,
+            "gpu_name": self.gpu_name,
+            "state": self.state,
+            "stage": self.stage,
+            "dph_total": self.dph_total,
+            "bench_rate": self.bench_rate,
+            "min_rate": self.min_rate,
+            "image": self.image,
+            "kill_reason": self.kill_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BadEntry:
+    """A banned machine (table ``bad_machines``), keyed by Vast ``machine_id``."""
+
+    machine_id: int
+    reason: str
+    source: str
+    created_at: float
+    updated_at: float
+    host_id: int | None = None
+    gpu_name: str | None = None
+    expires_at: float | None = None
+    strikes: int = 1
+    evidence: tuple[str, ...] | None = None
+
+    def active(self, now: float) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> BadEntry:
+        return cls(
+            machine_id=row["machine_id"],
+            reason=row["reason"],
+            source=row["source"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            host_id=row["host_id"],
+            gpu_name=row["gpu_name"],
+            expires_at=row["expires_at"],
+            strikes=row["strikes"],
+            evidence=_json_list(row["evidence"]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine_id": self.machine_id,
+            "host_id": self.host_id,
+            "gpu_name": self.gpu_name,
+            "reason": self.reason,
+            "source": self.source,
+            "created_at": iso_utc(self.created_at),
+            "expires_at": iso_utc(self.expires_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyReviewEntry:
+    """A row from a pre-re-key legacy DB, keyed by an operator ACCOUNT id (``host_id``).
+
+    ``host_id`` is NOT a machine id and must never be used as one; these rows are shown for
+    an operator to review and are never enforced.
+    """
+
+    id: int
+    kind: str  # 'bad_host' or 'perf'
+    host_id: int
+    gpu_name: str | None
+    num_gpus: int | None
+    bench_rate: float | None
+    reason: str | None
+    legacy_added_at: float | None
+    imported_at: float
+    source_path: str
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> LegacyReviewEntry:
+        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine_id": None,
+            "host_id": self.host_id,
+            "gpu_name": self.gpu_name,
+            "reason": self.reason,
+            "source": "legacy-review",
+            "created_at": iso_utc(self.legacy_added_at),
+            "expires_at": None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PerfRecord:
+    """Benchmark history for one (machine, GPU model, GPU count) (table ``machine_perf``)."""
+
+    machine_id: int
+    gpu_name: str
+    num_gpus: int
+    best_rate: float
+    last_rate: float
+    samples: int
+    measured_at: float
+    cpu_ram_gb: float | None = None
+    host_id: int | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> PerfRecord:
+        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine_id": self.machine_id,
+            "gpu_name": self.gpu_name,
+            "num_gpus": self.num_gpus,
+            "best_rate": self.best_rate,
+            "last_rate": self.last_rate,
+            "samples": self.samples,
+            "cpu_ram_gb": self.cpu_ram_gb,
+            "measured_at": iso_utc(self.measured_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One row of the append-only ``events`` log."""
+
+    id: int
+    ts: float
+    kind: str
+    reason: str
+    instance_id: int | None = None
+    machine_id: int | None = None
+    detail: dict[str, Any] | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Event:
+        return cls(
+            id=row["id"],
+            ts=row["ts"],
+            kind=row["kind"],
+            reason=row["reason"],
+            instance_id=row["instance_id"],
+            machine_id=row["machine_id"],
+            detail=_json_obj(row["detail"]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ts": iso_utc(self.ts),
+            "kind": self.kind,
+            "instance_id": self.instance_id,
+            "machine_id": self.machine_id,
+            "reason": self.reason,
+        }
