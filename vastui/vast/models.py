@@ -172,7 +172,7 @@ def _round(value: float | None, digits: int) -> float | None:
 
 
 def parse_host_ports(raw_ports: Any) -> dict[int, int]:
-    """Docker binding map `{"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": "41022"}]}` → {22: 41022}."""
+    """Docker binding map `{"22/tcp": [{"HostPort": "41022", ...}]}` → `{22: 41022}`."""
     result: dict[int, int] = {}
     if not isinstance(raw_ports, Mapping):
         return result

@@ -1,0 +1,1 @@
+"""Vast.ai REST client: query syntax, typed models, retrying async HTTP."""
