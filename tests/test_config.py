@@ -64,7 +64,10 @@ def test_valid_file_overrides(tmp_path: Path):
         ("[fleet]\ndisk_gb = true\n", "key 'fleet.disk_gb': expected a number, got boolean"),
         ("[offers]\nfilter = 5\n", "key 'offers.filter': expected a string"),
         ("fleet = 3\n", "key 'fleet': expected a table"),
-        ("[fleet]\nmax_cost_per_proof = 0\n", "key 'fleet.max_cost_per_proof': expected a number > 0"),
+        (
+            "[fleet]\nmax_cost_per_proof = 0\n",
+            "key 'fleet.max_cost_per_proof': expected a number > 0",
+        ),
         ("[ui.keymap]\nquit = 1\n", "key 'ui.keymap.quit': expected a string"),
         ("[fleet\n", "not valid TOML"),
         ('[vast]\napi_key = "x"\n', "'api_key' is not read from the config file"),

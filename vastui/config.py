@@ -155,7 +155,11 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
     ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
     ("fleet.name", lambda c: c.fleet.name.replace("-", "").isalnum(), "letters, digits and -"),
-    ("vast.api_url", lambda c: c.vast.api_url.startswith(("http://", "https://")), "an http(s) URL"),
+    (
+        "vast.api_url",
+        lambda c: c.vast.api_url.startswith(("http://", "https://")),
+        "an http(s) URL",
+    ),
     ("vast.max_attempts", lambda c: 1 <= c.vast.max_attempts <= 20, "an integer from 1 to 20"),
     ("offers.limit", lambda c: 1 <= c.offers.limit <= 10_000, "an integer from 1 to 10000"),
 ]

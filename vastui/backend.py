@@ -1,0 +1,87 @@
+"""Wiring shared by the CLI, the console and (later) the engine: config, Vast client, store.
+
+`--demo` means: an in-process simulated Vast cloud, its own database. `--api-url` points the
+real client at any Vast-compatible server (a served simulator or console.vast.ai).
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from vastui.config import Config, default_db_path, load_api_key
+from vastui.store import Store
+from vastui.vast.client import RetryPolicy, VastClient
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from vastui.sim import SimCloud
+
+DEMO_SEED = 7
+DEMO_BASE_URL = "http://vast.sim"
+
+
+@dataclass
+class Options:
+    """The shared command-line options."""
+
+    config: Config
+    db: Path | None = None
+    api_url: str | None = None
+    demo: bool = False
+    seed: int = DEMO_SEED
+    speed: float = 30.0
+
+    @property
+    def db_path(self) -> Path:
+        return self.db or default_db_path(self.demo)
+
+
+def make_demo_cloud(seed: int = DEMO_SEED, speed: float = 30.0, **kwargs: Any) -> SimCloud:
+    from vastui.sim import ScaledClock, SimCloud
+
+    return SimCloud(seed=seed, speed=speed, clock=ScaledClock(speed), **kwargs)
+
+
+def client_for_cloud(cloud: SimCloud, **kwargs: Any) -> VastClient:
+    """A real VastClient talking to an in-process simulated cloud through ASGI."""
+    from vastui.sim import make_app
+
+    transport = httpx.ASGITransport(app=make_app(cloud))
+    return VastClient(cloud.api_key, DEMO_BASE_URL, transport=transport, **kwargs)
+
+
+def make_client(opts: Options, cloud: SimCloud | None = None) -> VastClient:
+    cfg = opts.config
+    retry = RetryPolicy(max_attempts=cfg.vast.max_attempts)
+    if opts.demo:
+        assert cloud is not None
+        return client_for_cloud(cloud, retry=retry, timeout=cfg.vast.timeout_s)
+    api_key, _source = load_api_key()
+    return VastClient(
+        api_key, opts.api_url or cfg.vast.api_url, retry=retry, timeout=cfg.vast.timeout_s
+    )
+
+
+@asynccontextmanager
+async def open_store(opts: Options) -> AsyncIterator[Store]:
+    store = await Store.open(opts.db_path)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def open_client(opts: Options) -> AsyncIterator[VastClient]:
+    cloud = make_demo_cloud(opts.seed, opts.speed) if opts.demo else None
+    client = make_client(opts, cloud)
+    try:
+        yield client
+    finally:
+        await client.aclose()

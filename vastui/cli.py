@@ -1,0 +1,306 @@
+"""The `vastui` command line. Every listing has `--json` (one object per line).
+
+Errors are one line on stderr (`vastui: error: ...`) and exit status 2; nothing is lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from vastui import __version__
+from vastui.backend import Options, open_client, open_store
+from vastui.config import (
+    ApiKeyError,
+    ConfigError,
+    default_config_path,
+    load_api_key,
+    load_config,
+    state_dir,
+)
+from vastui.sanitize import sanitize_line
+from vastui.store import StoreError, import_legacy
+from vastui.vast.errors import VastError
+from vastui.vast.query import QueryError
+
+EXIT_ERROR = 2
+
+
+class CliError(Exception):
+    pass
+
+
+# -- output helpers ----------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1 else f"{value:,.2f}".rstrip("0").rstrip(".")
+    return sanitize_line(str(value), 60)
+
+
+def print_rows(rows: list[dict[str, Any]], columns: Sequence[str], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+        return
+    if not rows:
+        print("(none)")
+        return
+    table = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for r in table:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _warn(message: str) -> None:
+    print(f"vastui: warning: {sanitize_line(message, 500)}", file=sys.stderr)
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
+    query = args.filter if args.filter is not None else opts.config.offers.filter
+    async with open_client(opts) as client, open_store(opts) as store:
+        result = await client.search_offers(
+            query, order=opts.config.offers.order, limit=args.limit or opts.config.offers.limit
+        )
+        bad = await store.bad_machine_ids()
+    for line in result.rejected:
+        _warn(f"skipped offer: {line}")
+    rows = []
+    for offer in result.offers:
+        if offer.machine_id in bad and not args.all:
+            continue
+        row = offer.to_json()
+        if not args.json:
+            row["min_rate"] = opts.config.min_rate_for(offer.dph_total)
+            row["bad"] = "BAD" if offer.machine_id in bad else ""
+        rows.append(row)
+    hidden = sum(1 for o in result.offers if o.machine_id in bad) if not args.all else 0
+    columns = [
+        "id", "machine_id", "gpu_name", "num_gpus", "gpu_ram_gb", "cpu_ram_gb", "cpu_cores",
+        "dph_total", "min_rate", "inet_down", "reliability", "geolocation", "bad",
+    ]  # fmt: skip
+    print_rows(rows, columns, args.json)
+    if hidden and not args.json:
+        print(f"({hidden} offers on bad machines hidden; --all shows them)", file=sys.stderr)
+    return 0
+
+
+async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
+    async with open_store(opts) as store:
+        records = await store.list_instances(include_killed=not args.live_only)
+    rows = [r.to_json() for r in records]
+    columns = [
+        "id", "label", "machine_id", "gpu_name", "state", "stage", "dph_total",
+        "bench_rate", "min_rate", "kill_reason",
+    ]  # fmt: skip
+    print_rows(rows, columns, args.json)
+    return 0
+
+
+async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
+    async with open_store(opts) as store:
+        if args.bad_cmd == "add":
+            if args.machine_id <= 0:
+                raise CliError(f"machine id must be a positive integer, got {args.machine_id}")
+            entry = await store.add_bad(args.machine_id, args.reason, source="manual")
+            print(f"machine {entry.machine_id} is on the bad list (strikes {entry.strikes})")
+            return 0
+        if args.bad_cmd == "remove":
+            if await store.remove_bad(args.machine_id):
+                print(f"machine {args.machine_id} removed from the bad list")
+                return 0
+            raise CliError(f"machine {args.machine_id} is not on the bad list")
+        entries = [e.to_json() for e in await store.list_bad(include_expired=args.all)]
+        review = [e.to_json() for e in await store.list_legacy_review()]
+    columns = ["machine_id", "host_id", "gpu_name", "reason", "source", "created_at", "expires_at"]
+    print_rows(entries + (review if args.json else []), columns, args.json)
+    if review and not args.json:
+        print(
+            f"\n{len(review)} legacy entries keyed by host (operator account) id, "
+            "flagged for review (not machine bans):"
+        )
+        print_rows(review, ["host_id", "gpu_name", "reason", "created_at"], False)
+    return 0
+
+
+async def cmd_perf(opts: Options, args: argparse.Namespace) -> int:
+    async with open_store(opts) as store:
+        rows = [p.to_json() for p in await store.list_perf()]
+    columns = [
+        "machine_id", "gpu_name", "num_gpus", "best_rate", "last_rate", "samples",
+        "cpu_ram_gb", "measured_at",
+    ]  # fmt: skip
+    print_rows(rows, columns, args.json)
+    return 0
+
+
+async def cmd_events(opts: Options, args: argparse.Namespace) -> int:
+    async with open_store(opts) as store:
+        events = await store.list_events(limit=args.limit, kind=args.kind)
+    print_rows(
+        [e.to_json() for e in events],
+        ["ts", "kind", "instance_id", "machine_id", "reason"],
+        args.json,
+    )
+    return 0
+
+
+async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
+    async with open_store(opts) as store:
+        report = await import_legacy(store, Path(args.path))
+    print(report.summary())
+    return 0
+
+
+def cmd_locate(opts: Options, args: argparse.Namespace) -> int:
+    try:
+        _, key_source = load_api_key()
+    except ApiKeyError:
+        key_source = "(none found)"
+    cfg_path = opts.config.path or default_config_path()
+    exists = "" if cfg_path.exists() else " (absent: defaults in use)"
+    print(f"config    {cfg_path}{exists}")
+    print(f"database  {opts.db_path}")
+    print(f"state     {state_dir()}")
+    api_url = "in-process simulator" if opts.demo else opts.api_url or opts.config.vast.api_url
+    print(f"api url   {api_url}")
+    print(f"api key   {key_source}")
+    return 0
+
+
+def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.sim.server import run_server
+
+    run_server(
+        port=args.port, seed=args.seed, speed=args.speed, api_key=args.api_key, faults=args.faults
+    )
+    return 0
+
+
+def cmd_console(opts: Options, args: argparse.Namespace) -> int:
+    if args.engine_only:
+        raise CliError("--engine-only: the headless engine is not built yet (engine issue)")
+    from vastui.console.app import run_console
+
+    return run_console(opts)
+
+
+# -- parser ------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # SUPPRESS: an option given before the verb must survive the verb's own parser.
+    shared = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    shared.add_argument("--db", type=Path, help="state database (default: in the state dir)")
+    shared.add_argument("--config", type=Path, help="config file (default: $VASTUI_CONFIG or XDG)")
+    shared.add_argument("--api-url", help="Vast API base URL (a served simulator, or Vast itself)")
+    shared.add_argument(
+        "--demo", action="store_true", help="use the in-process simulated cloud and its own db"
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="vastui",
+        description="Console and engine for a Filecoin proving fleet on Vast.ai GPUs.",
+        parents=[shared],
+    )
+    parser.add_argument("--version", action="version", version=f"vastui {__version__}")
+    parser.add_argument("--engine-only", action="store_true", help="run headless (no console)")
+    parser.set_defaults(func=cmd_console, engine_only=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("offers", parents=[shared], help="search Vast offers")
+    p.add_argument("--filter", help="vastai query syntax (default: the configured filter)")
+    p.add_argument("--limit", type=_positive_int, help="maximum offers to ask for")
+    p.add_argument("--all", action="store_true", help="include offers on bad-listed machines")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(func=cmd_offers)
+
+    p = sub.add_parser("instances", parents=[shared], help="instances vastui knows")
+    p.add_argument("--live-only", action="store_true", help="hide killed instances")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_instances)
+
+    p = sub.add_parser("bad", parents=[shared], help="the bad list (per machine_id)")
+    bad = p.add_subparsers(dest="bad_cmd", metavar="ACTION")
+    bl = bad.add_parser("list", parents=[shared], help="show the bad list")
+    bl.add_argument("--all", action="store_true", help="include expired entries")
+    bl.add_argument("--json", action="store_true")
+    ba = bad.add_parser("add", parents=[shared], help="ignore a machine")
+    ba.add_argument("machine_id", type=_positive_int)
+    ba.add_argument("--reason", required=True)
+    br = bad.add_parser("remove", parents=[shared], help="unignore a machine")
+    br.add_argument("machine_id", type=_positive_int)
+    p.set_defaults(func=cmd_bad, bad_cmd="list", all=False, json=False)
+
+    p = sub.add_parser("perf", parents=[shared], help="per-machine benchmark record")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_perf)
+
+    p = sub.add_parser("events", parents=[shared], help="the event log")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=_positive_int)
+    p.add_argument("--kind", help="only this kind (rent, destroy, ban, unban, ...)")
+    p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("import-legacy", parents=[shared], help="import vast-manager's state.db")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_import_legacy)
+
+    p = sub.add_parser("locate", parents=[shared], help="print where vastui keeps things")
+    p.set_defaults(func=cmd_locate)
+
+    p = sub.add_parser("sim", help="the simulated Vast cloud")
+    sim = p.add_subparsers(dest="sim_cmd", metavar="ACTION", required=True)
+    ss = sim.add_parser("serve", help="serve the simulated Vast API over HTTP")
+    ss.add_argument("--port", type=int, default=8642)
+    ss.add_argument("--seed", type=int, default=7)
+    ss.add_argument("--speed", type=float, default=1.0)
+    ss.add_argument("--api-key", default="sim-key")
+    ss.add_argument("--faults", choices=["none", "light", "heavy"], default="none")
+    ss.set_defaults(func=cmd_sim_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(getattr(args, "config", None))
+        opts = Options(
+            config=config,
+            db=getattr(args, "db", None),
+            api_url=getattr(args, "api_url", None),
+            demo=getattr(args, "demo", False),
+        )
+        func: Callable[..., int | Coroutine[Any, Any, int]] = args.func
+        result = func(opts, args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except (ConfigError, ApiKeyError, VastError, StoreError, QueryError, CliError) as exc:
+        print(f"vastui: error: {sanitize_line(str(exc), 1000)}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""The Textual console. The only package allowed to import Textual."""

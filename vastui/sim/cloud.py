@@ -1,0 +1,899 @@
+"""State of the simulated Vast.ai cloud: market, instances, account and faults.
+
+The HTTP layer (:mod:`vastui.sim.app`) calls the plain methods here; errors are raised as
+:class:`ApiError` carrying the exact HTTP status and JSON body of vast-api.md.
+Instance state is derived lazily from the clock: no background task is needed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import inspect
+import itertools
+import json
+import logging
+import random
+import re
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from vastui.sim.clock import ManualClock, ScaledClock, SimClock
+from vastui.sim.faults import Faults
+from vastui.sim.market import Machine, generate_market, price_fields
+from vastui.sim.query_eval import (
+    QueryError,
+    check_condition,
+    search_offers,
+    sort_rows,
+    validate_conditions,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_LABEL = 1024
+PAGE_MAX = 25
+FORCEABLE = frozenset({"exited", "offline", "unknown", "running", "loading"})
+
+# Columns of the instance table that v1 `select_filters`/`order_by` accept; everything
+# else (dph_total, uptime_mins, reliability2, ...) is computed -> 400.
+STORED_COLUMNS = frozenset(
+    {
+        "id",
+        "machine_id",
+        "host_id",
+        "bundle_id",
+        "actual_status",
+        "intended_status",
+        "cur_state",
+        "next_state",
+        "status_msg",
+        "label",
+        "image_uuid",
+        "image_runtype",
+        "gpu_name",
+        "num_gpus",
+        "gpu_ram",
+        "cpu_ram",
+        "cpu_cores_effective",
+        "disk_space",
+        "geolocation",
+        "verification",
+        "start_date",
+        "end_date",
+        "is_bid",
+        "template_id",
+        "template_hash_id",
+        "ssh_port",
+        "public_ipaddr",
+    }
+)
+
+
+class ApiError(Exception):
+    """An error answer: HTTP ``status`` with JSON ``body``."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("msg") or body.get("error") or str(status))
+        self.status = status
+        self.body = body
+
+
+def _err(status: int, error: str, msg: str, **extra: Any) -> ApiError:
+    return ApiError(status, {"success": False, "error": error, "msg": msg, **extra})
+
+
+def no_such_instance(instance_id: int) -> ApiError:
+    return _err(404, "no_such_instance", f"Instance {instance_id} not found.")
+
+
+@dataclass
+class SimInstance:
+    id: int
+    offer_id: int
+    machine: Machine
+    offer: dict[str, Any]  # priced copy of the offer at create time
+    created_at: float
+    t_loading: float
+    t_running: float
+    image: str | None
+    template_hash_id: str | None
+    env: dict[str, str]
+    onstart: str | None
+    runtype: str
+    args: list[str]
+    disk: float
+    label: str | None
+    api_key: str
+    jupyter_token: str
+    ssh_port: int
+    intended: str = "running"
+    cur_state: str = "running"
+    next_state: str = "running"
+    forced_status: str | None = None
+    fail: tuple[str, float] | None = None  # (status, seconds after running)
+    notified_running: bool = False
+    last_billed: float = 0.0
+    ssh_keys: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    extra_log: list[tuple[float, str]] = field(default_factory=list)
+    start_unavailable: bool = False
+    stopped_at: float | None = None
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_env(env: Any) -> dict[str, str]:
+    """Accept the object form (PKG) or a docker-flag string (OAS) of ``env``."""
+    if env is None:
+        return {}
+    if isinstance(env, dict):
+        return {str(k): "" if v is None else str(v) for k, v in env.items()}
+    if isinstance(env, list):
+        out: dict[str, str] = {}
+        for item in env:
+            if isinstance(item, (list, tuple)) and len(item) == 2:
+                out[str(item[0])] = str(item[1])
+        return out
+    if isinstance(env, str):
+        out = {}
+        try:
+            toks = shlex.split(env)
+        except ValueError:
+            toks = env.split()
+        i = 0
+        while i < len(toks):
+            tok = toks[i]
+            nxt = toks[i + 1] if i + 1 < len(toks) else ""
+            if tok == "-e" and nxt:
+                k, _, v = nxt.partition("=")
+                out[k] = v
+                i += 2
+            elif tok in ("-p", "-v") and nxt:
+                out[f"{tok} {nxt}"] = "1"
+                i += 2
+            elif tok == "-h" and nxt:
+                out["-h"] = nxt
+                i += 2
+            else:
+                i += 1
+        return out
+    raise _err(400, "invalid_args", "env must be an object")
+
+
+def _encode_token(offset: int, sig: str) -> str:
+    raw = json.dumps({"o": offset, "s": sig}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str, sig: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = json.loads(raw)
+        offset = int(data["o"])
+        if data["s"] != sig or offset < 0:
+            raise ValueError
+        return offset
+    except Exception as exc:
+        raise _err(400, "invalid_token", "Invalid after_token") from exc
+
+
+def _json_param(params: dict[str, str], name: str, default: Any) -> Any:
+    if name not in params or params[name] == "":
+        return default
+    raw = params[name]
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw  # plain strings (e.g. after_token, limit=25) are allowed unencoded
+
+
+class SimCloud:
+    """The simulated cloud.
+
+    Hooks: ``on_running`` (called once per instance, with its JSON, when first observed
+    running; may be async), :meth:`force_status`, :meth:`force_resources_unavailable`,
+    :meth:`set_metrics`, :meth:`append_log`, :meth:`authorized_keys`,
+    :meth:`instances_snapshot`, :meth:`tick`.
+    """
+
+    def __init__(
+        self,
+        seed: int = 0,
+        speed: float = 1.0,
+        *,
+        clock: SimClock | None = None,
+        api_key: str = "sim-key",
+        faults: str = "none",
+        hosts: int = 40,
+        ssh_port_allocator: Callable[[], int] | None = None,
+        on_running: Callable[[dict[str, Any]], Awaitable[Any] | None] | None = None,
+        credit: float = 100.0,
+    ) -> None:
+        self.seed = seed
+        self.clock: SimClock = clock if clock is not None else ScaledClock(speed)
+        self.speed = speed
+        self.api_key = api_key
+        self.faults = Faults(faults, seed)
+        self.on_running = on_running
+        self.rng = random.Random(seed * 31 + 5)
+        self.machines: list[Machine] = generate_market(
+            seed, hosts=hosts, clock_now=self.clock.now()
+        )
+        self.machines_by_id: dict[int, Machine] = {m.machine_id: m for m in self.machines}
+        self.offers: dict[int, dict[str, Any]] = {}
+        self.offer_machine: dict[int, Machine] = {}
+        for m in self.machines:
+            for o in m.offers:
+                self.offers[o["id"]] = o
+                self.offer_machine[o["id"]] = m
+        self.available: set[int] = set(self.offers)
+        self.instances: dict[int, SimInstance] = {}
+        if ssh_port_allocator is None:
+            ports = itertools.count(42000)
+            ssh_port_allocator = lambda: next(ports)  # noqa: E731
+        self._alloc_port = ssh_port_allocator
+        self._next_instance_id = self.rng.randint(3_000_000, 3_400_000)
+        self.user: dict[str, Any] = {
+            "id": self.rng.randint(100_000, 999_999),
+            "username": "sim-user",
+            "email": "sim-user@example.invalid",
+            "fullname": "Simulated User",
+            "credit": float(credit),
+            "balance": 0.0,
+            "balance_threshold": 10.0,
+            "balance_threshold_enabled": False,
+            "can_pay": True,
+            "has_billing": True,
+            "email_verified": True,
+            "billing_creditonly": False,
+            "got_signup_credit": True,
+        }
+        self.ssh_keys: list[dict[str, Any]] = []
+        self._next_key_id = self.rng.randint(40_000, 49_000)
+        self._logs: dict[str, dict[str, Any]] = {}
+        self._log_counter = 0
+
+    # ------------------------------------------------------------------ helpers
+    def now(self) -> float:
+        return self.clock.now()
+
+    def _hex(self, nbits: int = 256) -> str:
+        return f"{self.rng.getrandbits(nbits):0{nbits // 4}x}"
+
+    def _get(self, instance_id: int) -> SimInstance:
+        inst = self.instances.get(instance_id)
+        if inst is None:
+            raise no_such_instance(instance_id)
+        return inst
+
+    @property
+    def available_offers(self) -> list[dict[str, Any]]:
+        return [self.offers[i] for i in sorted(self.available)]
+
+    # ------------------------------------------------------------------ lifecycle
+    def status_of(
+        self, inst: SimInstance, now: float | None = None
+    ) -> tuple[str | None, str | None]:
+        """``(actual_status, status_msg)`` at ``now``."""
+        now = self.now() if now is None else now
+        if inst.forced_status == "running":
+            return "running", f"success, running {_runmsg(inst)}"
+        if inst.forced_status is not None:
+            return inst.forced_status, _forced_msg(inst.forced_status)
+        if inst.intended == "stopped" or inst.cur_state == "stopped":
+            return "exited", "Instance stopped."
+        if inst.fail is not None and now >= inst.t_running + inst.fail[1]:
+            return inst.fail[0], _forced_msg(inst.fail[0])
+        if now < inst.t_loading:
+            return None, None
+        if now < inst.t_running:
+            frac = (now - inst.t_loading) / max(1e-9, inst.t_running - inst.t_loading)
+            image = inst.image or "template image"
+            if frac < 0.75:
+                n = 9
+                done = int(n * frac / 0.75)
+                return "loading", f"Pulling {image}: {int(100 * frac / 0.75)}% ({done}/{n} layers)"
+            if frac < 0.9:
+                return "loading", f"Extracting {image}"
+            return "loading", "Creating container"
+        return "running", f"success, running {_runmsg(inst)}"
+
+    async def tick(self) -> None:
+        """Evaluate lifecycles: bill usage and fire ``on_running`` for new runners."""
+        now = self.now()
+        for inst in list(self.instances.values()):
+            status, _ = self.status_of(inst, now)
+            self._bill(inst, status, now)
+            if status == "running" and not inst.notified_running:
+                inst.notified_running = True
+                if self.on_running is not None:
+                    try:
+                        res = self.on_running(self.render(inst, now))
+                        if inspect.isawaitable(res):
+                            await res
+                    except Exception:  # a hook must never break the API
+                        log.exception("on_running hook failed for instance %s", inst.id)
+
+    def _bill(self, inst: SimInstance, status: str | None, now: float) -> None:
+        dt = max(0.0, now - inst.last_billed)
+        inst.last_billed = now
+        rate = inst.offer["dph_total"] if status == "running" else inst.offer["storage_total_cost"]
+        self.user["credit"] = round(self.user["credit"] - rate * dt / 3600.0, 6)
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: Any, select_cols: Any = None) -> dict[str, Any]:
+        try:
+            offers = search_offers(query, (self.offers[i] for i in self.available))
+        except QueryError as e:
+            raise ApiError(e.status, e.body) from e
+        if isinstance(select_cols, list) and select_cols and "*" not in select_cols:
+            offers = [{c: o.get(c) for c in select_cols} for o in offers]
+        return {"offers": offers}
+
+    # ------------------------------------------------------------------ create
+    def create(self, offer_id: int, body: Any, *, fault_hint: str | None = None) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise _err(400, "invalid_args", "Invalid request body", ask_id=offer_id)
+        if offer_id not in self.offers:
+            raise _err(
+                404, "no_such_ask", f"No ask by id {offer_id} is available.", ask_id=offer_id
+            )
+        if offer_id not in self.available:
+            if body.get("cancel_unavail"):
+                raise _err(
+                    410,
+                    "no_such_ask",
+                    f"Instance type {offer_id} is no longer available.",
+                    ask_id=offer_id,
+                )
+            raise _err(
+                404, "no_such_ask", f"No ask by id {offer_id} is available.", ask_id=offer_id
+            )
+        image = body.get("image")
+        template = body.get("template_hash_id")
+        if not image and not template:
+            raise _err(
+                400, "invalid_args", "'image' or 'template_hash_id' is required", ask_id=offer_id
+            )
+        if image is not None and not isinstance(image, str):
+            raise _err(400, "invalid_args", "'image' must be a string", ask_id=offer_id)
+        label = body.get("label")
+        if label is not None and not isinstance(label, str):
+            label = str(label)
+        if label is not None and len(label) > MAX_LABEL:
+            raise _err(400, "invalid_args", "label_too_long", ask_id=offer_id)
+        if self.user["credit"] <= 0:
+            raise _err(
+                400, "missing_billing", "You lack credit, see the billing page.", ask_id=offer_id
+            )
+        offer = self.offers[offer_id]
+        price = body.get("price")
+        if price is not None:
+            try:
+                price = float(price)
+            except (TypeError, ValueError):
+                raise _err(400, "invalid_price", "Invalid bid price.", ask_id=offer_id) from None
+            if not 0.001 <= price <= 128:
+                raise _err(
+                    400,
+                    "invalid_price",
+                    "Bid price must be between 0.001 and 128.",
+                    ask_id=offer_id,
+                )
+            if price < offer["min_bid"]:
+                raise _err(
+                    400,
+                    "invalid_price",
+                    f"Bid price {price} is below the minimum bid {offer['min_bid']}.",
+                    ask_id=offer_id,
+                )
+        disk = body.get("disk")
+        try:
+            disk = 8.0 if disk is None else float(disk)
+        except (TypeError, ValueError):
+            raise _err(400, "invalid_args", "'disk' must be a number", ask_id=offer_id) from None
+        env = parse_env(body.get("env"))
+        args = body.get("args") or []
+        if isinstance(args, str):
+            args = shlex.split(args)
+        runtype = body.get("runtype") or ("args" if args or body.get("args_str") else "ssh")
+        onstart = body.get("onstart")
+
+        priced = dict(offer)
+        price_fields(priced, disk, "on-demand")
+        if price is not None:
+            priced["is_bid"] = True
+            priced["dph_base"] = round(price, 7)
+            priced["dph_total"] = round(price + priced["storage_total_cost"], 7)
+
+        now = self.now()
+        self._next_instance_id += self.rng.randint(1, 40)
+        iid = self._next_instance_id
+        t_loading = now + self.rng.uniform(20, 60)
+        t_running = t_loading + self.rng.uniform(60, 180)
+        inst = SimInstance(
+            id=iid,
+            offer_id=offer_id,
+            machine=self.offer_machine[offer_id],
+            offer=priced,
+            created_at=now,
+            t_loading=t_loading,
+            t_running=t_running,
+            image=image,
+            template_hash_id=template,
+            env=env,
+            onstart=onstart,
+            runtype=str(runtype),
+            args=[str(a) for a in args],
+            disk=disk,
+            label=label,
+            api_key=self._hex(),
+            jupyter_token=self._hex(),
+            ssh_port=int(self._alloc_port()),
+            last_billed=now,
+            ssh_keys=[dict(k) for k in self.ssh_keys],
+        )
+        if body.get("target_state") == "stopped":
+            inst.intended = inst.cur_state = inst.next_state = "stopped"
+            inst.stopped_at = now
+        inst.fail = self.faults.instance_failure(fault_hint)
+        self.instances[iid] = inst
+        self.available.discard(offer_id)
+        offer["rentable"] = False
+        offer["rented"] = True
+        return {"success": True, "new_contract": iid, "instance_api_key": inst.api_key}
+
+    # ------------------------------------------------------------------ render
+    def render(self, inst: SimInstance, now: float | None = None) -> dict[str, Any]:
+        """The instance JSON object (vast-api.md §6)."""
+        now = self.now() if now is None else now
+        status, msg = self.status_of(inst, now)
+        o = inst.offer
+        running = status == "running"
+        port = inst.ssh_port if running else None
+        d: dict[str, Any] = {
+            "id": inst.id,
+            "machine_id": o["machine_id"],
+            "host_id": o["host_id"],
+            "bundle_id": o["bundle_id"],
+            "actual_status": status,
+            "intended_status": inst.intended,
+            "cur_state": inst.cur_state,
+            "next_state": inst.next_state,
+            "status_msg": msg,
+            "label": inst.label,
+            "image_uuid": inst.image,
+            "image_runtype": inst.runtype,
+            "image_args": list(inst.args),
+            "extra_env": [[k, v] for k, v in inst.env.items()],
+            "onstart": inst.onstart,
+            "template_id": None,
+            "template_hash_id": inst.template_hash_id,
+            "template_name": None,
+            "jupyter_token": inst.jupyter_token,
+            "ssh_host": "127.0.0.1" if running else None,
+            "ssh_port": port,
+            "ssh_idx": None,
+            "machine_dir_ssh_port": port,
+            "public_ipaddr": "127.0.0.1" if running else None,
+            "local_ipaddrs": f"10.{inst.id % 250}.0.2 172.17.0.1 \n",
+            "ports": {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]}
+            if running
+            else None,
+            "direct_port_start": -1,
+            "direct_port_end": -1,
+            "direct_port_count": o["direct_port_count"],
+            "static_ip": o["static_ip"],
+            "num_gpus": o["num_gpus"],
+            "gpu_name": o["gpu_name"],
+            "gpu_ram": o["gpu_ram"],
+            "gpu_totalram": o["gpu_total_ram"],
+            "gpu_frac": o["gpu_frac"],
+            "gpu_arch": o["gpu_arch"],
+            "compute_cap": o["compute_cap"],
+            "cuda_max_good": o["cuda_max_good"],
+            "driver_version": o["driver_version"],
+            "gpu_util": 0.0 if running else None,
+            "gpu_temp": 38.0 if running else None,
+            "cpu_name": o["cpu_name"],
+            "cpu_cores": o["cpu_cores"],
+            "cpu_cores_effective": o["cpu_cores_effective"],
+            "cpu_ram": o["cpu_ram"],
+            "cpu_util": 0.01 if running else 0.0,
+            "mem_usage": 0.4 if running else 0.0,
+            "mem_limit": round(o["cpu_ram"] / 1024, 1),
+            "disk_space": inst.disk,
+            "disk_usage": 2.1 if running else -1,
+            "disk_util": round(2.1 / inst.disk, 3) if running and inst.disk else -1,
+            "disk_bw": o["disk_bw"],
+            "inet_up": o["inet_up"],
+            "inet_down": o["inet_down"],
+            "inet_up_cost": o["inet_up_cost"],
+            "inet_down_cost": o["inet_down_cost"],
+            "pci_gen": o["pci_gen"],
+            "dph_base": o["dph_base"],
+            "storage_cost": o["storage_cost"],
+            "storage_total_cost": o["storage_total_cost"],
+            "dph_total": o["dph_total"],
+            "is_bid": o["is_bid"],
+            "min_bid": o["min_bid"],
+            "reliability2": o["reliability2"],
+            "verification": o["verification"],
+            "geolocation": o["geolocation"],
+            "geolocode": o["geolocode"],
+            "hosting_type": o["hosting_type"],
+            "os_version": o["os_version"],
+            "start_date": round(inst.created_at, 2),
+            "end_date": o["end_date"],
+            "uptime_mins": round((now - inst.t_running) / 60.0, 2) if running else 0.0,
+            "duration": round(now - inst.created_at, 2),
+            "volume_info": [],
+        }
+        d.update(inst.metrics)
+        return d
+
+    def instances_snapshot(self) -> list[dict[str, Any]]:
+        now = self.now()
+        return [self.render(i, now) for i in sorted(self.instances.values(), key=lambda i: i.id)]
+
+    # ------------------------------------------------------------------ list / show
+    def list_v0(self) -> dict[str, Any]:
+        rows = self.instances_snapshot()
+        return {"instances_found": len(rows), "instances": rows}
+
+    def list_v1(self, params: dict[str, str]) -> dict[str, Any]:
+        limit_raw = _json_param(params, "limit", PAGE_MAX)
+        try:
+            limit = int(limit_raw)
+        except (TypeError, ValueError):
+            raise _err(400, "invalid_request", "Error in query parameters: invalid limit") from None
+        limit = 5 if limit <= 0 else min(limit, PAGE_MAX)
+
+        filters = _json_param(params, "select_filters", {})
+        if not isinstance(filters, dict):
+            raise _err(
+                400,
+                "invalid_request",
+                "Error in query parameters: select_filters must be an object",
+            )
+        conds: list[tuple[str, dict[str, Any]]] = []
+        for col, cond in filters.items():
+            if col not in STORED_COLUMNS:
+                raise _err(
+                    400,
+                    "invalid_request",
+                    f"Error in query parameters: {col} is not a valid search key",
+                )
+            if not isinstance(cond, dict):
+                cond = {"eq": cond}
+            try:
+                validate_conditions(col, cond)
+            except QueryError as e:
+                raise _err(400, "invalid_request", f"Error in query parameters: {e}") from None
+            conds.append((col, cond))
+
+        order_raw = _json_param(params, "order_by", [])
+        order: list[tuple[str, str]] = []
+        if isinstance(order_raw, dict):
+            order_raw = [order_raw]
+        if not isinstance(order_raw, list):
+            raise _err(400, "invalid_request", "Error in query parameters: invalid order_by")
+        for item in order_raw:
+            if isinstance(item, dict):
+                col, direction = item.get("col"), item.get("dir", "asc")
+            elif isinstance(item, (list, tuple)) and item:
+                col, direction = item[0], (item[1] if len(item) > 1 else "asc")
+            else:
+                raise _err(400, "invalid_request", "Error in query parameters: invalid order_by")
+            if col not in STORED_COLUMNS:
+                raise _err(
+                    400,
+                    "invalid_request",
+                    f"Error in query parameters: {col} is not a valid sort key",
+                )
+            if direction not in ("asc", "desc"):
+                raise _err(
+                    400, "invalid_request", "Error in query parameters: dir must be asc or desc"
+                )
+            order.append((col, direction))
+        if not any(c == "id" for c, _ in order):
+            order.append(("id", "asc"))
+
+        cols = _json_param(params, "select_cols", ["*"])
+        if isinstance(cols, str):
+            cols = [cols]
+        if not isinstance(cols, list):
+            raise _err(400, "invalid_request", "Error in query parameters: invalid select_cols")
+
+        all_rows = self.instances_snapshot()
+        rows = [r for r in all_rows if all(check_condition(r, c, cd) for c, cd in conds)]
+        rows = sort_rows(rows, order)
+
+        sig = hashlib.sha256(
+            json.dumps([filters, order], sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
+        token = params.get("after_token")
+        offset = _decode_token(token, sig) if token else 0
+        page = rows[offset : offset + limit]
+        nxt = offset + limit
+        next_token = _encode_token(nxt, sig) if nxt < len(rows) else None
+        if "*" not in cols:
+            page = [{c: r.get(c) for c in cols} for r in page]
+        label_counts: dict[str, int] = {}
+        for r in all_rows:
+            if r.get("label"):
+                label_counts[r["label"]] = label_counts.get(r["label"], 0) + 1
+        return {
+            "success": True,
+            "instances_found": len(rows),
+            "total_instances": len(all_rows),
+            "label_counts": label_counts,
+            "next_token": next_token,
+            "instances": page,
+        }
+
+    def show(self, instance_id: int) -> dict[str, Any]:
+        inst = self.instances.get(instance_id)
+        return {"instances": None if inst is None else self.render(inst)}
+
+    # ------------------------------------------------------------------ manage
+    def destroy(self, instance_id: int) -> dict[str, Any]:
+        inst = self._get(instance_id)
+        status, _ = self.status_of(inst)
+        self._bill(inst, status, self.now())
+        del self.instances[instance_id]
+        offer = self.offers[inst.offer_id]
+        offer["rentable"] = True
+        offer["rented"] = False
+        self.available.add(inst.offer_id)
+        return {"success": True}
+
+    def manage(self, instance_id: int, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise _err(400, "invalid_args", "Invalid request body")
+        inst = self._get(instance_id)
+        if "label" in body:
+            label = body["label"]
+            if label is not None and not isinstance(label, str):
+                label = str(label)
+            if label is not None and len(label) > MAX_LABEL:
+                raise _err(400, "invalid_args", "label_too_long")
+            inst.label = label
+        if "state" in body:
+            state = body["state"]
+            if state not in ("running", "stopped"):
+                raise _err(400, "invalid_args", "Invalid target state")
+            now = self.now()
+            if state == "stopped":
+                if inst.intended != "stopped":
+                    status, _ = self.status_of(inst, now)
+                    self._bill(inst, status, now)
+                inst.intended = inst.cur_state = inst.next_state = "stopped"
+                inst.stopped_at = now
+            elif inst.intended == "stopped" or inst.cur_state == "stopped":
+                if self.user["credit"] <= 0:
+                    raise _err(400, "missing_billing", "You lack credit, see the billing page.")
+                if inst.start_unavailable:
+                    inst.intended = "running"
+                    inst.next_state = "running"
+                    return {
+                        "success": False,
+                        "error": "resources_unavailable",
+                        "msg": "Required resources are currently unavailable, state change queued.",
+                    }
+                status, _ = self.status_of(inst, now)
+                self._bill(inst, status, now)
+                inst.intended = inst.cur_state = inst.next_state = "running"
+                inst.forced_status = None
+                inst.fail = None
+                inst.stopped_at = None
+                inst.t_loading = now + self.rng.uniform(2, 10)
+                inst.t_running = inst.t_loading + self.rng.uniform(10, 40)
+        return {"success": True}
+
+    # ------------------------------------------------------------------ hooks
+    def force_status(self, instance_id: int, status: str | None) -> None:
+        """Force ``actual_status`` ("exited", "offline", "unknown", ...); ``None`` clears."""
+        if status is not None and status not in FORCEABLE:
+            raise ValueError(f"cannot force status {status!r}")
+        self._get(instance_id).forced_status = status
+
+    def force_resources_unavailable(self, instance_id: int, flag: bool = True) -> None:
+        """Make the next starts of this instance answer ``resources_unavailable``."""
+        self._get(instance_id).start_unavailable = flag
+
+    def set_metrics(self, instance_id: int, **fields: Any) -> None:
+        """Override/add fields of the instance JSON (gpu_util, mem_usage, ...)."""
+        self._get(instance_id).metrics.update(fields)
+
+    def append_log(self, instance_id: int, line: str) -> None:
+        """Append a container log line (shown by request_logs)."""
+        self._get(instance_id).extra_log.append((self.now(), line))
+
+    def authorized_keys(self, instance_id: int) -> list[str]:
+        return [k["public_key"] for k in self._get(instance_id).ssh_keys]
+
+    def instance(self, instance_id: int) -> SimInstance | None:
+        return self.instances.get(instance_id)
+
+    # ------------------------------------------------------------------ logs
+    def request_logs(self, instance_id: int, body: Any, base_url: str) -> dict[str, Any]:
+        inst = self.instances.get(instance_id)
+        if inst is None:
+            raise ApiError(404, {"error": "invalid_id", "msg": "Invalid instance id."})
+        body = body if isinstance(body, dict) else {}
+        tail_raw = body.get("tail")
+        try:
+            tail = int(tail_raw) if tail_raw not in (None, "") else 1000
+        except (TypeError, ValueError):
+            raise _err(400, "invalid_args", "tail must be an integer") from None
+        daemon = str(body.get("daemon_logs", "")).lower() == "true"
+        lines = self._daemon_lines(inst) if daemon else self._container_lines(inst)
+        if tail >= 0:
+            lines = lines[-tail:] if tail else []
+        pattern = body.get("filter")
+        if pattern:
+            try:
+                rx = re.compile(str(pattern))
+                lines = [ln for ln in lines if rx.search(ln)]
+            except re.error:
+                lines = [ln for ln in lines if str(pattern) in ln]
+        self._log_counter += 1
+        token = hashlib.sha256(
+            f"{self.seed}:{instance_id}:{self._log_counter}".encode()
+        ).hexdigest()[:32]
+        self._logs[token] = {"text": "".join(ln + "\n" for ln in lines), "polls": 0}
+        return {
+            "success": True,
+            "result_url": f"{base_url.rstrip('/')}/_sim/logs/{token}.log",
+            "msg": "Logs will be uploaded to result_url shortly.",
+        }
+
+    def fetch_log(self, token: str) -> tuple[int, str]:
+        """``(status, text)`` of a log blob; 404 for the first two polls."""
+        entry = self._logs.get(token)
+        if entry is None:
+            return 404, "NoSuchKey"
+        entry["polls"] += 1
+        if entry["polls"] <= 2:
+            return 404, "NoSuchKey"
+        return 200, entry["text"]
+
+    def _container_lines(self, inst: SimInstance) -> list[str]:
+        now = self.now()
+        status, _ = self.status_of(inst, now)
+        out: list[tuple[float, str]] = []
+        started = now >= inst.t_running and inst.intended != "stopped"
+        if started or status in ("exited", "offline", "unknown"):
+            t = inst.t_running
+            out += [
+                (t, "==> Vast.ai container starting"),
+                (t, f"Environment: {len(inst.env)} variables"),
+                (t, "Setting up SSH: adding authorized keys"),
+                (t, "Server listening on 0.0.0.0 port 22."),
+                (t, "Server listening on :: port 22."),
+            ]
+            if inst.onstart:
+                out.append((t, "Running onstart script: /root/onstart.sh"))
+            names = sorted(k for k in inst.env if not k.startswith("-"))
+            if names:
+                out.append((t, "Environment variables set: " + ", ".join(names)))
+        out += inst.extra_log
+        if (
+            inst.fail is not None
+            and now >= inst.t_running + inst.fail[1]
+            and inst.fail[0] == "exited"
+        ):
+            out.append((inst.t_running + inst.fail[1], "Killed"))
+        out.sort(key=lambda x: x[0])
+        return [line for _, line in out]
+
+    def _daemon_lines(self, inst: SimInstance) -> list[str]:
+        now = self.now()
+        image = inst.image or "template"
+        events = [
+            (inst.created_at, f"contract {inst.id} accepted on machine {inst.offer['machine_id']}"),
+            (inst.t_loading, f"docker pull {image}"),
+            (inst.t_loading + 1, f"{image}: Pulling fs layer"),
+            (inst.t_running - 5, f"Status: Downloaded newer image for {image}"),
+            (inst.t_running - 1, f"container C.{inst.id} created"),
+            (inst.t_running, f"container C.{inst.id} started"),
+        ]
+        return [f"{_iso(t)} vast-daemon: {msg}" for t, msg in events if t <= now]
+
+    # ------------------------------------------------------------------ ssh keys
+    def _new_key(self, public_key: str) -> dict[str, Any]:
+        self._next_key_id += self.rng.randint(1, 9)
+        return {
+            "id": self._next_key_id,
+            "user_id": self.user["id"],
+            "public_key": public_key,
+            "created_at": _iso(self.now()),
+            "deleted_at": None,
+        }
+
+    @staticmethod
+    def _key_text(body: Any) -> str:
+        key = body.get("ssh_key") if isinstance(body, dict) else None
+        if not isinstance(key, str) or not key.strip():
+            raise _err(400, "no_ssh_key", "No ssh key provided")
+        return key.strip()
+
+    def ssh_list(self) -> list[dict[str, Any]]:
+        return [dict(k) for k in self.ssh_keys]
+
+    def ssh_add(self, body: Any) -> dict[str, Any]:
+        key = self._new_key(self._key_text(body))
+        self.ssh_keys.append(key)
+        return {"success": True, "key": dict(key)}
+
+    def _account_key(self, key_id: int) -> dict[str, Any]:
+        for k in self.ssh_keys:
+            if k["id"] == key_id:
+                return k
+        raise _err(404, "no_such_ssh_key", f"SSH key {key_id} not found.")
+
+    def ssh_update(self, key_id: int, body: Any) -> dict[str, Any]:
+        key = self._account_key(key_id)
+        key["public_key"] = self._key_text(body)
+        return {"success": True, "key": dict(key)}
+
+    def ssh_delete(self, key_id: int) -> dict[str, Any]:
+        key = self._account_key(key_id)
+        self.ssh_keys.remove(key)
+        return {"success": True}
+
+    def instance_ssh_list(self, instance_id: int) -> dict[str, Any]:
+        inst = self._get(instance_id)
+        return {"success": True, "ssh_keys": json.dumps(inst.ssh_keys)}
+
+    def instance_ssh_add(self, instance_id: int, body: Any) -> dict[str, Any]:
+        inst = self._get(instance_id)
+        text = self._key_text(body)
+        if any(k["public_key"] == text for k in inst.ssh_keys):
+            return {"success": False, "msg": "SSH key already associated with instance."}
+        key = next((dict(k) for k in self.ssh_keys if k["public_key"] == text), None)
+        if key is None:
+            key = self._new_key(text)
+        inst.ssh_keys.append(key)
+        return {"success": True, "msg": "SSH key added to instance.", "key": json.dumps(key)}
+
+    def instance_ssh_delete(self, instance_id: int, key_id: int) -> dict[str, Any]:
+        inst = self._get(instance_id)
+        for k in inst.ssh_keys:
+            if k["id"] == key_id:
+                inst.ssh_keys.remove(k)
+                return {"success": True, "msg": "SSH key removed from instance."}
+        raise _err(404, "no_such_ssh_key", f"SSH key {key_id} not found.")
+
+    # ------------------------------------------------------------------ user
+    def current_user(self) -> dict[str, Any]:
+        """The account (never includes ``api_key``)."""
+        u = dict(self.user)
+        u["credit"] = round(u["credit"], 4)
+        u["ssh_key"] = self.ssh_keys[0]["public_key"] if self.ssh_keys else None
+        return u
+
+
+def _forced_msg(status: str) -> str | None:
+    return {
+        "exited": "Error response from daemon: container exited with code 137",
+        "offline": "Host machine is offline: no contact with the host daemon.",
+        "unknown": "No recent heartbeat from the host.",
+    }.get(status)
+
+
+def _runmsg(inst: SimInstance) -> str:
+    image = (inst.image or "template").replace(":", "_")
+    rt = inst.runtype
+    kind = "jupyter" if "jupyter" in rt else "args" if rt.startswith("args") else "ssh"
+    return f"{image}/{kind}"
+
+
+__all__ = ["ApiError", "ManualClock", "ScaledClock", "SimCloud", "SimInstance"]
