@@ -44,7 +44,7 @@ class VastuiApp(App[int]):
     TITLE = "vastui"
     CSS = """
     #summary { height: 1; padding: 0 1; background: $boost; }
-    DataTable { height: 1fr; }
+    TabbedContent, TabPane, DataTable { height: 1fr; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("1", "show_tab('offers')", "Offers", id="pane-offers"),

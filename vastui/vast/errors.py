@@ -25,6 +25,9 @@ class VastHTTPError(VastError):
 class VastAuthError(VastHTTPError):
     """401/403: bad, deleted or under-scoped API key."""
 
+    def __str__(self) -> str:
+        return f"Vast API key rejected ({self.status} on {self.endpoint or 'request'}): {self.msg}"
+
 
 class VastNotFound(VastHTTPError):
     """404/410: no such offer or instance."""
