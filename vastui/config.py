@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vastui.pricing import required_rate
+
 DEFAULT_FILTER = (
     "disk_space>=250 dph<=0.9 gpu_ram>12.5 cpu_ram>=240 cpu_cores>25 inet_down>100 cuda_vers>=13.0"
 )
@@ -90,7 +92,7 @@ class Config:
 
     def min_rate_for(self, dph_total: float) -> float:
         """Proofs/hour a machine must reach for its price: ceil($/h ÷ max $/proof)."""
-        return float(math.ceil(round(dph_total / self.fleet.max_cost_per_proof, 9)))
+        return required_rate(dph_total, self.fleet.max_cost_per_proof)
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}

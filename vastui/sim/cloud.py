@@ -237,7 +237,7 @@ class SimCloud:
         if ssh_port_allocator is None:
             ports = itertools.count(42000)
             ssh_port_allocator = lambda: next(ports)  # noqa: E731
-        self._alloc_port = ssh_port_allocator
+        self.alloc_port = ssh_port_allocator
         self._next_instance_id = self.rng.randint(3_000_000, 3_400_000)
         self.user: dict[str, Any] = {
             "id": self.rng.randint(100_000, 999_999),
@@ -435,7 +435,7 @@ class SimCloud:
             label=label,
             api_key=self._hex(),
             jupyter_token=self._hex(),
-            ssh_port=int(self._alloc_port()),
+            ssh_port=int(self.alloc_port()),
             last_billed=now,
             ssh_keys=[dict(k) for k in self.ssh_keys],
         )

@@ -1,0 +1,1 @@
+"""The engine: offer ranking, provisioning, lifecycle, deadlines, auto-destroy. No Textual."""

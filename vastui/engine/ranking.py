@@ -1,0 +1,178 @@
+"""Rank offers by expected $/proof, learned per machine and per GPU model.
+
+For each offer:
+- known rate: the machine's own last measured rate (scaled per GPU if it was measured with
+  a different slice of the same machine);
+- prior, for machines never measured: the median per-GPU rate of measured machines with the
+  same GPU model and RAM class, else of the same GPU model, else a built-in default per model
+  (the reference's working assumption, `original-system.md` §4), times the GPU count;
+- required rate: ceil(dph_total / max $/proof): the rate at which this price pays off;
+- expected $/proof = dph_total / expected rate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from vastui.pricing import required_rate
+from vastui.store.records import PerfRecord
+from vastui.vast.models import Offer
+
+# Per-GPU proofs/hour with ample RAM and CPU; used only until a machine of that model is measured.
+DEFAULT_GPU_RATES: dict[str, float] = {
+    "RTX PRO 4000": 22.0,
+    "RTX 3090": 18.0,
+    "RTX 4090": 32.0,
+    "RTX 5070 Ti": 30.0,
+    "RTX 5090": 42.0,
+    "H100 SXM": 40.0,
+    "H100 PCIE": 36.0,
+    "A100 SXM4": 26.0,
+    "RTX PRO 6000 WS": 48.0,
+    "RTX PRO 6000": 48.0,
+}
+# RAM per GPU decides how many partitions cuzk can pipeline (original-system.md §4 table).
+RAM_CLASSES: tuple[tuple[float, str], ...] = ((160, "128"), (320, "256"), (448, "384"))
+RAM_FACTORS = {"128": 0.3, "256": 0.7, "384": 0.9, "512+": 1.0}
+
+
+def ram_class(cpu_ram_gb: float | None, num_gpus: int) -> str:
+    if not cpu_ram_gb:
+        return "unknown"
+    per_gpu = cpu_ram_gb / max(1, num_gpus)
+    for limit, name in RAM_CLASSES:
+        if per_gpu < limit:
+            return name
+    return "512+"
+
+
+@dataclass(frozen=True, slots=True)
+class RankedOffer:
+    offer: Offer
+    known_rate: float | None  # measured on this very machine
+    prior_rate: float | None  # what a machine like it is expected to do
+    rate_source: str  # "measured", "peers(N)", "model-default", "unknown"
+    expected_rate: float | None
+    required_rate: float
+    expected_cost_per_proof: float | None
+    bad: bool
+    bad_reason: str | None = None
+
+    @property
+    def viable(self) -> bool:
+        """Worth renting: not bad, and expected to reach the rate its price requires."""
+        return (
+            not self.bad
+            and self.expected_rate is not None
+            and self.expected_rate >= self.required_rate
+        )
+
+    def sort_key(self) -> tuple[int, float, float]:
+        cost = self.expected_cost_per_proof
+        return (
+            0 if cost is not None else 1,
+            cost if cost is not None else 0.0,
+            self.offer.dph_total,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        row: dict[str, object] = dict(self.offer.to_json())
+        row.update(
+            known_rate=_r(self.known_rate),
+            prior_rate=_r(self.prior_rate),
+            rate_source=self.rate_source,
+            expected_rate=_r(self.expected_rate),
+            required_rate=self.required_rate,
+            expected_cost_per_proof=_r(self.expected_cost_per_proof, 5),
+            bad=self.bad,
+        )
+        return row
+
+
+def _r(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class RateModel:
+    """What we know about machine speed, built from the performance record."""
+
+    def __init__(self, perf: Iterable[PerfRecord]) -> None:
+        self.by_machine: dict[int, list[PerfRecord]] = {}
+        peers: dict[tuple[str, str], list[float]] = {}
+        models: dict[str, list[float]] = {}
+        for rec in perf:
+            self.by_machine.setdefault(rec.machine_id, []).append(rec)
+            if rec.last_rate is None or rec.num_gpus < 1:
+                continue
+            per_gpu = rec.last_rate / rec.num_gpus
+            peers.setdefault((rec.gpu_name, ram_class(rec.cpu_ram_gb, rec.num_gpus)), []).append(
+                per_gpu
+            )
+            models.setdefault(rec.gpu_name, []).append(per_gpu)
+        self._peer_median = {k: (statistics.median(v), len(v)) for k, v in peers.items()}
+        self._model_median = {k: (statistics.median(v), len(v)) for k, v in models.items()}
+
+    def known_rate(self, offer: Offer) -> float | None:
+        records = [
+            r
+            for r in self.by_machine.get(offer.machine_id, [])
+            if r.gpu_name == offer.gpu_name and r.last_rate is not None
+        ]
+        if not records:
+            return None
+        exact = [r for r in records if r.num_gpus == offer.num_gpus]
+        if exact:
+            return exact[0].last_rate
+        newest = max(records, key=lambda r: r.measured_at or 0.0)
+        assert newest.last_rate is not None
+        return newest.last_rate / newest.num_gpus * offer.num_gpus
+
+    def prior(self, offer: Offer) -> tuple[float | None, str]:
+        klass = ram_class(offer.cpu_ram_gb, offer.num_gpus)
+        peer = self._peer_median.get((offer.gpu_name, klass))
+        if peer is not None:
+            return peer[0] * offer.num_gpus, f"peers({peer[1]})"
+        model = self._model_median.get(offer.gpu_name)
+        if model is not None:
+            return model[0] * offer.num_gpus * RAM_FACTORS.get(klass, 0.7), f"model({model[1]})"
+        default = DEFAULT_GPU_RATES.get(offer.gpu_name)
+        if default is not None:
+            return default * offer.num_gpus * RAM_FACTORS.get(klass, 0.7), "model-default"
+        return None, "unknown"
+
+
+def rank_offers(
+    offers: Iterable[Offer],
+    perf: Iterable[PerfRecord],
+    bad: Mapping[int, str | None] | set[int],
+    max_cost_per_proof: float,
+) -> list[RankedOffer]:
+    """Annotate and sort offers, cheapest expected $/proof first (unknown last)."""
+    model = RateModel(perf)
+    bad_reasons: Mapping[int, str | None] = bad if isinstance(bad, Mapping) else dict.fromkeys(bad)
+    ranked: list[RankedOffer] = []
+    for offer in offers:
+        known = model.known_rate(offer)
+        prior, source = model.prior(offer)
+        expected = known if known is not None else prior
+        if known is not None:
+            source = "measured"
+        ranked.append(
+            RankedOffer(
+                offer=offer,
+                known_rate=known,
+                prior_rate=prior,
+                rate_source=source,
+                expected_rate=expected,
+                required_rate=required_rate(offer.dph_total, max_cost_per_proof),
+                expected_cost_per_proof=(
+                    offer.dph_total / expected if expected and expected > 0 else None
+                ),
+                bad=offer.machine_id in bad_reasons,
+                bad_reason=bad_reasons.get(offer.machine_id),
+            )
+        )
+    ranked.sort(key=RankedOffer.sort_key)
+    return ranked

@@ -1,0 +1,70 @@
+"""A stand-in for the controller's Lotus API (JSON-RPC over HTTP on :1234).
+
+Workers check the tunnel by calling `Filecoin.Version` through it; the demo and the tests have
+no Lotus node, so this answers just enough for that check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+VERSION = {"Version": "1.34.0+mainnet+sim", "APIVersion": 131840, "BlockDelay": 30}
+
+
+class FakeLotus:
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self.calls = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self.server = await asyncio.start_server(self._handle, host, port)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            length = 0
+            for line in head.decode("latin-1").split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip() or 0)
+            body = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
+            try:
+                request = json.loads(body or b"{}")
+            except json.JSONDecodeError:
+                request = {}
+            self.calls += 1
+            rid = request.get("id", 1) if isinstance(request, dict) else 1
+            if isinstance(request, dict) and request.get("method") == "Filecoin.Version":
+                answer = {"jsonrpc": "2.0", "result": VERSION, "id": rid}
+            else:
+                answer = {
+                    "jsonrpc": "2.0",
+                    "error": {"code": -32601, "message": "method not found"},
+                    "id": rid,
+                }
+            payload = json.dumps(answer).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
+            pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+            self.server = None

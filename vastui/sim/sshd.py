@@ -1,0 +1,217 @@
+"""SSH servers for simulated instances: user `root`, the account's keys, commands run by bash
+in the instance's sandbox, and remote port forwards (the controller's tunnel).
+
+Like a real Vast instance, the server runs whatever command the client sends, as a shell would,
+with the instance's environment. A plain OpenSSH client works as well as vastui's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+log = logging.getLogger("vastui.sim.sshd")
+
+# The worker's 127.0.0.1:1234 is the Lotus API; many simulated instances share this host's
+# loopback, so each forward listens on a free port and the sandbox learns it from this file.
+LOTUS_PORT = 1234
+
+
+class _Server(asyncssh.SSHServer):
+    def __init__(self, sandbox: SandboxSshd) -> None:
+        self.sandbox = sandbox
+        self.conn: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self.conn = conn
+        self.sandbox.connections.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn is not None:
+            self.sandbox.connections.discard(self.conn)
+            self.sandbox.forward_closed(self.conn)
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def password_auth_supported(self) -> bool:
+        return False
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        return username == "root" and self.sandbox.key_allowed(key)
+
+    async def server_requested(self, listen_host: str, listen_port: int) -> Any:
+        assert self.conn is not None
+        # Listen on a free loopback port; forwarded connections name the requested address
+        # so the client matches them to its forward.
+        listener = await self.conn.forward_local_port(
+            "127.0.0.1", 0, listen_host or "127.0.0.1", listen_port
+        )
+        self.sandbox.forward_opened(self.conn, listen_port, listener.get_port())
+        return listener
+
+
+class SandboxSshd:
+    """One SSH server for one simulated instance."""
+
+    def __init__(
+        self,
+        root: Path,
+        env: Mapping[str, str],
+        authorized_keys: Callable[[], list[str]],
+        host_key: asyncssh.SSHKey,
+    ) -> None:
+        self.root = root
+        self.env = dict(env)
+        self._authorized_keys = authorized_keys
+        self.host_key = host_key
+        self.server: asyncssh.SSHAcceptor | None = None
+        self.connections: set[asyncssh.SSHServerConnection] = set()
+        self.processes: set[asyncio.subprocess.Process] = set()
+        self._forwards: dict[asyncssh.SSHServerConnection, dict[int, int]] = {}
+        self.port: int | None = None
+
+    def key_allowed(self, key: asyncssh.SSHKey) -> bool:
+        wanted = key.public_data
+        for line in self._authorized_keys():
+            try:
+                if asyncssh.import_public_key(line).public_data == wanted:
+                    return True
+            except (asyncssh.KeyImportError, ValueError):
+                continue
+        return False
+
+    async def start(self, port: int, host: str = "127.0.0.1") -> int:
+        self.server = await asyncssh.create_server(
+            lambda: _Server(self),
+            host,
+            port,
+            server_host_keys=[self.host_key],
+            process_factory=self._handle,
+            encoding=None,
+            allow_scp=False,
+            agent_forwarding=False,
+            x11_forwarding=False,
+        )
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self.port
+
+    # -- tunnel ------------------------------------------------------------------------
+
+    def _forward_file(self, remote_port: int) -> Path:
+        if remote_port == LOTUS_PORT:
+            return self.root / "run" / "lotus-api-addr"
+        return self.root / "run" / "forwards" / str(remote_port)
+
+    def forward_opened(
+        self, conn: asyncssh.SSHServerConnection, remote_port: int, real_port: int
+    ) -> None:
+        self._forwards.setdefault(conn, {})[remote_port] = real_port
+        path = self._forward_file(remote_port)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"127.0.0.1:{real_port}\n")
+
+    def forward_closed(self, conn: asyncssh.SSHServerConnection) -> None:
+        for remote_port, real_port in self._forwards.pop(conn, {}).items():
+            path = self._forward_file(remote_port)
+            with contextlib.suppress(OSError):
+                if path.read_text().strip() == f"127.0.0.1:{real_port}":
+                    path.unlink()
+
+    # -- commands ----------------------------------------------------------------------
+
+    async def _handle(self, process: asyncssh.SSHServerProcess) -> None:
+        command = process.command
+        argv = ["/bin/bash", "-c", command] if command else ["/bin/bash", "-s"]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self.root,
+                env=self.env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            process.stderr.write(f"vastui-sim: cannot start shell: {exc}\n".encode())
+            process.exit(127)
+            return
+        self.processes.add(proc)
+        pumps = [
+            asyncio.create_task(_pump_out(proc.stdout, process.stdout)),
+            asyncio.create_task(_pump_out(proc.stderr, process.stderr)),
+        ]
+        feeder = asyncio.create_task(_pump_in(process.stdin, proc.stdin))
+        finished = asyncio.gather(proc.wait(), *pumps)
+        closed = asyncio.ensure_future(process.channel.wait_closed())
+        try:
+            await asyncio.wait({finished, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not finished.done() or finished.exception() is not None:
+                # The client went away (e.g. it stopped following a log): end the command.
+                _killpg(proc)
+                await proc.wait()
+                finished.cancel()
+                return
+            returncode = proc.returncode if proc.returncode is not None else 255
+            process.exit(returncode if returncode >= 0 else 128 - returncode)
+        except (asyncssh.Error, OSError, ConnectionError):
+            _killpg(proc)
+        finally:
+            feeder.cancel()
+            closed.cancel()
+            for pump in pumps:
+                pump.cancel()
+            self.processes.discard(proc)
+
+    async def stop(self) -> None:
+        """Like the machine going away: drop connections, kill commands."""
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(Exception):
+                await self.server.wait_closed()
+            self.server = None
+        for conn in list(self.connections):
+            conn.abort()
+        for proc in list(self.processes):
+            _killpg(proc)
+
+
+async def _pump_out(reader: asyncio.StreamReader | None, writer: Any) -> None:
+    if reader is None:
+        return
+    while chunk := await reader.read(65536):
+        writer.write(chunk)
+        await writer.drain()
+
+
+async def _pump_in(reader: Any, writer: asyncio.StreamWriter | None) -> None:
+    if writer is None:
+        return
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    except (asyncssh.Error, OSError, ConnectionError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.close()
+
+
+def _killpg(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,255 @@
+"""Simulated instances that run the real worker-image scripts.
+
+When the simulated cloud reports an instance running, `SimWorkerHost` gives it a sandbox
+directory (its `WORKER_ROOT`) holding the real `worker-image` scripts, an SSH server on the port
+the API reports, and runs the instance's `onstart` command there, as Vast does. Only what needs a
+GPU or the internet is a stand-in (`vastui/sim/standins/`: cuzk-daemon, cuzk-bench, curio),
+driven by the machine profile in `.sim/machine.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from vastui.sim.cloud import SimCloud
+from vastui.sim.sshd import SandboxSshd
+
+log = logging.getLogger("vastui.sim.workers")
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+STANDINS_DIR = PACKAGE_DIR / "standins"
+WORKER_IMAGE_DIR = PACKAGE_DIR.parent.parent / "worker-image"
+WORKER_SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl")
+MARKER = "VASTUI_SIM_SANDBOX"
+
+# Machine faults, by probability per machine (scaled by `machine_fault_rate`). A slow machine
+# needs no fault: its rate comes from the market's per-machine draw.
+FAULTS: tuple[tuple[str, float], ...] = (
+    ("daemon_crash", 0.06),
+    ("gpu_oom", 0.04),
+    ("stalled_download", 0.04),
+    ("bench_error", 0.05),
+)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Sandbox:
+    instance_id: int
+    root: Path
+    sshd: SandboxSshd
+    env: dict[str, str]
+    onstart: asyncio.subprocess.Process | None = None
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+class SimWorkerHost:
+    def __init__(
+        self,
+        cloud: SimCloud,
+        root: Path,
+        *,
+        speed: float,
+        machine_fault_rate: float = 1.0,
+        fault_overrides: dict[int, str] | None = None,
+        extra_env: dict[str, str] | None = None,
+        poll_interval: float = 1.0,
+    ) -> None:
+        if not all((WORKER_IMAGE_DIR / s).exists() for s in WORKER_SCRIPTS):
+            raise FileNotFoundError(f"worker-image scripts not found in {WORKER_IMAGE_DIR}")
+        self.cloud = cloud
+        self.root = root
+        self.speed = speed
+        self.machine_fault_rate = machine_fault_rate
+        self.fault_overrides = dict(fault_overrides or {})
+        self.extra_env = dict(extra_env or {})
+        self.poll_interval = poll_interval
+        self.sandboxes: dict[int, Sandbox] = {}
+        self._monitor: asyncio.Task[None] | None = None
+        self._starting: dict[int, asyncio.Task[None]] = {}
+
+    def attach(self) -> None:
+        """Hook into the cloud: real free ports for SSH, sandboxes on first `running`."""
+        self.cloud.alloc_port = free_port
+        self.cloud.on_running = self._on_running
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self._monitor is None:
+            self._monitor = asyncio.create_task(self._watch(), name="sim-worker-monitor")
+
+    def fault_for(self, machine_id: int) -> str:
+        if machine_id in self.fault_overrides:
+            return self.fault_overrides[machine_id]
+        rng = random.Random(self.cloud.seed * 1_000_003 + machine_id)
+        draw = rng.random()
+        for name, probability in FAULTS:
+            p = probability * self.machine_fault_rate
+            if draw < p:
+                return name
+            draw -= p
+        return "none"
+
+    async def _on_running(self, inst: dict[str, Any]) -> None:
+        iid = int(inst["id"])
+        if iid not in self.sandboxes and iid not in self._starting:
+            self._starting[iid] = asyncio.create_task(self._start(iid))
+
+    async def wait_started(self, instance_id: int) -> Sandbox:
+        task = self._starting.get(instance_id)
+        if task is not None:
+            await task
+        return self.sandboxes[instance_id]
+
+    async def _start(self, iid: int) -> None:
+        try:
+            sim_inst = self.cloud.instance(iid)
+            if sim_inst is None:
+                return
+            root = self.root / f"instance-{iid}"
+            profile = self._profile(sim_inst)
+            env = self._environment(sim_inst, root)
+            self._lay_out(root, profile)
+            host_key = asyncssh.generate_private_key("ssh-ed25519")
+            sshd = SandboxSshd(root, env, lambda: self.cloud.authorized_keys(iid), host_key)
+            await sshd.start(sim_inst.ssh_port)
+            box = Sandbox(iid, root, sshd, env, profile=profile)
+            self.sandboxes[iid] = box
+            if sim_inst.onstart:
+                box.onstart = await asyncio.create_subprocess_exec(
+                    "/bin/bash", "-c", sim_inst.onstart, cwd=root, env=env,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                )  # fmt: skip
+            log.info("instance %s: sandbox %s, ssh on %s", iid, root, sshd.port)
+        except Exception:
+            log.exception("instance %s: sandbox failed to start", iid)
+        finally:
+            self._starting.pop(iid, None)
+
+    def _profile(self, inst: Any) -> dict[str, Any]:
+        machine = inst.machine
+        offer = inst.offer
+        num_gpus = int(offer.get("num_gpus") or 1)
+        return {
+            "gpu_name": machine.gpu_name,
+            "num_gpus": num_gpus,
+            "cpu_ram_gb": round(float(offer.get("cpu_ram") or 0) / 1000.0, 1),
+            "cpu_cores": float(offer.get("cpu_cores_effective") or machine.cpu_cores),
+            "inet_down_mbps": float(offer.get("inet_down") or 1000.0),
+            "rate_per_hour": round(machine.rate_for(num_gpus), 2),
+            "fault": self.fault_for(machine.machine_id),
+            "seed": self.cloud.seed * 7919 + inst.id,
+        }
+
+    def _environment(self, inst: Any, root: Path) -> dict[str, str]:
+        path = [
+            str(root / "usr" / "local" / "bin"),
+            str(STANDINS_DIR),
+            "/usr/local/bin",
+            "/usr/bin",
+            "/bin",
+            str(Path(sys.executable).parent),
+        ]
+        env = {
+            # Never the controller's environment: it may hold secrets.
+            "PATH": ":".join(path),
+            "HOME": str(root / "root"),
+            "LANG": "C.UTF-8",
+            "WORKER_ROOT": str(root),
+            "SIM_SPEED": str(self.speed),
+            "CUZK_LISTEN": f"127.0.0.1:{free_port()}",
+            "CUZK_STATUS_ADDR": f"127.0.0.1:{free_port()}",
+            "VAST_CONTAINERLABEL": f"C.{inst.id}",
+            "CONTAINER_ID": str(inst.id),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            MARKER: str(root),
+        }
+        for key, value in inst.env.items():
+            if key and not key.startswith("-"):  # "-p 8080:8080" style keys are docker options
+                env[key] = str(value)
+        if inst.image:
+            env.setdefault("VASTUI_IMAGE", inst.image)
+        env.update(self.extra_env)
+        return env
+
+    def _lay_out(self, root: Path, profile: dict[str, Any]) -> None:
+        bin_dir = root / "usr" / "local" / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for name in WORKER_SCRIPTS:
+            shutil.copy2(WORKER_IMAGE_DIR / name, bin_dir / name)
+        for sub in ("root", "run", "var/log", ".sim"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / ".sim" / "machine.json").write_text(json.dumps(profile, indent=1) + "\n")
+
+    async def _watch(self) -> None:
+        """Stop sandboxes whose instance is gone, exited or offline; start new runners."""
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                await self.cloud.tick()
+                for iid in list(self.sandboxes):
+                    inst = self.cloud.instance(iid)
+                    status = None if inst is None else self.cloud.status_of(inst)[0]
+                    if status != "running":
+                        await self.stop_instance(iid)
+            except Exception:
+                log.exception("sim worker monitor")
+
+    async def stop_instance(self, iid: int) -> None:
+        box = self.sandboxes.pop(iid, None)
+        if box is None:
+            return
+        await box.sshd.stop()
+        kill_sandbox_processes(box.root)
+        log.info("instance %s: sandbox stopped", iid)
+
+    async def close(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+            self._monitor = None
+        for task in list(self._starting.values()):
+            with contextlib.suppress(Exception):
+                await task
+        for iid in list(self.sandboxes):
+            await self.stop_instance(iid)
+
+
+def kill_sandbox_processes(root: Path) -> int:
+    """SIGKILL every process whose environment carries this sandbox's marker.
+
+    Worker scripts background daemons (`nohup ... &`), so process groups are not enough.
+    """
+    marker = f"{MARKER}={root}".encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
