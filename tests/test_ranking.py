@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from vastui.engine.ranking import DEFAULT_GPU_RATES, RAM_FACTORS, rank_offers, ram_class
+from vastui.engine.ranking import DEFAULT_GPU_RATES, RAM_FACTORS, ram_class, rank_offers
 from vastui.store.records import PerfRecord
 from vastui.vast.models import Offer
 
@@ -17,7 +17,7 @@ def offer(oid: int, machine: int, gpu: str = "RTX 4090", n: int = 1, dph: float 
             "num_gpus": n,
             "dph_total": dph,
             "cpu_ram": ram_gb * 1000,
-        }  # fmt: skip
+        }
     )
 
 
@@ -82,7 +82,7 @@ def test_bad_machines_flagged_never_viable_and_ranking_sorts_by_expected_cost():
         (516, 1, "512+"),
         (516, 4, "128"),
         (None, 1, "unknown"),
-    ],  # fmt: skip
+    ],
 )
 def test_ram_class(ram, n, klass):
     assert ram_class(ram, n) == klass
