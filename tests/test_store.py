@@ -64,7 +64,7 @@ async def test_open_creates_parent_dirs_and_file_mode_0600(tmp_path: Path) -> No
 
 
 async def test_wal_user_version_and_pragmas(store: Store) -> None:
-    assert await store.schema_version() == SCHEMA_VERSION == 1
+    assert await store.schema_version() == SCHEMA_VERSION == 2
     conn = store._require()
     async with conn.execute("PRAGMA journal_mode") as cur:
         assert (await cur.fetchone())[0] == "wal"

@@ -1,6 +1,6 @@
 """vastui persistent state: an aiosqlite-backed SQLite store (no UI imports here, ever)."""
 
-from .db import Store, StoreError
+from .db import HostKeyRecord, Store, StoreError
 from .legacy import ImportReport, import_legacy
 from .migrations import SCHEMA_VERSION
 from .records import (
@@ -26,6 +26,7 @@ __all__ = [
     "STATES",
     "BadEntry",
     "Event",
+    "HostKeyRecord",
     "ImportReport",
     "InstanceRecord",
     "LegacyReviewEntry",

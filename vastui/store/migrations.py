@@ -113,7 +113,20 @@ BEGIN
 END;
 """
 
-MIGRATIONS: list[str] = [_V1]
+# Version 2: SSH host keys, trusted on first use and pinned per Vast instance. A changed key is
+# never re-pinned automatically; the operator verifies it and forgets the old pin.
+_V2 = """
+CREATE TABLE host_keys (
+    instance_id INTEGER PRIMARY KEY CHECK (instance_id > 0),
+    host        TEXT NOT NULL,
+    port        INTEGER NOT NULL CHECK (port > 0 AND port < 65536),
+    public_key  TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    pinned_at   REAL NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

@@ -1,0 +1,48 @@
+"""SSH to the workers: TOFU-pinned host keys, persistent self-healing connections, workerctl.
+
+No UI imports here, ever.
+"""
+
+from .connection import (
+    CommandResult,
+    ConnState,
+    HostKeyChanged,
+    RemoteForward,
+    SshAuthFailed,
+    SshClosed,
+    SshConnectionLost,
+    SshError,
+    SshTimeout,
+    SshUnreachable,
+    WorkerCommandFailed,
+    WorkerConnection,
+    WorkerProtocolError,
+)
+from .pins import HostKeyPins, MemoryPins, PinConflict, PinnedKey, StorePins
+from .pool import SshPool
+from .worker import LOG_SOURCES, Worker, workerctl
+
+__all__ = [
+    "LOG_SOURCES",
+    "CommandResult",
+    "ConnState",
+    "HostKeyChanged",
+    "HostKeyPins",
+    "MemoryPins",
+    "PinConflict",
+    "PinnedKey",
+    "RemoteForward",
+    "SshAuthFailed",
+    "SshClosed",
+    "SshConnectionLost",
+    "SshError",
+    "SshPool",
+    "SshTimeout",
+    "SshUnreachable",
+    "StorePins",
+    "Worker",
+    "WorkerCommandFailed",
+    "WorkerConnection",
+    "WorkerProtocolError",
+    "workerctl",
+]

@@ -1,0 +1,103 @@
+"""SSH host-key pins: trust on first use, one pinned key per Vast instance.
+
+A worker's host key is unknown until the first connection; that key is pinned and every later
+connection must present the same key. A different key blocks the instance until an operator
+verifies the re-key and forgets the pin (``Store.forget_host_key``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import asyncssh
+
+from vastui.store.db import Store
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedKey:
+    instance_id: int
+    host: str
+    port: int
+    public_key: str  # OpenSSH "<type> <base64>"
+    fingerprint: str  # "SHA256:..."
+    pinned_at: float
+
+    def ssh_key(self) -> asyncssh.SSHKey:
+        return asyncssh.import_public_key(self.public_key)
+
+
+@runtime_checkable
+class HostKeyPins(Protocol):
+    async def get(self, instance_id: int) -> PinnedKey | None: ...
+
+    async def pin(self, instance_id: int, host: str, port: int, public_key_openssh: str) -> None:
+        """Pin a key. Re-pinning the same key may refresh host/port; a different key must raise."""
+        ...
+
+
+class PinConflict(Exception):
+    """``pin`` was asked to replace an existing, different key."""
+
+
+def key_body(public_key_openssh: str) -> str:
+    """``"<type> <base64>"`` of an OpenSSH public key line (comment dropped)."""
+    parts = public_key_openssh.split()
+    if len(parts) < 2:
+        raise ValueError("not an OpenSSH public key line")
+    return f"{parts[0]} {parts[1]}"
+
+
+def fingerprint(public_key_openssh: str) -> str:
+    """SHA256 fingerprint, as OpenSSH prints it (``SHA256:...``)."""
+    return asyncssh.import_public_key(key_body(public_key_openssh)).get_fingerprint("sha256")
+
+
+class MemoryPins:
+    """In-memory pins (tests, throwaway sessions)."""
+
+    def __init__(self) -> None:
+        self._pins: dict[int, PinnedKey] = {}
+
+    async def get(self, instance_id: int) -> PinnedKey | None:
+        return self._pins.get(instance_id)
+
+    async def pin(self, instance_id: int, host: str, port: int, public_key_openssh: str) -> None:
+        body = key_body(public_key_openssh)
+        old = self._pins.get(instance_id)
+        if old is not None and old.public_key != body:
+            raise PinConflict(
+                f"instance {instance_id} already has a different pinned host key "
+                f"({old.fingerprint})"
+            )
+        pinned_at = old.pinned_at if old is not None else time.time()
+        self._pins[instance_id] = PinnedKey(
+            instance_id, host, port, body, fingerprint(body), pinned_at
+        )
+
+    def forget(self, instance_id: int) -> bool:
+        return self._pins.pop(instance_id, None) is not None
+
+
+class StorePins:
+    """Pins persisted in the vastui store (``host_keys`` table)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def get(self, instance_id: int) -> PinnedKey | None:
+        rec = await self._store.get_host_key(instance_id)
+        if rec is None:
+            return None
+        return PinnedKey(
+            rec.instance_id, rec.host, rec.port, rec.public_key, rec.fingerprint, rec.pinned_at
+        )
+
+    async def pin(self, instance_id: int, host: str, port: int, public_key_openssh: str) -> None:
+        body = key_body(public_key_openssh)
+        await self._store.pin_host_key(instance_id, host, port, body, fingerprint(body))
+
+    async def forget(self, instance_id: int) -> bool:
+        return await self._store.forget_host_key(instance_id)

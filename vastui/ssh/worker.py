@@ -1,0 +1,141 @@
+"""Typed helpers over a :class:`WorkerConnection` for the worker's ``workerctl`` commands.
+
+``workerctl status`` → one JSON object; ``workerctl events [--follow] [--after N]`` → JSON lines
+(``--after N`` skips the first N lines); ``workerctl logs SOURCE [--follow] [--tail N]``;
+``workerctl cuzk-status`` → one JSON object. Every argument is shell-quoted; every string that
+comes back is sanitised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shlex
+from collections.abc import AsyncIterator
+from typing import Any
+
+from vastui.sanitize import sanitize_line
+
+from .connection import (
+    SshConnectionLost,
+    WorkerConnection,
+    WorkerProtocolError,
+    sanitize_json,
+)
+
+log = logging.getLogger("vastui.ssh")
+
+LOG_SOURCES: tuple[str, ...] = ("setup", "paramfetch", "benchmark", "cuzk", "curio")
+
+
+def workerctl(*args: object) -> str:
+    """The shell command line for ``workerctl ARGS...``, every argument quoted."""
+    return " ".join(shlex.quote(str(a)) for a in ("workerctl", *args))
+
+
+class Worker:
+    """``workerctl`` over one worker's SSH connection."""
+
+    def __init__(
+        self, conn: WorkerConnection, *, timeout: float = 20.0, max_resumes: int | None = None
+    ) -> None:
+        self.conn = conn
+        self.timeout = timeout
+        # Consecutive drops without a single new line before events() gives up.
+        self.max_resumes = conn.max_attempts if max_resumes is None else max_resumes
+
+    @property
+    def instance_id(self) -> int:
+        return self.conn.instance_id
+
+    async def _json_object(self, *args: object) -> dict[str, Any]:
+        command = workerctl(*args)
+        value = await self.conn.run_json(command, timeout=self.timeout)
+        if not isinstance(value, dict):
+            raise WorkerProtocolError(
+                self.instance_id,
+                f"{command} returned JSON {type(value).__name__}, expected an object",
+            )
+        return value
+
+    async def status(self) -> dict[str, Any]:
+        return await self._json_object("status")
+
+    async def cuzk_status(self) -> dict[str, Any]:
+        return await self._json_object("cuzk-status")
+
+    async def events(self, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+        """Follow the worker's event log from line ``after``, across reconnects.
+
+        Each line is one JSON object; other lines are skipped with a warning (they still count
+        as lines, so ``--after`` stays aligned). When the connection drops the stream resumes
+        with ``--after <lines seen>``: nothing is delivered twice and nothing is lost. Gives up
+        (re-raising) after ``max_resumes`` consecutive drops without progress, or as soon as
+        reconnecting itself fails (:class:`SshUnreachable`, :class:`HostKeyChanged`, ...).
+        """
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be a non-negative integer, got {after!r}")
+        position = after
+        drops = 0
+        while True:
+            command = workerctl("events", "--follow", "--after", position)
+            try:
+                async with contextlib.aclosing(self.conn.iter_text_lines(command)) as lines:
+                    async for text, cut in lines:
+                        position += 1
+                        drops = 0
+                        event = self._parse_event(text, cut, position)
+                        if event is not None:
+                            yield event
+                return  # the worker ended the stream normally
+            except SshConnectionLost as e:
+                drops += 1
+                if drops > self.max_resumes:
+                    raise
+                log.info(
+                    "instance %s: event stream dropped after line %d (%s); resuming",
+                    self.instance_id,
+                    position,
+                    e,
+                )
+                await self.conn.backoff_sleep(drops)
+
+    def _parse_event(self, text: str, cut: bool, line_no: int) -> dict[str, Any] | None:
+        if not text.strip():
+            return None
+        if cut:
+            log.warning("instance %s: skipping over-long event line %d", self.instance_id, line_no)
+            return None
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            log.warning(
+                "instance %s: skipping non-JSON event line %d: %s",
+                self.instance_id,
+                line_no,
+                sanitize_line(text, 120),
+            )
+            return None
+        if not isinstance(value, dict):
+            log.warning(
+                "instance %s: skipping event line %d: JSON %s, expected an object",
+                self.instance_id,
+                line_no,
+                type(value).__name__,
+            )
+            return None
+        return sanitize_json(value)
+
+    async def logs(self, source: str, follow: bool = True, tail: int = 200) -> AsyncIterator[str]:
+        """Sanitised lines of one worker log; with ``follow`` it runs until closed."""
+        if source not in LOG_SOURCES:
+            raise ValueError(f"unknown log source {source!r}; expected one of {LOG_SOURCES}")
+        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+            raise ValueError(f"tail must be a non-negative integer, got {tail!r}")
+        args: list[object] = ["logs", source, "--tail", tail]
+        if follow:
+            args.append("--follow")
+        async with contextlib.aclosing(self.conn.follow(workerctl(*args))) as lines:
+            async for line in lines:
+                yield line
