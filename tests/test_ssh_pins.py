@@ -30,7 +30,7 @@ async def store(tmp_path: Path):
         await s.close()
 
 
-async def test_migration_1_to_2_upgrades_in_place(tmp_path: Path) -> None:
+async def test_migration_from_v1_upgrades_in_place(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     with sqlite3.connect(path) as raw:
         raw.executescript(MIGRATIONS[0])
@@ -46,8 +46,7 @@ async def test_migration_1_to_2_upgrades_in_place(tmp_path: Path) -> None:
     raw.close()
 
     async with await Store.open(path) as s:
-        assert SCHEMA_VERSION == 2
-        assert await s.schema_version() == 2
+        assert await s.schema_version() == SCHEMA_VERSION
         assert (await s.get_instance(77)).label == "w-77"
         assert await s.bad_machine_ids(now=T0) == {5}
         assert await s.get_host_key(77) is None
@@ -56,7 +55,7 @@ async def test_migration_1_to_2_upgrades_in_place(tmp_path: Path) -> None:
         assert rec.instance_id == 77 and rec.pinned_at == T0
 
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         cols = [r[1] for r in raw.execute("PRAGMA table_info(host_keys)")]
         assert cols == ["instance_id", "host", "port", "public_key", "fingerprint", "pinned_at"]
         assert raw.execute("SELECT COUNT(*) FROM host_keys").fetchone()[0] == 1

@@ -20,6 +20,7 @@ from vastui.store import (
     StoreError,
     iso_utc,
 )
+from vastui.store.migrations import MIGRATIONS
 
 T0 = 1_796_033_100.0  # 2026-11-30T10:05:00Z
 HOUR = 3600.0
@@ -64,7 +65,7 @@ async def test_open_creates_parent_dirs_and_file_mode_0600(tmp_path: Path) -> No
 
 
 async def test_wal_user_version_and_pragmas(store: Store) -> None:
-    assert await store.schema_version() == SCHEMA_VERSION == 2
+    assert await store.schema_version() == SCHEMA_VERSION == len(MIGRATIONS)
     conn = store._require()
     async with conn.execute("PRAGMA journal_mode") as cur:
         assert (await cur.fetchone())[0] == "wal"

@@ -28,6 +28,8 @@ from typing import Any, Self
 
 import aiosqlite
 
+from vastui.store.fleet import FleetOps
+
 from .migrations import SCHEMA_VERSION, apply_migrations, current_version
 from .records import (
     BAD_SOURCES,
@@ -143,7 +145,7 @@ def _merge_expiry(old: float | None, new: float | None) -> float | None:
 # ---------------------------------------------------------------------------------------------
 
 
-class Store:
+class Store(FleetOps):
     """Async access to the vastui SQLite database. Create with ``await Store.open(path)``."""
 
     def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:

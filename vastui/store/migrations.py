@@ -126,7 +126,58 @@ CREATE TABLE host_keys (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2]
+# Version 3: the engine. Worker progress on instances, intents persisted before acting (so a
+# crash between "decide" and "done" is recovered), commands from the console to a headless
+# engine, and the one-engine-per-database lease.
+_V3 = """
+ALTER TABLE instances ADD COLUMN events_seen INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE instances ADD COLUMN bench_result TEXT;
+ALTER TABLE instances ADD COLUMN vast_status TEXT;
+ALTER TABLE instances ADD COLUMN status_msg TEXT;
+ALTER TABLE instances ADD COLUMN last_seen_at REAL;
+ALTER TABLE instances ADD COLUMN unhealthy_since REAL;
+ALTER TABLE instances ADD COLUMN first_report_at REAL;
+CREATE TABLE intents (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind        TEXT NOT NULL CHECK (kind IN ('rent','destroy')),
+    status      TEXT NOT NULL DEFAULT 'pending'
+                CHECK (status IN ('pending','done','failed','dry_run')),
+    label       TEXT UNIQUE,
+    offer_id    INTEGER,
+    machine_id  INTEGER,
+    instance_id INTEGER,
+    reason      TEXT NOT NULL,
+    detail      TEXT,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    note        TEXT
+);
+CREATE INDEX intents_pending ON intents(status, kind);
+CREATE TABLE commands (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind       TEXT NOT NULL CHECK (kind IN ('deploy','destroy','ignore','unignore')),
+    args       TEXT NOT NULL,
+    status     TEXT NOT NULL DEFAULT 'pending'
+               CHECK (status IN ('pending','running','done','failed')),
+    source     TEXT NOT NULL DEFAULT 'console',
+    created_at REAL NOT NULL,
+    done_at    REAL,
+    result     TEXT
+);
+CREATE INDEX commands_pending ON commands(status, id);
+CREATE TABLE lease (
+    name         TEXT PRIMARY KEY,
+    owner        TEXT NOT NULL,
+    pid          INTEGER NOT NULL,
+    hostname     TEXT NOT NULL,
+    mode         TEXT NOT NULL,
+    acquired_at  REAL NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    expires_at   REAL NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

@@ -117,6 +117,13 @@ class InstanceRecord:
     ssh_host: str | None = None
     ssh_port: int | None = None
     source: str = "vastui"  # 'vastui' or 'legacy'
+    events_seen: int = 0  # worker events consumed, to resume `workerctl events --after N`
+    bench_result: str | None = None  # the worker's bench-result.json, as JSON text
+    vast_status: str | None = None  # last actual_status seen on Vast
+    status_msg: str | None = None  # last Vast status_msg (untrusted text)
+    last_seen_at: float | None = None  # last time the instance was in the Vast list
+    unhealthy_since: float | None = None  # exited/offline/unknown since
+    first_report_at: float | None = None  # first event from the worker
 
     @property
     def stage(self) -> str | None:

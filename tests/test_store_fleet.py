@@ -1,0 +1,92 @@
+"""Engine-side store operations: intents, commands, the lease, destroy records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vastui.store import InstanceRecord, Store
+from vastui.store.fleet import LeaseHeld
+
+T0 = 1_790_000_000.0
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    s = await Store.open(tmp_path / "s.db")
+    yield s
+    await s.close()
+
+
+async def test_record_destroy_is_atomic_with_its_event_and_first_cause_wins(store: Store):
+    await store.upsert_instance(InstanceRecord(vast_id=5, machine_id=77, state="benchmark"), now=T0)
+    rec = await store.record_destroy(
+        5, "bench_below_min", "benchmark below_min: 21.3 < 29.0", error_lines=["x"], now=T0 + 1
+    )
+    assert rec.state == "killed" and rec.failed_stage == "benchmark"
+    assert rec.kill_kind == "bench_below_min" and rec.error_lines == ("x",)
+    again = await store.record_destroy(5, "manual", "again", now=T0 + 2)
+    assert again.kill_kind == "bench_below_min"
+    events = await store.list_events(kind="destroy")
+    assert [(e.instance_id, e.machine_id, e.reason) for e in events] == [
+        (5, 77, "benchmark below_min: 21.3 < 29.0")
+    ]
+
+
+async def test_intents_round_trip_and_label_is_unique(store: Store):
+    intent = await store.create_intent("rent", "auto", label="vastui-main-a", offer_id=9, now=T0)
+    assert intent.status == "pending" and intent.detail == {}
+    assert [i.id for i in await store.list_intents(status="pending")] == [intent.id]
+    with pytest.raises(Exception, match="UNIQUE"):
+        await store.create_intent("rent", "auto", label="vastui-main-a", now=T0)
+    await store.finish_intent(intent.id, "done", instance_id=1234, now=T0 + 1)
+    [done] = await store.list_intents(kind="rent")
+    assert done.status == "done" and done.instance_id == 1234
+    assert await store.list_intents(status="pending") == []
+
+
+async def test_commands_are_claimed_once(store: Store):
+    cid = await store.submit_command("ignore", {"machine_id": 7, "reason": "r"}, now=T0)
+    first = await store.claim_commands()
+    assert [c.id for c in first] == [cid] and first[0].args["machine_id"] == 7
+    assert await store.claim_commands() == []
+    await store.finish_command(cid, False, "machine 7 unknown", now=T0)
+    cmd = await store.get_command(cid)
+    assert cmd is not None and cmd.status == "failed" and cmd.result == "machine 7 unknown"
+    with pytest.raises(ValueError):
+        await store.submit_command("rm -rf", {})
+
+
+async def test_crash_requeues_claimed_commands(store: Store):
+    cid = await store.submit_command("unignore", {"machine_id": 7}, now=T0)
+    await store.claim_commands()
+    assert await store.requeue_running_commands() == 1
+    assert [c.id for c in await store.claim_commands()] == [cid]
+
+
+async def test_lease_one_engine_per_database(store: Store):
+    kw = {"pid": 1, "hostname": "h", "mode": "headless", "ttl": 30.0}
+    await store.acquire_lease("a", now=T0, **kw)
+    with pytest.raises(LeaseHeld, match="another vastui engine"):
+        await store.acquire_lease("b", now=T0 + 10, **kw)
+    assert await store.renew_lease("a", ttl=30.0, now=T0 + 20)
+    assert not await store.renew_lease("b", ttl=30.0, now=T0 + 20)
+    holder = await store.lease_holder(now=T0 + 49)
+    assert holder is not None and holder.owner == "a"
+    # An expired lease (its engine died) can be taken over.
+    assert await store.lease_holder(now=T0 + 51) is None
+    taken = await store.acquire_lease("b", now=T0 + 51, **kw)
+    assert taken.owner == "b"
+    await store.release_lease("a")  # not the owner: nothing happens
+    assert (await store.lease_holder(now=T0 + 52)).owner == "b"
+    await store.release_lease("b")
+    assert await store.lease_holder(now=T0 + 52) is None
+
+
+async def test_update_instance_whitelist(store: Store):
+    await store.upsert_instance(InstanceRecord(vast_id=5), now=T0)
+    rec = await store.update_instance(5, events_seen=3, vast_status="running")
+    assert rec.events_seen == 3 and rec.vast_status == "running"
+    with pytest.raises(ValueError, match="state"):
+        await store.update_instance(5, state="proving")

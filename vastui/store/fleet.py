@@ -1,0 +1,351 @@
+"""Store operations for the engine: instance progress, intents, commands, the lease.
+
+A mixin of :class:`vastui.store.Store`, kept apart so the core store stays readable.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vastui.store.records import InstanceRecord
+
+# Instance columns the engine may update piecemeal (stage moves go through set_stage).
+PROGRESS_COLUMNS = frozenset(
+    {
+        "events_seen", "bench_result", "vast_status", "status_msg", "last_seen_at",
+        "unhealthy_since", "first_report_at", "image_digest", "ssh_host", "ssh_port",
+        "bench_rate", "bench_outcome", "min_rate", "label", "dph_total",
+    }
+)  # fmt: skip
+COMMAND_KINDS = ("deploy", "destroy", "ignore", "unignore")
+
+
+class LeaseHeld(Exception):
+    """Another engine holds the lease on this database."""
+
+    def __init__(self, holder: Lease) -> None:
+        self.holder = holder
+        super().__init__(
+            f"another vastui engine ({holder.mode}, pid {holder.pid} on {holder.hostname}) "
+            f"is running on this database; its lease expires "
+            f"{max(0, int(holder.expires_at - time.time()))}s after its last heartbeat"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    id: int
+    kind: str
+    status: str
+    label: str | None
+    offer_id: int | None
+    machine_id: int | None
+    instance_id: int | None
+    reason: str
+    detail: dict[str, Any]
+    created_at: float
+    updated_at: float
+    note: str | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Intent:
+        data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row needs keys()
+        data["detail"] = json.loads(data["detail"]) if data["detail"] else {}
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    id: int
+    kind: str
+    args: dict[str, Any]
+    status: str
+    source: str
+    created_at: float
+    done_at: float | None
+    result: str | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Command:
+        data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row needs keys()
+        data["args"] = json.loads(data["args"])
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    name: str
+    owner: str
+    pid: int
+    hostname: str
+    mode: str
+    acquired_at: float
+    heartbeat_at: float
+    expires_at: float
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Lease:
+        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118
+
+
+def _ts(now: float | None) -> float:
+    return time.time() if now is None else float(now)
+
+
+class FleetOps:
+    """Engine-side operations; relies on Store's transaction()/_read()/_fetch* plumbing."""
+
+    # -- instances ---------------------------------------------------------------------
+
+    async def update_instance(self, vast_id: int, **fields: Any) -> InstanceRecord:
+        unknown = set(fields) - PROGRESS_COLUMNS
+        if unknown:
+            raise ValueError(f"not updatable piecemeal: {sorted(unknown)}")
+        if not fields:
+            rec = await self.get_instance(vast_id)  # type: ignore[attr-defined]
+            assert rec is not None
+            return rec
+        sets = ", ".join(f"{k} = :{k}" for k in fields)
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                f"UPDATE instances SET {sets} WHERE vast_id = :vast_id",
+                {**fields, "vast_id": vast_id},
+            )
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            )
+        if row is None:
+            from vastui.store.db import StoreError
+
+            raise StoreError(f"no instance {vast_id}")
+        return InstanceRecord.from_row(row)
+
+    async def record_destroy(
+        self,
+        vast_id: int,
+        kind: str,
+        reason: str,
+        *,
+        failed_stage: str | None = None,
+        bench_outcome: str | None = None,
+        error_lines: Iterable[str] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> InstanceRecord:
+        """Mark killed and append the `destroy` event in one transaction (first cause wins)."""
+        ts = _ts(now)
+        lines = json.dumps(list(error_lines)) if error_lines is not None else None
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            )
+            if row is None:
+                from vastui.store.db import StoreError
+
+                raise StoreError(f"no instance {vast_id}")
+            if row["state"] != "killed":
+                await conn.execute(
+                    "UPDATE instances SET state = 'killed', killed_at = ?, stage_started_at = ?,"
+                    " failed_stage = ?, kill_kind = ?, kill_reason = ?,"
+                    " bench_outcome = COALESCE(?, bench_outcome),"
+                    " error_lines = COALESCE(?, error_lines) WHERE vast_id = ?",
+                    (ts, ts, failed_stage or row["state"], kind, reason, bench_outcome, lines,
+                     vast_id),
+                )  # fmt: skip
+                await self.insert_event(  # type: ignore[attr-defined]
+                    conn,
+                    "destroy",
+                    reason,
+                    ts=ts,
+                    instance_id=vast_id,
+                    machine_id=row["machine_id"],
+                    detail={"kind": kind, "stage": failed_stage or row["state"], **(detail or {})},
+                )
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            )
+        assert row is not None
+        return InstanceRecord.from_row(row)
+
+    # -- intents -------------------------------------------------------------------------
+
+    async def create_intent(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        label: str | None = None,
+        offer_id: int | None = None,
+        machine_id: int | None = None,
+        instance_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+        status: str = "pending",
+        now: float | None = None,
+    ) -> Intent:
+        ts = _ts(now)
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            cur = await conn.execute(
+                "INSERT INTO intents (kind, status, label, offer_id, machine_id, instance_id,"
+                " reason, detail, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (kind, status, label, offer_id, machine_id, instance_id, reason,
+                 json.dumps(dict(detail or {})), ts, ts),
+            )  # fmt: skip
+            intent_id = cur.lastrowid
+            await cur.close()
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM intents WHERE id = ?", (intent_id,)
+            )
+        assert row is not None
+        return Intent.from_row(row)
+
+    async def finish_intent(
+        self,
+        intent_id: int,
+        status: str,
+        *,
+        instance_id: int | None = None,
+        note: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                "UPDATE intents SET status = ?, instance_id = COALESCE(?, instance_id),"
+                " note = COALESCE(?, note), updated_at = ? WHERE id = ?",
+                (status, instance_id, note, _ts(now), intent_id),
+            )
+
+    async def list_intents(
+        self, *, status: str | None = None, kind: str | None = None
+    ) -> list[Intent]:
+        sql, params = "SELECT * FROM intents WHERE 1=1", []
+        if status is not None:
+            sql += " AND status = ?"
+            params.append(status)
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            rows = await self._fetchall(conn, sql + " ORDER BY id", params)  # type: ignore[attr-defined]
+        return [Intent.from_row(r) for r in rows]
+
+    # -- commands (console → engine) -----------------------------------------------------
+
+    async def submit_command(
+        self,
+        kind: str,
+        args: Mapping[str, Any],
+        *,
+        source: str = "console",
+        now: float | None = None,
+    ) -> int:
+        if kind not in COMMAND_KINDS:
+            raise ValueError(f"unknown command {kind!r}")
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            cur = await conn.execute(
+                "INSERT INTO commands (kind, args, source, created_at) VALUES (?, ?, ?, ?)",
+                (kind, json.dumps(dict(args)), source, _ts(now)),
+            )
+            command_id = cur.lastrowid
+            await cur.close()
+        assert command_id is not None
+        return command_id
+
+    async def claim_commands(self, now: float | None = None) -> list[Command]:
+        """Pending commands, marked running atomically so no two engines run one twice."""
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            rows = await self._fetchall(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM commands WHERE status = 'pending' ORDER BY id"
+            )
+            if rows:
+                await conn.execute(
+                    f"UPDATE commands SET status = 'running' WHERE id IN "
+                    f"({','.join('?' * len(rows))})",
+                    [r["id"] for r in rows],
+                )
+        return [Command.from_row(r) for r in rows]
+
+    async def finish_command(
+        self, command_id: int, ok: bool, result: str, now: float | None = None
+    ) -> None:
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                "UPDATE commands SET status = ?, result = ?, done_at = ? WHERE id = ?",
+                ("done" if ok else "failed", result, _ts(now), command_id),
+            )
+
+    async def get_command(self, command_id: int) -> Command | None:
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM commands WHERE id = ?", (command_id,)
+            )
+        return Command.from_row(row) if row else None
+
+    async def requeue_running_commands(self) -> int:
+        """After a crash: commands claimed but never finished go back to pending."""
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            cur = await conn.execute(
+                "UPDATE commands SET status = 'pending' WHERE status = 'running'"
+            )
+            count = cur.rowcount
+            await cur.close()
+        return count
+
+    # -- the lease -----------------------------------------------------------------------
+
+    async def acquire_lease(
+        self, owner: str, *, pid: int, hostname: str, mode: str, ttl: float,
+        now: float | None = None,
+    ) -> Lease:  # fmt: skip
+        """Take the engine lease, or raise LeaseHeld if a live one belongs to someone else."""
+        ts = _ts(now)
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM lease WHERE name = 'engine'"
+            )
+            if row is not None and row["owner"] != owner and row["expires_at"] > ts:
+                raise LeaseHeld(Lease.from_row(row))
+            await conn.execute(
+                "INSERT INTO lease (name, owner, pid, hostname, mode, acquired_at, heartbeat_at,"
+                " expires_at) VALUES ('engine', ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, pid = excluded.pid,"
+                " hostname = excluded.hostname, mode = excluded.mode,"
+                " acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,"
+                " expires_at = excluded.expires_at",
+                (owner, pid, hostname, mode, ts, ts, ts + ttl),
+            )
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM lease WHERE name = 'engine'"
+            )
+        assert row is not None
+        return Lease.from_row(row)
+
+    async def renew_lease(self, owner: str, *, ttl: float, now: float | None = None) -> bool:
+        ts = _ts(now)
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            cur = await conn.execute(
+                "UPDATE lease SET heartbeat_at = ?, expires_at = ? WHERE name = 'engine'"
+                " AND owner = ?",
+                (ts, ts + ttl, owner),
+            )
+            ok = cur.rowcount == 1
+            await cur.close()
+        return ok
+
+    async def release_lease(self, owner: str) -> None:
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute("DELETE FROM lease WHERE name = 'engine' AND owner = ?", (owner,))
+
+    async def lease_holder(self, now: float | None = None) -> Lease | None:
+        """The live lease, if any (an expired one counts as none)."""
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM lease WHERE name = 'engine'"
+            )
+        if row is None or row["expires_at"] <= _ts(now):
+            return None
+        return Lease.from_row(row)
