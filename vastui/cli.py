@@ -24,8 +24,10 @@ from vastui.config import (
     load_config,
     state_dir,
 )
+from vastui.engine.runtime import RunOptions, parse_duration
 from vastui.sanitize import sanitize_line
 from vastui.store import StoreError, import_legacy
+from vastui.store.fleet import LeaseHeld
 from vastui.vast.errors import VastError
 from vastui.vast.query import QueryError
 
@@ -190,9 +192,29 @@ def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
+    return RunOptions(
+        speed=args.speed,
+        seed=args.seed,
+        target_workers=args.target_workers,
+        dry_run=args.dry_run,
+        mode=mode,
+    )
+
+
 def cmd_console(opts: Options, args: argparse.Namespace) -> int:
+    opts.seed, opts.speed = args.seed, args.speed
+    try:
+        duration = parse_duration(args.for_) if args.for_ else None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if args.engine_only:
-        raise CliError("--engine-only: the headless engine is not built yet (engine issue)")
+        from vastui.engine.headless import run_headless
+
+        try:
+            return run_headless(opts, _run_options(args, "headless"), duration)
+        except LeaseHeld as exc:
+            raise CliError(str(exc)) from None
     from vastui.console.app import run_console
 
     return run_console(opts)
@@ -228,6 +250,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vastui {__version__}")
     parser.add_argument("--engine-only", action="store_true", help="run headless (no console)")
+    parser.add_argument("--for", dest="for_", metavar="DURATION", help="stop after e.g. 120s, 2h")
+    parser.add_argument(
+        "--speed", type=float, default=60.0, help="demo: simulated seconds per real second"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="demo: the simulated market's seed")
+    parser.add_argument(
+        "--target-workers", type=int, help="keep this many workers (overrides fleet.target_workers)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="decide and record, but rent and destroy nothing"
+    )
     parser.set_defaults(func=cmd_console, engine_only=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -55,6 +55,7 @@ class FleetSection:
     max_total_dph: float = 5.0
     max_concurrent_benchmarks: int = 2
     bench_proofs: int = 12
+    auto_ban_days: float = 30.0  # automatic bans expire; 0 keeps them forever
 
 
 @dataclass
@@ -155,6 +156,7 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("fleet.target_workers", lambda c: c.fleet.target_workers >= 0, "an integer >= 0"),
     ("fleet.max_total_dph", lambda c: c.fleet.max_total_dph >= 0, "a number >= 0"),
     ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
+    ("fleet.auto_ban_days", lambda c: c.fleet.auto_ban_days >= 0, "a number >= 0"),
     ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
     ("fleet.name", lambda c: c.fleet.name.replace("-", "").isalnum(), "letters, digits and -"),
     (

@@ -163,10 +163,11 @@ class SimWorkerHost:
         path = [
             str(root / "usr" / "local" / "bin"),
             str(STANDINS_DIR),
+            # A real interpreter before any pyenv-style shim: stand-ins start often.
+            str(Path(sys.executable).parent),
             "/usr/local/bin",
             "/usr/bin",
             "/bin",
-            str(Path(sys.executable).parent),
         ]
         env = {
             # Never the controller's environment: it may hold secrets.
@@ -195,8 +196,10 @@ class SimWorkerHost:
         bin_dir.mkdir(parents=True, exist_ok=True)
         for name in WORKER_SCRIPTS:
             shutil.copy2(WORKER_IMAGE_DIR / name, bin_dir / name)
-        for sub in ("root", "run", "var/log", ".sim"):
+        for sub in ("root", "run", "var/log", ".sim", "usr/local/share/vastui"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        # The benchmark's C1 input (51 MB in the real image); the stand-ins only need it to exist.
+        (root / "usr/local/share/vastui/c1.json").write_text('{"sim": "porep-32g c1 output"}\n')
         (root / ".sim" / "machine.json").write_text(json.dumps(profile, indent=1) + "\n")
 
     async def _watch(self) -> None:

@@ -1,0 +1,693 @@
+"""The reconcile loop: observe (Vast, workers over SSH, the store), decide, act.
+
+Every action is persisted as an intent before it is carried out, so a crash at any point is
+recovered on the next start: a pending rent is resolved by its label, a pending destroy is
+carried out again (destroy is idempotent). Worker events stream in over SSH and reach a
+decision as they arrive, not at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vastui.config import Config
+from vastui.engine import policy
+from vastui.engine.labels import is_vastui_label, new_label
+from vastui.engine.ranking import RankedOffer, rank_offers
+from vastui.sanitize import sanitize_line
+from vastui.ssh import SshError, SshPool
+from vastui.store import InstanceRecord, Store, StoreError
+from vastui.store.fleet import Command
+from vastui.vast.client import VastClient
+from vastui.vast.errors import CreateOutcomeUnknown, VastError
+from vastui.vast.models import Instance, Offer
+
+log = logging.getLogger("vastui.engine")
+
+ONSTART = 'nohup entrypoint.sh > "${WORKER_ROOT:-}/var/log/entrypoint.log" 2>&1 &'
+# A rent intent whose create answer was lost is resolved by label; give Vast this long
+# (engine clock seconds) to show the instance before calling the intent failed.
+RENT_RECOVERY_GRACE = 600.0
+
+
+@dataclass
+class EngineSettings:
+    poll_interval: float = 30.0  # real seconds between reconcile steps
+    offers_refresh: float = 120.0  # real seconds between offer searches
+    dry_run: bool = False
+    worker_env: dict[str, str] = field(default_factory=dict)  # extra env for every worker
+
+
+class EngineError(Exception):
+    """A command could not be carried out; one line for the operator."""
+
+
+class Engine:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        client: VastClient,
+        *,
+        ssh: SshPool | None,
+        public_key: str | None,
+        clock: Callable[[], float] = time.time,
+        settings: EngineSettings | None = None,
+        on_change: Callable[[str], Awaitable[None] | None] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.client = client
+        self.ssh = ssh
+        self.public_key = public_key
+        self.clock = clock
+        self.settings = settings or EngineSettings()
+        self.on_change = on_change
+        self.fleet_prefix = f"vastui-{config.fleet.name}-"
+        self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
+        self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._inflight_labels: set[str] = set()
+        self._offers: list[RankedOffer] = []
+        self._offers_at: float | None = None  # monotonic
+        self._key_on_account = False
+        self._dry_decided: set[tuple[str, int]] = set()
+        self.vast_seen_at: float | None = None  # wall time of the last good Vast list
+        self.last_error: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.store.requeue_running_commands()
+        while not stop.is_set():
+            await self.step()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.poll_interval)
+
+    async def close(self) -> None:
+        for task in list(self._watchers.values()):
+            task.cancel()
+        for task in list(self._watchers.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._watchers.clear()
+        if self.ssh is not None:
+            await self.ssh.close_all()
+
+    async def step(self) -> None:
+        """One observe → decide → act pass. Errors are logged, never fatal."""
+        try:
+            async with self._lock:
+                await self._run_commands()
+                vast = await self._observe_vast()
+                if vast is not None:
+                    await self._reconcile(vast)
+            await self._provision()
+            self.last_error = None
+        except (VastError, StoreError, SshError) as exc:
+            self.last_error = sanitize_line(str(exc), 300)
+            log.warning("engine step: %s", self.last_error)
+        await self._notify("step")
+
+    async def _notify(self, what: str) -> None:
+        if self.on_change is not None:
+            result = self.on_change(what)
+            if asyncio.iscoroutine(result):
+                await result
+
+    # -- commands (console, CLI) ----------------------------------------------------------
+
+    async def _run_commands(self) -> None:
+        for cmd in await self.store.claim_commands():
+            try:
+                result = await self._execute(cmd)
+                await self.store.finish_command(cmd.id, True, result)
+            except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
+                await self.store.finish_command(cmd.id, False, sanitize_line(str(exc), 300))
+
+    async def _execute(self, cmd: Command) -> str:
+        args = cmd.args
+        if cmd.kind == "deploy":
+            iid = await self._deploy_locked(int(args["offer_id"]), reason="manual deploy")
+            return f"rented instance {iid}" if iid else "dry-run: not rented"
+        if cmd.kind == "destroy":
+            await self._destroy_locked(
+                int(args["instance_id"]), "manual", str(args.get("reason") or "manually destroyed")
+            )
+            return f"destroyed instance {args['instance_id']}"
+        if cmd.kind == "ignore":
+            await self._ignore_locked(int(args["machine_id"]), str(args["reason"]), "manual")
+            return f"machine {args['machine_id']} ignored"
+        if cmd.kind == "unignore":
+            if not await self.store.remove_bad(int(args["machine_id"])):
+                raise EngineError(f"machine {args['machine_id']} is not on the bad list")
+            return f"machine {args['machine_id']} unignored"
+        raise EngineError(f"unknown command {cmd.kind}")
+
+    async def deploy(self, offer_id: int, reason: str = "manual deploy") -> int | None:
+        async with self._lock:
+            return await self._deploy_locked(offer_id, reason)
+
+    async def destroy(self, instance_id: int, reason: str = "manually destroyed") -> None:
+        async with self._lock:
+            await self._destroy_locked(instance_id, "manual", reason)
+
+    async def ignore(self, machine_id: int, reason: str) -> None:
+        async with self._lock:
+            await self._ignore_locked(machine_id, reason, "manual")
+
+    # -- observe ------------------------------------------------------------------------
+
+    async def _observe_vast(self) -> dict[int, Instance] | None:
+        try:
+            listed = await self.client.list_instances()
+        except VastError as exc:
+            self.last_error = sanitize_line(str(exc), 300)
+            log.warning("cannot list instances: %s", self.last_error)
+            return None
+        self.vast_seen_at = time.time()
+        return {inst.id: inst for inst in listed}
+
+    async def _reconcile(self, vast: dict[int, Instance]) -> None:
+        now = self.clock()
+        by_label = {inst.label: inst for inst in vast.values() if inst.label}
+        await self._recover_intents(by_label, now)
+        known = {rec.vast_id: rec for rec in await self.store.list_instances()}
+        # Adopt our own labelled instances that the store does not know (after a crash).
+        for inst in vast.values():
+            if inst.id not in known and inst.label and inst.label.startswith(self.fleet_prefix):
+                if inst.label in self._inflight_labels:
+                    continue
+                known[inst.id] = await self._adopt(inst, now)
+        bad = await self.store.bad_machine_ids()
+        for rec in list(known.values()):
+            if rec.killed or rec.source != "vastui":
+                continue
+            inst = vast.get(rec.vast_id)
+            if inst is None:
+                await self._vanished(rec, now)
+                continue
+            rec = await self._refresh(rec, inst, now)
+            if rec.machine_id in bad:
+                entry = await self.store.get_bad(rec.machine_id)
+                await self._kill(
+                    rec,
+                    policy.Kill(
+                        "bad_machine",
+                        f"machine {rec.machine_id} is on the bad list"
+                        + (f": {entry.reason}" if entry else ""),
+                    ),
+                )
+                continue
+            kill = policy.unhealthy_kill(rec, now, self.config) or policy.deadline_kill(
+                rec, now, self.config
+            )
+            if kill is not None:
+                await self._kill(rec, kill)
+                continue
+            self._ensure_watcher(rec)
+
+    async def _refresh(self, rec: InstanceRecord, inst: Instance, now: float) -> InstanceRecord:
+        status = inst.actual_status
+        endpoint = inst.ssh_endpoint()
+        fields: dict[str, Any] = {
+            "vast_status": status,
+            "status_msg": sanitize_line(inst.status_msg, 300) if inst.status_msg else None,
+            "last_seen_at": now,
+        }
+        if endpoint is not None:
+            fields["ssh_host"], fields["ssh_port"] = endpoint
+        if status in policy.UNHEALTHY:
+            fields["unhealthy_since"] = rec.unhealthy_since or now
+        elif rec.unhealthy_since is not None:
+            fields["unhealthy_since"] = None
+        rec = await self.store.update_instance(rec.vast_id, **fields)
+        if rec.state == "loading" and status == "running" and endpoint is not None:
+            rec = await self.store.set_stage(rec.vast_id, "setup", now=now)
+            log.info("instance %s running on machine %s: setup", rec.vast_id, rec.machine_id)
+        return rec
+
+    async def _adopt(self, inst: Instance, now: float) -> InstanceRecord:
+        rec = InstanceRecord(
+            vast_id=inst.id,
+            label=inst.label,
+            machine_id=inst.machine_id,
+            host_id=inst.host_id,
+            gpu_name=inst.gpu_name,
+            num_gpus=inst.num_gpus,
+            dph_total=inst.dph_total,
+            cpu_ram_gb=inst.cpu_ram_gb,
+            geolocation=inst.geolocation,
+            image=inst.image,
+            state="loading",
+            min_rate=_float(inst.env.get("MIN_RATE")),
+            created_at=inst.start_date or now,
+            loading_at=now,
+        )
+        rec = await self.store.upsert_instance(rec, now=now)
+        await self.store.add_event(
+            "adopt",
+            f"adopted labelled instance {inst.label} found on Vast",
+            instance_id=inst.id,
+            machine_id=inst.machine_id,
+            now=now,
+        )
+        log.info("adopted instance %s (%s)", inst.id, inst.label)
+        return rec
+
+    async def _vanished(self, rec: InstanceRecord, now: float) -> None:
+        await self._stop_watcher(rec.vast_id)
+        await self.store.mark_killed(
+            rec.vast_id, "vanished", "instance disappeared from vast", now=now
+        )
+        await self.store.add_event(
+            "kill",
+            "instance disappeared from vast",
+            instance_id=rec.vast_id,
+            machine_id=rec.machine_id,
+            now=now,
+        )
+
+    async def _recover_intents(self, by_label: dict[str, Instance], now: float) -> None:
+        for intent in await self.store.list_intents(status="pending"):
+            if intent.kind == "destroy" and intent.instance_id is not None:
+                rec = await self.store.get_instance(intent.instance_id)
+                if rec is None or rec.killed:
+                    await self.store.finish_intent(intent.id, "done", now=now)
+                    continue
+                detail = intent.detail
+                kill = policy.Kill(str(detail.get("kind") or "manual"), intent.reason)
+                await self._kill(rec, kill, intent_id=intent.id)
+            elif intent.kind == "rent" and intent.label:
+                if intent.label in self._inflight_labels:
+                    continue
+                inst = by_label.get(intent.label)
+                if inst is not None:
+                    if await self.store.get_instance(inst.id) is None:
+                        rec = await self._record_rent(intent.detail, inst.id, intent.label, now)
+                        log.info("rent intent %s resolved by label: %s", intent.id, rec.vast_id)
+                    await self.store.finish_intent(intent.id, "done", instance_id=inst.id, now=now)
+                elif now - intent.created_at > RENT_RECOVERY_GRACE:
+                    await self.store.finish_intent(
+                        intent.id, "failed", note="no instance with its label appeared", now=now
+                    )
+
+    # -- workers ------------------------------------------------------------------------
+
+    def _ensure_watcher(self, rec: InstanceRecord) -> None:
+        if self.ssh is None or rec.state == "loading" or rec.ssh_host is None:
+            return
+        task = self._watchers.get(rec.vast_id)
+        if task is not None and not task.done():
+            return
+        self._watchers[rec.vast_id] = asyncio.create_task(
+            self._watch(rec.vast_id, (rec.ssh_host, int(rec.ssh_port or 22))),
+            name=f"watch-{rec.vast_id}",
+        )
+
+    async def _stop_watcher(self, vast_id: int) -> None:
+        task = self._watchers.pop(vast_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        if self.ssh is not None:
+            await self.ssh.close_instance(vast_id)
+
+    async def _watch(self, vast_id: int, endpoint: tuple[str, int]) -> None:
+        """Follow one worker's events; each is decided as it arrives."""
+        assert self.ssh is not None
+        worker = self.ssh.worker(vast_id, endpoint)
+        try:
+            try:
+                status = await worker.status()
+                image = status.get("image") if isinstance(status.get("image"), dict) else {}
+                digest = image.get("digest") if isinstance(image, dict) else None
+                if isinstance(digest, str) and digest:
+                    await self.store.update_instance(
+                        vast_id, image_digest=sanitize_line(digest, 200)
+                    )
+            except SshError as exc:
+                log.info("instance %s: status unavailable yet: %s", vast_id, exc)
+            rec = await self.store.get_instance(vast_id)
+            if rec is None or rec.killed:
+                return
+            async for event in worker.events(after=rec.events_seen):
+                async with self._lock:
+                    rec = await self.store.get_instance(vast_id)
+                    if rec is None or rec.killed:
+                        return
+                    await self._on_event(rec, event)
+                await self._notify("event")
+        except asyncio.CancelledError:
+            raise
+        except SshError as exc:
+            log.info("instance %s: worker stream ended: %s", vast_id, exc)
+        except Exception:
+            log.exception("instance %s: watcher failed", vast_id)
+        finally:
+            if self._watchers.get(vast_id) is asyncio.current_task():
+                self._watchers.pop(vast_id, None)
+
+    async def _on_event(self, rec: InstanceRecord, event: dict[str, Any]) -> None:
+        now = self.clock()
+        fields: dict[str, Any] = {"events_seen": rec.events_seen + 1}
+        if rec.first_report_at is None:
+            fields["first_report_at"] = now
+        rec = await self.store.update_instance(rec.vast_id, **fields)
+        stage = policy.WORKER_STAGE.get(str(event.get("stage")))
+        kind = event.get("event")
+        if kind == "start" and stage is not None and stage != rec.state:
+            rec = await self.store.set_stage(rec.vast_id, stage, now=now)
+            await self.store.add_event(
+                "stage", f"{stage}", instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
+            )
+        elif kind == "result" and isinstance(event.get("result"), dict):
+            await self._on_benchmark(rec, event["result"], now)
+        elif kind == "fail":
+            await self._kill(rec, policy.failure_kill(event))
+
+    async def _on_benchmark(self, rec: InstanceRecord, result: dict[str, Any], now: float) -> None:
+        rate = policy._num(result.get("rate_per_hour"))
+        outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
+        await self.store.update_instance(
+            rec.vast_id,
+            bench_rate=rate,
+            bench_outcome=outcome,
+            bench_result=json.dumps(result)[:20_000],
+        )
+        if rate is not None and rate > 0 and rec.machine_id and rec.gpu_name:
+            await self.store.record_benchmark(
+                rec.machine_id,
+                rec.gpu_name,
+                rec.num_gpus or 1,
+                rate,
+                cpu_ram_gb=rec.cpu_ram_gb,
+                host_id=rec.host_id,
+                now=now,
+            )
+        await self.store.add_event(
+            "benchmark",
+            f"{outcome}: {'n/a' if rate is None else f'{rate:.1f}'} proofs/h "
+            f"(min {rec.min_rate if rec.min_rate is not None else '?'})",
+            instance_id=rec.vast_id,
+            machine_id=rec.machine_id,
+            detail={"rate": rate, "outcome": outcome},
+            now=now,
+        )
+        kill = policy.benchmark_kill(result, rec.min_rate)
+        if kill is not None:
+            rec = await self.store.get_instance(rec.vast_id) or rec
+            await self._kill(rec, kill)
+
+    # -- act --------------------------------------------------------------------------
+
+    async def _kill(
+        self, rec: InstanceRecord, kill: policy.Kill, *, intent_id: int | None = None
+    ) -> None:
+        """Destroy with a typed reason (and ban the machine when the fault is the machine's)."""
+        if not is_vastui_label(rec.label):
+            log.error("refusing to destroy instance %s: label %r is not vastui's", rec.vast_id,
+                      rec.label)  # fmt: skip
+            return
+        now = self.clock()
+        if self.settings.dry_run:
+            key = (kill.kind, rec.vast_id)
+            if key not in self._dry_decided:
+                self._dry_decided.add(key)
+                await self.store.add_event(
+                    "destroy",
+                    f"[dry-run] {kill.reason}",
+                    instance_id=rec.vast_id,
+                    machine_id=rec.machine_id,
+                    detail={"kind": kill.kind, "dry_run": True},
+                    now=now,
+                )
+            return
+        if intent_id is None:
+            intent = await self.store.create_intent(
+                "destroy",
+                kill.reason,
+                instance_id=rec.vast_id,
+                machine_id=rec.machine_id,
+                detail={"kind": kill.kind},
+                now=now,
+            )
+            intent_id = intent.id
+        try:
+            existed = await self.client.destroy_instance(rec.vast_id)
+        except VastError as exc:
+            log.warning("destroy %s failed, will retry: %s", rec.vast_id, exc)
+            return
+        await self._stop_watcher(rec.vast_id)
+        await self.store.record_destroy(
+            rec.vast_id,
+            kill.kind,
+            kill.reason,
+            failed_stage=kill.stage if kill.stage in policy.LIVE_STAGES else None,
+            bench_outcome=kill.bench_outcome,
+            error_lines=[sanitize_line(x, 500) for x in kill.error_lines] or None,
+            detail={**kill.detail, "already_gone": not existed},
+            now=now,
+        )
+        await self.store.finish_intent(intent_id, "done", now=now)
+        log.info("destroyed %s (%s): %s", rec.vast_id, kill.kind, kill.reason)
+        if kill.ban and rec.machine_id:
+            await self._ignore_locked(
+                rec.machine_id,
+                kill.ban,
+                "automatic",
+                host_id=rec.host_id,
+                gpu_name=rec.gpu_name,
+                evidence=list(kill.error_lines)[-10:],
+                skip_destroy=rec.vast_id,
+            )
+
+    async def _destroy_locked(self, instance_id: int, kind: str, reason: str) -> None:
+        rec = await self.store.get_instance(instance_id)
+        if rec is None:
+            raise EngineError(f"instance {instance_id} is not one of vastui's")
+        if rec.killed:
+            raise EngineError(f"instance {instance_id} is already destroyed")
+        if not is_vastui_label(rec.label):
+            raise EngineError(f"instance {instance_id} has no vastui label; not destroying it")
+        await self._kill(rec, policy.Kill(kind, reason))
+
+    async def _ignore_locked(
+        self,
+        machine_id: int,
+        reason: str,
+        source: str,
+        *,
+        host_id: int | None = None,
+        gpu_name: str | None = None,
+        evidence: list[str] | None = None,
+        skip_destroy: int | None = None,
+    ) -> None:
+        if host_id is None or gpu_name is None:
+            for rec in await self.store.list_instances():
+                if rec.machine_id == machine_id:
+                    host_id = host_id or rec.host_id
+                    gpu_name = gpu_name or rec.gpu_name
+        expires = None
+        if source == "automatic" and self.config.fleet.auto_ban_days > 0:
+            expires = time.time() + self.config.fleet.auto_ban_days * 86400
+        await self.store.add_bad(
+            machine_id,
+            reason,
+            source=source,
+            host_id=host_id,
+            gpu_name=gpu_name,
+            expires_at=expires,
+            evidence=evidence,
+        )
+        # Machines added to the bad list lose their live instances.
+        for rec in await self.store.list_instances(include_killed=False):
+            if rec.machine_id == machine_id and rec.vast_id != skip_destroy:
+                await self._kill(
+                    rec, policy.Kill("bad_machine", f"machine {machine_id} ignored: {reason}")
+                )
+
+    async def _deploy_locked(self, offer_id: int, reason: str) -> int | None:
+        offer = await self._find_offer(offer_id)
+        if offer is None:
+            raise EngineError(f"offer {offer_id} is not on the market (any more)")
+        return await self._rent(offer, reason)
+
+    async def _find_offer(self, offer_id: int) -> Offer | None:
+        for ranked in self._offers:
+            if ranked.offer.id == offer_id:
+                return ranked.offer
+        result = await self.client.search_offers(
+            f"id={offer_id} rentable=any verified=any", limit=5
+        )
+        return next((o for o in result.offers if o.id == offer_id), None)
+
+    async def _rent(self, offer: Offer, reason: str) -> int | None:
+        if offer.machine_id in await self.store.bad_machine_ids():
+            raise EngineError(f"machine {offer.machine_id} is on the bad list")
+        for intent in await self.store.list_intents(kind="rent"):
+            if intent.offer_id == offer.id and intent.status in ("pending", "done"):
+                raise EngineError(f"offer {offer.id} was already rented (intent {intent.id})")
+        now = self.clock()
+        min_rate = self.config.min_rate_for(offer.dph_total)
+        label = new_label(self.config.fleet.name)
+        detail = {
+            "offer": offer.to_json(),
+            "min_rate": min_rate,
+            "image": self.config.fleet.image,
+        }
+        if self.settings.dry_run:
+            await self.store.create_intent(
+                "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
+                detail=detail, status="dry_run", now=now,
+            )  # fmt: skip
+            await self.store.add_event(
+                "rent",
+                f"[dry-run] would rent offer {offer.id} ({offer.gpu_name} x{offer.num_gpus}, "
+                f"${offer.dph_total:.3f}/h, min_rate {min_rate:.0f})",
+                machine_id=offer.machine_id,
+                detail={"dry_run": True, "offer_id": offer.id},
+                now=now,
+            )
+            return None
+        await self._ensure_key_on_account()
+        intent = await self.store.create_intent(
+            "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
+            detail=detail, now=now,
+        )  # fmt: skip
+        env = {
+            "MIN_RATE": f"{min_rate:.1f}",
+            "BENCH_PROOFS": str(self.config.fleet.bench_proofs),
+            "VASTUI_IMAGE": self.config.fleet.image,
+            **self.settings.worker_env,
+        }
+        self._inflight_labels.add(label)
+        try:
+            result = await self.client.create_instance(
+                offer.id,
+                label=label,
+                image=self.config.fleet.image,
+                disk_gb=self.config.fleet.disk_gb,
+                env=env,
+                onstart=ONSTART,
+            )
+        except CreateOutcomeUnknown as exc:
+            log.warning("%s", exc)  # stays pending: resolved by label on later steps
+            return None
+        except VastError as exc:
+            await self.store.finish_intent(intent.id, "failed", note=str(exc)[:300], now=now)
+            self._offers = [r for r in self._offers if r.offer.id != offer.id]
+            raise EngineError(f"rent of offer {offer.id} failed: {exc}") from exc
+        finally:
+            self._inflight_labels.discard(label)
+        await self._record_rent(detail, result.instance_id, label, now)
+        await self.store.finish_intent(intent.id, "done", instance_id=result.instance_id, now=now)
+        return result.instance_id
+
+    async def _record_rent(
+        self, detail: dict[str, Any], instance_id: int, label: str, now: float
+    ) -> InstanceRecord:
+        offer = detail.get("offer") or {}
+        rec = InstanceRecord(
+            vast_id=instance_id,
+            label=label,
+            offer_id=offer.get("id"),
+            machine_id=offer.get("machine_id"),
+            host_id=offer.get("host_id"),
+            gpu_name=offer.get("gpu_name"),
+            num_gpus=offer.get("num_gpus"),
+            dph_total=offer.get("dph_total"),
+            cpu_ram_gb=offer.get("cpu_ram_gb"),
+            geolocation=offer.get("geolocation"),
+            image=detail.get("image"),
+            state="loading",
+            min_rate=detail.get("min_rate"),
+            created_at=now,
+            loading_at=now,
+        )
+        rec = await self.store.upsert_instance(rec, now=now)
+        await self.store.add_event(
+            "rent",
+            f"rented offer {offer.get('id')} ({offer.get('gpu_name')} x{offer.get('num_gpus')}, "
+            f"${offer.get('dph_total')}/h, min_rate {detail.get('min_rate')})",
+            instance_id=instance_id,
+            machine_id=offer.get("machine_id"),
+            detail={"label": label},
+            now=now,
+        )
+        log.info("rented %s on machine %s (%s)", instance_id, rec.machine_id, label)
+        return rec
+
+    async def _ensure_key_on_account(self) -> None:
+        if self._key_on_account or not self.public_key:
+            return
+        await self.client.ensure_ssh_key(self.public_key)
+        self._key_on_account = True
+
+    # -- offers and provisioning ---------------------------------------------------------
+
+    async def refresh_offers(self, force: bool = False) -> list[RankedOffer]:
+        fresh = self._offers_at is not None and (
+            time.monotonic() - self._offers_at < self.settings.offers_refresh
+        )
+        if fresh and not force:
+            return self._offers
+        cfg = self.config.offers
+        result = await self.client.search_offers(cfg.filter, order=cfg.order, limit=cfg.limit)
+        bad = {e.machine_id: e.reason for e in await self.store.list_bad()}
+        self._offers = rank_offers(
+            result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof
+        )
+        self._offers_at = time.monotonic()
+        return self._offers
+
+    @property
+    def offers(self) -> list[RankedOffer]:
+        return self._offers
+
+    async def _provision(self) -> None:
+        fleet = self.config.fleet
+        if fleet.target_workers <= 0:
+            return
+        async with self._lock:
+            live = await self.store.list_instances(include_killed=False)
+            live = [r for r in live if r.source == "vastui"]
+            pending = [
+                i for i in await self.store.list_intents(status="pending") if i.kind == "rent"
+            ]
+            if len(live) + len(pending) >= fleet.target_workers:
+                return
+            in_pipeline = sum(r.state in policy.PIPELINE_STAGES for r in live) + len(pending)
+            if in_pipeline >= fleet.max_concurrent_benchmarks:
+                return
+            offers = await self.refresh_offers()
+            spent = sum(r.dph_total or 0.0 for r in live)
+            used_offers = {i.offer_id for i in await self.store.list_intents(kind="rent")}
+            busy_machines = {r.machine_id for r in live}
+            bad = await self.store.bad_machine_ids()  # the ranking may predate a new ban
+            for ranked in offers:
+                offer = ranked.offer
+                if not ranked.viable or offer.id in used_offers:
+                    continue
+                if offer.machine_id in busy_machines or offer.machine_id in bad:
+                    continue
+                if spent + offer.dph_total > fleet.max_total_dph:
+                    continue
+                try:
+                    await self._rent(offer, f"auto: target {fleet.target_workers} workers")
+                except EngineError as exc:
+                    log.warning("%s", exc)
+                    continue
+                return  # one rent per step: the next step sees the new fleet
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,78 @@
+"""`vastui --engine-only`: the engine without Textual, for systemd.
+
+Logs to stderr and to a file in the state directory; stops cleanly on SIGTERM/SIGINT (or after
+`--for`); refuses to start when another engine holds this database's lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from vastui.backend import Options
+from vastui.config import state_dir
+from vastui.engine.runtime import RunOptions, engine_runtime
+from vastui.store import Store
+
+log = logging.getLogger("vastui.engine")
+
+
+def setup_logging(path: Path, level: int = logging.INFO) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(level)
+    for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(path)):
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    # The HTTP libraries log every request at INFO; keep the engine's log about the fleet.
+    for noisy in ("httpx", "httpcore", "asyncssh", "uvicorn"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def run_engine(opts: Options, run: RunOptions, duration: float | None) -> dict[str, int]:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if duration is not None:
+        loop.call_later(duration, stop.set)
+    started = time.monotonic()
+    async with engine_runtime(opts, run) as rt:
+        log.info(
+            "engine started on %s (%s, target %d workers%s)",
+            opts.db_path,
+            "simulated cloud" if opts.demo else rt.engine.client.base_url,
+            rt.engine.config.fleet.target_workers,
+            ", dry-run" if run.dry_run else "",
+        )
+        await rt.engine.run(stop)
+        log.info("stopping after %.0fs", time.monotonic() - started)
+    return await summarize(opts.db_path)
+
+
+async def summarize(db_path: Path) -> dict[str, int]:
+    store = await Store.open(db_path)
+    try:
+        instances = await store.list_instances()
+        counts: Counter[str] = Counter(r.state for r in instances)
+        counts.update(f"killed:{r.kill_kind}" for r in instances if r.killed)
+        counts["bad_list"] = len(await store.list_bad())
+        counts["perf_records"] = len(await store.list_perf())
+        counts["destroy_events"] = len(await store.list_events(kind="destroy"))
+    finally:
+        await store.close()
+    return dict(sorted(counts.items()))
+
+
+def run_headless(opts: Options, run: RunOptions, duration: float | None) -> int:
+    name = "engine-demo.log" if opts.demo else "engine.log"
+    setup_logging(state_dir() / name)
+    counts = asyncio.run(run_engine(opts, run, duration))
+    log.info("fleet: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
+    return 0

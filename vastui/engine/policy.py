@@ -1,0 +1,156 @@
+"""Decisions, as pure functions of what the engine knows: who dies, why, and who is banned.
+
+Kill kinds are typed (a short code) and come with a one-line human reason. A machine is
+banned only for faults that belong to the machine (a benchmark error exit, GPU errors, a
+stuck image load); a low benchmark rate is not a ban: it updates the performance record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vastui.config import Config
+from vastui.store.records import InstanceRecord
+
+GPU_ERROR = re.compile(
+    r"CUDA error|out of memory|illegal memory access|Xid \d+|GPU has fallen off|"
+    r"cudaError|NVRM|ECC error",
+    re.IGNORECASE,
+)
+LIVE_STAGES = ("loading", "setup", "paramfetch", "benchmark", "proving")
+PIPELINE_STAGES = ("loading", "setup", "paramfetch", "benchmark")  # not yet proving
+UNHEALTHY = ("exited", "offline", "unknown")
+WORKER_STAGE = {
+    "setup": "setup",
+    "paramfetch": "paramfetch",
+    "benchmark": "benchmark",
+    "prove": "proving",
+}
+BENCH_KILL_KIND = {
+    "below_min": "bench_below_min",
+    "aborted_early": "bench_aborted_early",
+    "error": "bench_error",
+    "timeout": "bench_timeout",
+}
+
+
+@dataclass(frozen=True)
+class Kill:
+    kind: str
+    reason: str
+    stage: str | None = None
+    error_lines: tuple[str, ...] = ()
+    bench_outcome: str | None = None
+    ban: str | None = None  # a reason to ban the machine too
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def gpu_errors(lines: Sequence[str]) -> list[str]:
+    return [line for line in lines if GPU_ERROR.search(line)]
+
+
+def deadline_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | None:
+    """A live instance stuck past its stage's deadline."""
+    d = config.deadlines
+    minutes = 60.0
+    if rec.state == "loading":
+        since = rec.loading_at or rec.created_at
+        if since is not None and now - since > d.loading_min * minutes:
+            return Kill(
+                "deadline_loading",
+                f"image load took over {d.loading_min:g} min (status: {rec.status_msg or '?'})",
+                "loading",
+                ban=f"stuck image load (> {d.loading_min:g} min)",
+            )
+    elif rec.state == "setup" and rec.first_report_at is None:
+        since = rec.setup_at
+        if since is not None and now - since > d.first_report_min * minutes:
+            return Kill(
+                "deadline_first_report",
+                f"no report from the worker {d.first_report_min:g} min after it started",
+                "setup",
+            )
+    elif rec.state == "paramfetch":
+        since = rec.paramfetch_at
+        if since is not None and now - since > d.paramfetch_min * minutes:
+            return Kill(
+                "deadline_paramfetch",
+                f"param fetch timeout ({d.paramfetch_min:g} min)",
+                "paramfetch",
+            )
+    elif rec.state == "benchmark":
+        since = rec.benchmark_at
+        if since is not None and now - since > d.benchmark_min * minutes:
+            return Kill(
+                "deadline_benchmark", f"benchmark timeout ({d.benchmark_min:g} min)", "benchmark"
+            )
+    return None
+
+
+def unhealthy_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | None:
+    """An instance exited/offline/unknown on Vast for longer than the grace period."""
+    if rec.vast_status not in UNHEALTHY or rec.unhealthy_since is None:
+        return None
+    grace = config.deadlines.exited_grace_min * 60.0
+    if now - rec.unhealthy_since <= grace:
+        return None
+    kind = "offline" if rec.vast_status in ("offline", "unknown") else "exited"
+    return Kill(
+        kind,
+        f"instance {rec.vast_status} on Vast for over {config.deadlines.exited_grace_min:g} min"
+        + (f" ({rec.status_msg})" if rec.status_msg else ""),
+        rec.state,
+    )
+
+
+def benchmark_kill(result: dict[str, Any], min_rate: float | None) -> Kill | None:
+    """The benchmark gate. None means: passed, keep it."""
+    outcome = str(result.get("outcome") or "error")
+    rate = _num(result.get("rate_per_hour"))
+    tail = tuple(str(x) for x in (result.get("error_tail") or []) if isinstance(x, str))[-20:]
+    if outcome == "pass" and (min_rate is None or (rate is not None and rate >= min_rate)):
+        return None
+    if outcome == "pass":  # the worker says pass, but our own gate disagrees
+        outcome = "below_min"
+    kind = BENCH_KILL_KIND.get(outcome, "bench_error")
+    rate_text = "n/a" if rate is None else f"{rate:.1f}"
+    min_text = "?" if min_rate is None else f"{min_rate:.1f}"
+    stage = str(result.get("stage") or "?")
+    if outcome in ("below_min", "aborted_early"):
+        reason = f"benchmark {outcome}: {rate_text} < {min_text} proofs/h"
+    elif outcome == "timeout":
+        reason = f"benchmark timeout in {stage} ({result.get('proofs_completed', 0)} proofs done)"
+    else:
+        first = tail[-1] if tail else "no error line"
+        reason = f"benchmark error in {stage}: {first}"
+    ban = None
+    if outcome == "error" or gpu_errors(tail):
+        ban = f"benchmark {outcome} in {stage}" + (
+            f": {gpu_errors(tail)[-1]}" if gpu_errors(tail) else ""
+        )
+    return Kill(kind, reason[:300], "benchmark", tail, outcome, ban, {"rate": rate})
+
+
+def failure_kill(event: dict[str, Any]) -> Kill:
+    """A worker stage reported failure."""
+    stage = str(event.get("stage") or "?")
+    reason = str(event.get("reason") or "failed")
+    tail = tuple(str(x) for x in (event.get("error_tail") or []) if isinstance(x, str))[-20:]
+    kind = f"{WORKER_STAGE.get(stage, stage)}_failed"
+    gpu = gpu_errors(tail)
+    ban = f"{stage} failed: {gpu[-1]}" if gpu else None
+    return Kill(kind, f"{stage} failed: {reason}"[:300], WORKER_STAGE.get(stage), tail, ban=ban)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

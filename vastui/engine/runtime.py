@@ -1,0 +1,179 @@
+"""Running an engine: the lease, the Vast client (real or simulated), SSH, heartbeats.
+
+Used by `vastui --engine-only` (headless, a systemd service) and by the console when no
+headless engine holds the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
+from vastui.config import Config, state_dir
+from vastui.engine.engine import Engine, EngineSettings
+from vastui.engine.keys import ensure_ssh_key
+from vastui.ssh import RemoteForward, SshPool, StorePins
+from vastui.store import Store
+from vastui.store.fleet import LeaseHeld
+
+log = logging.getLogger("vastui.engine")
+
+LEASE_TTL = 30.0  # real seconds; renewed every third of it
+
+
+@dataclass
+class RunOptions:
+    speed: float = 60.0  # demo only: simulated seconds per real second
+    seed: int = 7
+    target_workers: int | None = None
+    dry_run: bool = False
+    mode: str = "headless"  # or "console"
+    machine_fault_rate: float = 1.0  # demo only
+
+
+def parse_duration(text: str) -> float:
+    """`120s`, `2m`, `1h`, `90` (seconds) → seconds; a clear error otherwise."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    raw = text.strip().lower()
+    factor = units.get(raw[-1:])
+    number = raw[:-1] if factor is not None else raw
+    try:
+        value = float(number) * (factor or 1.0)
+    except ValueError:
+        raise ValueError(f"bad duration {text!r}: use e.g. 120s, 2m, 1h") from None
+    if value <= 0:
+        raise ValueError(f"bad duration {text!r}: must be positive")
+    return value
+
+
+@dataclass
+class EngineRuntime:
+    engine: Engine
+    store: Store
+    demo: Any | None  # the SimWorkerHost in demo mode
+
+
+@asynccontextmanager
+async def engine_runtime(
+    opts: Options, run: RunOptions, on_change: Callable[[str], Awaitable[None] | None] | None = None
+) -> AsyncIterator[EngineRuntime]:
+    """Open the store, take the lease, build client/SSH/engine; undo it all on exit."""
+    config = opts.config
+    if run.target_workers is not None:
+        config = replace(config, fleet=replace(config.fleet, target_workers=run.target_workers))
+    store = await Store.open(opts.db_path)
+    owner = uuid.uuid4().hex
+    stack = contextlib.AsyncExitStack()
+    try:
+        await store.acquire_lease(
+            owner, pid=os.getpid(), hostname=socket.gethostname(), mode=run.mode, ttl=LEASE_TTL
+        )
+        stack.push_async_callback(store.release_lease, owner)
+        key_path, public_key = ensure_ssh_key(config)
+        settings = EngineSettings(dry_run=run.dry_run)
+        if opts.demo:
+            engine, demo = await _demo_parts(
+                stack, config, store, run, key_path, public_key, settings, on_change
+            )
+        else:
+            demo = None
+            client = make_client(opts)
+            stack.push_async_callback(client.aclose)
+            lotus_host, _, lotus_port = config.ssh.lotus_api.rpartition(":")
+            pool = SshPool(
+                client_key=key_path,
+                pins=StorePins(store),
+                connect_timeout=config.ssh.connect_timeout_s,
+                forwards=[RemoteForward("127.0.0.1", 1234, lotus_host or "127.0.0.1",
+                                        int(lotus_port))],
+            )  # fmt: skip
+            engine = Engine(
+                config, store, client, ssh=pool, public_key=public_key, settings=settings,
+                on_change=on_change,
+            )  # fmt: skip
+        stack.push_async_callback(engine.close)
+        heartbeat = asyncio.create_task(_heartbeat(store, owner))
+        try:
+            yield EngineRuntime(engine, store, demo)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+    finally:
+        await stack.aclose()
+        await store.close()
+
+
+async def _demo_parts(
+    stack: contextlib.AsyncExitStack,
+    config: Config,
+    store: Store,
+    run: RunOptions,
+    key_path: Path,
+    public_key: str,
+    settings: EngineSettings,
+    on_change: Callable[[str], Awaitable[None] | None] | None,
+) -> tuple[Engine, Any]:
+    from vastui.sim.lotus import FakeLotus
+    from vastui.sim.workers import SimWorkerHost
+
+    cloud = make_demo_cloud(run.seed, run.speed)
+    sandbox_root = Path(tempfile.mkdtemp(prefix="vastui-sim-", dir=_sandbox_parent()))
+    stack.callback(shutil.rmtree, sandbox_root, True)
+    host = SimWorkerHost(
+        cloud, sandbox_root, speed=run.speed, machine_fault_rate=run.machine_fault_rate,
+        poll_interval=0.5,
+    )  # fmt: skip
+    host.attach()
+    stack.push_async_callback(host.close)
+    lotus = FakeLotus()
+    await lotus.start()
+    stack.push_async_callback(lotus.stop)
+    client = client_for_cloud(cloud, pacing={})
+    stack.push_async_callback(client.aclose)
+    pool = SshPool(
+        client_key=key_path,
+        pins=StorePins(store),
+        connect_timeout=5.0,
+        backoff=(0.2, 2.0, 2.0),
+        forwards=[RemoteForward("127.0.0.1", 1234, "127.0.0.1", lotus.port)],
+    )
+    # Deadlines and offer refreshes run on simulated time; polls stay quick in real time.
+    settings.poll_interval = 0.5
+    settings.offers_refresh = max(2.0, 300.0 / run.speed)
+    engine = Engine(
+        config, store, client, ssh=pool, public_key=public_key, clock=cloud.clock.now,
+        settings=settings, on_change=on_change,
+    )  # fmt: skip
+    return engine, host
+
+
+def _sandbox_parent() -> str:
+    path = state_dir() / "sim"
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+async def _heartbeat(store: Store, owner: str) -> None:
+    while True:
+        await asyncio.sleep(LEASE_TTL / 3)
+        try:
+            if not await store.renew_lease(owner, ttl=LEASE_TTL):
+                log.error("engine lease lost: another engine took over this database")
+        except Exception:
+            log.exception("lease heartbeat failed")
+
+
+__all__ = ["LeaseHeld", "RunOptions", "engine_runtime", "parse_duration"]
