@@ -42,9 +42,13 @@ class Options:
         return self.db or default_db_path(self.demo)
 
 
+DEMO_HOSTS = 400  # ~2,400 offers, ~200 through the default filter
+
+
 def make_demo_cloud(seed: int = DEMO_SEED, speed: float = 30.0, **kwargs: Any) -> SimCloud:
     from vastui.sim import ScaledClock, SimCloud
 
+    kwargs.setdefault("hosts", DEMO_HOSTS)
     return SimCloud(seed=seed, speed=speed, clock=ScaledClock(speed), **kwargs)
 
 

@@ -124,8 +124,9 @@ def benchmark_kill(result: dict[str, Any], min_rate: float | None) -> Kill | Non
     elif outcome == "timeout":
         reason = f"benchmark timeout in {stage} ({result.get('proofs_completed', 0)} proofs done)"
     else:
-        first = tail[-1] if tail else "no error line"
-        reason = f"benchmark error in {stage}: {first}"
+        # The most telling line: a GPU error if there is one, else the last error line.
+        telling = (gpu_errors(tail) or list(tail) or ["no error line"])[-1]
+        reason = f"benchmark {outcome} in {stage}: {telling}"
     ban = None
     if outcome == "error" or gpu_errors(tail):
         ban = f"benchmark {outcome} in {stage}" + (
