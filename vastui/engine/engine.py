@@ -337,12 +337,8 @@ class Engine:
             if rec is None or rec.killed:
                 return
             async for event in worker.events(after=rec.events_seen):
-                async with self._lock:
-                    rec = await self.store.get_instance(vast_id)
-                    if rec is None or rec.killed:
-                        return
-                    await self._on_event(rec, event)
-                await self._notify("event")
+                if not await self.handle_worker_event(vast_id, event):
+                    return
         except asyncio.CancelledError:
             raise
         except SshError as exc:
@@ -352,6 +348,17 @@ class Engine:
         finally:
             if self._watchers.get(vast_id) is asyncio.current_task():
                 self._watchers.pop(vast_id, None)
+
+    async def handle_worker_event(self, vast_id: int, event: dict[str, Any]) -> bool:
+        """Decide on one worker event now. False once the instance is no longer live."""
+        async with self._lock:
+            rec = await self.store.get_instance(vast_id)
+            if rec is None or rec.killed:
+                return False
+            await self._on_event(rec, event)
+            rec = await self.store.get_instance(vast_id)
+        await self._notify("event")
+        return rec is not None and not rec.killed
 
     async def _on_event(self, rec: InstanceRecord, event: dict[str, Any]) -> None:
         now = self.clock()
@@ -657,9 +664,9 @@ class Engine:
         async with self._lock:
             live = await self.store.list_instances(include_killed=False)
             live = [r for r in live if r.source == "vastui"]
-            pending = [
-                i for i in await self.store.list_intents(status="pending") if i.kind == "rent"
-            ]
+            # In dry-run, would-be rents stand in for the instances they would have made.
+            wanted = ("pending", "dry_run") if self.settings.dry_run else ("pending",)
+            pending = [i for i in await self.store.list_intents(kind="rent") if i.status in wanted]
             if len(live) + len(pending) >= fleet.target_workers:
                 return
             in_pipeline = sum(r.state in policy.PIPELINE_STAGES for r in live) + len(pending)

@@ -1,0 +1,428 @@
+"""The engine against the simulated cloud: provisioning, the benchmark gate, every destroy
+path, and the money invariants. Worker events are fed directly (the SSH path has its own
+end-to-end tests); the cloud runs on a ManualClock shared with the engine."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from vastui.backend import client_for_cloud
+from vastui.config import Config
+from vastui.engine.engine import Engine, EngineSettings
+from vastui.engine.labels import is_vastui_label
+from vastui.sim import ManualClock, SimCloud
+from vastui.store import Store
+from vastui.vast.client import RetryPolicy, VastClient
+
+PUBKEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEngineTestKeyMaterial000000000000000 vastui"
+
+
+async def no_sleep(_s: float) -> None:
+    return None
+
+
+class World:
+    def __init__(self, tmp: Path, target: int = 0, dry_run: bool = False, db: str = "s.db"):
+        self.tmp = tmp
+        self.clock = ManualClock()
+        self.cloud = SimCloud(seed=5, clock=self.clock, hosts=120)
+        self.config = Config()
+        self.config = replace(
+            self.config,
+            fleet=replace(self.config.fleet, target_workers=target, max_concurrent_benchmarks=2),
+        )
+        self.dry_run = dry_run
+        self.db = db
+
+    def client(self) -> VastClient:
+        return client_for_cloud(
+            self.cloud, pacing={}, sleep=no_sleep, retry=RetryPolicy(create_lookups=2)
+        )
+
+    async def engine(self, store: Store, dry_run: bool | None = None) -> Engine:
+        return Engine(
+            self.config,
+            store,
+            self.client(),
+            ssh=None,
+            public_key=PUBKEY,
+            clock=self.clock.now,
+            settings=EngineSettings(
+                dry_run=self.dry_run if dry_run is None else dry_run, offers_refresh=0.0
+            ),
+        )
+
+    async def until_running(self, engine: Engine) -> None:
+        for _ in range(40):
+            self.clock.advance(30)
+            await engine.step()
+            live = await engine.store.list_instances(include_killed=False)
+            if live and all(r.state != "loading" for r in live):
+                return
+        raise AssertionError("instances never left loading")
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    yield World(tmp_path)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await Store.open(tmp_path / "s.db")
+    yield s
+    await s.close()
+
+
+async def rent_one(world: World, store: Store) -> tuple[Engine, int]:
+    engine = await world.engine(store)
+    offers = await engine.refresh_offers(force=True)
+    viable = next(r for r in offers if r.viable)
+    iid = await engine.deploy(viable.offer.id)
+    assert iid is not None
+    await world.until_running(engine)
+    return engine, iid
+
+
+def result(outcome: str, rate: float | None, tail: list[str] | None = None, stage: str = "done"):
+    return {
+        "stage": "benchmark",
+        "event": "result",
+        "result": {
+            "outcome": outcome,
+            "stage": stage,
+            "rate_per_hour": rate,
+            "proofs_completed": 3,
+            "error_tail": tail or [],
+        },
+    }
+
+
+# -- provisioning ------------------------------------------------------------------------
+
+
+async def test_auto_provisioning_rents_viable_offers_up_to_limits(world: World, store: Store):
+    world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=3))
+    engine = await world.engine(store)
+    for _ in range(6):
+        await engine.step()
+    live = await store.list_instances(include_killed=False)
+    # At most max_concurrent_benchmarks (2) in the pipeline at once, even with target 3.
+    assert len(live) == 2
+    assert len(world.cloud.instances) == 2
+    for rec in live:
+        assert is_vastui_label(rec.label) and rec.label.startswith("vastui-main-")
+        sim = world.cloud.instances[rec.vast_id]
+        assert sim.env["MIN_RATE"] == f"{rec.min_rate:.1f}"
+        assert rec.min_rate == world.config.min_rate_for(rec.dph_total)
+    assert len({r.machine_id for r in live}) == 2
+    assert [e.kind for e in await store.list_events(kind="rent")] == ["rent", "rent"]
+    assert PUBKEY.split()[1] in str(world.cloud.ssh_keys), "key put on the account before renting"
+    await engine.close()
+
+
+async def test_never_rents_bad_or_too_slow_machines(world: World, store: Store):
+    engine = await world.engine(store)
+    offers = await engine.refresh_offers(force=True)
+    best = next(r for r in offers if r.viable)
+    await store.add_bad(best.offer.machine_id, "test ban")
+    with pytest.raises(Exception, match="bad list"):
+        await engine.deploy(best.offer.id)
+    # A machine known to be slow for its price is not rented automatically.
+    slow = next(r for r in offers if r.viable and r.offer.machine_id != best.offer.machine_id)
+    await store.record_benchmark(slow.offer.machine_id, slow.offer.gpu_name,
+                                 slow.offer.num_gpus, 1.0)  # fmt: skip
+    world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=5))
+    engine = await world.engine(store)
+    for _ in range(4):
+        await engine.step()
+    rented = {r.machine_id for r in await store.list_instances()}
+    assert best.offer.machine_id not in rented and slow.offer.machine_id not in rented
+    await engine.close()
+
+
+async def test_no_double_rent_of_one_offer(world: World, store: Store):
+    engine = await world.engine(store)
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    await engine.deploy(offer.id)
+    with pytest.raises(Exception, match="already rented"):
+        await engine.deploy(offer.id)
+    assert len(world.cloud.instances) == 1
+    await engine.close()
+
+
+@pytest.mark.parametrize("fault", ["lost", "lost-timeout"])
+async def test_lost_create_answer_yields_one_instance_and_one_record(world, store, fault):
+    world.cloud.faults.script("create", [fault])
+    world.cloud.faults.lost_delay = 5.0
+    engine = await world.engine(store)
+    engine.client.timeout = 0.3
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    iid = await engine.deploy(offer.id)
+    await engine.step()
+    await engine.step()
+    assert list(world.cloud.instances) == [iid]
+    assert [r.vast_id for r in await store.list_instances()] == [iid]
+    [intent] = await store.list_intents(kind="rent")
+    assert intent.status == "done" and intent.instance_id == iid
+    await engine.close()
+
+
+async def test_pending_rent_intent_is_resolved_by_label_after_a_crash(world, store):
+    """Crash after Vast created the instance, before vastui recorded it."""
+    engine = await world.engine(store)
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    label = "vastui-main-0123456789ab"
+    await store.create_intent("rent", "auto", label=label, offer_id=offer.id,
+                              machine_id=offer.machine_id, detail={"offer": offer.to_json(),
+                              "min_rate": 29.0, "image": "img"})  # fmt: skip
+    async with world.client() as client:
+        created = await client.create_instance(offer.id, label=label, image="img", disk_gb=250)
+    await engine.step()
+    rec = await store.get_instance(created.instance_id)
+    assert rec is not None and rec.label == label and rec.machine_id == offer.machine_id
+    assert (await store.list_intents(kind="rent"))[0].status == "done"
+    assert len(world.cloud.instances) == 1
+    await engine.close()
+
+
+async def test_adoption_after_restart_with_a_lost_database(world: World, tmp_path: Path):
+    async with await Store.open(tmp_path / "a.db") as first:
+        engine, iid = await rent_one(world, first)
+        await engine.close()
+    async with await Store.open(tmp_path / "b.db") as fresh:
+        engine = await world.engine(fresh)
+        await engine.step()
+        rec = await fresh.get_instance(iid)
+        assert rec is not None and rec.state in ("loading", "setup")
+        assert [e.kind for e in await fresh.list_events(kind="adopt")] == ["adopt"]
+        assert len(world.cloud.instances) == 1, "adopted, not re-rented"
+        await engine.close()
+
+
+# -- the benchmark gate and every destroy path -------------------------------------------
+
+
+async def test_benchmark_pass_goes_proving_and_records_perf(world, store):
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    for stage in ("setup", "paramfetch", "benchmark"):
+        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    rec = await store.get_instance(iid)
+    assert rec.state == "proving" and rec.bench_rate == rec.min_rate + 5
+    [perf] = await store.get_perf(rec.machine_id)
+    assert perf.last_rate == rec.min_rate + 5 and perf.machine_id == rec.machine_id
+    assert iid in world.cloud.instances
+    await engine.close()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "kind", "banned"),
+    [
+        ("below_min", "bench_below_min", False),
+        ("aborted_early", "bench_aborted_early", False),
+        ("timeout", "bench_timeout", False),
+        ("error", "bench_error", True),
+    ],
+)
+async def test_benchmark_failures_destroy_with_typed_reason(world, store, outcome, kind, banned):
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    tail = ["2026-03-13T17:19:40Z ERROR cuzk_core::engine: CUDA error 700: illegal memory access"]
+    rate = None if outcome in ("error", "timeout") else rec.min_rate - 3
+    await engine.handle_worker_event(iid, result(outcome, rate, tail if banned else None))
+    rec = await store.get_instance(iid)
+    assert rec.state == "killed" and rec.kill_kind == kind and rec.failed_stage == "benchmark"
+    assert rec.bench_outcome == outcome
+    assert iid not in world.cloud.instances
+    [destroy] = await store.list_events(kind="destroy")
+    assert destroy.instance_id == iid and destroy.reason == rec.kill_reason
+    bad = await store.list_bad()
+    if banned:
+        assert [b.machine_id for b in bad] == [rec.machine_id]
+        assert bad[0].source == "automatic" and bad[0].host_id == rec.host_id
+        assert bad[0].machine_id != bad[0].host_id
+        assert "CUDA error 700" in rec.kill_reason and rec.error_lines == tuple(tail)
+    else:
+        assert bad == []
+    if rate is not None:
+        assert (await store.get_perf(rec.machine_id))[0].last_rate == rate
+    await engine.close()
+
+
+async def test_pass_below_our_gate_is_still_killed(world, store):
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    await engine.handle_worker_event(iid, result("pass", rec.min_rate - 1))
+    assert (await store.get_instance(iid)).kill_kind == "bench_below_min"
+    await engine.close()
+
+
+async def test_setup_failure_names_the_missing_tunnel(world, store):
+    engine, iid = await rent_one(world, store)
+    await engine.handle_worker_event(
+        iid,
+        {
+            "stage": "setup",
+            "event": "fail",
+            "reason": "lotus api unreachable through tunnel",
+            "error_tail": ["curl: (7) Failed to connect"],
+        },
+    )
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "setup_failed" and "lotus api unreachable" in rec.kill_reason
+    assert await store.list_bad() == [], "a missing tunnel is our fault, not the machine's"
+    await engine.close()
+
+
+@pytest.mark.parametrize(
+    ("stage", "minutes", "kind"),
+    [("paramfetch", 91, "deadline_paramfetch"), ("benchmark", 46, "deadline_benchmark")],
+)
+async def test_stage_deadlines(world, store, stage, minutes, kind):
+    engine, iid = await rent_one(world, store)
+    await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    world.clock.advance((minutes - 2) * 60)
+    await engine.step()
+    assert (await store.get_instance(iid)).state == stage
+    world.clock.advance(3 * 60)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == kind and rec.failed_stage == stage
+    assert iid not in world.cloud.instances
+    await engine.close()
+
+
+async def test_no_first_report_deadline(world, store):
+    engine, iid = await rent_one(world, store)
+    world.clock.advance(16 * 60)
+    await engine.step()
+    assert (await store.get_instance(iid)).kill_kind == "deadline_first_report"
+    await engine.close()
+
+
+async def test_stuck_image_load_is_destroyed_and_banned(world, store):
+    engine = await world.engine(store)
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    iid = await engine.deploy(offer.id)
+    world.cloud.force_status(iid, "loading")
+    world.clock.advance(31 * 60)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "deadline_loading"
+    assert [b.machine_id for b in await store.list_bad()] == [offer.machine_id]
+    await engine.close()
+
+
+@pytest.mark.parametrize("status", ["exited", "offline"])
+async def test_exited_or_offline_past_grace(world, store, status):
+    engine, iid = await rent_one(world, store)
+    world.cloud.force_status(iid, status)
+    await engine.step()
+    assert not (await store.get_instance(iid)).killed, "within the grace period"
+    world.clock.advance(6 * 60)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == status and iid not in world.cloud.instances
+    await engine.close()
+
+
+async def test_ignoring_a_machine_destroys_its_instances(world, store):
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    await store.submit_command("ignore", {"machine_id": rec.machine_id, "reason": "flaky"})
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "bad_machine" and iid not in world.cloud.instances
+    await engine.close()
+
+
+async def test_vanished_instance_is_marked_killed(world, store):
+    engine, iid = await rent_one(world, store)
+    async with world.client() as client:
+        await client.destroy_instance(iid)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "vanished" and rec.kill_reason == "instance disappeared from vast"
+    await engine.close()
+
+
+# -- safety ------------------------------------------------------------------------------
+
+
+async def test_never_destroys_an_instance_without_vastui_label(world, store):
+    async with world.client() as client:
+        offer = (await client.search_offers("num_gpus=1", order="dph")).offers[0]
+        theirs = await client.create_instance(offer.id, label="someone-elses-box", image="i",
+                                              disk_gb=10)  # fmt: skip
+    engine = await world.engine(store)
+    await store.add_bad(offer.machine_id, "ban the machine under their box")
+    for _ in range(3):
+        world.clock.advance(600)
+        await engine.step()
+    assert theirs.instance_id in world.cloud.instances
+    assert await store.get_instance(theirs.instance_id) is None, "not adopted either"
+    with pytest.raises(Exception, match="not one of vastui's"):
+        await engine.destroy(theirs.instance_id)
+    assert await store.list_events(kind="destroy") == []
+    await engine.close()
+
+
+async def test_other_fleets_instances_are_not_adopted(world, store):
+    async with world.client() as client:
+        offer = (await client.search_offers("num_gpus=1", order="dph")).offers[0]
+        await client.create_instance(offer.id, label="vastui-other-0123456789ab", image="i",
+                                     disk_gb=10)  # fmt: skip
+    engine = await world.engine(store)
+    await engine.step()
+    assert await store.list_instances() == []
+    await engine.close()
+
+
+async def test_dry_run_decides_and_records_but_touches_nothing(world, tmp_path):
+    # A real instance first, so the dry-run engine has something it would destroy.
+    async with await Store.open(tmp_path / "d.db") as store:
+        engine, iid = await rent_one(world, store)
+        await engine.close()
+        world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=4))
+        dry = await world.engine(store, dry_run=True)
+        before = set(world.cloud.instances)
+        await store.add_bad((await store.get_instance(iid)).machine_id, "would kill")
+        for _ in range(3):
+            await dry.step()
+        assert set(world.cloud.instances) == before, "dry-run rents and destroys nothing"
+        assert not (await store.get_instance(iid)).killed
+        destroys = await store.list_events(kind="destroy")
+        assert len(destroys) == 1 and destroys[0].reason.startswith("[dry-run]")
+        rents = [e for e in await store.list_events(kind="rent") if "[dry-run]" in e.reason]
+        real_label = (await store.get_instance(iid)).label
+        dry_intents = [i for i in await store.list_intents(kind="rent") if i.label != real_label]
+        # One live worker in its pipeline + one would-be rent = max_concurrent_benchmarks (2):
+        # decided once, not again at every step.
+        assert len(rents) == 1 and len(dry_intents) == 1
+        assert all(i.status == "dry_run" for i in dry_intents)
+        await dry.close()
+
+
+async def test_console_commands_go_through_the_store(world, store):
+    engine = await world.engine(store)
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    deploy = await store.submit_command("deploy", {"offer_id": offer.id})
+    await engine.step()
+    cmd = await store.get_command(deploy)
+    assert cmd.status == "done" and "rented instance" in cmd.result
+    [rec] = await store.list_instances()
+    destroy = await store.submit_command("destroy", {"instance_id": rec.vast_id})
+    unknown = await store.submit_command("unignore", {"machine_id": 424242})
+    await engine.step()
+    assert (await store.get_command(destroy)).status == "done"
+    assert (await store.get_instance(rec.vast_id)).kill_kind == "manual"
+    failed = await store.get_command(unknown)
+    assert failed.status == "failed" and "not on the bad list" in failed.result
+    await engine.close()
