@@ -27,8 +27,12 @@ def setup_logging(path: Path, level: int = logging.INFO) -> None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
     root.setLevel(level)
+    for old in [h for h in root.handlers if getattr(h, "vastui", False)]:
+        root.removeHandler(old)
+        old.close()
     for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(path)):
         handler.setFormatter(fmt)
+        handler.vastui = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     # The HTTP libraries log every request at INFO; keep the engine's log about the fleet.
     for noisy in ("httpx", "httpcore", "asyncssh", "uvicorn"):

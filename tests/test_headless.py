@@ -1,0 +1,104 @@
+"""`vastui --engine-only`: runs without Textual, stops cleanly, one engine per database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vastui.cli import main
+from vastui.engine.runtime import parse_duration
+from vastui.store import Store
+
+
+async def lease_of(db: Path):
+    async with await Store.open(db) as store:
+        return await store.lease_holder()
+
+
+def test_dry_run_demo_for_a_few_seconds(tmp_path: Path, capsys):
+    db = tmp_path / "e.db"
+    argv = ["--engine-only", "--demo", "--db", str(db), "--for", "2s", "--speed", "200",
+            "--target-workers", "2", "--dry-run"]  # fmt: skip
+    assert main(argv) == 0
+    assert asyncio.run(lease_of(db)) is None, "the lease is released on exit"
+    out = subprocess.run(
+        [sys.executable, "-m", "vastui", "events", "--db", str(db), "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    assert events and all(e["reason"].startswith("[dry-run]") for e in events)
+    assert {e["kind"] for e in events} == {"rent"}
+
+
+def test_second_engine_is_refused(tmp_path: Path, capsys):
+    db = tmp_path / "e.db"
+
+    async def hold() -> None:
+        async with await Store.open(db) as store:
+            await store.acquire_lease("other", pid=4242, hostname="ctl", mode="headless", ttl=600)
+
+    asyncio.run(hold())
+    code = main(["--engine-only", "--demo", "--db", str(db), "--for", "1s"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "another vastui engine (headless, pid 4242 on ctl)" in err
+    assert err.strip().count("\n") == 0
+
+
+def test_sigterm_stops_cleanly_and_imports_no_textual(tmp_path: Path):
+    db = tmp_path / "e.db"
+    env = dict(os.environ, VASTUI_STATE_DIR=str(tmp_path / "state"))
+    code = (
+        "import sys, runpy; sys.argv = ['vastui'] + sys.argv[1:];"
+        "from vastui.cli import main; rc = main(sys.argv[1:]);"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'textual'];"
+        "print('TEXTUAL', bad, file=sys.stderr); sys.exit(rc)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--engine-only", "--demo", "--db", str(db), "--dry-run"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for _ in range(300):  # up to 30 s for start-up on a loaded machine
+            if db.exists() and asyncio.run(lease_of(db)) is not None:
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)  # polling for a condition, bounded above
+        assert proc.poll() is None, "engine exited early"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "TEXTUAL []" in err
+    assert "engine started" in err and "stopping after" in err
+    assert asyncio.run(lease_of(db)) is None
+    assert (tmp_path / "state" / "engine-demo.log").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("120s", 120), ("2m", 120), ("1h", 3600), ("90", 90), ("1.5m", 90)]
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "-5s", "0"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(ValueError, match="bad duration"):
+        parse_duration(text)
+
+
+def test_bad_duration_is_one_line(tmp_path: Path, capsys):
+    assert main(["--engine-only", "--demo", "--db", str(tmp_path / "x.db"), "--for", "soon"]) == 2
+    assert "bad duration 'soon'" in capsys.readouterr().err
