@@ -41,6 +41,7 @@ RENT_RECOVERY_GRACE = 600.0
 class EngineSettings:
     poll_interval: float = 30.0  # real seconds between reconcile steps
     offers_refresh: float = 120.0  # real seconds between offer searches
+    command_poll: float = 1.0  # real seconds between checks for console commands
     dry_run: bool = False
     worker_env: dict[str, str] = field(default_factory=dict)  # extra env for every worker
 
@@ -78,6 +79,7 @@ class Engine:
         self._offers_at: float | None = None  # monotonic
         self._key_on_account = False
         self._dry_decided: set[tuple[str, int]] = set()
+        self._wake = asyncio.Event()
         self.vast_seen_at: float | None = None  # wall time of the last good Vast list
         self.last_error: str | None = None
 
@@ -85,10 +87,38 @@ class Engine:
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.store.requeue_running_commands()
+        commands = asyncio.create_task(self._command_poller(stop), name="engine-commands")
+        try:
+            while not stop.is_set():
+                self._wake.clear()
+                await self.step()
+                waits = [
+                    asyncio.ensure_future(stop.wait()),
+                    asyncio.ensure_future(self._wake.wait()),
+                ]
+                await asyncio.wait(
+                    waits, timeout=self.settings.poll_interval, return_when=asyncio.FIRST_COMPLETED
+                )
+                for waiter in waits:
+                    waiter.cancel()
+        finally:
+            commands.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await commands
+
+    def wake(self) -> None:
+        """Run the next step now (a command arrived, the operator pressed refresh)."""
+        self._wake.set()
+
+    async def _command_poller(self, stop: asyncio.Event) -> None:
+        """Console commands reach a headless engine within a second, not a poll interval."""
         while not stop.is_set():
-            await self.step()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.poll_interval)
+            await asyncio.sleep(self.settings.command_poll)
+            try:
+                if await self.store.has_pending_commands():
+                    self.wake()
+            except StoreError as exc:
+                log.warning("command poll: %s", exc)
 
     async def close(self) -> None:
         for task in list(self._watchers.values()):

@@ -278,6 +278,13 @@ class FleetOps:
                 ("done" if ok else "failed", result, _ts(now), command_id),
             )
 
+    async def has_pending_commands(self) -> bool:
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT 1 FROM commands WHERE status = 'pending' LIMIT 1"
+            )
+        return row is not None
+
     async def get_command(self, command_id: int) -> Command | None:
         async with self._read() as conn:  # type: ignore[attr-defined]
             row = await self._fetchone(  # type: ignore[attr-defined]
