@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Textual reads this once, at import: it has to be set before any test imports textual.
+os.environ["TEXTUAL_ANIMATIONS"] = "none"
 
 
 @pytest.fixture(autouse=True)
@@ -13,5 +18,4 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.delenv("VASTUI_CONFIG", raising=False)
     monkeypatch.delenv("VASTUI_STATE_DIR", raising=False)
     monkeypatch.delenv("VAST_API_KEY", raising=False)
-    monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")
     yield home

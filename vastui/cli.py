@@ -216,8 +216,15 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
         except LeaseHeld as exc:
             raise CliError(str(exc)) from None
     from vastui.console.app import run_console
+    from vastui.console.themes import ThemeError
 
-    return run_console(opts)
+    run = _run_options(args, "console")
+    if run.target_workers is None and opts.demo and opts.config.fleet.target_workers == 0:
+        run.target_workers = 3  # the demo keeps a small fleet busy so every pane has live data
+    try:
+        return run_console(opts, read_only=args.read_only, theme=args.theme, run=run)
+    except ThemeError as exc:
+        raise CliError(str(exc)) from None
 
 
 # -- parser ------------------------------------------------------------------------------
@@ -261,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dry-run", action="store_true", help="decide and record, but rent and destroy nothing"
     )
+    parser.add_argument(
+        "--read-only", action="store_true", help="console: no action that rents, destroys or bans"
+    )
+    parser.add_argument("--theme", help="console theme (bundled, user or Textual built-in)")
     parser.set_defaults(func=cmd_console, engine_only=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

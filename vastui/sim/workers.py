@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -188,6 +189,9 @@ class SimWorkerHost:
                 env[key] = str(value)
         if inst.image:
             env.setdefault("VASTUI_IMAGE", inst.image)
+            # What a real image has baked in at build time (Dockerfile ARG → ENV).
+            digest = hashlib.sha256(inst.image.encode()).hexdigest()
+            env.setdefault("VASTUI_IMAGE_DIGEST", f"sha256:{digest}")
         env.update(self.extra_env)
         return env
 

@@ -1,0 +1,291 @@
+"""The console's link to the fleet, without widgets.
+
+Two modes, one interface:
+- **own engine**: no other engine holds the database's lease, so the console runs one
+  in-process (the same `engine_runtime` the headless mode uses);
+- **attached**: a headless engine (`vastui --engine-only`) holds the lease. The console starts
+  no engine: it reads that engine's state from the store and sends its commands (deploy,
+  destroy, ignore, unignore) through the store's command table.
+
+Either way the store is the source of truth the UI reads; actions are store commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vastui.backend import Options, make_client, make_demo_cloud
+from vastui.config import state_dir
+from vastui.engine.engine import Engine
+from vastui.engine.keys import ensure_ssh_key
+from vastui.engine.ranking import RankedOffer, rank_offers
+from vastui.engine.runtime import EngineRuntime, RunOptions, engine_runtime
+from vastui.pricing import required_rate
+from vastui.sanitize import sanitize_line
+from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
+from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, PerfRecord, Store
+from vastui.store.fleet import Lease
+from vastui.vast.client import VastClient
+
+log = logging.getLogger("vastui.console")
+
+ENGINE_LOG_LINES = 5_000
+
+
+@dataclass
+class Snapshot:
+    """Everything the panes show, read in one go."""
+
+    instances: list[InstanceRecord] = field(default_factory=list)
+    bad: list[BadEntry] = field(default_factory=list)
+    legacy: list[LegacyReviewEntry] = field(default_factory=list)
+    perf: list[PerfRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    lease: Lease | None = None
+    taken_at: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        live = [r for r in self.instances if not r.killed]
+        return {
+            "running": sum(r.state == "proving" for r in live),
+            "benchmarking": sum(r.state == "benchmark" for r in live),
+            "fetching": sum(r.state in ("setup", "paramfetch") for r in live),
+            "loading": sum(r.state == "loading" for r in live),
+            "killed": sum(r.killed for r in self.instances),
+        }
+
+    def fleet_economics(self) -> tuple[float, float, float | None]:
+        """($/h of the whole live fleet, proofs/h of proving workers, $/proof of proving)."""
+        live = [r for r in self.instances if not r.killed]
+        dph = sum(r.dph_total or 0.0 for r in live)
+        proving = [r for r in live if r.state == "proving"]
+        rate = sum(r.bench_rate or 0.0 for r in proving)
+        proving_dph = sum(r.dph_total or 0.0 for r in proving)
+        return dph, rate, (proving_dph / rate if rate > 0 else None)
+
+
+class _RingHandler(logging.Handler):
+    """The in-process engine's log, for the Logs pane (bounded)."""
+
+    def __init__(self, ring: collections.deque[str]) -> None:
+        super().__init__(logging.INFO)
+        self.ring = ring
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.ring.append(sanitize_line(self.format(record), 2000))
+
+
+class FleetBridge:
+    def __init__(self, opts: Options, *, read_only: bool = False, run: RunOptions | None = None):
+        self.opts = opts
+        self.read_only = read_only
+        self.run_options = run or RunOptions(mode="console")
+        self.store: Store | None = None
+        self.runtime: EngineRuntime | None = None
+        self.attached_to: Lease | None = None
+        self.client: VastClient | None = None  # attached mode: our own, for offer searches
+        self.ssh: SshPool | None = None  # attached mode: our own, for log streams
+        self.engine_log: collections.deque[str] = collections.deque(maxlen=ENGINE_LOG_LINES)
+        self._offers: list[RankedOffer] = []
+        self._offers_at: float | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._engine_task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._handler: _RingHandler | None = None
+        self.mode = "starting"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.store = await Store.open(self.opts.db_path)
+        self._stack.push_async_callback(self.store.close)
+        holder = await self.store.lease_holder()
+        if holder is not None or self.read_only:
+            # A read-only console never runs an engine: engines rent and destroy.
+            await self._attach(holder)
+            return
+        self._handler = _RingHandler(self.engine_log)
+        logging.getLogger("vastui").addHandler(self._handler)
+        logging.getLogger("vastui").setLevel(logging.INFO)
+        self.runtime = await self._stack.enter_async_context(
+            engine_runtime(self.opts, self.run_options)
+        )
+        self.mode = "engine"
+        self._engine_task = asyncio.create_task(self.runtime.engine.run(self._stop))
+
+    async def _attach(self, holder: Lease | None) -> None:
+        self.attached_to = holder
+        self.mode = "attached" if holder is not None else "watching"
+        if self.opts.demo:
+            # The headless demo's simulated cloud lives in its process; search our own copy.
+            from vastui.backend import client_for_cloud
+
+            self.client = client_for_cloud(make_demo_cloud(self.opts.seed, self.opts.speed))
+        else:
+            self.client = make_client(self.opts)
+        self._stack.push_async_callback(self.client.aclose)
+        key_path, _ = ensure_ssh_key(self.opts.config)
+        self.ssh = SshPool(client_key=key_path, pins=StorePins(self.store))  # type: ignore[arg-type]
+        self._stack.push_async_callback(self.ssh.close_all)
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._engine_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._engine_task, 15)
+        if self._handler is not None:
+            logging.getLogger("vastui").removeHandler(self._handler)
+        await self._stack.aclose()
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.runtime.engine if self.runtime is not None else None
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def snapshot(self) -> Snapshot:
+        assert self.store is not None
+        store = self.store
+        return Snapshot(
+            instances=await store.list_instances(),
+            bad=await store.list_bad(),
+            legacy=await store.list_legacy_review(),
+            perf=await store.list_perf(),
+            events=await store.list_events(limit=500),
+            lease=await store.lease_holder(),
+            taken_at=time.time(),
+        )
+
+    async def offers(self, force: bool = False) -> list[RankedOffer]:
+        """Ranked offers: the engine's own list, or (attached) our own search."""
+        engine = self.engine
+        if engine is not None:
+            return await engine.refresh_offers(force=force)
+        assert self.client is not None and self.store is not None
+        cfg = self.opts.config
+        fresh = self._offers_at is not None and time.monotonic() - self._offers_at < 60
+        if fresh and not force:
+            return self._offers
+        result = await self.client.search_offers(
+            cfg.offers.filter, order=cfg.offers.order, limit=cfg.offers.limit
+        )
+        bad = {e.machine_id: e.reason for e in await self.store.list_bad()}
+        self._offers = rank_offers(
+            result.offers, await self.store.list_perf(), bad, cfg.fleet.max_cost_per_proof
+        )
+        self._offers_at = time.monotonic()
+        return self._offers
+
+    def set_filter(self, text: str) -> None:
+        """A new Vast filter (already validated by the caller)."""
+        from dataclasses import replace
+
+        cfg = self.opts.config
+        self.opts.config = replace(cfg, offers=replace(cfg.offers, filter=text))
+        if self.engine is not None:
+            self.engine.config = self.opts.config
+            self.engine._offers_at = None
+        self._offers_at = None
+
+    def min_rate_for(self, dph_total: float) -> float:
+        return required_rate(dph_total, self.opts.config.fleet.max_cost_per_proof)
+
+    @property
+    def vast_age(self) -> float | None:
+        """Seconds since the engine last listed instances on Vast (None: unknown)."""
+        engine = self.engine
+        if engine is not None and engine.vast_seen_at is not None:
+            return time.time() - engine.vast_seen_at
+        return None
+
+    # -- actions (always through the store, so both modes behave the same) ---------------
+
+    async def submit(self, kind: str, **args: Any) -> int:
+        if self.read_only:
+            raise PermissionError("read-only console: actions are disabled")
+        assert self.store is not None
+        command_id = await self.store.submit_command(kind, args)
+        if self.engine is not None:
+            self.engine.wake()
+        return command_id
+
+    async def wait_command(self, command_id: int, timeout: float = 60.0) -> tuple[bool, str]:
+        """(ok, result) once the engine has run it; (False, ...) after the timeout."""
+        assert self.store is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            cmd = await self.store.get_command(command_id)
+            if cmd is not None and cmd.status in ("done", "failed"):
+                return cmd.status == "done", cmd.result or ""
+            await asyncio.sleep(0.2)
+        return False, "no answer from the engine yet (it will still run the command)"
+
+    # -- logs ----------------------------------------------------------------------------
+
+    def _worker(self, rec: InstanceRecord) -> Worker | None:
+        pool = self.engine.ssh if self.engine is not None else self.ssh
+        if pool is None or rec.ssh_host is None or rec.killed:
+            return None
+        return pool.worker(rec.vast_id, (rec.ssh_host, int(rec.ssh_port or 22)))
+
+    async def stream_logs(
+        self, rec: InstanceRecord, source: str, tail: int = 500
+    ) -> AsyncIterator[list[str]]:
+        """Batches of sanitised lines from one worker log source, following."""
+        if source not in LOG_SOURCES:
+            raise ValueError(f"unknown log source {source!r}")
+        worker = self._worker(rec)
+        if worker is None:
+            raise ConnectionError(f"instance {rec.vast_id} has no SSH endpoint (yet)")
+        batch: list[str] = []
+        queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=50_000)
+
+        async def pump() -> None:
+            try:
+                async for line in worker.logs(source, follow=True, tail=tail):
+                    await queue.put(line)
+            finally:
+                await queue.put(None)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                line = await queue.get()
+                if line is None:
+                    if batch:
+                        yield batch
+                    task.result()  # surface the SSH error, if any
+                    return
+                batch.append(line)
+                # Coalesce: hand over what has arrived so far in one batch.
+                while not queue.empty() and len(batch) < 5000:
+                    nxt = queue.get_nowait()
+                    if nxt is None:
+                        queue.put_nowait(None)
+                        break
+                    batch.append(nxt)
+                yield batch
+                batch = []
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
+        worker = self._worker(rec)
+        if worker is None:
+            raise ConnectionError(f"instance {rec.vast_id} is not reachable over SSH")
+        return await worker.cuzk_status()
+
+    def engine_log_file(self) -> Path:
+        return state_dir() / ("engine-demo.log" if self.opts.demo else "engine.log")
