@@ -53,21 +53,22 @@ STATE_STYLE = {
     "legacy": "dim",
 }
 OFFER_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    # Most telling first: at 80 columns the price, the expected $/proof and the rates show.
     ("gpu", "GPU", 16),
     ("n", "#", 2),
-    ("vram", "VRAM", 4),
-    ("cpu", "CPU", 14),
-    ("cores", "Cores", 5),
-    ("ram", "RAM GB", 6),
-    ("pcie", "PCIe", 5),
     ("dph", "$/h", 6),
+    ("cpp", "Exp $/p", 7),
+    ("req", "Req", 4),
+    ("known", "Known", 5),
+    ("ram", "RAM GB", 6),
+    ("bad", "Bad", 3),
+    ("vram", "VRAM", 4),
+    ("cores", "Cores", 5),
+    ("cpu", "CPU", 14),
+    ("pcie", "PCIe", 5),
     ("dl", "DL Mb/s", 7),
     ("rel", "Rel%", 5),
     ("loc", "Location", 16),
-    ("known", "Known", 5),
-    ("req", "Req", 4),
-    ("cpp", "Exp $/p", 7),
-    ("bad", "Bad", 3),
 )
 INSTANCE_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("id", "Id", 8),
@@ -315,21 +316,21 @@ class VastuiApp(App[int]):
         dph, rate, cpp = snap.fleet_economics()
         line = Text()
         parts = [
-            ("running", counts["running"], "green"),
-            ("benchmarking", counts["benchmarking"], "yellow"),
-            ("fetching", counts["fetching"], "cyan"),
-            ("loading", counts["loading"], "blue"),
+            ("run", counts["running"], "green"),
+            ("bench", counts["benchmarking"], "yellow"),
+            ("fetch", counts["fetching"], "cyan"),
+            ("load", counts["loading"], "blue"),
             ("killed", counts["killed"], "red"),
         ]
         for name, value, style in parts:
             line.append(f"{value}", style=f"bold {style}")
-            line.append(f" {name}  ")
-        line.append(f"${dph:.2f}/h  ", style="bold")
-        line.append(f"{rate:.0f} proofs/h  ")
-        line.append(f"{'-' if cpp is None else f'${cpp:.4f}'}/proof  ")
+            line.append(f" {name} ")
+        line.append(f" ${dph:.2f}/h ", style="bold")
+        line.append(f"{rate:.0f} p/h ")
+        line.append(f"{'-' if cpp is None else f'${cpp:.4f}'}/proof ")
         age = self.bridge.vast_age
         if age is not None:
-            line.append(f"vast {age:.0f}s ago  ", style="yellow" if age > 120 else "dim")
+            line.append(f"vast {age:.0f}s ", style="yellow" if age > 120 else "dim")
         badges = []
         if self.opts.demo:
             badges.append(("SIM", "black on cyan"))
@@ -390,19 +391,19 @@ class VastuiApp(App[int]):
                 (
                     t(o.gpu_name, _gpu_style(o.gpu_name)),
                     t(o.num_gpus),
-                    t(fmt(o.gpu_ram_gb, ".0f")),
-                    t(_short_cpu(o.cpu_name)),
-                    t(fmt(o.cpu_cores, ".0f")),
-                    t(fmt(o.cpu_ram_gb, ".0f"), _ram_style(o.cpu_ram_gb, o.num_gpus)),
-                    t(fmt(o.pcie_bw, ".1f")),
                     t(f"{o.dph_total:.3f}"),
+                    t(fmt(cpp, ".4f"), cpp_style),
+                    t(f"{ranked.required_rate:.0f}"),
+                    t(fmt(known, ".0f"), "bold" if known else "dim"),
+                    t(fmt(o.cpu_ram_gb, ".0f"), _ram_style(o.cpu_ram_gb, o.num_gpus)),
+                    t("BAD" if ranked.bad else "", "bold red"),
+                    t(fmt(o.gpu_ram_gb, ".0f")),
+                    t(fmt(o.cpu_cores, ".0f")),
+                    t(_short_cpu(o.cpu_name)),
+                    t(fmt(o.pcie_bw, ".1f")),
                     t(fmt(o.inet_down, ".0f")),
                     t(fmt(None if o.reliability is None else o.reliability * 100, ".1f")),
                     t(o.geolocation),
-                    t(fmt(known, ".0f"), "bold" if known else "dim"),
-                    t(f"{ranked.required_rate:.0f}"),
-                    t(fmt(cpp, ".4f"), cpp_style),
-                    t("BAD" if ranked.bad else "", "bold red"),
                 )
             )
             keys.append(str(o.id))
