@@ -19,6 +19,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
@@ -297,7 +298,8 @@ class VastuiApp(App[int]):
     @on(SnapshotLoaded)
     def _snapshot(self, message: SnapshotLoaded) -> None:
         self.snapshot = message.snapshot
-        with self.batch_update():
+        # A message can still arrive while the app shuts down and its widgets are gone.
+        with contextlib.suppress(NoMatches), self.batch_update():
             self._render_summary()
             self._render_instances()
             self._render_bad()
@@ -305,8 +307,9 @@ class VastuiApp(App[int]):
     @on(OffersLoaded)
     def _offers_loaded(self, message: OffersLoaded) -> None:
         self.offers = message.offers
-        self._render_offers()
-        self._render_summary()
+        with contextlib.suppress(NoMatches):
+            self._render_offers()
+            self._render_summary()
 
     # -- rendering ------------------------------------------------------------------------
 
@@ -378,8 +381,6 @@ class VastuiApp(App[int]):
 
     def _render_offers(self) -> None:
         table = self.query_one("#offers-table", DataTable)
-        keep = _cursor_key(table)
-        table.clear()
         rows = []
         keys = []
         for ranked in self._visible_offers():
@@ -407,9 +408,7 @@ class VastuiApp(App[int]):
                 )
             )
             keys.append(str(o.id))
-        for row, key in zip(rows, keys, strict=True):
-            table.add_row(*row, key=key)
-        _restore_cursor(table, keep)
+        _fill(table, list(zip(keys, rows, strict=True)))
         hidden = sum(o.bad for o in self.offers) if not self.show_bad else 0
         self.query_one("#panes", TabbedContent).get_tab(
             "offers"
@@ -417,8 +416,7 @@ class VastuiApp(App[int]):
 
     def _render_instances(self) -> None:
         table = self.query_one("#instances-table", DataTable)
-        keep = _cursor_key(table)
-        table.clear()
+        rows: list[tuple[str, tuple[Text, ...]]] = []
         now_wall = time.time()
         current_image = self.opts.config.fleet.image
         live = sorted(self.snapshot.instances, key=lambda r: (r.killed, -(r.created_at or 0)))
@@ -427,7 +425,7 @@ class VastuiApp(App[int]):
             image = Text(sanitize_line(_short_image(rec.image), 60))
             if rec.image and rec.image != current_image:
                 image.append(" old", style="bold yellow")
-            table.add_row(
+            rows.append((str(rec.vast_id), (
                 t(rec.vast_id),
                 t(rec.state, STATE_STYLE.get(rec.state, "")),
                 _stage_text(rec),
@@ -438,16 +436,14 @@ class VastuiApp(App[int]):
                 t(fmt(cpp, ".4f")),
                 t(_uptime(rec, now_wall, self.snapshot)),
                 image,
-                key=str(rec.vast_id),
-            )
-        _restore_cursor(table, keep)
+            )))  # fmt: skip
+        _fill(table, rows)
 
     def _render_bad(self) -> None:
         table = self.query_one("#bad-table", DataTable)
-        keep = _cursor_key(table)
-        table.clear()
+        rows: list[tuple[str, tuple[Text, ...]]] = []
         for entry in self.snapshot.bad:
-            table.add_row(
+            rows.append((f"m{entry.machine_id}", (
                 t(entry.machine_id),
                 t(entry.host_id),
                 t(entry.gpu_name),
@@ -456,10 +452,9 @@ class VastuiApp(App[int]):
                 t(iso_utc(entry.created_at)),
                 t(entry.strikes),
                 t(iso_utc(entry.expires_at) if entry.expires_at else "never"),
-                key=f"m{entry.machine_id}",
-            )
+            )))  # fmt: skip
         for item in self.snapshot.legacy:
-            table.add_row(
+            rows.append((f"r{item.id}", (
                 t("review", "bold yellow"),
                 t(item.host_id),
                 t(item.gpu_name),
@@ -468,9 +463,8 @@ class VastuiApp(App[int]):
                 t(iso_utc(item.legacy_added_at) if item.legacy_added_at else None),
                 t(""),
                 t(""),
-                key=f"r{item.id}",
-            )
-        _restore_cursor(table, keep)
+            )))  # fmt: skip
+        _fill(table, rows)
         review = len(self.snapshot.legacy)
         self.query_one("#panes", TabbedContent).get_tab(
             "bad"
@@ -818,7 +812,8 @@ class VastuiApp(App[int]):
     @on(LogLines)
     def _log_lines(self, message: LogLines) -> None:
         if message.token == self._log_token:
-            self.query_one(LogView).append(message.source, message.lines)
+            with contextlib.suppress(NoMatches):
+                self.query_one(LogView).append(message.source, message.lines)
 
     def pump_engine_log(self) -> None:
         if self.log_source != "engine":
@@ -827,7 +822,8 @@ class VastuiApp(App[int]):
         fresh = ring[self._engine_log_seen :] if len(ring) >= self._engine_log_seen else ring
         self._engine_log_seen = len(ring)
         if fresh:
-            self.query_one(LogView).append("engine", fresh)
+            with contextlib.suppress(NoMatches):
+                self.query_one(LogView).append("engine", fresh)
 
     # -- remembered UI state -------------------------------------------------------------
 
@@ -846,6 +842,23 @@ class VastuiApp(App[int]):
 
 
 # -- small formatting helpers ------------------------------------------------------------
+
+
+def _fill(table: DataTable, rows: list[tuple[str, tuple[Text, ...]]]) -> None:
+    """Replace a table's rows, keeping the cursor on the same key; skip if nothing changed.
+
+    Skipping matters: refilling a table throws away its render cache, and the snapshot
+    arrives every second.
+    """
+    signature = hash(tuple((key, tuple(str(c) for c in cells)) for key, cells in rows))
+    if getattr(table, "_vastui_signature", None) == signature:
+        return
+    table._vastui_signature = signature  # type: ignore[attr-defined]
+    keep = _cursor_key(table)
+    table.clear()
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    _restore_cursor(table, keep)
 
 
 def _cursor_key(table: DataTable) -> str | None:
