@@ -207,7 +207,6 @@ class VastuiApp(App[int]):
         self.log_source = "all"
         self._log_token = 0
         self._offers_seen: int | None = None
-        self._engine_log_seen = 0
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -334,6 +333,9 @@ class VastuiApp(App[int]):
         age = self.bridge.vast_age
         if age is not None:
             line.append(f"vast {age:.0f}s ", style="yellow" if age > 120 else "dim")
+        elif self.bridge.mode == "attached" and snap.lease is not None:
+            beat = time.time() - snap.lease.heartbeat_at
+            line.append(f"engine ♥ {beat:.0f}s ", style="yellow" if beat > 30 else "dim")
         badges = []
         if self.opts.demo:
             badges.append(("SIM", "black on cyan"))
@@ -786,8 +788,8 @@ class VastuiApp(App[int]):
         view.clear()
         self._render_logs_header()
         if self.log_source == "engine":
-            view.append("engine", list(self.bridge.engine_log))
-            self._engine_log_seen = len(self.bridge.engine_log)
+            self.bridge.rewind_engine_log()
+            self.pump_engine_log()
             return
         rec = next((r for r in self.snapshot.instances if r.vast_id == self.log_instance), None)
         if rec is None:
@@ -818,9 +820,7 @@ class VastuiApp(App[int]):
     def pump_engine_log(self) -> None:
         if self.log_source != "engine":
             return
-        ring = list(self.bridge.engine_log)
-        fresh = ring[self._engine_log_seen :] if len(ring) >= self._engine_log_seen else ring
-        self._engine_log_seen = len(ring)
+        fresh = self.bridge.new_engine_log_lines()
         if fresh:
             with contextlib.suppress(NoMatches):
                 self.query_one(LogView).append("engine", fresh)

@@ -78,11 +78,13 @@ class _RingHandler(logging.Handler):
     def __init__(self, ring: collections.deque[str]) -> None:
         super().__init__(logging.INFO)
         self.ring = ring
+        self.total = 0  # lines ever appended: the ring's length stops growing when full
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):
             self.ring.append(sanitize_line(self.format(record), 2000))
+            self.total += 1
 
 
 class FleetBridge:
@@ -103,6 +105,8 @@ class FleetBridge:
         self._stop = asyncio.Event()
         self._handler: _RingHandler | None = None
         self.mode = "starting"
+        self._ring_seen = 0
+        self._file_offset = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -289,3 +293,32 @@ class FleetBridge:
 
     def engine_log_file(self) -> Path:
         return state_dir() / ("engine-demo.log" if self.opts.demo else "engine.log")
+
+    def new_engine_log_lines(self) -> list[str]:
+        """Engine log lines since the last call: our engine's ring, or the headless log file."""
+        if self.runtime is not None:
+            total = self._handler.total if self._handler is not None else 0
+            new = min(total - self._ring_seen, len(self.engine_log))
+            self._ring_seen = total
+            return list(self.engine_log)[-new:] if new > 0 else []
+        path = self.engine_log_file()
+        try:
+            size = path.stat().st_size
+            if size < self._file_offset:  # rotated or truncated
+                self._file_offset = 0
+            if self._file_offset == 0 and size > 256_000:
+                self._file_offset = size - 256_000  # start near the end of a long log
+            with path.open("rb") as fh:
+                fh.seek(self._file_offset)
+                data = fh.read(1_000_000)
+        except OSError:
+            return []
+        cut = data.rfind(b"\n") + 1  # only whole lines
+        self._file_offset += cut
+        return [
+            sanitize_line(line, 2000) for line in data[:cut].decode("utf-8", "replace").splitlines()
+        ]
+
+    def rewind_engine_log(self) -> None:
+        self._ring_seen = 0
+        self._file_offset = 0

@@ -1,0 +1,66 @@
+"""A console started while a headless engine holds the lease attaches instead of running one."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from textual.widgets import DataTable, Static
+
+from vastui.backend import Options
+from vastui.config import Config
+from vastui.console.app import VastuiApp
+from vastui.console.bridge import FleetBridge
+from vastui.store import Store
+
+
+async def hold_lease(db: Path) -> None:
+    async with await Store.open(db) as store:
+        await store.acquire_lease("headless-1", pid=4242, hostname="ctl", mode="headless", ttl=600)
+
+
+async def wait_for(pilot, condition, tries: int = 200) -> None:
+    for _ in range(tries):
+        await pilot.pause()
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
+    db = tmp_path / "a.db"
+    await hold_lease(db)
+    opts = Options(config=Config(), db=db, demo=True)
+    bridge = FleetBridge(opts)
+    app = VastuiApp(opts, bridge=bridge)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        assert bridge.mode == "attached" and bridge.engine is None
+        assert bridge.attached_to is not None and bridge.attached_to.pid == 4242
+        await wait_for(pilot, lambda: "ATTACHED" in str(app.query_one("#summary", Static).render()))
+        machine = app._selected_offer().offer.machine_id
+        await pilot.press("i")
+        await pilot.pause()
+        await pilot.press("enter")  # the default reason
+        await pilot.pause()
+    async with await Store.open(db) as store:
+        [cmd] = await store.claim_commands()
+        assert cmd.kind == "ignore" and cmd.args["machine_id"] == machine
+        assert await store.list_bad() == [], "the console itself changed nothing"
+        holder = await store.lease_holder()
+        assert holder is not None and holder.owner == "headless-1", "the lease was not taken"
+
+
+async def test_read_only_console_runs_no_engine(tmp_path: Path):
+    db = tmp_path / "r.db"
+    opts = Options(config=Config(), db=db, demo=True)
+    bridge = FleetBridge(opts, read_only=True)
+    app = VastuiApp(opts, read_only=True, bridge=bridge)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        assert bridge.mode == "watching" and bridge.engine is None
+        summary = str(app.query_one("#summary", Static).render())
+        assert "READ-ONLY" in summary and "NO ENGINE" in summary
+    async with await Store.open(db) as store:
+        assert await store.lease_holder() is None
