@@ -73,15 +73,14 @@ OFFER_COLUMNS: tuple[tuple[str, str, int], ...] = (
 )
 INSTANCE_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("id", "Id", 8),
-    ("state", "State", 10),
-    ("stage", "Stage / progress", 18),
-    ("label", "Label", 24),
+    ("stage", "State / progress", 32),
     ("gpu", "GPU", 16),
     ("rate", "Rate", 5),
     ("dph", "$/h", 6),
     ("cpp", "$/proof", 7),
-    ("up", "Uptime", 7),
-    ("image", "Image", 22),
+    ("up", "Uptime", 6),
+    ("label", "Label", 24),
+    ("image", "Image", 24),
 )
 BAD_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("machine", "Machine", 8),
@@ -429,14 +428,13 @@ class VastuiApp(App[int]):
                 image.append(" old", style="bold yellow")
             rows.append((str(rec.vast_id), (
                 t(rec.vast_id),
-                t(rec.state, STATE_STYLE.get(rec.state, "")),
                 _stage_text(rec),
-                t(rec.label),
                 t(f"{rec.gpu_name or '?'} x{rec.num_gpus or 1}"),
                 t(fmt(rec.bench_rate, ".1f")),
                 t(fmt(rec.dph_total, ".3f")),
                 t(fmt(cpp, ".4f")),
                 t(_uptime(rec, now_wall, self.snapshot)),
+                t(rec.label),
                 image,
             )))  # fmt: skip
         _fill(table, rows)
@@ -925,14 +923,15 @@ def _short_image(image: str | None) -> str:
 
 
 def _stage_text(rec: InstanceRecord) -> Text:
+    """The state with a five-step progress bar; for the dead, what killed them."""
     if rec.killed:
-        return Text(sanitize_line(f"✗ {rec.kill_kind} ({rec.failed_stage})", 60), style="red")
+        return Text(sanitize_line(f"✗ {rec.kill_kind} in {rec.failed_stage}", 60), style="red")
     order = ("loading", "setup", "paramfetch", "benchmark", "proving")
     done = order.index(rec.state) if rec.state in order else 0
     text = Text()
     for i, _stage in enumerate(order):
         text.append("■" if i <= done else "□", style="green" if i < done else "yellow")
-    text.append(f" {rec.state}")
+    text.append(f" {rec.state}", style=STATE_STYLE.get(rec.state, ""))
     return text
 
 
