@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "worker-image"
 STANDINS = REPO / "vastui" / "sim" / "standins"
 PYBIN = os.path.dirname(sys.executable)
-SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl")
+SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl", "vastui-lib.sh")
 ANSI = re.compile(r"\x1b\[")
 WAIT = 60.0  # generous upper bound for any condition
 

@@ -104,7 +104,7 @@ def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
     if origin is dict:
         _, value_type = typing.get_args(expected)
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: key '{key}': expected a table, got {_kind(value)}")
+            raise ConfigError(f"{path}: key '{key}': expected a table, got {describe_value(value)}")
         return {k: _check_value(path, f"{key}.{k}", value_type, v) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
         raise AssertionError("unions are not used in config sections")
@@ -118,10 +118,12 @@ def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
             return value
     elif isinstance(value, expected):
         return value
-    raise ConfigError(f"{path}: key '{key}': expected {_TYPE_NAMES[expected]}, got {_kind(value)}")
+    raise ConfigError(
+        f"{path}: key '{key}': expected {_TYPE_NAMES[expected]}, got {describe_value(value)}"
+    )
 
 
-def _kind(value: Any) -> str:
+def describe_value(value: Any) -> str:
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, str):
@@ -137,7 +139,9 @@ def _kind(value: Any) -> str:
 
 def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: key '{name}': expected a table [{name}], got {_kind(data)}")
+        raise ConfigError(
+            f"{path}: key '{name}': expected a table [{name}], got {describe_value(data)}"
+        )
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}

@@ -15,6 +15,9 @@
 # See worker-image/README.md for the full contract.
 
 set -uo pipefail
+
+# shellcheck source=vastui-lib.sh disable=SC1091  # the lib sits next to the script
+. "${BASH_SOURCE[0]%/*}/vastui-lib.sh"
 export LC_ALL=C
 
 R="${WORKER_ROOT:-/}"
@@ -71,20 +74,6 @@ now_ms() {
   NOW_MS=$((10#$t / 1000))
 }
 
-json_str() {
-  local s=$1 bs=$'\\' q='"' re=$'[\x01-\x1f]' c hex
-  s=${s//"$bs"/"$bs$bs"}
-  s=${s//"$q"/"$bs$q"}
-  s=${s//$'\n'/"${bs}n"}
-  s=${s//$'\r'/"${bs}r"}
-  s=${s//$'\t'/"${bs}t"}
-  while [[ $s =~ $re ]]; do
-    c=${BASH_REMATCH[0]}
-    printf -v hex '%su%04x' "$bs" "'$c"
-    s=${s//"$c"/"$hex"}
-  done
-  printf '"%s"' "$s"
-}
 
 # "29.5" -> 29500 (thousandths); fails on anything that is not a plain decimal.
 to_milli() {
@@ -113,7 +102,6 @@ log_since() { tail -c +"$(($1 + 1))" -- "$CUZK_LOG" 2>/dev/null; }
 
 log_has() { grep -qF -- "$2" < <(log_since "$1"); }
 
-file_size() { stat -c %s -- "$1" 2>/dev/null || printf '0'; }
 
 daemon_alive() { [[ -n $daemon_pid ]] && kill -0 "$daemon_pid" 2>/dev/null; }
 

@@ -9,6 +9,9 @@
 # See worker-image/README.md for the contract. Never prints environment values (secrets).
 
 set -uo pipefail
+
+# shellcheck source=vastui-lib.sh disable=SC1091  # the lib sits next to the script
+. "${BASH_SOURCE[0]%/*}/vastui-lib.sh"
 export LC_ALL=C
 
 R="${WORKER_ROOT:-/}"
@@ -47,20 +50,6 @@ NOW_S=0
 
 now_s() { NOW_S=${EPOCHREALTIME%.*}; }
 
-json_str() {
-  local s=$1 bs=$'\\' q='"' re=$'[\x01-\x1f]' c hex
-  s=${s//"$bs"/"$bs$bs"}
-  s=${s//"$q"/"$bs$q"}
-  s=${s//$'\n'/"${bs}n"}
-  s=${s//$'\r'/"${bs}r"}
-  s=${s//$'\t'/"${bs}t"}
-  while [[ $s =~ $re ]]; do
-    c=${BASH_REMATCH[0]}
-    printf -v hex '%su%04x' "$bs" "'$c"
-    s=${s//"$c"/"$hex"}
-  done
-  printf '"%s"' "$s"
-}
 
 slog() { # stage-log: slog STAGE MESSAGE...
   local st=$1
@@ -68,7 +57,6 @@ slog() { # stage-log: slog STAGE MESSAGE...
   printf '%s [entrypoint] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >>"$LOG_DIR/$st.log"
 }
 
-file_size() { stat -c %s -- "$1" 2>/dev/null || printf '0'; }
 
 # JSON array of the last meaningful error lines of FILE after byte OFFSET.
 # $3 = extra exclusion regex (ERE), may be empty.

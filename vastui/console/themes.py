@@ -29,6 +29,7 @@ from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 import vastui
+from vastui.config import describe_value
 
 NAME_RE = re.compile(r"[a-z0-9-]+")
 VARIABLE_RE = re.compile(r"[a-z0-9-]+")
@@ -52,27 +53,15 @@ class ThemeError(Exception):
     """One line: the theme file (or config key), the field, what was wrong."""
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, str):
-        return f"string {value[:40]!r}"
-    if isinstance(value, int | float):
-        return f"number {value}"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__
-
-
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
 def _colour(path: Path, key: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise ThemeError(f"{path}: field '{key}': expected a colour string, got {_kind(value)}")
+        raise ThemeError(
+            f"{path}: field '{key}': expected a colour string, got {describe_value(value)}"
+        )
     try:
         Color.parse(value)
     except ColorParseError:
@@ -100,7 +89,7 @@ def load_theme_file(path: Path) -> Theme:
 
     name = data["name"]
     if not isinstance(name, str):
-        raise ThemeError(f"{path}: field 'name': expected a string, got {_kind(name)}")
+        raise ThemeError(f"{path}: field 'name': expected a string, got {describe_value(name)}")
     if not NAME_RE.fullmatch(name):
         raise ThemeError(
             f"{path}: field 'name': expected lowercase letters, digits and '-', got {name[:40]!r}"
@@ -108,13 +97,17 @@ def load_theme_file(path: Path) -> Theme:
 
     dark = data.get("dark", True)
     if not isinstance(dark, bool):
-        raise ThemeError(f"{path}: field 'dark': expected true or false, got {_kind(dark)}")
+        raise ThemeError(
+            f"{path}: field 'dark': expected true or false, got {describe_value(dark)}"
+        )
 
     colours = {key: _colour(path, key, data[key]) for key in COLOUR_FIELDS if key in data}
 
     variables = data.get("variables", {})
     if not isinstance(variables, dict):
-        raise ThemeError(f"{path}: field 'variables': expected a table, got {_kind(variables)}")
+        raise ThemeError(
+            f"{path}: field 'variables': expected a table, got {describe_value(variables)}"
+        )
     for key, value in variables.items():
         if not VARIABLE_RE.fullmatch(key):
             raise ThemeError(
@@ -123,7 +116,7 @@ def load_theme_file(path: Path) -> Theme:
             )
         if not isinstance(value, str):
             raise ThemeError(
-                f"{path}: field 'variables.{key}': expected a string, got {_kind(value)}"
+                f"{path}: field 'variables.{key}': expected a string, got {describe_value(value)}"
             )
 
     return Theme(name=name, dark=dark, variables=dict(variables), **colours)

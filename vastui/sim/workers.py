@@ -34,7 +34,7 @@ log = logging.getLogger("vastui.sim.workers")
 PACKAGE_DIR = Path(__file__).resolve().parent
 STANDINS_DIR = PACKAGE_DIR / "standins"
 WORKER_IMAGE_DIR = PACKAGE_DIR.parent.parent / "worker-image"
-WORKER_SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl")
+WORKER_SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl", "vastui-lib.sh")
 MARKER = "VASTUI_SIM_SANDBOX"
 
 # Machine faults, by probability per machine (scaled by `machine_fault_rate`). A slow machine
@@ -244,19 +244,31 @@ class SimWorkerHost:
 def kill_sandbox_processes(root: Path) -> int:
     """SIGKILL every process whose environment carries this sandbox's marker.
 
-    Worker scripts background daemons (`nohup ... &`), so process groups are not enough.
+    Worker scripts background daemons (`nohup ... &`), so process groups are not enough. A
+    listing of /proc is a snapshot: a process may fork after it and before its own kill (the
+    entrypoint starting cuzk-daemon), so scan again until a pass finds nobody new.
     """
     marker = f"{MARKER}={root}".encode()
+    seen: set[int] = set()
     killed = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
+    for _ in range(100):  # each pass kills every parent of the next pass's newcomers
+        fresh = False
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            pid = int(entry.name)
+            if pid in seen:
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if marker in environ.split(b"\0"):
+                seen.add(pid)
+                fresh = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+        if not fresh:
+            break
     return killed

@@ -419,34 +419,51 @@ class Store(FleetOps):
             raise StoreError(f"unknown failed_stage {failed_stage!r}")
         lines = _lines_json("error_lines", error_lines)
         async with self.transaction() as conn:
-            row = await self._fetchone(
-                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            _before, row = await self.kill_row(
+                conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
             )
-            if row is None:
-                raise StoreError(f"no instance {vast_id}")
-            if row["state"] != "killed":
-                await conn.execute(
-                    "UPDATE instances SET state = 'killed', killed_at = ?, stage_started_at = ?,"
-                    " failed_stage = ?, kill_kind = ?, kill_reason = ?,"
-                    " bench_outcome = COALESCE(?, bench_outcome),"
-                    " error_lines = COALESCE(?, error_lines)"
-                    " WHERE vast_id = ?",
-                    (
-                        ts,
-                        ts,
-                        failed_stage or row["state"],
-                        kind,
-                        reason,
-                        bench_outcome,
-                        lines,
-                        vast_id,
-                    ),
-                )
-                row = await self._fetchone(
-                    conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
-                )
-        assert row is not None
         return InstanceRecord.from_row(row)
+
+    async def kill_row(
+        self,
+        conn: aiosqlite.Connection,
+        vast_id: int,
+        kind: str,
+        reason: str,
+        failed_stage: str | None,
+        bench_outcome: str | None,
+        lines_json: str | None,
+        ts: float,
+    ) -> tuple[sqlite3.Row, sqlite3.Row]:
+        """Inside a transaction: mark a row killed unless it already is (the first cause wins).
+
+        Returns (row before, row after); raises StoreError for an unknown instance.
+        """
+        row = await self._fetchone(conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,))
+        if row is None:
+            raise StoreError(f"no instance {vast_id}")
+        if row["state"] == "killed":
+            return row, row
+        await conn.execute(
+            "UPDATE instances SET state = 'killed', killed_at = ?, stage_started_at = ?,"
+            " failed_stage = ?, kill_kind = ?, kill_reason = ?,"
+            " bench_outcome = COALESCE(?, bench_outcome),"
+            " error_lines = COALESCE(?, error_lines)"
+            " WHERE vast_id = ?",
+            (
+                ts,
+                ts,
+                failed_stage or row["state"],
+                kind,
+                reason,
+                bench_outcome,
+                lines_json,
+                vast_id,
+            ),
+        )
+        after = await self._fetchone(conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,))
+        assert after is not None
+        return row, after
 
     # -- bad machines -----------------------------------------------------------------------
 

@@ -141,22 +141,10 @@ class FleetOps:
         ts = _ts(now)
         lines = json.dumps(list(error_lines)) if error_lines is not None else None
         async with self.transaction() as conn:  # type: ignore[attr-defined]
-            row = await self._fetchone(  # type: ignore[attr-defined]
-                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
+            before, row = await self.kill_row(  # type: ignore[attr-defined]
+                conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
             )
-            if row is None:
-                from vastui.store.db import StoreError
-
-                raise StoreError(f"no instance {vast_id}")
-            if row["state"] != "killed":
-                await conn.execute(
-                    "UPDATE instances SET state = 'killed', killed_at = ?, stage_started_at = ?,"
-                    " failed_stage = ?, kill_kind = ?, kill_reason = ?,"
-                    " bench_outcome = COALESCE(?, bench_outcome),"
-                    " error_lines = COALESCE(?, error_lines) WHERE vast_id = ?",
-                    (ts, ts, failed_stage or row["state"], kind, reason, bench_outcome, lines,
-                     vast_id),
-                )  # fmt: skip
+            if before["state"] != "killed":
                 await self.insert_event(  # type: ignore[attr-defined]
                     conn,
                     "destroy",
@@ -164,12 +152,8 @@ class FleetOps:
                     ts=ts,
                     instance_id=vast_id,
                     machine_id=row["machine_id"],
-                    detail={"kind": kind, "stage": failed_stage or row["state"], **(detail or {})},
+                    detail={"kind": kind, "stage": row["failed_stage"], **(detail or {})},
                 )
-            row = await self._fetchone(  # type: ignore[attr-defined]
-                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
-            )
-        assert row is not None
         return InstanceRecord.from_row(row)
 
     # -- intents -------------------------------------------------------------------------
