@@ -175,7 +175,7 @@ class Engine:
             await self._ignore_locked(int(args["machine_id"]), str(args["reason"]), "manual")
             return f"machine {args['machine_id']} ignored"
         if cmd.kind == "unignore":
-            if not await self.store.remove_bad(int(args["machine_id"])):
+            if not await self.store.remove_bad(int(args["machine_id"]), now=self.clock()):
                 raise EngineError(f"machine {args['machine_id']} is not on the bad list")
             return f"machine {args['machine_id']} unignored"
         raise EngineError(f"unknown command {cmd.kind}")
@@ -215,7 +215,7 @@ class Engine:
                 if inst.label in self._inflight_labels:
                     continue
                 known[inst.id] = await self._adopt(inst, now)
-        bad = await self.store.bad_machine_ids()
+        bad = await self.store.bad_machine_ids(now=self.clock())
         for rec in list(known.values()):
             if rec.killed or rec.source != "vastui":
                 continue
@@ -530,9 +530,10 @@ class Engine:
                 if rec.machine_id == machine_id:
                     host_id = host_id or rec.host_id
                     gpu_name = gpu_name or rec.gpu_name
+        now = self.clock()  # the engine's clock, like every other decision it records
         expires = None
         if source == "automatic" and self.config.fleet.auto_ban_days > 0:
-            expires = time.time() + self.config.fleet.auto_ban_days * 86400
+            expires = now + self.config.fleet.auto_ban_days * 86400
         await self.store.add_bad(
             machine_id,
             reason,
@@ -541,6 +542,7 @@ class Engine:
             gpu_name=gpu_name,
             expires_at=expires,
             evidence=evidence,
+            now=now,
         )
         # Machines added to the bad list lose their live instances.
         for rec in await self.store.list_instances(include_killed=False):
@@ -565,7 +567,7 @@ class Engine:
         return next((o for o in result.offers if o.id == offer_id), None)
 
     async def _rent(self, offer: Offer, reason: str) -> int | None:
-        if offer.machine_id in await self.store.bad_machine_ids():
+        if offer.machine_id in await self.store.bad_machine_ids(now=self.clock()):
             raise EngineError(f"machine {offer.machine_id} is on the bad list")
         for intent in await self.store.list_intents(kind="rent"):
             if intent.offer_id == offer.id and intent.status in ("pending", "done"):
@@ -676,7 +678,7 @@ class Engine:
             return self._offers
         cfg = self.config.offers
         result = await self.client.search_offers(cfg.filter, order=cfg.order, limit=cfg.limit)
-        bad = {e.machine_id: e.reason for e in await self.store.list_bad()}
+        bad = {e.machine_id: e.reason for e in await self.store.list_bad(now=self.clock())}
         self._offers = rank_offers(
             result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof
         )
@@ -706,7 +708,7 @@ class Engine:
             spent = sum(r.dph_total or 0.0 for r in live)
             used_offers = {i.offer_id for i in await self.store.list_intents(kind="rent")}
             busy_machines = {r.machine_id for r in live}
-            bad = await self.store.bad_machine_ids()  # the ranking may predate a new ban
+            bad = await self.store.bad_machine_ids(now=self.clock())  # the ranking may predate a new ban
             for ranked in offers:
                 offer = ranked.offer
                 if not ranked.viable or offer.id in used_offers:
