@@ -243,7 +243,7 @@ async def test_benchmark_failures_destroy_with_typed_reason(world, store, outcom
     assert iid not in world.cloud.instances
     [destroy] = await store.list_events(kind="destroy")
     assert destroy.instance_id == iid and destroy.reason == rec.kill_reason
-    bad = await store.list_bad()
+    bad = await store.list_bad(now=world.clock.now())
     if banned:
         assert [b.machine_id for b in bad] == [rec.machine_id]
         assert bad[0].source == "automatic" and bad[0].host_id == rec.host_id
@@ -277,7 +277,7 @@ async def test_setup_failure_names_the_missing_tunnel(world, store):
     )
     rec = await store.get_instance(iid)
     assert rec.kill_kind == "setup_failed" and "lotus api unreachable" in rec.kill_reason
-    assert await store.list_bad() == [], "a missing tunnel is our fault, not the machine's"
+    assert await store.list_bad(now=world.clock.now()) == [], "a missing tunnel is our fault, not the machine's"
     await engine.close()
 
 
@@ -316,7 +316,7 @@ async def test_stuck_image_load_is_destroyed_and_banned(world, store):
     await engine.step()
     rec = await store.get_instance(iid)
     assert rec.kill_kind == "deadline_loading"
-    assert [b.machine_id for b in await store.list_bad()] == [offer.machine_id]
+    assert [b.machine_id for b in await store.list_bad(now=world.clock.now())] == [offer.machine_id]
     await engine.close()
 
 

@@ -708,7 +708,8 @@ class Engine:
             spent = sum(r.dph_total or 0.0 for r in live)
             used_offers = {i.offer_id for i in await self.store.list_intents(kind="rent")}
             busy_machines = {r.machine_id for r in live}
-            bad = await self.store.bad_machine_ids(now=self.clock())  # the ranking may predate a new ban
+            # The ranking may predate a new ban.
+            bad = await self.store.bad_machine_ids(now=self.clock())
             for ranked in offers:
                 offer = ranked.offer
                 if not ranked.viable or offer.id in used_offers:
