@@ -277,7 +277,8 @@ async def test_setup_failure_names_the_missing_tunnel(world, store):
     )
     rec = await store.get_instance(iid)
     assert rec.kill_kind == "setup_failed" and "lotus api unreachable" in rec.kill_reason
-    assert await store.list_bad(now=world.clock.now()) == [], "a missing tunnel is our fault, not the machine's"
+    bad = await store.list_bad(now=world.clock.now())
+    assert bad == [], "a missing tunnel is our fault, not the machine's"
     await engine.close()
 
 
