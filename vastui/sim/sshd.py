@@ -169,6 +169,9 @@ class SandboxSshd:
         except (asyncssh.Error, OSError, ConnectionError):
             _killpg(proc)
         finally:
+            # A client that goes away breaks or cancels a pump; that is expected, not an
+            # "exception was never retrieved" for asyncio to log.
+            finished.add_done_callback(_retrieve)
             feeder.cancel()
             closed.cancel()
             for pump in pumps:
@@ -184,8 +187,14 @@ class SandboxSshd:
             self.server = None
         for conn in list(self.connections):
             conn.abort()
-        for proc in list(self.processes):
+        procs = list(self.processes)
+        for proc in procs:
             _killpg(proc)
+        # Reap them here: a command still running when the event loop closes leaves its
+        # subprocess transport unclosed ("Loop ... that handles pid N is closed").
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 5.0)
 
 
 async def _pump_out(reader: asyncio.StreamReader | None, writer: Any) -> None:
@@ -208,6 +217,11 @@ async def _pump_in(reader: Any, writer: asyncio.StreamWriter | None) -> None:
     finally:
         with contextlib.suppress(OSError, RuntimeError):
             writer.close()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _killpg(proc: asyncio.subprocess.Process) -> None:
