@@ -127,10 +127,15 @@ async def _demo_parts(
     on_change: Callable[[str], Awaitable[None] | None] | None,
 ) -> tuple[Engine, Any]:
     from vastui.sim.lotus import FakeLotus
-    from vastui.sim.workers import SimWorkerHost
+    from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
 
     cloud = make_demo_cloud(run.seed, run.speed)
-    sandbox_root = Path(tempfile.mkdtemp(prefix="vastui-sim-", dir=_sandbox_parent()))
+    parent = _sandbox_parent()
+    reaped = reap_stale_sandboxes(Path(parent))
+    if reaped:
+        log.info("stopped %d worker processes left by a demo that died", reaped)
+    # The owner's pid in the name lets a later demo clean up if this one dies uncleanly.
+    sandbox_root = Path(tempfile.mkdtemp(prefix=f"vastui-sim-{os.getpid()}-", dir=parent))
     stack.callback(shutil.rmtree, sandbox_root, True)
     host = SimWorkerHost(
         cloud, sandbox_root, speed=run.speed, machine_fault_rate=run.machine_fault_rate,

@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,11 +245,45 @@ class SimWorkerHost:
 def kill_sandbox_processes(root: Path) -> int:
     """SIGKILL every process whose environment carries this sandbox's marker.
 
-    Worker scripts background daemons (`nohup ... &`), so process groups are not enough. A
-    listing of /proc is a snapshot: a process may fork after it and before its own kill (the
-    entrypoint starting cuzk-daemon), so scan again until a pass finds nobody new.
+    Worker scripts background daemons (`nohup ... &`), so process groups are not enough.
     """
-    marker = f"{MARKER}={root}".encode()
+    target = str(root)
+    return _kill_marked(lambda value: value == target)
+
+
+def reap_stale_sandboxes(parent: Path) -> int:
+    """Kill what a demo that died without cleaning up left behind, and remove its files.
+
+    Sandboxes live in `<parent>/vastui-sim-<owner pid>-*/instance-N`; an owner that is gone
+    (killed with its terminal, say) cannot stop its workers any more.
+    """
+
+    def owner_gone(directory: Path) -> bool:
+        parts = directory.name.split("-")
+        if directory.parent != parent or len(parts) < 4 or not parts[2].isdigit():
+            return False
+        try:
+            os.kill(int(parts[2]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    killed = _kill_marked(lambda value: owner_gone(Path(value).parent))
+    for directory in parent.glob("vastui-sim-*"):
+        if owner_gone(directory):
+            shutil.rmtree(directory, ignore_errors=True)
+    return killed
+
+
+def _kill_marked(match: Callable[[str], bool]) -> int:
+    """SIGKILL processes whose sandbox marker satisfies `match`.
+
+    A listing of /proc is a snapshot: a process may fork after it and before its own kill
+    (the entrypoint starting cuzk-daemon), so scan again until a pass finds nobody new.
+    """
+    prefix = f"{MARKER}=".encode()
     seen: set[int] = set()
     killed = 0
     for _ in range(100):  # each pass kills every parent of the next pass's newcomers
@@ -263,7 +298,8 @@ def kill_sandbox_processes(root: Path) -> int:
                 environ = (entry / "environ").read_bytes()
             except OSError:
                 continue
-            if marker in environ.split(b"\0"):
+            values = [v[len(prefix) :] for v in environ.split(b"\0") if v.startswith(prefix)]
+            if values and match(values[0].decode("utf-8", "replace")):
                 seen.add(pid)
                 fresh = True
                 with contextlib.suppress(ProcessLookupError, PermissionError):
