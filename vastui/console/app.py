@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import time
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -240,6 +241,11 @@ class VastuiApp(App[int]):
             for key, label, width in columns:
                 table.add_column(label, width=width, key=key)
         self.query_one("#row-filter-bar").display = False
+        # A closed terminal or a kill should still stop the engine and its workers cleanly.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.exit)
         self._render_summary()
         self._render_logs_header()
         self.start_bridge()
