@@ -68,7 +68,7 @@ def make_app(tmp_path: Path, *, read_only: bool = False) -> tuple[VastuiApp, Eng
     return VastuiApp(opts, read_only=read_only, bridge=bridge), bridge
 
 
-async def settle(pilot, app: VastuiApp, until, tries: int = 100) -> None:
+async def settle(pilot, app: VastuiApp, until, tries: int = 400) -> None:
     """Let workers and the engine run until a condition holds (bounded, no fixed sleeps)."""
     for _ in range(tries):
         await pilot.pause()

@@ -19,7 +19,7 @@ async def hold_lease(db: Path) -> None:
         await store.acquire_lease("headless-1", pid=4242, hostname="ctl", mode="headless", ttl=600)
 
 
-async def wait_for(pilot, condition, tries: int = 200) -> None:
+async def wait_for(pilot, condition, tries: int = 400) -> None:
     for _ in range(tries):
         await pilot.pause()
         if condition():
