@@ -29,7 +29,7 @@ class World:
     def __init__(self, tmp: Path, target: int = 0, dry_run: bool = False, db: str = "s.db"):
         self.tmp = tmp
         self.clock = ManualClock()
-        self.cloud = SimCloud(seed=5, clock=self.clock, hosts=120)
+        self.cloud = SimCloud(seed=7, clock=self.clock, hosts=400)
         self.config = Config()
         self.config = replace(
             self.config,

@@ -75,7 +75,10 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
     query = args.filter if args.filter is not None else opts.config.offers.filter
     async with open_client(opts) as client, open_store(opts) as store:
         result = await client.search_offers(
-            query, order=opts.config.offers.order, limit=args.limit or opts.config.offers.limit
+            query,
+            order=opts.config.offers.order,
+            limit=args.limit or opts.config.offers.limit,
+            allocated_storage=opts.config.fleet.disk_gb,  # price includes the disk we rent
         )
         bad = await store.bad_machine_ids()
     for line in result.rejected:

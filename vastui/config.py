@@ -62,6 +62,7 @@ class FleetSection:
 class DeadlinesSection:
     # Minutes; the first three are the original vast-manager's constants.
     first_report_min: float = 15.0
+    setup_min: float = 30.0  # whole setup stage, once the worker has reported
     paramfetch_min: float = 90.0
     benchmark_min: float = 45.0
     loading_min: float = 30.0

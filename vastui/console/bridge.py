@@ -181,7 +181,10 @@ class FleetBridge:
         if fresh and not force:
             return self._offers
         result = await self.client.search_offers(
-            cfg.offers.filter, order=cfg.offers.order, limit=cfg.offers.limit
+            cfg.offers.filter,
+            order=cfg.offers.order,
+            limit=cfg.offers.limit,
+            allocated_storage=cfg.fleet.disk_gb,
         )
         bad = {e.machine_id: e.reason for e in await self.store.list_bad()}
         self._offers = rank_offers(

@@ -19,7 +19,7 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.engine import policy
-from vastui.engine.labels import is_vastui_label, new_label
+from vastui.engine.labels import fleet_of, new_label
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
@@ -71,7 +71,6 @@ class Engine:
         self.clock = clock
         self.settings = settings or EngineSettings()
         self.on_change = on_change
-        self.fleet_prefix = f"vastui-{config.fleet.name}-"
         self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
         self._watchers: dict[int, asyncio.Task[None]] = {}
         self._inflight_labels: set[str] = set()
@@ -79,6 +78,9 @@ class Engine:
         self._offers_at: float | None = None  # monotonic
         self._key_on_account = False
         self._dry_decided: set[tuple[str, int]] = set()
+        self._dry_offers: set[int] = set()  # offers this dry run would have rented
+        self._destroy_retry: dict[int, tuple[int, float]] = {}  # vast_id → (failures, not before)
+        self.halted = False  # set when the lease is lost: another engine may own the fleet
         self._wake = asyncio.Event()
         self.vast_seen_at: float | None = None  # wall time of the last good Vast list
         self.last_error: str | None = None
@@ -89,7 +91,7 @@ class Engine:
         await self.store.requeue_running_commands()
         commands = asyncio.create_task(self._command_poller(stop), name="engine-commands")
         try:
-            while not stop.is_set():
+            while not stop.is_set() and not self.halted:
                 self._wake.clear()
                 await self.step()
                 waits = [
@@ -130,8 +132,18 @@ class Engine:
         if self.ssh is not None:
             await self.ssh.close_all()
 
+    def halt(self, why: str) -> None:
+        """Stop deciding at once (the lease is gone: another engine may be running)."""
+        if not self.halted:
+            log.error("engine halted: %s", why)
+        self.halted = True
+        self.last_error = why
+        self.wake()
+
     async def step(self) -> None:
         """One observe → decide → act pass. Errors are logged, never fatal."""
+        if self.halted:
+            return
         try:
             async with self._lock:
                 await self._run_commands()
@@ -143,6 +155,9 @@ class Engine:
         except (VastError, StoreError, SshError) as exc:
             self.last_error = sanitize_line(str(exc), 300)
             log.warning("engine step: %s", self.last_error)
+        except Exception as exc:  # a bug must not leave the fleet unmanaged: log, go on
+            self.last_error = sanitize_line(f"{type(exc).__name__}: {exc}", 300)
+            log.exception("engine step failed")
         await self._notify("step")
 
     async def _notify(self, what: str) -> None:
@@ -165,7 +180,11 @@ class Engine:
         args = cmd.args
         if cmd.kind == "deploy":
             iid = await self._deploy_locked(int(args["offer_id"]), reason="manual deploy")
-            return f"rented instance {iid}" if iid else "dry-run: not rented"
+            if iid:
+                return f"rented instance {iid}"
+            if self.settings.dry_run:
+                return "dry-run: not rented"
+            return "create outcome unknown: resolving by label (do not deploy again)"
         if cmd.kind == "destroy":
             await self._destroy_locked(
                 int(args["instance_id"]), "manual", str(args.get("reason") or "manually destroyed")
@@ -211,17 +230,22 @@ class Engine:
         known = {rec.vast_id: rec for rec in await self.store.list_instances()}
         # Adopt our own labelled instances that the store does not know (after a crash).
         for inst in vast.values():
-            if inst.id not in known and inst.label and inst.label.startswith(self.fleet_prefix):
-                if inst.label in self._inflight_labels:
-                    continue
+            if not self._ours(inst.label) or inst.label in self._inflight_labels:
+                continue
+            rec = known.get(inst.id)
+            if rec is None:
                 known[inst.id] = await self._adopt(inst, now)
+            elif rec.killed and rec.source == "vastui":
+                await self._destroy_again(rec)
         bad = await self.store.bad_machine_ids(now=self.clock())
         for rec in list(known.values()):
             if rec.killed or rec.source != "vastui":
                 continue
             inst = vast.get(rec.vast_id)
             if inst is None:
-                await self._vanished(rec, now)
+                # One list that misses a row is not proof: ask for the instance itself.
+                if await self.client.show_instance(rec.vast_id) is None:
+                    await self._vanished(rec, now)
                 continue
             rec = await self._refresh(rec, inst, now)
             if rec.machine_id in bad:
@@ -243,11 +267,39 @@ class Engine:
                 continue
             self._ensure_watcher(rec)
 
+    def _ours(self, label: str | None) -> bool:
+        """Carries this fleet's label: the only instances this engine adopts or destroys."""
+        return fleet_of(label) == self.config.fleet.name
+
+    async def _destroy_again(self, rec: InstanceRecord) -> None:
+        """Recorded as destroyed, yet still listed: destroy again (idempotent, no new record)."""
+        if self.settings.dry_run or not self._retry_due(rec.vast_id):
+            return
+        try:
+            await self.client.destroy_instance(rec.vast_id)
+            self._destroy_retry.pop(rec.vast_id, None)
+            log.warning("instance %s was still listed after its destroy; destroyed again",
+                        rec.vast_id)  # fmt: skip
+        except VastError as exc:
+            self._note_destroy_failure(rec.vast_id, exc)
+
+    def _retry_due(self, vast_id: int) -> bool:
+        failures = self._destroy_retry.get(vast_id)
+        return failures is None or time.monotonic() >= failures[1]
+
+    def _note_destroy_failure(self, vast_id: int, exc: Exception) -> None:
+        count = self._destroy_retry.get(vast_id, (0, 0.0))[0] + 1
+        delay = min(300.0, 5.0 * 2 ** (count - 1))
+        self._destroy_retry[vast_id] = (count, time.monotonic() + delay)
+        log.warning("destroy %s failed (%d), retry in %.0fs: %s", vast_id, count, delay, exc)
+
     async def _refresh(self, rec: InstanceRecord, inst: Instance, now: float) -> InstanceRecord:
         status = inst.actual_status
         endpoint = inst.ssh_endpoint()
         fields: dict[str, Any] = {
             "vast_status": status,
+            # What Vast bills, storage included: the offer's search price may differ.
+            "dph_total": inst.dph_total if inst.dph_total is not None else rec.dph_total,
             "status_msg": sanitize_line(inst.status_msg, 300) if inst.status_msg else None,
             "last_seen_at": now,
         }
@@ -311,8 +363,7 @@ class Engine:
                 if rec is None or rec.killed:
                     await self.store.finish_intent(intent.id, "done", now=now)
                     continue
-                detail = intent.detail
-                kill = policy.Kill(str(detail.get("kind") or "manual"), intent.reason)
+                kill = policy.Kill.from_detail(intent.reason, intent.detail)
                 await self._kill(rec, kill, intent_id=intent.id)
             elif intent.kind == "rent" and intent.label:
                 if intent.label in self._inflight_labels:
@@ -366,8 +417,8 @@ class Engine:
             rec = await self.store.get_instance(vast_id)
             if rec is None or rec.killed:
                 return
-            async for event in worker.events(after=rec.events_seen):
-                if not await self.handle_worker_event(vast_id, event):
+            async for position, event in worker.positioned_events(after=rec.events_seen):
+                if not await self.handle_worker_event(vast_id, event, position=position):
                     return
         except asyncio.CancelledError:
             raise
@@ -379,20 +430,29 @@ class Engine:
             if self._watchers.get(vast_id) is asyncio.current_task():
                 self._watchers.pop(vast_id, None)
 
-    async def handle_worker_event(self, vast_id: int, event: dict[str, Any]) -> bool:
-        """Decide on one worker event now. False once the instance is no longer live."""
+    async def handle_worker_event(
+        self, vast_id: int, event: dict[str, Any], *, position: int | None = None
+    ) -> bool:
+        """Decide on one worker event now. False once the instance is no longer live.
+
+        `position` is the event's line number in the worker's log (what `--after` counts).
+        """
         async with self._lock:
             rec = await self.store.get_instance(vast_id)
             if rec is None or rec.killed:
                 return False
-            await self._on_event(rec, event)
+            await self._on_event(rec, event, position)
             rec = await self.store.get_instance(vast_id)
         await self._notify("event")
         return rec is not None and not rec.killed
 
-    async def _on_event(self, rec: InstanceRecord, event: dict[str, Any]) -> None:
+    async def _on_event(
+        self, rec: InstanceRecord, event: dict[str, Any], position: int | None = None
+    ) -> None:
         now = self.clock()
-        fields: dict[str, Any] = {"events_seen": rec.events_seen + 1}
+        fields: dict[str, Any] = {
+            "events_seen": position if position is not None else rec.events_seen + 1
+        }
         if rec.first_report_at is None:
             fields["first_report_at"] = now
         rec = await self.store.update_instance(rec.vast_id, **fields)
@@ -427,6 +487,7 @@ class Engine:
                 host_id=rec.host_id,
                 now=now,
             )
+        self._offers_at = None  # the ranking must see this measurement before the next rent
         await self.store.add_event(
             "benchmark",
             f"{outcome}: {'n/a' if rate is None else f'{rate:.1f}'} proofs/h "
@@ -447,9 +508,9 @@ class Engine:
         self, rec: InstanceRecord, kill: policy.Kill, *, intent_id: int | None = None
     ) -> None:
         """Destroy with a typed reason (and ban the machine when the fault is the machine's)."""
-        if not is_vastui_label(rec.label):
-            log.error("refusing to destroy instance %s: label %r is not vastui's", rec.vast_id,
-                      rec.label)  # fmt: skip
+        if not self._ours(rec.label):
+            log.error("refusing to destroy instance %s: label %r is not this fleet's",
+                      rec.vast_id, sanitize_line(rec.label, 80))  # fmt: skip
             return
         now = self.clock()
         if self.settings.dry_run:
@@ -466,20 +527,32 @@ class Engine:
                 )
             return
         if intent_id is None:
-            intent = await self.store.create_intent(
-                "destroy",
-                kill.reason,
-                instance_id=rec.vast_id,
-                machine_id=rec.machine_id,
-                detail={"kind": kill.kind},
-                now=now,
-            )
-            intent_id = intent.id
+            pending = [
+                i
+                for i in await self.store.list_intents(status="pending", kind="destroy")
+                if i.instance_id == rec.vast_id
+            ]
+            if pending:  # a destroy already decided is being retried: keep its reason
+                intent_id = pending[0].id
+                kill = policy.Kill.from_detail(pending[0].reason, pending[0].detail)
+            else:
+                intent = await self.store.create_intent(
+                    "destroy",
+                    kill.reason,
+                    instance_id=rec.vast_id,
+                    machine_id=rec.machine_id,
+                    detail=kill.to_detail(),
+                    now=now,
+                )
+                intent_id = intent.id
+        if not self._retry_due(rec.vast_id):
+            return
         try:
             existed = await self.client.destroy_instance(rec.vast_id)
         except VastError as exc:
-            log.warning("destroy %s failed, will retry: %s", rec.vast_id, exc)
+            self._note_destroy_failure(rec.vast_id, exc)
             return
+        self._destroy_retry.pop(rec.vast_id, None)
         await self._stop_watcher(rec.vast_id)
         await self.store.record_destroy(
             rec.vast_id,
@@ -510,8 +583,8 @@ class Engine:
             raise EngineError(f"instance {instance_id} is not one of vastui's")
         if rec.killed:
             raise EngineError(f"instance {instance_id} is already destroyed")
-        if not is_vastui_label(rec.label):
-            raise EngineError(f"instance {instance_id} has no vastui label; not destroying it")
+        if not self._ours(rec.label):
+            raise EngineError(f"instance {instance_id} has no label of this fleet; not destroying")
         await self._kill(rec, policy.Kill(kind, reason))
 
     async def _ignore_locked(
@@ -544,6 +617,7 @@ class Engine:
             evidence=evidence,
             now=now,
         )
+        self._offers_at = None  # re-rank: the bad flag changed
         # Machines added to the bad list lose their live instances.
         for rec in await self.store.list_instances(include_killed=False):
             if rec.machine_id == machine_id and rec.vast_id != skip_destroy:
@@ -562,7 +636,9 @@ class Engine:
             if ranked.offer.id == offer_id:
                 return ranked.offer
         result = await self.client.search_offers(
-            f"id={offer_id} rentable=any verified=any", limit=5
+            f"id={offer_id} rentable=any verified=any",
+            limit=5,
+            allocated_storage=self.config.fleet.disk_gb,
         )
         return next((o for o in result.offers if o.id == offer_id), None)
 
@@ -572,6 +648,8 @@ class Engine:
         for intent in await self.store.list_intents(kind="rent"):
             if intent.offer_id == offer.id and intent.status in ("pending", "done"):
                 raise EngineError(f"offer {offer.id} was already rented (intent {intent.id})")
+        if self.settings.dry_run and offer.id in self._dry_offers:
+            raise EngineError(f"dry-run: offer {offer.id} was already chosen in this run")
         now = self.clock()
         min_rate = self.config.min_rate_for(offer.dph_total)
         label = new_label(self.config.fleet.name)
@@ -581,6 +659,7 @@ class Engine:
             "image": self.config.fleet.image,
         }
         if self.settings.dry_run:
+            self._dry_offers.add(offer.id)
             await self.store.create_intent(
                 "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
                 detail=detail, status="dry_run", now=now,
@@ -677,7 +756,10 @@ class Engine:
         if fresh and not force:
             return self._offers
         cfg = self.config.offers
-        result = await self.client.search_offers(cfg.filter, order=cfg.order, limit=cfg.limit)
+        result = await self.client.search_offers(
+            cfg.filter, order=cfg.order, limit=cfg.limit,
+            allocated_storage=self.config.fleet.disk_gb,  # price the disk we will rent
+        )  # fmt: skip
         bad = {e.machine_id: e.reason for e in await self.store.list_bad(now=self.clock())}
         self._offers = rank_offers(
             result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof
@@ -696,18 +778,27 @@ class Engine:
         async with self._lock:
             live = await self.store.list_instances(include_killed=False)
             live = [r for r in live if r.source == "vastui"]
-            # In dry-run, would-be rents stand in for the instances they would have made.
-            wanted = ("pending", "dry_run") if self.settings.dry_run else ("pending",)
-            pending = [i for i in await self.store.list_intents(kind="rent") if i.status in wanted]
-            if len(live) + len(pending) >= fleet.target_workers:
+            # Rents whose outcome is still unknown count as workers (and cost), and in a dry
+            # run the would-be rents of this run stand in for the instances they would make.
+            pending = [
+                i for i in await self.store.list_intents(status="pending") if i.kind == "rent"
+            ]
+            dry = len(self._dry_offers) if self.settings.dry_run else 0
+            if len(live) + len(pending) + dry >= fleet.target_workers:
                 return
-            in_pipeline = sum(r.state in policy.PIPELINE_STAGES for r in live) + len(pending)
+            in_pipeline = sum(r.state in policy.PIPELINE_STAGES for r in live) + len(pending) + dry
             if in_pipeline >= fleet.max_concurrent_benchmarks:
                 return
             offers = await self.refresh_offers()
-            spent = sum(r.dph_total or 0.0 for r in live)
-            used_offers = {i.offer_id for i in await self.store.list_intents(kind="rent")}
-            busy_machines = {r.machine_id for r in live}
+            spent = sum(r.dph_total or 0.0 for r in live) + sum(
+                float((i.detail.get("offer") or {}).get("dph_total") or 0.0) for i in pending
+            )
+            used_offers = {
+                i.offer_id
+                for i in await self.store.list_intents(kind="rent")
+                if i.status in ("pending", "done")
+            } | self._dry_offers
+            busy_machines = {r.machine_id for r in live} | {i.machine_id for i in pending}
             # The ranking may predate a new ban.
             bad = await self.store.bad_machine_ids(now=self.clock())
             for ranked in offers:

@@ -22,7 +22,8 @@ GPU_ERROR = re.compile(
 )
 LIVE_STAGES = ("loading", "setup", "paramfetch", "benchmark", "proving")
 PIPELINE_STAGES = ("loading", "setup", "paramfetch", "benchmark")  # not yet proving
-UNHEALTHY = ("exited", "offline", "unknown")
+# Not doing work on Vast: container exited, host offline/unknown, stopped or frozen.
+UNHEALTHY = ("exited", "offline", "unknown", "stopped", "frozen")
 WORKER_STAGE = {
     "setup": "setup",
     "paramfetch": "paramfetch",
@@ -46,6 +47,30 @@ class Kill:
     bench_outcome: str | None = None
     ban: str | None = None  # a reason to ban the machine too
     detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_detail(self) -> dict[str, Any]:
+        """Everything needed to carry this kill out again after a failed or crashed destroy."""
+        return {
+            "kind": self.kind,
+            "stage": self.stage,
+            "error_lines": list(self.error_lines),
+            "bench_outcome": self.bench_outcome,
+            "ban": self.ban,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_detail(cls, reason: str, detail: dict[str, Any]) -> Kill:
+        lines = detail.get("error_lines") or []
+        return cls(
+            kind=str(detail.get("kind") or "manual"),
+            reason=reason,
+            stage=detail.get("stage") if isinstance(detail.get("stage"), str) else None,
+            error_lines=tuple(str(x) for x in lines if isinstance(x, str)),
+            bench_outcome=detail.get("bench_outcome"),
+            ban=detail.get("ban") if isinstance(detail.get("ban"), str) else None,
+            detail=dict(detail.get("detail") or {}),
+        )
 
 
 def gpu_errors(lines: Sequence[str]) -> list[str]:
@@ -73,6 +98,11 @@ def deadline_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | Non
                 f"no report from the worker {d.first_report_min:g} min after it started",
                 "setup",
             )
+    elif rec.state == "setup":
+        # It reported, but never got past setup (the tunnel check retries for minutes).
+        since = rec.setup_at
+        if since is not None and now - since > d.setup_min * minutes:
+            return Kill("deadline_setup", f"setup took over {d.setup_min:g} min", "setup")
     elif rec.state == "paramfetch":
         since = rec.paramfetch_at
         if since is not None and now - since > d.paramfetch_min * minutes:

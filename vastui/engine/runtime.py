@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -104,7 +105,7 @@ async def engine_runtime(
                 on_change=on_change,
             )  # fmt: skip
         stack.push_async_callback(engine.close)
-        heartbeat = asyncio.create_task(_heartbeat(store, owner))
+        heartbeat = asyncio.create_task(_heartbeat(store, owner, engine))
         try:
             yield EngineRuntime(engine, store, demo)
         finally:
@@ -171,14 +172,22 @@ def _sandbox_parent() -> str:
     return str(path)
 
 
-async def _heartbeat(store: Store, owner: str) -> None:
+async def _heartbeat(store: Store, owner: str, engine: Engine) -> None:
+    """Renew the lease; once it is lost, halt: another engine may already own the fleet."""
+    last_renewed = time.monotonic()
     while True:
         await asyncio.sleep(LEASE_TTL / 3)
         try:
-            if not await store.renew_lease(owner, ttl=LEASE_TTL):
-                log.error("engine lease lost: another engine took over this database")
+            renewed = await store.renew_lease(owner, ttl=LEASE_TTL)
         except Exception:
             log.exception("lease heartbeat failed")
+            renewed = None
+        if renewed:
+            last_renewed = time.monotonic()
+            continue
+        if renewed is False or time.monotonic() - last_renewed > LEASE_TTL:
+            engine.halt("engine lease lost: another engine took over this database")
+            return
 
 
 __all__ = ["LeaseHeld", "RunOptions", "engine_runtime", "parse_duration"]

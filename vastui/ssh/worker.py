@@ -66,6 +66,11 @@ class Worker:
         return await self._json_object("cuzk-status")
 
     async def events(self, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+        """The events alone; see :meth:`positioned_events`."""
+        async for _position, event in self.positioned_events(after):
+            yield event
+
+    async def positioned_events(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """Follow the worker's event log from line ``after``, across reconnects.
 
         Each line is one JSON object; other lines are skipped with a warning (they still count
@@ -87,7 +92,8 @@ class Worker:
                         drops = 0
                         event = self._parse_event(text, cut, position)
                         if event is not None:
-                            yield event
+                            # The line number, not a count of events: `--after` counts lines.
+                            yield position, event
                 return  # the worker ended the stream normally
             except SshConnectionLost as e:
                 drops += 1

@@ -187,6 +187,8 @@ class VastClient:
             raise _Ambiguous(f"no answer within {self.timeout:g}s") from exc
         except httpx.TransportError as exc:
             raise _Ambiguous(f"{type(exc).__name__}: {exc}") from exc
+        except httpx.HTTPError as exc:  # e.g. an undecodable body: the server did answer
+            raise _Ambiguous(f"{type(exc).__name__}: {exc}") from exc
 
     def _retry_after(self, response: httpx.Response) -> float | None:
         value = response.headers.get("Retry-After")
