@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from vastui import __version__
 from vastui.backend import Options, open_client, open_store
@@ -24,6 +27,7 @@ from vastui.config import (
     load_config,
     state_dir,
 )
+from vastui.engine.keys import SshKeyError
 from vastui.engine.runtime import RunOptions, parse_duration
 from vastui.sanitize import sanitize_line
 from vastui.store import StoreError, import_legacy
@@ -52,7 +56,8 @@ def _cell(value: Any) -> str:
 def print_rows(rows: list[dict[str, Any]], columns: Sequence[str], as_json: bool) -> None:
     if as_json:
         for row in rows:
-            print(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+            # ASCII-only: no raw C1 or bidi characters reach a terminal through --json.
+            print(json.dumps(row, ensure_ascii=True, separators=(",", ":")))
         return
     if not rows:
         print("(none)")
@@ -226,11 +231,20 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
         run.target_workers = 3  # the demo keeps a small fleet busy so every pane has live data
     try:
         return run_console(opts, read_only=args.read_only, theme=args.theme, run=run)
-    except ThemeError as exc:
+    except (ThemeError, ValueError) as exc:  # a bad theme or keymap entry: one line
         raise CliError(str(exc)) from None
 
 
 # -- parser ------------------------------------------------------------------------------
+
+
+def _check_url(url: str) -> None:
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise CliError(f"--api-url {url!r}: not a valid URL ({exc})") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise CliError(f"--api-url {url!r}: expected http(s)://host[:port]")
 
 
 def _positive_int(text: str) -> int:
@@ -238,8 +252,8 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer: {text!r}")
+    if not 0 < value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be a positive 64-bit integer: {text!r}")
     return value
 
 
@@ -334,7 +348,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    with contextlib.suppress(AttributeError, ValueError):
+        # Remote text that cannot be encoded must not turn a listing into a traceback.
+        sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
+        db = getattr(args, "db", None)
+        if db is not None and not Path(db).parent.is_dir():
+            # A typo must not quietly start a new, empty database somewhere else.
+            raise CliError(f"--db {db}: directory {Path(db).parent} does not exist")
+        api_url = getattr(args, "api_url", None)
+        if api_url is not None:
+            _check_url(api_url)
         config = load_config(getattr(args, "config", None))
         opts = Options(
             config=config,
@@ -347,7 +371,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
-    except (ConfigError, ApiKeyError, VastError, StoreError, QueryError, CliError) as exc:
+    except (
+        ConfigError,
+        ApiKeyError,
+        VastError,
+        StoreError,
+        QueryError,
+        CliError,
+        SshKeyError,
+        OSError,
+    ) as exc:
         print(f"vastui: error: {sanitize_line(str(exc), 1000)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -171,6 +171,16 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ),
     ("vast.max_attempts", lambda c: 1 <= c.vast.max_attempts <= 20, "an integer from 1 to 20"),
     ("offers.limit", lambda c: 1 <= c.offers.limit <= 10_000, "an integer from 1 to 10000"),
+    ("offers.refresh_s", lambda c: c.offers.refresh_s >= 5, "a number >= 5 (seconds)"),
+    ("vast.timeout_s", lambda c: 1 <= c.vast.timeout_s <= 600, "a number from 1 to 600"),
+    ("ssh.connect_timeout_s", lambda c: 1 <= c.ssh.connect_timeout_s <= 120, "1 to 120"),
+    # A deadline of 0 would destroy (and ban) every new worker at once.
+    ("deadlines.loading_min", lambda c: c.deadlines.loading_min >= 1, "a number >= 1 (minutes)"),
+    ("deadlines.first_report_min", lambda c: c.deadlines.first_report_min >= 1, "a number >= 1"),
+    ("deadlines.setup_min", lambda c: c.deadlines.setup_min >= 1, "a number >= 1 (minutes)"),
+    ("deadlines.paramfetch_min", lambda c: c.deadlines.paramfetch_min >= 1, "a number >= 1"),
+    ("deadlines.benchmark_min", lambda c: c.deadlines.benchmark_min >= 1, "a number >= 1"),
+    ("deadlines.exited_grace_min", lambda c: c.deadlines.exited_grace_min >= 0, "a number >= 0"),
 ]
 
 
@@ -233,20 +243,27 @@ def load_api_key() -> tuple[str, str]:
     """
     env = os.environ.get("VAST_API_KEY", "").strip()
     if env:
-        return env, "$VAST_API_KEY"
+        return _checked_key(env, "$VAST_API_KEY"), "$VAST_API_KEY"
     for candidate in (vast_api_key_path(), Path.home() / ".vast_api_key"):
         try:
             text = candidate.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             continue
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise ApiKeyError(f"cannot read Vast API key file {candidate}: {exc}") from None
         if text:
-            return text, str(candidate)
+            return _checked_key(text, str(candidate)), str(candidate)
     raise ApiKeyError(
         f"no Vast API key: set VAST_API_KEY or write it to {vast_api_key_path()} "
         "(or use --demo for the simulated cloud)"
     )
+
+
+def _checked_key(key: str, source: str) -> str:
+    """A key that can go in an HTTP header; a bad one is named by source, never echoed."""
+    if not key.isascii() or any(ch.isspace() or not ch.isprintable() for ch in key):
+        raise ApiKeyError(f"Vast API key from {source} is malformed (spaces or odd characters)")
+    return key
 
 
 def state_dir() -> Path:

@@ -22,7 +22,12 @@ _ESCAPES = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# C0/C1 controls, bidi overrides and isolates (they reorder what the operator reads), line and
+# paragraph separators, and lone surrogates (they cannot even be encoded for the terminal).
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+    "\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def sanitize_line(text: str | bytes | None, max_len: int = MAX_LINE) -> str:

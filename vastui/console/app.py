@@ -208,6 +208,24 @@ class VastuiApp(App[int]):
         self._log_token = 0
         self._offers_seen: int | None = None
 
+    def notify(  # type: ignore[override]
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Notifications carry remote text (server messages, hosts): never parse it as markup."""
+        super().notify(
+            sanitize_line(message, 500),
+            title=sanitize_line(title, 100),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
+
     # -- layout ----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
@@ -644,7 +662,7 @@ class VastuiApp(App[int]):
 
         def valid(text: str) -> str | None:
             head, _, reason = text.partition(" ")
-            if not head.isdigit() or int(head) <= 0:
+            if not head.isdigit() or not 0 < int(head) < 2**63:
                 return "start with the machine id (a positive number), then the reason"
             return None if reason.strip() else "give a reason after the machine id"
 
@@ -682,6 +700,8 @@ class VastuiApp(App[int]):
         self.refresh_offers(force=True)
 
     def action_copy_ssh(self) -> None:
+        if self._pane() != "instances":
+            return
         rec = self._selected_instance()
         if rec is None or not rec.ssh_host:
             self.notify("no ssh endpoint for this instance (yet)", severity="warning")
@@ -714,9 +734,8 @@ class VastuiApp(App[int]):
         )  # fmt: skip
 
     def action_filter_rows(self) -> None:
-        pane = self._pane()
-        if pane == "logs":
-            return  # the log view has its own search on /
+        if self._pane() != "offers":
+            return  # the log view has its own search on /; the other tables are short
         bar = self.query_one("#row-filter-bar")
         bar.display = True
         self.query_one("#row-filter", Input).focus()
@@ -772,6 +791,8 @@ class VastuiApp(App[int]):
     # -- logs -------------------------------------------------------------------------------
 
     def action_logs_for_selected(self) -> None:
+        if self._pane() != "instances":
+            return
         rec = self._selected_instance()
         if rec is None:
             return
@@ -782,6 +803,8 @@ class VastuiApp(App[int]):
         self.action_pane("logs")
 
     def action_log_source(self, step: int) -> None:
+        if self._pane() != "logs":
+            return
         index = LOG_CHOICES.index(self.log_source)
         self.log_source = LOG_CHOICES[(index + step) % len(LOG_CHOICES)]
         self._restart_logs()
@@ -834,9 +857,17 @@ class VastuiApp(App[int]):
     def _load_ui_state(self) -> dict[str, Any]:
         try:
             data = json.loads((state_dir() / "ui.json").read_text())
-            return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
+        if not isinstance(data, dict):
+            return {}
+        known = {key for key, _, _ in OFFER_COLUMNS}
+        state: dict[str, Any] = {}
+        if data.get("offers_sort") in known:  # a hand-edited file must not crash the console
+            state["offers_sort"] = data["offers_sort"]
+        if isinstance(data.get("offers_sort_reverse"), bool):
+            state["offers_sort_reverse"] = data["offers_sort_reverse"]
+        return state
 
     def _save_ui_state(self) -> None:
         with contextlib.suppress(OSError):
@@ -955,6 +986,26 @@ def _uptime(rec: InstanceRecord, now_wall: float, snap: Snapshot) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def binding_ids() -> set[str]:
+    """Every remappable binding id of the console."""
+    ids: set[str] = set()
+    for cls in (VastuiApp, LogView, DetailScreen):
+        ids.update(b.id for b in cls.BINDINGS if isinstance(b, Binding) and b.id)
+    return ids
+
+
+def check_keymap(opts: Options) -> None:
+    """An unknown id in [ui.keymap] is a typo: say so instead of ignoring it."""
+    known = binding_ids()
+    for binding_id in opts.config.ui.keymap:
+        if binding_id not in known:
+            where = opts.config.path or "config"
+            raise ValueError(
+                f"{where}: key 'ui.keymap.{binding_id}': unknown binding id "
+                f"(known: {', '.join(sorted(known))})"
+            )
+
+
 def run_console(
     opts: Options,
     *,
@@ -962,6 +1013,7 @@ def run_console(
     theme: str | None = None,
     run: RunOptions | None = None,
 ) -> int:
+    check_keymap(opts)
     bridge = FleetBridge(opts, read_only=read_only, run=run)
     app = VastuiApp(opts, read_only=read_only, theme=theme, bridge=bridge)
     # Fail before the screen switches: an unknown theme name is a one-line error.

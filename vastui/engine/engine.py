@@ -175,6 +175,11 @@ class Engine:
                 await self.store.finish_command(cmd.id, True, result)
             except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
                 await self.store.finish_command(cmd.id, False, sanitize_line(str(exc), 300))
+            except Exception as exc:  # a bad command must fail, not take the engine down
+                log.exception("command %s (%s) failed", cmd.id, cmd.kind)
+                await self.store.finish_command(
+                    cmd.id, False, sanitize_line(f"{type(exc).__name__}: {exc}", 300)
+                )
 
     async def _execute(self, cmd: Command) -> str:
         args = cmd.args
@@ -506,12 +511,15 @@ class Engine:
 
     async def _kill(
         self, rec: InstanceRecord, kill: policy.Kill, *, intent_id: int | None = None
-    ) -> None:
-        """Destroy with a typed reason (and ban the machine when the fault is the machine's)."""
+    ) -> bool:
+        """Destroy with a typed reason (and ban the machine when the fault is the machine's).
+
+        True once destroyed and recorded; False if refused, dry-run, or to be retried.
+        """
         if not self._ours(rec.label):
             log.error("refusing to destroy instance %s: label %r is not this fleet's",
                       rec.vast_id, sanitize_line(rec.label, 80))  # fmt: skip
-            return
+            return False
         now = self.clock()
         if self.settings.dry_run:
             key = (kill.kind, rec.vast_id)
@@ -525,7 +533,7 @@ class Engine:
                     detail={"kind": kill.kind, "dry_run": True},
                     now=now,
                 )
-            return
+            return False
         if intent_id is None:
             pending = [
                 i
@@ -546,12 +554,13 @@ class Engine:
                 )
                 intent_id = intent.id
         if not self._retry_due(rec.vast_id):
-            return
+            return False
         try:
             existed = await self.client.destroy_instance(rec.vast_id)
         except VastError as exc:
             self._note_destroy_failure(rec.vast_id, exc)
-            return
+            self.last_error = sanitize_line(f"destroy {rec.vast_id}: {exc}", 300)
+            return False
         self._destroy_retry.pop(rec.vast_id, None)
         await self._stop_watcher(rec.vast_id)
         await self.store.record_destroy(
@@ -576,6 +585,7 @@ class Engine:
                 evidence=list(kill.error_lines)[-10:],
                 skip_destroy=rec.vast_id,
             )
+        return True
 
     async def _destroy_locked(self, instance_id: int, kind: str, reason: str) -> None:
         rec = await self.store.get_instance(instance_id)
@@ -585,7 +595,11 @@ class Engine:
             raise EngineError(f"instance {instance_id} is already destroyed")
         if not self._ours(rec.label):
             raise EngineError(f"instance {instance_id} has no label of this fleet; not destroying")
-        await self._kill(rec, policy.Kill(kind, reason))
+        if not await self._kill(rec, policy.Kill(kind, reason)):
+            why = self.last_error or "retrying"
+            raise EngineError(
+                f"destroy of {instance_id} did not go through yet ({why}); it is retried"
+            )
 
     async def _ignore_locked(
         self,

@@ -17,9 +17,19 @@ from pathlib import Path
 from vastui.backend import Options
 from vastui.config import state_dir
 from vastui.engine.runtime import RunOptions, engine_runtime
+from vastui.sanitize import sanitize_line
 from vastui.store import Store
 
 log = logging.getLogger("vastui.engine")
+
+
+class _SafeText(logging.Filter):
+    """Log messages carry remote text (server msgs, labels): one safe line each."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = sanitize_line(record.getMessage(), 4000)
+        record.args = ()
+        return True
 
 
 def setup_logging(path: Path, level: int = logging.INFO) -> None:
@@ -32,6 +42,7 @@ def setup_logging(path: Path, level: int = logging.INFO) -> None:
         old.close()
     for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(path)):
         handler.setFormatter(fmt)
+        handler.addFilter(_SafeText())
         handler.vastui = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     # The HTTP libraries log every request at INFO; keep the engine's log about the fleet.

@@ -239,7 +239,7 @@ class Store(FleetOps):
             conn = self._require()
             try:
                 yield conn
-            except sqlite3.Error as e:
+            except (sqlite3.Error, OverflowError, UnicodeEncodeError) as e:
                 raise StoreError(f"database {self.path}: {e}") from e
 
     @asynccontextmanager
@@ -260,8 +260,9 @@ class Store(FleetOps):
             except BaseException as e:
                 if conn.in_transaction:
                     await conn.rollback()
-                if isinstance(e, sqlite3.Error):
-                    raise StoreError(f"database {self.path}: {e}") from e
+                if isinstance(e, sqlite3.Error | OverflowError | UnicodeEncodeError):
+                    # Also bad values: an id beyond 64 bits, text with a lone surrogate.
+                    raise StoreError(f"database {self.path}: cannot store: {e}") from e
                 raise
             else:
                 try:

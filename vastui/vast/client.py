@@ -185,10 +185,12 @@ class VastClient:
             raise
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise _Ambiguous(f"no answer within {self.timeout:g}s") from exc
-        except httpx.TransportError as exc:
-            raise _Ambiguous(f"{type(exc).__name__}: {exc}") from exc
-        except httpx.HTTPError as exc:  # e.g. an undecodable body: the server did answer
-            raise _Ambiguous(f"{type(exc).__name__}: {exc}") from exc
+        except httpx.HTTPError as exc:  # transport errors, and bodies that cannot be decoded
+            raise _Ambiguous(self._redact(f"{type(exc).__name__}: {exc}")) from exc
+
+    def _redact(self, text: str) -> str:
+        """Exception texts can quote request headers; the key never leaves in a message."""
+        return text.replace(self._api_key, "***") if self._api_key else text
 
     def _retry_after(self, response: httpx.Response) -> float | None:
         value = response.headers.get("Retry-After")
@@ -231,7 +233,9 @@ class VastClient:
                     auth=auth,
                 )
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                last_detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                last_detail = self._redact(
+                    f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                )
             except _Ambiguous as exc:
                 last_detail = str(exc)
             else:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vastui.sanitize import sanitize_line
 from vastui.vast.errors import VastProtocolError
 
 MB_PER_GB = 1000.0
@@ -56,11 +57,12 @@ def _req_int(raw: Mapping[str, Any], key: str, what: str) -> int:
 
 
 def _str(raw: Mapping[str, Any], key: str) -> str | None:
+    """Remote text, made display-safe here, once, for every consumer (CLI, console, logs)."""
     value = raw.get(key)
     if value is None:
         return None
     if isinstance(value, str):
-        return value
+        return sanitize_line(value, 1024)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return None

@@ -1,0 +1,166 @@
+"""Regression tests for problems found in review: each one failed before its fix."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.test_engine import World, rent_one
+from vastui.backend import Options
+from vastui.cli import main
+from vastui.config import ApiKeyError, Config, ConfigError, load_api_key, load_config
+from vastui.console.app import VastuiApp, check_keymap
+from vastui.console.fixtures import fixed_app
+from vastui.engine import policy
+from vastui.sanitize import sanitize_line
+from vastui.store import Store
+from vastui.vast.errors import VastServerError
+from vastui.vast.models import Offer
+
+
+async def test_notifications_never_parse_markup(tmp_path: Path):
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        app.notify("server said: [/b] [@click=app.quit]gotcha[/]", title="[b]x")
+        await pilot.pause()
+        assert app.is_running
+
+
+async def test_a_bad_command_fails_without_stopping_the_engine(tmp_path: Path):
+    world = World(tmp_path)
+    async with await Store.open(tmp_path / "s.db") as store:
+        engine = await world.engine(store)
+        bad = await store.submit_command("ignore", {"machine_id": 10**30, "reason": "typo"})
+        good = await store.submit_command("ignore", {"machine_id": 4242, "reason": "ok"})
+        await engine.step()
+        assert (await store.get_command(bad)).status == "failed"
+        assert (await store.get_command(good)).status == "done"
+        await engine.close()
+
+
+def test_malformed_api_key_is_refused_without_echo(monkeypatch):
+    monkeypatch.setenv("VAST_API_KEY", "SECRETKEY123\nabc")
+    with pytest.raises(ApiKeyError) as info:
+        load_api_key()
+    assert "SECRETKEY123" not in str(info.value) and "$VAST_API_KEY" in str(info.value)
+
+
+def test_remote_text_is_made_safe_at_the_model_boundary():
+    offer = Offer.from_api(
+        {"id": 1, "machine_id": 2, "dph_total": 0.1,
+         "gpu_name": "RTX 4090\x1b]0;PWNED\x07\x1b[2J\u202eevil", "geolocation": "X\u2028Y"}
+    )  # fmt: skip
+    assert offer.gpu_name == "RTX 4090 evil" and offer.geolocation == "X Y"
+    assert sanitize_line("a\ud800b") == "a b"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bad", "add", "99999999999999999999999", "--reason", "r"],
+        ["--api-url", "http://[::1", "offers"],
+        ["--api-url", "ftp://x", "offers"],
+    ],
+)
+def test_cli_bad_inputs_are_one_line(argv, capsys, tmp_path: Path):
+    try:
+        code = main([*argv, "--db", str(tmp_path / "x.db")])
+    except SystemExit as exc:  # argparse refuses it before main's handler
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+
+
+def test_explicit_db_in_a_missing_directory_is_refused(capsys, tmp_path: Path):
+    target = tmp_path / "nope" / "x.db"
+    assert main(["bad", "list", "--db", str(target)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not target.parent.exists()
+
+
+def test_zero_deadline_is_refused(tmp_path: Path):
+    path = tmp_path / "c.toml"
+    path.write_text("[deadlines]\nloading_min = 0\n")
+    with pytest.raises(ConfigError, match=r"deadlines\.loading_min"):
+        load_config(path)
+
+
+def test_unknown_keymap_id_is_refused():
+    config = replace(Config(), ui=replace(Config().ui, keymap={"ofers-deploy": "D"}))
+    with pytest.raises(ValueError, match=r"ui\.keymap\.ofers-deploy"):
+        check_keymap(Options(config=config))
+    ok = replace(Config(), ui=replace(Config().ui, keymap={"offers-deploy": "D"}))
+    check_keymap(Options(config=ok))
+    assert VastuiApp  # the ids come from the real app's bindings
+
+
+async def test_other_fleet_with_hyphen_is_neither_adopted_nor_destroyed(tmp_path: Path):
+    world = World(tmp_path)
+    async with world.client() as client:
+        offer = (await client.search_offers("num_gpus=1", order="dph")).offers[0]
+        theirs = await client.create_instance(
+            offer.id, label="vastui-main-eu-0123456789ab", image="i", disk_gb=10
+        )
+    async with await Store.open(tmp_path / "s.db") as store:
+        engine = await world.engine(store)
+        await store.add_bad(offer.machine_id, "ban", now=world.clock.now())
+        await engine.step()
+        assert await store.get_instance(theirs.instance_id) is None
+        assert theirs.instance_id in world.cloud.instances
+        await engine.close()
+
+
+async def test_failed_destroy_keeps_its_ban_and_one_intent(tmp_path: Path):
+    world = World(tmp_path)
+    async with await Store.open(tmp_path / "s.db") as store:
+        engine, iid = await rent_one(world, store)
+        real_destroy = engine.client.destroy_instance
+        calls = 0
+
+        async def flaky(instance_id: int) -> bool:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise VastServerError(503, "maintenance")
+            return await real_destroy(instance_id)
+
+        engine.client.destroy_instance = flaky  # type: ignore[method-assign]
+        tail = ["ERROR cuzk: CUDA error 700: an illegal memory access was encountered"]
+        await engine.handle_worker_event(
+            iid, {"stage": "benchmark", "event": "result",
+                  "result": {"outcome": "error", "stage": "warmup", "error_tail": tail}}
+        )  # fmt: skip
+        assert not (await store.get_instance(iid)).killed
+        for _ in range(3):
+            await engine.step()
+        assert len(await store.list_intents(kind="destroy")) == 1
+        engine._destroy_retry.clear()  # the backoff has passed
+        await engine.step()
+        rec = await store.get_instance(iid)
+        assert rec.killed and rec.kill_kind == "bench_error" and rec.error_lines == tuple(tail)
+        assert [b.machine_id for b in await store.list_bad(now=world.clock.now())] == [
+            rec.machine_id
+        ]
+        await engine.close()
+
+
+async def test_one_list_missing_a_row_is_not_a_vanish(tmp_path: Path):
+    world = World(tmp_path)
+    async with await Store.open(tmp_path / "s.db") as store:
+        engine, iid = await rent_one(world, store)
+        real_list = engine.client.list_instances
+
+        async def partial():
+            return [i for i in await real_list() if i.id != iid]
+
+        engine.client.list_instances = partial  # type: ignore[method-assign]
+        await engine.step()
+        assert not (await store.get_instance(iid)).killed, "show_instance says it still exists"
+        await engine.close()
+
+
+def test_kill_detail_round_trip():
+    kill = policy.Kill("bench_error", "why", "benchmark", ("a", "b"), "error", "ban it", {"r": 1})
+    assert policy.Kill.from_detail("why", kill.to_detail()) == kill
