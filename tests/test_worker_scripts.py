@@ -14,17 +14,18 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import WAIT, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "worker-image"
@@ -32,24 +33,6 @@ STANDINS = REPO / "vastui" / "sim" / "standins"
 PYBIN = os.path.dirname(sys.executable)
 SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl", "vastui-lib.sh")
 ANSI = re.compile(r"\x1b\[")
-WAIT = 60.0  # generous upper bound for any condition
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:

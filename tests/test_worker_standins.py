@@ -8,41 +8,23 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.helpers import WAIT, free_port, wait_for
+
 REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "vastui" / "sim" / "standins"
 PYBIN = os.path.dirname(sys.executable)
-WAIT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def load_simlib() -> ModuleType:
