@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
-from vastui.config import Config, state_dir
+from vastui.config import Config, FleetSection, state_dir
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
 from vastui.ssh import RemoteForward, SshPool, StorePins
@@ -41,7 +41,7 @@ class RunOptions:
     target_workers: int | None = None
     dry_run: bool = False
     mode: str = "headless"  # or "console"
-    machine_fault_rate: float = 1.0  # demo only
+    machine_fault_rate: float = 1.5  # demo only: about one machine in four has a fault
 
 
 def parse_duration(text: str) -> float:
@@ -74,6 +74,17 @@ async def engine_runtime(
     config = opts.config
     if run.target_workers is not None:
         config = replace(config, fleet=replace(config.fleet, target_workers=run.target_workers))
+    if (
+        opts.demo
+        and config.fleet.max_concurrent_benchmarks == FleetSection.max_concurrent_benchmarks
+    ):
+        # The demo benchmarks its whole target at once, so a short run shows every outcome.
+        config = replace(
+            config,
+            fleet=replace(
+                config.fleet, max_concurrent_benchmarks=max(2, config.fleet.target_workers)
+            ),
+        )
     store = await Store.open(opts.db_path)
     owner = uuid.uuid4().hex
     stack = contextlib.AsyncExitStack()
