@@ -279,6 +279,9 @@ class Store(FleetOps):
         async with conn.execute(sql, tuple(params)) as cur:
             return await cur.fetchone()
 
+    async def _instance_row(self, conn: aiosqlite.Connection, vast_id: int) -> sqlite3.Row | None:
+        return await self._fetchone(conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,))
+
     @staticmethod
     async def _fetchall(
         conn: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()
@@ -350,9 +353,7 @@ class Store(FleetOps):
 
     async def get_instance(self, vast_id: int) -> InstanceRecord | None:
         async with self._read() as conn:
-            row = await self._fetchone(
-                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
-            )
+            row = await self._instance_row(conn, vast_id)
         return InstanceRecord.from_row(row) if row else None
 
     async def list_instances(self, include_killed: bool = True) -> list[InstanceRecord]:
@@ -377,9 +378,7 @@ class Store(FleetOps):
         if stage not in STAGES:
             raise StoreError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
         async with self.transaction() as conn:
-            row = await self._fetchone(
-                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
-            )
+            row = await self._instance_row(conn, vast_id)
             if row is None:
                 raise StoreError(f"no instance {vast_id}")
             if row["state"] == "killed":
@@ -390,9 +389,7 @@ class Store(FleetOps):
                     " WHERE vast_id = ?",
                     (stage, ts, ts, vast_id),
                 )
-                row = await self._fetchone(
-                    conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
-                )
+                row = await self._instance_row(conn, vast_id)
         assert row is not None
         return InstanceRecord.from_row(row)
 
@@ -440,7 +437,7 @@ class Store(FleetOps):
 
         Returns (row before, row after); raises StoreError for an unknown instance.
         """
-        row = await self._fetchone(conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,))
+        row = await self._instance_row(conn, vast_id)
         if row is None:
             raise StoreError(f"no instance {vast_id}")
         if row["state"] == "killed":
@@ -462,7 +459,7 @@ class Store(FleetOps):
                 vast_id,
             ),
         )
-        after = await self._fetchone(conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,))
+        after = await self._instance_row(conn, vast_id)
         assert after is not None
         return row, after
 

@@ -116,9 +116,7 @@ class FleetOps:
                 f"UPDATE instances SET {sets} WHERE vast_id = :vast_id",
                 {**fields, "vast_id": vast_id},
             )
-            row = await self._fetchone(  # type: ignore[attr-defined]
-                conn, "SELECT * FROM instances WHERE vast_id = ?", (vast_id,)
-            )
+            row = await self._instance_row(conn, vast_id)  # type: ignore[attr-defined]
         if row is None:
             from vastui.store.db import StoreError
 
