@@ -19,14 +19,15 @@ async def store(tmp_path: Path):
     await s.close()
 
 
-async def test_record_destroy_is_atomic_with_its_event_and_first_cause_wins(store: Store):
+async def test_destroy_kill_is_atomic_with_its_event_and_first_cause_wins(store: Store):
     await store.upsert_instance(InstanceRecord(vast_id=5, machine_id=77, state="benchmark"), now=T0)
-    rec = await store.record_destroy(
-        5, "bench_below_min", "benchmark below_min: 21.3 < 29.0", error_lines=["x"], now=T0 + 1
-    )
+    rec = await store.mark_killed(
+        5, "bench_below_min", "benchmark below_min: 21.3 < 29.0", error_lines=["x"],
+        event="destroy", now=T0 + 1,
+    )  # fmt: skip
     assert rec.state == "killed" and rec.failed_stage == "benchmark"
     assert rec.kill_kind == "bench_below_min" and rec.error_lines == ("x",)
-    again = await store.record_destroy(5, "manual", "again", now=T0 + 2)
+    again = await store.mark_killed(5, "manual", "again", event="destroy", now=T0 + 2)
     assert again.kill_kind == "bench_below_min"
     events = await store.list_events(kind="destroy")
     assert [(e.instance_id, e.machine_id, e.reason) for e in events] == [

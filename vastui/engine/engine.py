@@ -351,14 +351,7 @@ class Engine:
     async def _vanished(self, rec: InstanceRecord, now: float) -> None:
         await self._stop_watcher(rec.vast_id)
         await self.store.mark_killed(
-            rec.vast_id, "vanished", "instance disappeared from vast", now=now
-        )
-        await self.store.add_event(
-            "kill",
-            "instance disappeared from vast",
-            instance_id=rec.vast_id,
-            machine_id=rec.machine_id,
-            now=now,
+            rec.vast_id, "vanished", "instance disappeared from vast", event="kill", now=now
         )
 
     async def _recover_intents(self, by_label: dict[str, Instance], now: float) -> None:
@@ -563,13 +556,14 @@ class Engine:
             return False
         self._destroy_retry.pop(rec.vast_id, None)
         await self._stop_watcher(rec.vast_id)
-        await self.store.record_destroy(
+        await self.store.mark_killed(
             rec.vast_id,
             kill.kind,
             kill.reason,
             failed_stage=kill.stage if kill.stage in policy.LIVE_STAGES else None,
             bench_outcome=kill.bench_outcome,
             error_lines=[sanitize_line(x, 500) for x in kill.error_lines] or None,
+            event="destroy",
             detail={**kill.detail, "already_gone": not existed},
             now=now,
         )
@@ -779,10 +773,6 @@ class Engine:
             result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof
         )
         self._offers_at = time.monotonic()
-        return self._offers
-
-    @property
-    def offers(self) -> list[RankedOffer]:
         return self._offers
 
     async def _provision(self) -> None:

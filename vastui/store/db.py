@@ -402,12 +402,16 @@ class Store(FleetOps):
         failed_stage: str | None = None,
         bench_outcome: str | None = None,
         error_lines: Iterable[str] | None = None,
+        event: str | None = None,
+        detail: Mapping[str, Any] | None = None,
         now: float | None = None,
     ) -> InstanceRecord:
         """Mark an instance killed (terminal). ``failed_stage`` defaults to its current stage.
 
-        Killing an already-killed instance changes nothing and returns the existing row (the
-        first recorded cause wins). Raises :class:`StoreError` for an unknown instance.
+        With ``event`` (e.g. ``"destroy"``), the event is appended in the same transaction, so a
+        destroy is never recorded without its event. Killing an already-killed instance changes
+        nothing and writes no event (the first recorded cause wins). Raises
+        :class:`StoreError` for an unknown instance.
         """
         ts = _now(now)
         check_positive_int("vast_id", vast_id)
@@ -417,9 +421,19 @@ class Store(FleetOps):
             raise StoreError(f"unknown failed_stage {failed_stage!r}")
         lines = _lines_json("error_lines", error_lines)
         async with self.transaction() as conn:
-            _before, row = await self.kill_row(
+            before, row = await self.kill_row(
                 conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
             )
+            if event is not None and before["state"] != "killed":
+                await self.insert_event(
+                    conn,
+                    event,
+                    reason,
+                    ts=ts,
+                    instance_id=vast_id,
+                    machine_id=row["machine_id"],
+                    detail={"kind": kind, "stage": row["failed_stage"], **(detail or {})},
+                )
         return InstanceRecord.from_row(row)
 
     async def kill_row(

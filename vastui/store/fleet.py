@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,37 +121,6 @@ class FleetOps:
             from vastui.store.db import StoreError
 
             raise StoreError(f"no instance {vast_id}")
-        return InstanceRecord.from_row(row)
-
-    async def record_destroy(
-        self,
-        vast_id: int,
-        kind: str,
-        reason: str,
-        *,
-        failed_stage: str | None = None,
-        bench_outcome: str | None = None,
-        error_lines: Iterable[str] | None = None,
-        detail: Mapping[str, Any] | None = None,
-        now: float | None = None,
-    ) -> InstanceRecord:
-        """Mark killed and append the `destroy` event in one transaction (first cause wins)."""
-        ts = _ts(now)
-        lines = json.dumps(list(error_lines)) if error_lines is not None else None
-        async with self.transaction() as conn:  # type: ignore[attr-defined]
-            before, row = await self.kill_row(  # type: ignore[attr-defined]
-                conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
-            )
-            if before["state"] != "killed":
-                await self.insert_event(  # type: ignore[attr-defined]
-                    conn,
-                    "destroy",
-                    reason,
-                    ts=ts,
-                    instance_id=vast_id,
-                    machine_id=row["machine_id"],
-                    detail={"kind": kind, "stage": row["failed_stage"], **(detail or {})},
-                )
         return InstanceRecord.from_row(row)
 
     # -- intents -------------------------------------------------------------------------
