@@ -17,16 +17,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/vastui --demo
 
+# The stand-ins are Python scripts without a .py suffix: ruff needs them named.
+STANDINS := $(addprefix vastui/sim/standins/,cuzk-daemon cuzk-bench curio nvidia-smi)
+
 lint: $(STAMP)
-	$(BIN)/ruff check vastui tests
-	$(BIN)/ruff format --check vastui tests
+	$(BIN)/ruff check vastui tests $(STANDINS)
+	$(BIN)/ruff format --check vastui tests $(STANDINS)
+	$(BIN)/shellcheck worker-image/*.sh worker-image/workerctl
+	$(BIN)/hadolint worker-image/Dockerfile
 
 test: lint
 	$(BIN)/pytest
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix vastui tests
-	$(BIN)/ruff format vastui tests
+	$(BIN)/ruff check --fix vastui tests $(STANDINS)
+	$(BIN)/ruff format vastui tests $(STANDINS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+
+from tests.enginekit import World
+from vastui.store import Store
 
 # Textual reads this once, at import: it has to be set before any test imports textual.
 os.environ["TEXTUAL_ANIMATIONS"] = "none"
@@ -19,3 +24,16 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.delenv("VASTUI_STATE_DIR", raising=False)
     monkeypatch.delenv("VAST_API_KEY", raising=False)
     yield home
+
+
+# The engine's world (tests/enginekit.py); a module may define its own `store`.
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    yield World(tmp_path)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await Store.open(tmp_path / "s.db")
+    yield s
+    await s.close()

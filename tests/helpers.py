@@ -10,7 +10,7 @@ from vastui.sim.workers import free_port
 
 WAIT = 60.0  # generous upper bound for any condition
 
-__all__ = ["WAIT", "free_port", "wait_for"]
+__all__ = ["WAIT", "Controller", "free_port", "wait_for"]
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
@@ -23,3 +23,58 @@ def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condit
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+class Controller:
+    """The controller-side services a worker reaches through its tunnels, for tests that drive
+    the worker scripts without SSH: the stand-in Lotus API (with its token) and curio's cluster
+    database (YSQL + YCQL), on their own event loop in a thread."""
+
+    def __init__(self, *, db_password: str = "yugabyte") -> None:
+        import asyncio
+        import threading
+
+        from vastui.sim.harmonydb import SIM_CHAIN_TOKEN, FakeHarmonyDb
+        from vastui.sim.lotus import FakeLotus
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.token = SIM_CHAIN_TOKEN
+        self.lotus = FakeLotus(token=SIM_CHAIN_TOKEN)
+        self._call(self.lotus.start())
+        self.db = FakeHarmonyDb(chain_addr=self.lotus_addr, password=db_password)
+        self._call(self.db.start())
+
+    def _call(self, coro: Any) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT)
+
+    @property
+    def lotus_addr(self) -> str:
+        return f"127.0.0.1:{self.lotus.port}"
+
+    @property
+    def db_addr(self) -> str:
+        return f"127.0.0.1:{self.db.port}"
+
+    @property
+    def cql_addr(self) -> str:
+        return f"127.0.0.1:{self.db.cql_port}"
+
+    def tunnel_files(self, run_dir: Any) -> None:
+        """What the simulator's SSH server writes for the worker's forwarded ports."""
+        from pathlib import Path
+
+        run = Path(run_dir)
+        (run / "forwards").mkdir(parents=True, exist_ok=True)
+        (run / "lotus-api-addr").write_text(self.lotus_addr + "\n")
+        (run / "forwards" / "5433").write_text(self.db_addr + "\n")
+        (run / "forwards" / "9042").write_text(self.cql_addr + "\n")
+
+    def close(self) -> None:
+        self._call(self.lotus.stop())
+        self._call(self.db.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)

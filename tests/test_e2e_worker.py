@@ -163,7 +163,7 @@ async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
     clock = ManualClock()
     cloud = SimCloud(seed=11, clock=clock)
     host = SimWorkerHost(
-        cloud, tmp_path / "sim", speed=2000, machine_fault_rate=0.0, poll_interval=0.2
+        cloud, tmp_path / "sim", speed=1000, machine_fault_rate=0.0, poll_interval=0.2
     )
     host.attach()
     client = client_for_cloud(cloud, pacing={}, sleep=no_sleep)
@@ -214,7 +214,8 @@ def first_stage_order(events: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_rent_tunnel_benchmark_and_logs(sim: Sim, lotus: FakeLotus) -> None:
-    env = {"MIN_RATE": "1.0", "BENCH_PROOFS": "3", "SETUP_TUNNEL_WAIT": "20"}
+    env = {"MIN_RATE": "1.0", "BENCH_PROOFS": "3", "SETUP_TUNNEL_WAIT": "20",
+           "BENCH_TIMEOUT": "100000"}  # fmt: skip
     inst = await sim.rent(env)
     assert inst.image == IMAGE and dict(inst.env) == env
     conn = sim.connect(inst, forwards=tunnel(lotus))

@@ -4,103 +4,14 @@ end-to-end tests); the cloud runs on a ManualClock shared with the engine."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from vastui.backend import client_for_cloud
-from vastui.config import Config
-from vastui.engine.engine import Engine, EngineSettings
+from tests.enginekit import PUBKEY, World, rent_one, result
 from vastui.engine.labels import is_vastui_label
-from vastui.sim import ManualClock, SimCloud
 from vastui.store import Store
-from vastui.vast.client import RetryPolicy, VastClient
-
-PUBKEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEngineTestKeyMaterial000000000000000 vastui"
-
-
-async def no_sleep(_s: float) -> None:
-    return None
-
-
-class World:
-    def __init__(self, tmp: Path, target: int = 0, dry_run: bool = False, db: str = "s.db"):
-        self.tmp = tmp
-        self.clock = ManualClock()
-        self.cloud = SimCloud(seed=7, clock=self.clock, hosts=400)
-        self.config = Config()
-        self.config = replace(
-            self.config,
-            fleet=replace(self.config.fleet, target_workers=target, max_concurrent_benchmarks=2),
-        )
-        self.dry_run = dry_run
-        self.db = db
-
-    def client(self) -> VastClient:
-        return client_for_cloud(
-            self.cloud, pacing={}, sleep=no_sleep, retry=RetryPolicy(create_lookups=2)
-        )
-
-    async def engine(self, store: Store, dry_run: bool | None = None) -> Engine:
-        return Engine(
-            self.config,
-            store,
-            self.client(),
-            ssh=None,
-            public_key=PUBKEY,
-            clock=self.clock.now,
-            settings=EngineSettings(
-                dry_run=self.dry_run if dry_run is None else dry_run, offers_refresh=0.0
-            ),
-        )
-
-    async def until_running(self, engine: Engine) -> None:
-        for _ in range(40):
-            self.clock.advance(30)
-            await engine.step()
-            live = await engine.store.list_instances(include_killed=False)
-            if live and all(r.state != "loading" for r in live):
-                return
-        raise AssertionError("instances never left loading")
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    yield World(tmp_path)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "s.db")
-    yield s
-    await s.close()
-
-
-async def rent_one(world: World, store: Store) -> tuple[Engine, int]:
-    engine = await world.engine(store)
-    offers = await engine.refresh_offers(force=True)
-    viable = next(r for r in offers if r.viable)
-    iid = await engine.deploy(viable.offer.id)
-    assert iid is not None
-    await world.until_running(engine)
-    return engine, iid
-
-
-def result(outcome: str, rate: float | None, tail: list[str] | None = None, stage: str = "done"):
-    return {
-        "stage": "benchmark",
-        "event": "result",
-        "result": {
-            "outcome": outcome,
-            "stage": stage,
-            "rate_per_hour": rate,
-            "proofs_completed": 3,
-            "error_tail": tail or [],
-        },
-    }
-
 
 # -- provisioning ------------------------------------------------------------------------
 

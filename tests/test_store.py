@@ -460,6 +460,9 @@ async def test_to_json_key_sets(store: Store) -> None:
         "dph_total",
         "bench_rate",
         "min_rate",
+        "prod_completed",
+        "prod_failed",
+        "prod_rate",
         "image",
         "kill_reason",
     ]

@@ -1,4 +1,11 @@
-"""The simulator's worker stand-ins (vastui/sim/standins): formats, faults, determinism."""
+"""The simulator's stand-ins (vastui/sim/standins) behave as the real binaries do.
+
+Each behaviour here was read in the real source (filecoin-project/curio @ e0294b0f, extern/cuzk,
+cmd/curio, lib/fastparamfetch; sppark 0.1.14) and is named in the stand-in next to the code that
+does it. These tests hold the stand-ins to it: flags, exit statuses, lines on the right stream at
+the right level, and the failure modes (a caught CUDA panic, a sticky CUDA abort, the kernel's
+OOM killer, SIGTERM, "ready" before the port is bound, RUST_LOG, no PCE from disk).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,11 +28,13 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import WAIT, free_port, wait_for
+from tests.helpers import WAIT, Controller, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "vastui" / "sim" / "standins"
 PYBIN = os.path.dirname(sys.executable)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+GIB = 1024**3
 
 
 def load_simlib() -> ModuleType:
@@ -35,21 +45,28 @@ def load_simlib() -> ModuleType:
     return module
 
 
+SIM = load_simlib()
+
+
 class Box:
+    """A worker root with the stand-ins first on PATH, a C1 input and the parameter files."""
+
     def __init__(self, root: Path):
         self.root = root
         (root / ".sim").mkdir(parents=True)
         self.c1 = root / "c1.json"
-        self.c1.write_text("{}\n")
+        self.c1.write_bytes(SIM.make_c1(1000, 1))
+        self.params = root / "data" / "zk" / "params"
+        self.params.mkdir(parents=True)
+        (self.params / SIM.SRS_PARAMS).write_text("x\n")
         self.procs: list[subprocess.Popen] = []
         self.listen = f"127.0.0.1:{free_port()}"
         self.status_addr = f"127.0.0.1:{free_port()}"
         self.env = {
-            "PATH": f"{STANDINS}:{PYBIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "PATH": f"{STANDINS}:{PYBIN}:/usr/bin:/bin",
             "WORKER_ROOT": str(root),
             "SIM_SPEED": "5000",
             "NO_COLOR": "1",
-            "CUZK_LISTEN": self.listen,
         }
         self.machine()
 
@@ -57,6 +74,17 @@ class Box:
         data = {"rate_per_hour": 40.0, "seed": 1, "inet_down_mbps": 2000.0}
         data.update(kw)
         (self.root / ".sim" / "machine.json").write_text(json.dumps(data))
+
+    def memory(self, host_gb: float, limit_gb: float | None) -> None:
+        (self.root / "proc").mkdir(exist_ok=True)
+        (self.root / "proc" / "meminfo").write_text(
+            f"MemTotal:       {int(host_gb * 1e9) // 1024} kB\n"
+        )
+        if limit_gb is not None:
+            (self.root / "sys" / "fs" / "cgroup").mkdir(parents=True, exist_ok=True)
+            (self.root / "sys" / "fs" / "cgroup" / "memory.max").write_text(
+                f"{int(limit_gb * 1e9)}\n"
+            )
 
     def start(self, argv: list[str], log: Path, **env: str) -> subprocess.Popen:
         with open(log, "ab") as fh:
@@ -81,15 +109,44 @@ class Box:
             start_new_session=True,
         )
 
-    def start_daemon(self, **env: str) -> tuple[subprocess.Popen, Path]:
+    def config(self, **memory: str) -> Path:
         config = self.root / "cuzk.toml"
-        config.write_text(
+        text = (
             f'[daemon]\nlisten = "{self.listen}"\nstatus_listen = "{self.status_addr}"\n'
+            f'[srs]\nparam_cache = "{self.params}"\n'
         )
-        log = self.root / "cuzk.log"
-        proc = self.start(["cuzk-daemon", "--config", str(config)], log, **env)
+        if memory:
+            text += "[memory]\n" + "".join(f'{k} = "{v}"\n' for k, v in memory.items())
+        config.write_text(text)
+        return config
+
+    def start_daemon(self, log_name: str = "cuzk.log", **env: str) -> tuple[subprocess.Popen, Path]:
+        log = self.root / log_name
+        proc = self.start(["cuzk-daemon", "--config", str(self.config())], log, **env)
         wait_for(lambda: "cuzk-daemon ready" in log.read_text(), what="daemon ready")
+        wait_for(self.port_answers, what="the daemon's port")
         return proc, log
+
+    def port_answers(self) -> bool:
+        host, port = self.listen.rsplit(":", 1)
+        with socket.socket() as s:
+            return s.connect_ex((host, int(port))) == 0
+
+    def prove(self, *extra: str, **env: str) -> subprocess.CompletedProcess:
+        return self.run(
+            [
+                "cuzk-bench",
+                "--addr",
+                f"http://{self.listen}",
+                "single",
+                "-t",
+                "porep",
+                "--c1",
+                str(self.c1),
+                *extra,
+            ],
+            **env,
+        )
 
     def kill_all(self) -> None:
         for proc in self.procs:
@@ -116,154 +173,438 @@ def get(url: str) -> tuple[int, dict[str, str], bytes]:
         return exc.code, dict(exc.headers), exc.read()
 
 
-# ------------------------------------------------------------------ _simlib
+def status_of(out: str) -> str | None:
+    m = re.search(r"^status:    (\S+)$", out, re.M)
+    return m.group(1) if m else None
 
 
-def test_simlib_profile_defaults_and_determinism(tmp_path: Path, monkeypatch) -> None:
-    sim = load_simlib()
-    monkeypatch.setenv("WORKER_ROOT", str(tmp_path))
-    machine = sim.load_machine()
-    assert machine == sim.DEFAULT_MACHINE
-    (tmp_path / ".sim").mkdir()
-    (tmp_path / ".sim" / "machine.json").write_text(
-        json.dumps({"rate_per_hour": 36, "fault": "bogus", "seed": 5})
-    )
-    machine = sim.load_machine()
-    assert machine["fault"] == "none" and machine["rate_per_hour"] == 36.0
-    times = [sim.proof_seconds(machine, i) for i in range(12)]
-    assert times == [sim.proof_seconds(machine, i) for i in range(12)]
-    assert all(100 * 0.97 <= t <= 100 * 1.03 for t in times)
-    assert len(set(times)) > 1
-    other = [sim.proof_seconds(dict(machine, seed=6), i) for i in range(12)]
-    assert other != times
-    slow = [sim.proof_seconds(dict(machine, fault="slow"), i) for i in range(12)]
-    assert slow == pytest.approx([2 * t for t in times])
+# ------------------------------------------------------------------ _simlib: line formats
 
 
-def test_simlib_tracing_line_format(monkeypatch) -> None:
-    sim = load_simlib()
+def test_tracing_line_format_and_field_quoting(monkeypatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
-    line = sim.tracing_line("INFO", "cuzk_daemon", "cuzk-daemon starting", version="0.1.0")
+    line = SIM.tracing_line(
+        "INFO",
+        "cuzk_core::pipeline",
+        "PCE saved to disk",
+        circuit_id=SIM.Display("porep-32g"),
+        path=SIM.Display("/data/zk/params/pce-porep-32g.bin"),
+        file_size_gib="25.7",
+        n=3,
+    )
+    # tracing-subscriber: "<ts>Z  INFO target: message k=v"; a &str field is Debug-quoted
     assert re.fullmatch(
-        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z  INFO cuzk_daemon: cuzk-daemon starting "
-        r"version=0\.1\.0",
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z  INFO cuzk_core::pipeline: PCE saved to disk "
+        r'circuit_id=porep-32g path=/data/zk/params/pce-porep-32g\.bin file_size_gib="25\.7" n=3',
         line,
     )
-    assert " ERROR cuzk_core::engine: boom" in sim.tracing_line(
-        "ERROR", "cuzk_core::engine", "boom"
-    )
+    assert " ERROR span{a=1}: t: boom" in SIM.tracing_line("ERROR", "t", "boom", "span{a=1}")
     monkeypatch.delenv("NO_COLOR")
-    coloured = sim.tracing_line("INFO", "cuzk_daemon", "cuzk-daemon ready, serving on x")
-    assert "\x1b[32m INFO\x1b[0m" in coloured and "cuzk-daemon ready, serving on x" in coloured
-    go = sim.golog_line("INFO", "paramfetch", "fastparamfetch/paramfetch.go:262", "Fetching x")
-    assert re.fullmatch(
-        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\tINFO\tparamfetch\t"
-        r"fastparamfetch/paramfetch\.go:262\tFetching x",
-        go,
+    coloured = SIM.tracing_line("WARN", "cuzk_daemon", "x")
+    assert "\x1b[33m WARN\x1b[0m" in coloured  # ANSI on by default, even into a file
+    go = SIM.golog_line(
+        "INFO",
+        "curio/deps",
+        "tasks/tasks.go:184",
+        "cuzk proving daemon enabled",
+        addr="127.0.0.1:9820",
+        maxPending=10,
     )
+    assert go.split("\t")[1:] == [
+        "INFO",
+        "curio/deps",
+        "tasks/tasks.go:184",
+        "cuzk proving daemon enabled",
+        '{"addr": "127.0.0.1:9820", "maxPending": 10}',
+    ]
 
 
-# ------------------------------------------------------------------ cuzk-daemon / cuzk-bench
+@pytest.mark.parametrize(
+    ("spec", "level", "target", "shown"),
+    [
+        ("info", "INFO", "cuzk_daemon", True),
+        ("warn", "INFO", "cuzk_daemon", False),
+        ("warn", "WARN", "cuzk_core::pipeline", True),
+        ("warn,cuzk_core=debug", "INFO", "cuzk_core::engine", True),
+        ("warn,cuzk_core=debug", "INFO", "cuzk_daemon", False),
+        ("off", "ERROR", "cuzk_daemon", False),
+    ],
+)
+def test_env_filter(spec: str, level: str, target: str, shown: bool) -> None:
+    assert SIM.EnvFilter(spec).enabled(level, target) is shown
 
 
-def test_daemon_status_api_and_bench_output(box: Box) -> None:
-    proc, log = box.start_daemon(SIM_SPEED="400")
+def test_c1_envelope_is_lotus_benchs() -> None:
+    import base64
+
+    body = json.loads(SIM.make_c1(1000, 7))
+    assert list(body) == ["SectorNum", "Phase1Out", "SectorSize"]
+    assert body["SectorNum"] == 7 and body["SectorSize"] == 34359738368
+    phase1 = json.loads(base64.b64decode(body["Phase1Out"]))
+    assert phase1["replica_id"] == SIM.replica_id(1000, 7) != SIM.replica_id(1001, 7)
+
+
+# ------------------------------------------------------------------ cuzk-daemon
+
+
+def test_daemon_startup_lines_status_api_and_a_proof(box: Box) -> None:
+    box.memory(host_gb=256, limit_gb=None)
+    proc, log = box.start_daemon()
+    text = log.read_text()
+    order = [
+        "cuzk-daemon starting",
+        f"configuration loaded listen={box.listen}",
+        "rayon global thread pool configured rayon_threads=32",
+        # total_budget = "auto": /proc/meminfo MemTotal minus the 5 GiB margin
+        f"memory budget initialized total_budget_gib={int(256e9) // 1024 * 1024 // GIB - 5}",
+        "initializing GPU workers num_gpus=1 gpu_workers_per_device=2 total_workers=2 gpus=[0]",
+        "cuzk engine started num_workers=2 pipeline=true",
+        f"listening on TCP addr={box.listen}",
+        f"cuzk-daemon ready, serving on {box.listen}",
+    ]
+    positions = [text.index(needle) for needle in order]
+    assert positions == sorted(positions)
+    assert " WARN " not in text and " ERROR " not in text
+
+    code, headers, body = get(f"http://{box.status_addr}/nope")
+    assert code == 404 and headers["Content-Type"] == "text/plain" and body == b"404 Not Found\n"
+    code, headers, body = get(f"http://{box.status_addr}/status")
+    assert code == 200 and headers["Access-Control-Allow-Origin"] == "*"
+    status = json.loads(body)
+    assert list(status) == [
+        "uptime_secs",
+        "memory",
+        "synthesis",
+        "pipelines",
+        "gpu_workers",
+        "allocations",
+        "counters",
+        "buffers",
+    ]
+    assert isinstance(status["uptime_secs"], float)
+    assert status["counters"]["total_completed"] == 0 and status["pipelines"] == []
+
+    res = box.prove()
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert status_of(out) == "COMPLETED"
+    assert re.search(
+        r"^timings:   total=\d+ ms \(queue=\d+ ms, srs=0 ms, synth=\d+ ms, gpu=\d+ ms\)$", out, re.M
+    )
+    assert re.search(r"^proof:     1920 bytes \(hex: [0-9a-f]{256}\.\.\.\)$", out, re.M)
     text = log.read_text()
     for needle in (
-        "cuzk-daemon starting",
-        "configuration loaded",
-        "memory budget initialized total_budget_gib=",
-        "initializing GPU workers num_gpus=1",
-        f"status HTTP server listening addr={box.status_addr}",
-        f"cuzk-daemon ready, serving on {box.listen}",
+        "loading SRS from disk circuit_id=porep-32g",
+        "background PCE extraction starting for PoRep 32G",
+        "using standard synthesis path (synthesize_with_hint) circuit_id=porep-32g",
+        "Phase 7: all partitions complete, proof assembled",
+        "PoRep proof self-check PASSED",
     ):
         assert needle in text
+    wait_for(lambda: "background PCE extraction complete" in log.read_text(), what="the PCE")
+    text = log.read_text()
+    assert text.index("PCE extraction complete") < text.index("PCE saved to disk")
+    assert text.index("PCE saved to disk") < text.index("PCE cached")
+    assert text.index("PCE cached") < text.index("background PCE extraction complete")
+    assert (box.params / "pce-porep-32g.bin").exists()
+    status = json.loads(get(f"http://{box.status_addr}/status")[2])
+    assert status["counters"]["total_completed"] == 1
+    assert [a["circuit_id"] for a in status["allocations"]["pce"]] == ["porep-32g"]
 
-    status_url = f"http://{box.status_addr}/status"
-    code, headers, _ = get(f"http://{box.status_addr}/nope")
-    assert code == 404
-    code, headers, body = get(status_url)
-    assert code == 200 and headers.get("Access-Control-Allow-Origin") == "*"
-    idle = json.loads(body)
-    assert idle["pipelines"] == [] and idle["counters"]["total_completed"] == 0
+    bench = box.run(["cuzk-bench", "--addr", f"http://{box.listen}", "status"])
+    assert bench.returncode == 0
+    assert re.search(r"^proofs completed: 1$", bench.stdout, re.M)
+    assert "NVIDIA GeForce RTX 4090" in bench.stdout  # from nvidia-smi, as GetStatus asks it
 
-    result: dict[str, subprocess.CompletedProcess] = {}
-    argv = ["cuzk-bench", "--addr", f"http://{box.listen}", "single", "-t", "porep"]
-    thread = threading.Thread(
-        target=lambda: result.update(r=box.run([*argv, "--c1", str(box.c1)], SIM_SPEED="400"))
-    )
-    thread.start()
+    # SIGINT: the engine shuts down, the process and its gRPC server do not (main.rs:234-239)
+    proc.send_signal(signal.SIGINT)
+    wait_for(lambda: "shutting down cuzk engine" in log.read_text(), what="engine shutdown")
+    assert proc.poll() is None
+    # SIGTERM: no handler at all, the process dies at once and says nothing
+    before = log.read_text()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=WAIT) == -signal.SIGTERM
+    assert log.read_text() == before
 
-    def busy() -> dict | None:
-        status = json.loads(get(status_url)[2])
-        return status if status["pipelines"] else None
 
-    status = wait_for(busy, what="a proof in flight")
-    pipe = status["pipelines"][0]
-    assert pipe["total_partitions"] == 10 and len(pipe["partitions"]) == 10
-    assert {"index", "state", "synth_ms", "gpu_ms"} <= set(pipe["partitions"][0])
-    for key in ("memory", "synthesis", "gpu_workers", "allocations", "counters", "buffers"):
-        assert key in status
-    thread.join(WAIT)
-    single = result["r"]
-    assert single.returncode == 0, single.stderr
-    out = single.stdout
-    assert "=== Proof Result ===" in out
-    assert re.search(r"^status:    COMPLETED$", out, re.M)
+def test_single_exits_zero_on_a_failed_proof_self_check(box: Box) -> None:
+    _, log = box.start_daemon()
+    res = box.prove("--miner-id", "1001")  # the C1 was sealed for miner 1000
+    assert res.returncode == 0  # cuzk-bench main.rs: print_result, then Ok(())
+    assert status_of(res.stdout) == "FAILED"
     assert re.search(
-        r"^timings:   total=\d+ ms \(queue=\d+ ms, srs=\d+ ms, synth=\d+ ms, gpu=\d+ ms\)$",
-        out,
+        r"^error:     PoRep proof self-check failed: assembled proof did not verify "
+        r"\(sector=1, miner=1001\)$",
+        res.stdout,
         re.M,
     )
-    wall = int(re.search(r"^wall time: (\d+) ms$", out, re.M).group(1))
-    assert wall > 36_800  # first proof includes the SRS load (simulated ms)
-    assert re.search(r"^proof:     1920 bytes \(hex: [0-9a-f]+\.\.\.\)$", out, re.M)
     text = log.read_text()
-    assert "loading SRS from disk circuit_id=porep-32g" in text
+    assert re.search(
+        r" WARN verify_porep_proof\{job_id=\"[^\"]+\"\}: cuzk_core::prover: PoRep "
+        r"proof self-check FAILED — proof is invalid",
+        text,
+    )
+    assert re.search(
+        r" ERROR cuzk_core::engine: Phase 7: PoRep proof self-check FAILED — proof "
+        r"will NOT be returned to caller .*sector=1 miner=1001$",
+        text,
+        re.M,
+    )
+    assert status_of(box.prove().stdout) == "COMPLETED"  # the right flags prove
+
+
+def test_caught_cuda_panic_fails_one_proof_and_the_daemon_lives(box: Box) -> None:
+    box.machine(fault="gpu_panic", fault_after=1, fault_every=1000)
+    proc, log = box.start_daemon()
+    assert status_of(box.prove().stdout) == "COMPLETED"  # proof 0
+    res = box.prove()  # proof 1: the recoverable CUDA error
+    assert res.returncode == 0 and status_of(res.stdout) == "FAILED"
+    assert re.search(
+        r'^error:     GPU start panicked: task \d+ panicked with message "cudaMalloc\(&cache\.ptr, '
+        r'sz_bytes\)@cuda/groth16_cuda\.cu:182 failed: \\"out of memory\\""$',
+        res.stdout,
+        re.M,
+    )
+    text = log.read_text()
+    assert re.search(
+        r"^thread 'tokio-runtime-worker' panicked at \S+/supraseal-c2/src/lib\.rs:316:9:$\n"
+        r'^cudaMalloc\(&cache\.ptr, sz_bytes\)@cuda/groth16_cuda\.cu:182 failed: "out of memory"$',
+        text,
+        re.M,
+    )
+    assert re.search(
+        r" ERROR gpu_worker\{[^}]*partition=Some\(0\)\}: cuzk_core::engine: GPU prove "
+        r"start task panicked error=task \d+ panicked with message",
+        text,
+    )
+    assert proc.poll() is None
+    assert status_of(box.prove().stdout) == "COMPLETED"  # the daemon lives on
+    # /status counts assembled proofs only; GetStatus counts the panicked one as failed too
+    status = json.loads(get(f"http://{box.status_addr}/status")[2])
+    assert (status["counters"]["total_completed"], status["counters"]["total_failed"]) == (2, 0)
+    bench = box.run(["cuzk-bench", "--addr", f"http://{box.listen}", "status"]).stdout
+    assert re.search(r"^proofs failed:    1$", bench, re.M)
+
+
+def test_sticky_cuda_error_aborts_with_terminate_and_what(box: Box) -> None:
+    box.machine(fault="cuda_abort", fault_after=0)
+    proc, log = box.start_daemon()
+    res = box.prove()
+    assert proc.wait(timeout=WAIT) == -signal.SIGABRT  # a shell reports status 134
+    assert res.returncode == 1 and res.stdout.count("=== Proof Result ===") == 0
+    assert res.stderr.startswith("Error: Prove RPC failed\n\nCaused by:\n")
+    lines = log.read_text().splitlines()
+    i = lines.index("terminate called after throwing an instance of 'sppark_error'")
+    assert lines[i + 1] == (
+        "  what():  cudaStreamSynchronize(stream)@sppark-0.1.14/sppark/util/gpu_t.cuh:158 "
+        'failed: "an illegal memory access was encountered"'
+    )
+    assert not any(" ERROR " in line for line in lines)  # no tracing line of its own
+
+
+def test_auto_budget_reads_the_hosts_memtotal_and_the_oom_killer_ends_it(box: Box) -> None:
+    # A 256 GB slice of a 1 TB machine: "auto" plans for the host's RAM.
+    box.memory(host_gb=1000, limit_gb=256)
+    proc, log = box.start_daemon()
+    assert f"total_budget_gib={int(1000e9) // 1024 * 1024 // GIB - 5}" in log.read_text()
+    assert status_of(box.prove().stdout) == "COMPLETED"  # one proof at a time fits
+    wait_for(lambda: "background PCE extraction complete" in log.read_text(), what="the PCE")
+    before = log.read_text()
+    results: list[subprocess.CompletedProcess] = []
+    threads = [threading.Thread(target=lambda: results.append(box.prove())) for _ in range(6)]
+    for t in threads:
+        t.start()
+    assert proc.wait(timeout=WAIT) == -signal.SIGKILL  # the kernel's OOM killer
+    for t in threads:
+        t.join(WAIT)
+    # in flight when it died, or too late to connect
+    assert all(r.returncode == 1 and r.stderr.startswith("Error: ") for r in results)
+    assert any("Error: Prove RPC failed" in r.stderr for r in results)
+    new = log.read_text()[len(before) :]
+    assert " ERROR " not in new and "panicked" not in new  # a silent death
+
+
+def test_explicit_budget_from_the_cgroup_limit_keeps_it_alive(box: Box) -> None:
+    box.memory(host_gb=1000, limit_gb=256)
+    config = box.config(total_budget="233GiB")
+    log = box.root / "cuzk.log"
+    proc = box.start(["cuzk-daemon", "--config", str(config)], log)
+    wait_for(box.port_answers, what="the daemon's port")
+    assert "total_budget_gib=233" in log.read_text()
+    threads = [threading.Thread(target=box.prove) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert proc.poll() is None
+    assert (
+        json.loads(get(f"http://{box.status_addr}/status")[2])["counters"]["total_completed"] == 6
+    )
+
+
+def test_restarted_daemon_extracts_the_pce_again(box: Box) -> None:
+    proc, log = box.start_daemon()
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    wait_for(lambda: "background PCE extraction complete" in log.read_text(), what="the PCE")
+    assert (box.params / "pce-porep-32g.bin").exists()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=WAIT)
+    _, log2 = box.start_daemon("cuzk2.log")
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    text = log2.read_text()
+    # PceCache::load_from_disk has no caller: the saved file is never read back
+    assert "PCE loaded from disk" not in text
     assert "background PCE extraction starting for PoRep 32G" in text
 
-    batch = box.run([*argv[:3], "batch", "-t", "porep", "--c1", str(box.c1), "-c", "2"])
-    assert batch.returncode == 0, batch.stderr
-    assert "=== Batch Benchmark ===" in batch.stdout
-    assert re.search(
-        r"^  \[2/2\] COMPLETED — [\d.]+s \(prove=\d+ ms, queue=\d+ ms\)$", batch.stdout, re.M
+
+def test_ready_is_logged_before_the_port_is_bound(box: Box) -> None:
+    box.machine(bind_delay_s=3600 * 24)
+    log = box.root / "cuzk.log"
+    box.start(["cuzk-daemon", "--config", str(box.config())], log)
+    wait_for(lambda: f"cuzk-daemon ready, serving on {box.listen}" in log.read_text(), what="ready")
+    assert not box.port_answers()
+    res = box.prove()
+    assert res.returncode == 1
+    assert res.stderr.startswith(f"Error: failed to connect to daemon at http://{box.listen}\n")
+    assert "tcp connect error: Connection refused (os error 111)" in res.stderr
+
+
+def test_rust_log_overrides_the_configured_level(box: Box) -> None:
+    log = box.root / "cuzk.log"
+    box.start(
+        ["cuzk-daemon", "--config", str(box.config()), "--log-level", "info"], log, RUST_LOG="warn"
     )
-    assert "=== Batch Summary ===" in batch.stdout
-    assert re.search(r"^throughput:    [\d.]+ proofs/min \([\d.]+s/proof\)$", batch.stdout, re.M)
-    final = json.loads(get(status_url)[2])
-    assert final["counters"]["total_completed"] == 3
-
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=WAIT) == 0
-    assert "received SIGINT, shutting down" in log.read_text()
+    wait_for(box.port_answers, what="the daemon's port")
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    text = log.read_text()
+    assert "cuzk-daemon ready" not in text and " INFO " not in text
 
 
-def test_bench_errors(box: Box) -> None:
+def test_never_ready_when_nvidia_smi_hangs(box: Box) -> None:
+    box.machine(fault="nvidia_smi_hang")
+    log = box.root / "cuzk.log"
+    proc = box.start(["cuzk-daemon", "--config", str(box.config())], log)
+    wait_for(lambda: "evictor callback wired" in log.read_text(), what="GPU detection")
+    assert "cuzk-daemon ready" not in log.read_text() and proc.poll() is None
+
+
+def test_missing_nvidia_smi_is_a_warning_and_gpu_zero(box: Box, tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for name in ("cuzk-daemon", "_simlib.py"):
+        (bare / name).symlink_to(STANDINS / name)
+    log = box.root / "cuzk.log"
+    box.start(
+        [str(bare / "cuzk-daemon"), "--config", str(box.config())],
+        log,
+        PATH=f"{bare}:{PYBIN}:/usr/bin:/bin",
+    )
+    wait_for(lambda: "cuzk-daemon ready" in log.read_text(), what="ready")
+    assert (
+        " WARN cuzk_core::engine: nvidia-smi not available, defaulting to single GPU (ordinal 0)"
+        in log.read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "stderr"),
+    [
+        (
+            ["--listen", "localhost:9820"],
+            1,
+            "Error: invalid listen address: localhost:9820\n\n"
+            "Caused by:\n    invalid socket address syntax",
+        ),
+        (["--frobnicate"], 2, "error: unexpected argument '--frobnicate' found"),
+    ],
+)
+def test_daemon_argument_errors(box: Box, argv: list[str], code: int, stderr: str) -> None:
+    res = box.run(["cuzk-daemon", "--config", str(box.root / "missing.toml"), *argv])
+    assert res.returncode == code and res.stderr.startswith(stderr)
+
+
+def test_daemon_bad_config_is_an_anyhow_error(box: Box) -> None:
+    bad = box.root / "bad.toml"
+    bad.write_text("[daemon\n")
+    res = box.run(["cuzk-daemon", "--config", str(bad)])
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith(f'Error: failed to load config from "{bad}"\n\nCaused by:\n')
+
+
+# ------------------------------------------------------------------ cuzk-bench
+
+
+def test_bench_flags_and_errors(box: Box) -> None:
     addr = f"http://127.0.0.1:{free_port()}"
     res = box.run(["cuzk-bench", "--addr", addr, "single", "-t", "porep", "--c1", str(box.c1)])
     assert res.returncode == 1
-    assert f"Error: failed to connect to daemon at {addr}" in res.stderr
+    assert res.stderr.startswith(f"Error: failed to connect to daemon at {addr}\n\nCaused by:\n")
     res = box.run(["cuzk-bench", "--addr", addr, "single", "-t", "porep", "--c1", "/nonexistent"])
-    assert res.returncode == 1 and "Error: failed to read /nonexistent" in res.stderr
-
-
-def test_daemon_gpu_oom_after_pce(box: Box) -> None:
-    params = box.root / "data" / "zk" / "params"
-    params.mkdir(parents=True)
-    (params / "pce-porep-32g.bin").write_text("x")
-    box.machine(fault="gpu_oom")
-    _, log = box.start_daemon()
-    res = box.run(
-        ["cuzk-bench", "--addr", box.listen, "single", "-t", "porep", "--c1", str(box.c1)]
-    )
     assert res.returncode == 1
-    assert re.search(r"^status:    FAILED$", res.stdout, re.M)
-    assert re.search(r"^error:     .*CUDA error 2: out of memory$", res.stdout, re.M)
-    text = log.read_text()
-    assert "PCE loaded from disk" in text
-    assert re.search(
-        r" ERROR cuzk_core::engine: GPU prove failed .*CUDA error 2: out of memory", text
+    assert res.stderr.strip() == (
+        "Error: failed to read /nonexistent\n\n"
+        "Caused by:\n    No such file or directory (os error 2)"
     )
+    # global flags come before the subcommand (clap)
+    res = box.run(["cuzk-bench", "single", "-t", "porep", "--addr", addr, "--c1", str(box.c1)])
+    assert res.returncode == 2 and "unexpected argument '--addr'" in res.stderr
+    res = box.run(["cuzk-bench", "single", "-t", "pore", "--c1", str(box.c1)])
+    assert res.returncode == 1 and "unknown proof type: pore" in res.stderr
+    res = box.run(["cuzk-bench", "pce-bench", "--c1", str(box.c1)])
+    assert res.returncode == 1 and "requires the 'pce-bench' feature" in res.stderr
+
+
+def test_bench_batch_output(box: Box) -> None:
+    box.start_daemon()
+    res = box.run(
+        [
+            "cuzk-bench",
+            "--addr",
+            f"http://{box.listen}",
+            "batch",
+            "-t",
+            "porep",
+            "--c1",
+            str(box.c1),
+            "-c",
+            "3",
+            "-j",
+            "2",
+        ]
+    )
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert out.splitlines()[0].endswith(f"INFO cuzk_bench: loading C1 output path={box.c1}")
+    assert (
+        "\n=== Batch Benchmark ===\nproof type:  porep\ncount:       3\nconcurrency: 2\n\n" in out
+    )
+    assert [int(m) for m in re.findall(r"^  \[(\d)/3\] COMPLETED — ", out, re.M)] == [1, 2, 3]
+    assert re.search(r"^throughput:    [\d.]+ proofs/min \([\d.]+s/proof\)$", out, re.M)
+
+
+# ------------------------------------------------------------------ nvidia-smi
+
+
+def test_nvidia_smi_queries(box: Box) -> None:
+    box.machine(gpu_name="RTX 5090", num_gpus=2)
+    res = box.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,memory.total,memory.free",
+            "--format=csv,noheader,nounits",
+        ]
+    )
+    assert res.stdout.splitlines() == [
+        "0, NVIDIA GeForce RTX 5090, 32607, 32120",
+        "1, NVIDIA GeForce RTX 5090, 32607, 32120",
+    ]
+    assert re.fullmatch(
+        r"GPU 0: NVIDIA GeForce RTX 5090 \(UUID: GPU-[0-9a-f-]{36}\)",
+        box.run(["nvidia-smi", "-L"]).stdout.splitlines()[0],
+    )
+    box.machine(fault="no_cuda")
+    res = box.run(["nvidia-smi", "-L"])
+    assert (res.returncode, res.stdout) == (6, "No devices were found\n")
 
 
 # ------------------------------------------------------------------ curio
@@ -272,33 +613,108 @@ def test_daemon_gpu_oom_after_pce(box: Box) -> None:
 def test_curio_fetch_params(box: Box) -> None:
     res = box.run(["curio", "fetch-params", "32GiB"])
     assert res.returncode == 0, res.stderr
-    out = res.stdout + res.stderr
     cache = box.root / "var" / "tmp" / "filecoin-proof-parameters"
-    names = sorted(p.name for p in cache.iterdir())
-    assert len(names) == 3 and any(n.endswith(".params") for n in names)
+    names = {p.name for p in cache.iterdir()}
+    assert names == {n for n, _, _ in SIM.PARAM_FILES} | {"fetch.lock"}
+    log = res.stderr  # go-log writes to stderr; aria2c's progress is on stdout
     assert re.search(
-        r"\tINFO\tparamfetch\tfastparamfetch/paramfetch\.go:\d+\tFetching "
-        + re.escape(str(cache))
-        + r"/v28-\S+\.params from https://\S+/ipfs/",
-        out,
+        r"\tINFO\tparamfetch\tfastparamfetch/paramfetch\.go:259\tFetching "
+        + re.escape(str(cache / SIM.SRS_PARAMS))
+        + r" from https://\S+/ipfs/$",
+        log,
+        re.M,
     )
     assert re.search(
-        r"^\[#[0-9a-f]{6} [\d.]+[KMG]iB/47GiB\(\d+%\) CN:16 DL:\S+ ETA:\S+\]$", out, re.M
+        r"^\[#[0-9a-f]{6} [\d.]+[KMG]iB/45GiB\(\d+%\) CN:16 DL:\S+ ETA:\S+\]$", res.stdout, re.M
     )
-    assert out.count(" is ok") == 3
-    assert out.rstrip().endswith("parameter and key-fetching complete")
+    assert log.count(" is ok") == len(SIM.PARAM_FILES)
+    assert log.rstrip().endswith("parameter and key-fetching complete")
     again = box.run(["curio", "fetch-params", "32GiB"])
-    assert "Fetching" not in again.stdout + again.stderr
-    assert (again.stdout + again.stderr).count(" is ok") == 3
+    assert "Fetching" not in again.stderr and again.stderr.count(" is ok") == len(SIM.PARAM_FILES)
+    bad = box.run(["curio", "fetch-params", "lots"])
+    assert bad.returncode == 1
+    assert bad.stderr == (
+        'ERROR: error parsing sector size (specify as "32GiB", for instance): '
+        "invalid size: 'lots'\n\n"
+    )
 
 
-def test_curio_run_proves_through_daemon(box: Box) -> None:
+@pytest.fixture
+def controller() -> Iterator[Controller]:
+    c = Controller(db_password="s3cret-db")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def curio_env(c: Controller, **extra: str) -> dict[str, str]:
+    db_host, db_port = c.db_addr.rsplit(":", 1)
+    cql_host, cql_port = c.cql_addr.rsplit(":", 1)
+    return {
+        "CURIO_DB_HOST": db_host,
+        "CURIO_DB_PORT": db_port,
+        "CURIO_DB_PASSWORD": "s3cret-db",
+        "CURIO_DB_HOST_CQL": cql_host,
+        "CURIO_DB_CASSANDRA_PORT": cql_port,
+        **extra,
+    }
+
+
+def test_curio_layers_and_run_through_cuzk(box: Box, controller: Controller) -> None:
+    env = curio_env(controller)
+    layer = box.root / "cuzk-worker.toml"
+    layer.write_text(
+        f'[Subsystems]\n  EnableProofShare = true\n[Cuzk]\n  Address = "{box.listen}"\n'
+        "  MaxPending = 4\n"
+    )
+    res = box.run(["curio", "config", "set", "--title", "cuzk-worker", str(layer)], **env)
+    assert (res.returncode, res.stdout) == (0, "Layer cuzk-worker created/updated\n")
+    assert controller.db.layers["cuzk-worker"] == layer.read_text()
+    assert box.run(["curio", "config", "list"], **env).stdout.split() == ["base", "cuzk-worker"]
+
+    assert box.run(["curio", "fetch-params", "32GiB"]).returncode == 0  # PSProve waits for them
     box.start_daemon()
     log = box.root / "curio.log"
-    proc = box.start(["curio", "run"], log, FULLNODE_API_INFO="secret-token:/ip4/x/tcp/1/http")
-    wait_for(lambda: "PSProve: proof submitted" in log.read_text(), what="a PSProve proof")
+    token = f"{controller.token}:/ip4/{controller.lotus_addr.replace(':', '/tcp/')}/http"
+    proc = box.start(
+        ["curio", "run", "--layers", "cuzk-worker"], log, **env, FULLNODE_API_INFO=token
+    )
+    wait_for(lambda: "PSProve PoRep proof validated" in log.read_text(), what="a PSProve proof")
     text = log.read_text()
+    assert re.search(
+        r"\tINFO\tcurio/deps\ttasks/tasks\.go:184\tcuzk proving daemon enabled\t"
+        + re.escape(f'{{"addr": "{box.listen}", "maxPending": 4, "proveTimeout": "30m0s"}}'),
+        text,
+    )
     assert f'connected to cuzk daemon\t{{"addr": "{box.listen}"}}' in text
-    assert "secret-token" not in text
+    assert controller.token not in text and "s3cret-db" not in text  # secrets never printed
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=WAIT) == 0
+
+
+@pytest.mark.parametrize(
+    ("setup", "error"),
+    [
+        ("no-db", "ERROR: failed to connect to `user=yugabyte database=yugabyte`: "),
+        ("bad-password", "ERROR: failed to connect to `user=yugabyte database=yugabyte`: "),
+        ("no-base", "ERROR: populate config: missing layer 'base' "),
+        ("no-chain", "ERROR: failed to establish connection with all chain nodes"),
+    ],
+)
+def test_curio_run_fails_fast(box: Box, controller: Controller, setup: str, error: str) -> None:
+    env = curio_env(controller)
+    if setup == "no-db":
+        env["CURIO_DB_PORT"] = str(free_port())
+    elif setup == "bad-password":
+        env["CURIO_DB_PASSWORD"] = "wrong"
+    elif setup == "no-base":
+        del controller.db.layers["base"]
+    else:
+        env["FULLNODE_API_INFO"] = f"{controller.token}:/ip4/127.0.0.1/tcp/{free_port()}/http"
+    res = box.run(["curio", "run"], **env)
+    assert res.returncode == 1
+    assert error in res.stderr and res.stderr.endswith("\n\n")
+    assert "s3cret-db" not in res.stderr + res.stdout and "wrong" not in res.stderr
+    if setup == "no-db":
+        assert res.stderr.count("\tERROR\tcurio/deps\tdeps/deps.go:111\t") == 3

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -22,7 +23,9 @@ from vastui.pricing import required_rate
 DEFAULT_FILTER = (
     "disk_space>=250 dph<=0.9 gpu_ram>12.5 cpu_ram>=240 cpu_cores>25 inet_down>100 cuda_vers>=13.0"
 )
-DEFAULT_IMAGE = "ghcr.io/vastui/curio-cuzk-worker:latest"
+# What `make image` builds from worker-image/Dockerfile (curio, cuzk-daemon, cuzk-bench and
+# the vastui scripts); push it where your Vast account can pull it and set fleet.image.
+DEFAULT_IMAGE = "ghcr.io/vastui/curio-cuzk-worker:e0294b0f-cuda13.0.2"
 LABEL_PREFIX = "vastui"
 
 
@@ -73,7 +76,35 @@ class DeadlinesSection:
 class SshSection:
     key_path: str = ""  # empty: vastui's own ed25519 key in its state directory
     lotus_api: str = "127.0.0.1:1234"  # controller-side address the worker's :1234 forwards to
+    # curio's cluster database on the controller side: YSQL (the worker's 127.0.0.1:5433) and
+    # YCQL (127.0.0.1:9042); empty: not forwarded (the worker cannot run curio then)
+    curio_db: str = "127.0.0.1:5433"
+    curio_db_cql: str = "127.0.0.1:9042"
     connect_timeout_s: float = 10.0
+
+
+@dataclass
+class CurioSection:
+    """How the prove stage runs curio (worker-image/entrypoint.sh). The database password is not
+    here: $VASTUI_CURIO_DB_PASSWORD or the file curio-db-password next to this config."""
+
+    layers: str = ""  # the operator's layers, applied before vastui's own (comma-separated)
+    proofshare: bool = True  # vastui's layer sets [Subsystems] EnableProofShare
+    max_pending: int = 10  # [Cuzk] MaxPending: proofs in flight; the benchmark measures at this
+    prove_timeout: str = "30m"  # [Cuzk] ProveTimeout
+    db_name: str = "yugabyte"
+    db_user: str = "yugabyte"
+
+
+@dataclass
+class ProvingSection:
+    """Production is measured, not assumed: cuzk's counters are read over SSH."""
+
+    poll_s: float = 60.0  # seconds (engine clock) between reads of a worker's counters
+    window_min: float = 60.0  # a measured rate below min_rate over this long destroys it
+    max_failures: int = 3  # failed proofs in the window that destroy it
+    unresponsive_min: float = 5.0  # no answer from the daemon for this long destroys it
+    strikes_to_ban: int = 2  # strikes (within fleet.auto_ban_days) that ban the machine
 
 
 @dataclass
@@ -89,6 +120,8 @@ class Config:
     fleet: FleetSection = field(default_factory=FleetSection)
     deadlines: DeadlinesSection = field(default_factory=DeadlinesSection)
     ssh: SshSection = field(default_factory=SshSection)
+    curio: CurioSection = field(default_factory=CurioSection)
+    proving: ProvingSection = field(default_factory=ProvingSection)
     ui: UiSection = field(default_factory=UiSection)
     path: Path | None = None  # where it was read from (None: defaults only)
 
@@ -181,7 +214,39 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("deadlines.paramfetch_min", lambda c: c.deadlines.paramfetch_min >= 1, "a number >= 1"),
     ("deadlines.benchmark_min", lambda c: c.deadlines.benchmark_min >= 1, "a number >= 1"),
     ("deadlines.exited_grace_min", lambda c: c.deadlines.exited_grace_min >= 0, "a number >= 0"),
+    ("curio.max_pending", lambda c: 1 <= c.curio.max_pending <= 1000, "an integer from 1 to 1000"),
+    ("curio.prove_timeout", lambda c: _is_duration(c.curio.prove_timeout), "a duration like 30m"),
+    ("curio.layers", lambda c: _is_layer_list(c.curio.layers), "layer names, comma-separated"),
+    ("curio.db_name", lambda c: _is_word(c.curio.db_name), "letters, digits, _ and -"),
+    ("curio.db_user", lambda c: _is_word(c.curio.db_user), "letters, digits, _ and -"),
+    ("ssh.curio_db", lambda c: _is_addr(c.ssh.curio_db, empty=True), "host:port or empty"),
+    ("ssh.curio_db_cql", lambda c: _is_addr(c.ssh.curio_db_cql, empty=True), "host:port or empty"),
+    ("ssh.lotus_api", lambda c: _is_addr(c.ssh.lotus_api), "host:port"),
+    ("proving.poll_s", lambda c: 5 <= c.proving.poll_s <= 3600, "a number from 5 to 3600"),
+    ("proving.window_min", lambda c: c.proving.window_min >= 5, "a number >= 5 (minutes)"),
+    ("proving.max_failures", lambda c: c.proving.max_failures >= 1, "an integer >= 1"),
+    ("proving.unresponsive_min", lambda c: c.proving.unresponsive_min >= 1, "a number >= 1"),
+    ("proving.strikes_to_ban", lambda c: c.proving.strikes_to_ban >= 1, "an integer >= 1"),
 ]
+
+
+def _is_duration(text: str) -> bool:
+    return re.fullmatch(r"(\d+h)?(\d+m)?(\d+s)?", text) is not None and text != ""
+
+
+def _is_word(text: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9_-]{1,63}", text) is not None
+
+
+def _is_layer_list(text: str) -> bool:
+    return text == "" or all(_is_word(part.strip()) for part in text.split(","))
+
+
+def _is_addr(text: str, empty: bool = False) -> bool:
+    if text == "":
+        return empty
+    host, _, port = text.rpartition(":")
+    return bool(re.fullmatch(r"[A-Za-z0-9.\-]+", host)) and port.isdigit() and 0 < int(port) < 65536
 
 
 def default_config_path() -> Path:
@@ -264,6 +329,27 @@ def _checked_key(key: str, source: str) -> str:
     if not key.isascii() or any(ch.isspace() or not ch.isprintable() for ch in key):
         raise ApiKeyError(f"Vast API key from {source} is malformed (spaces or odd characters)")
     return key
+
+
+def curio_db_password_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "vastui" / "curio-db-password"
+
+
+def load_curio_db_password() -> str | None:
+    """The password of curio's database for the workers: $VASTUI_CURIO_DB_PASSWORD, else the
+    file curio-db-password; None means curio's own default. Never printed or stored."""
+    env = os.environ.get("VASTUI_CURIO_DB_PASSWORD")
+    if env:
+        return env
+    path = curio_db_password_path()
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the curio database password: {exc}") from None
+    return text or None
 
 
 def state_dir() -> Path:

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2329  # on_exit/on_signal and their helpers run from traps
-# benchmark.sh - PoRep C2 benchmark for cuzk.
+# benchmark.sh - PoRep C2 benchmark for cuzk, designed against the real daemon
+# (filecoin-project/curio extern/cuzk; see worker-image/README.md for the contract and sources).
 #
-# 1. daemon_start  start cuzk-daemon (log: var/log/vastui/cuzk.log), wait for "cuzk-daemon ready"
-# 2. warmup        one PoRep proof (loads the SRS, triggers the background PCE extraction)
-# 3. pce           wait for "PCE saved to disk" + "background PCE extraction complete", restart the
-#                  daemon so it loads the PCE from disk ("PCE loaded from disk"), preload the SRS
-# 4. timed_run     BENCH_PROOFS sequential proofs, one `cuzk-bench single` each; each proof's
-#                  time is cuzk-bench's own "wall time: N ms"; rate = completed*3600/sum(seconds)
+# 1. daemon_start  cuzk-daemon with a memory budget from the container's cgroup limit, under
+#                  RUST_LOG=info; ready = "cuzk-daemon ready" in its log AND `cuzk-bench status`
+#                  answering (the daemon logs "ready" before it binds the port, main.rs:257-258)
+# 2. warmup        one proof: loads the SRS and starts the background PCE extraction
+# 3. pce           wait until every extraction the daemon started has ended ("background PCE
+#                  extraction complete" or "... failed"), so that none competes with the timed
+#                  proofs. The daemon is NOT restarted: a restarted daemon does not load the saved
+#                  PCE (PceCache::load_from_disk has no caller, cuzk-core/src/pipeline.rs) and
+#                  would extract it again during the timed run.
+# 4. timed_run     BENCH_PROOFS proofs, BENCH_CONCURRENCY in flight (production curio keeps up to
+#                  [Cuzk] MaxPending = 10 Prove calls in flight: deps/config/types.go,
+#                  harmony/taskhelp/max.go). The rate is proofs completed over the run's time:
+#                  the least-squares slope of completed proofs against time through every finish
+#                  (see final_rate_milli), so the pipeline's fill does not count against the
+#                  machine and failed proofs' time does. Failures are counted and reported.
 # 5. done          compare with MIN_RATE
 #
 # Always leaves var/lib/vastui/bench-result.json (EXIT trap), whatever happens.
 # Exit codes: 0 pass, 10 below_min, 11 aborted_early, 12 error, 13 timeout.
-# See worker-image/README.md for the full contract.
 
 set -uo pipefail
-
-# shellcheck source=vastui-lib.sh disable=SC1091  # the lib sits next to the script
-. "${BASH_SOURCE[0]%/*}/vastui-lib.sh"
 export LC_ALL=C
 
 R="${WORKER_ROOT:-/}"
@@ -26,25 +32,34 @@ LOG_DIR="$R/var/log/vastui"
 STATE_DIR="$R/var/lib/vastui"
 RUN_DIR="$R/run"
 CUZK_LOG="$LOG_DIR/cuzk.log"
+
+# shellcheck source=vastui-lib.sh disable=SC1091  # the lib sits next to the script
+. "${BASH_SOURCE[0]%/*}/vastui-lib.sh"
+
 RESULT_FILE="$STATE_DIR/bench-result.json"
 WORK_DIR="$STATE_DIR/bench"
 PARAM_DIR="$R/data/zk/params"
 CUZK_CONFIG="$STATE_DIR/cuzk.toml"
-DAEMON_PID_FILE="$RUN_DIR/cuzk-daemon.pid"
 export FIL_PROOFS_PARAMETER_CACHE="${FIL_PROOFS_PARAMETER_CACHE:-$R/var/tmp/filecoin-proof-parameters}"
 
 MIN_RATE="${MIN_RATE:-0}"
 BENCH_PROOFS="${BENCH_PROOFS:-12}"
+BENCH_CONCURRENCY="${BENCH_CONCURRENCY:-${CUZK_MAX_PENDING:-10}}"
 BENCH_TIMEOUT="${BENCH_TIMEOUT:-2400}"
+BENCH_READY_TIMEOUT="${BENCH_READY_TIMEOUT:-300}"
+BENCH_PCE_TIMEOUT="${BENCH_PCE_TIMEOUT:-900}"
+BENCH_PROOF_TIMEOUT="${BENCH_PROOF_TIMEOUT:-1800}"
+BENCH_MAX_FAILED="${BENCH_MAX_FAILED:-2}"
 BENCH_C1="${BENCH_C1:-$R/usr/local/share/vastui/c1.json}"
 BENCH_C1_URL="${BENCH_C1_URL:-}"
+BENCH_C1_SHA256="${BENCH_C1_SHA256:-}"
+BENCH_MINER_ID="${BENCH_MINER_ID:-1000}"
 BENCH_EARLY_ABORT="${BENCH_EARLY_ABORT:-1}"
+BENCH_KEEP_DAEMON="${BENCH_KEEP_DAEMON:-0}"
 BENCH_POLL_INTERVAL="${BENCH_POLL_INTERVAL:-0.2}"
+CUZK_SAFETY_MARGIN_GIB="${CUZK_SAFETY_MARGIN_GIB:-5}"
 CUZK_LISTEN="${CUZK_LISTEN:-127.0.0.1:9820}"
 CUZK_STATUS_ADDR="${CUZK_STATUS_ADDR:-127.0.0.1:9821}"
-
-ERR_RE='ERROR|[Pp]anic|panicked|[Ee]rror:|FAILED|[Oo]ut of memory|CUDA error|[Ff]atal|FATAL|Segmentation fault|core dumped|Killed|Traceback'
-NOISE_RE='paramfetch|^\[#[0-9a-fA-F]+ | DL:[0-9]|ETA:'
 MAX_TAIL=20
 
 # ------------------------------------------------------------------ state
@@ -54,129 +69,107 @@ reason=""
 exit_code=12
 completed=0
 failed=0
-sum_ms=0
-min_ms=0
-proof_ms=()
+finished=0
+finish_ms=()   # clock ms of each finish (completed or failed) of the current run
+finish_done=() # proofs completed by then
 warmup_ms=""
-pce_loaded=false
+warm_completed=0
+warm_failed=0
+pce_state="none"
+budget_gib=""
+sector_num=""
 extra_errors=()
-daemon_pid=""
+daemon_died=0
+latencies=()
 daemon_offset=0
-bench_offset=0
-child_pid=""
+ticker=""
+declare -A inflight=() # cuzk-bench pid -> proof index
+started=()             # proof index -> clock ms at submission
 started_at="$EPOCHREALTIME"
-NOW_MS=0
 
 say() { printf '[bench] %s\n' "$*"; }
 
-now_ms() {
-  local t="${EPOCHREALTIME/./}"
-  NOW_MS=$((10#$t / 1000))
-}
-
-
-# "29.5" -> 29500 (thousandths); fails on anything that is not a plain decimal.
-to_milli() {
-  local v=$1 int frac
-  [[ $v =~ ^([0-9]*)(\.([0-9]*))?$ && -n "${BASH_REMATCH[1]}${BASH_REMATCH[3]}" ]] || return 1
-  int=${BASH_REMATCH[1]:-0}
-  frac="${BASH_REMATCH[3]}000"
-  frac=${frac:0:3}
-  printf '%d' $((10#$int * 1000 + 10#$frac))
-}
-
-# 31412 -> "31.412"; with a second argument 1 -> "31.4" (rounded).
-fmt_milli() {
-  local v=$1 digits=${2:-3} t
-  if ((digits == 1)); then
-    t=$(((v + 50) / 100))
-    printf '%d.%d' $((t / 10)) $((t % 10))
+# The run's rate in thousandths of a proof per hour: the least-squares slope of proofs completed
+# against time, through every finish of the timed run (failed proofs are finishes that complete
+# nothing: their time counts). Completed ÷ wall time, without the pipeline's fill (the first
+# finish comes after a whole proof's latency) and without favouring a machine whose GPUs finish
+# proofs in pairs. Two finishes: completed after the first over the span; one: its latency.
+final_rate_milli() {
+  local n=${#finish_ms[@]}
+  if ((n >= 3)); then
+    local i
+    for ((i = 0; i < n; i++)); do
+      printf '%d %d\n' $((finish_ms[i] - finish_ms[0])) "${finish_done[i]}"
+    done | awk '{ n++; t += $1; c += $2; tt += $1 * $1; tc += $1 * $2 }
+      END { d = n * tt - t * t; if (d <= 0) exit 1; s = (n * tc - t * c) / d
+            if (s < 0) s = 0; printf "%d", s * 3600000000 }'
+  elif ((n == 2 && finish_ms[1] > finish_ms[0])); then
+    printf '%d' $(((finish_done[1] - finish_done[0]) * 3600000000 / (finish_ms[1] - finish_ms[0])))
+  elif ((completed > 0 && ${#latencies[@]} > 0 && latencies[0] > 0)); then
+    printf '%d' $((3600000000 / latencies[0]))
   else
-    printf '%d.%03d' $((v / 1000)) $((v % 1000))
+    return 1
   fi
 }
 
-strip_ansi() { sed -E $'s/\x1b\\[[0-9;?]*[A-Za-z]//g; s/\r$//; s/[[:space:]]+$//'; }
-
-log_since() { tail -c +"$(($1 + 1))" -- "$CUZK_LOG" 2>/dev/null; }
-
-log_has() { grep -qF -- "$2" < <(log_since "$1"); }
-
-
-daemon_alive() { [[ -n $daemon_pid ]] && kill -0 "$daemon_pid" 2>/dev/null; }
-
-daemon_exit_status() {
-  local rc=0
-  [[ -n $daemon_pid ]] || { printf 'n/a'; return; }
-  wait "$daemon_pid" 2>/dev/null
-  rc=$?
-  printf '%d' "$rc"
+# cuzk-bench's error lines, each once. Once the daemon died, every proof in flight lost its
+# connection: the daemon's own lines and how it died say what happened, the transport errors
+# (an "Error: Prove RPC failed" chain per proof) say nothing more.
+bench_lines() {
+  awk -v died="$daemon_died" 'died && (/^Error: / || /^  /) { next } !seen[$0]++'
 }
 
 collect_error_tail() {
-  local budget=$((MAX_TAIL - ${#extra_errors[@]}))
-  ((budget < 0)) && budget=0
+  local daemon_budget=14 bench_budget=4
   {
-    log_since "$bench_offset"
+    tail -c +"$((daemon_offset + 1))" -- "$CUZK_LOG" 2>/dev/null | error_lines | awk '!seen[$0]++' |
+      tail -n "$daemon_budget"
     local f
     for f in "$WORK_DIR"/*.out; do
       [[ -f $f ]] && cat -- "$f"
-    done
-  } | strip_ansi | grep -E -- "$ERR_RE" | grep -Ev -- "$NOISE_RE" | cut -c1-500 | uniq | tail -n "$budget"
-  if ((${#extra_errors[@]} > 0)); then
-    printf '%s\n' "${extra_errors[@]}"
-  fi
+    done | error_lines | bench_lines | tail -n "$bench_budget"
+    if ((${#extra_errors[@]} > 0)); then
+      printf '%s\n' "${extra_errors[@]}"
+    fi
+  } | tail -n "$MAX_TAIL"
 }
 
 write_result() {
-  local tmp="$RESULT_FILE.tmp.$$" rate="null" min="null" secs="" tail_json="" line first=1 ms
-  local -a tail_lines=()
-  if ((completed > 0 && sum_ms > 0)); then
-    rate=$(fmt_milli $((completed * 3600000000 / sum_ms)))
+  local tmp="$RESULT_FILE.tmp.$$" rate="null" min="null" secs="" ms window="null" warm="null"
+  local bench_n=null conc=null budget=null sector=null r m
+  if r=$(final_rate_milli); then rate=$(fmt_milli "$r"); fi
+  if m=$(to_milli "$MIN_RATE"); then min=$(fmt_milli "$m"); fi
+  for ms in "${latencies[@]}"; do secs+="${secs:+,}$(fmt_milli "$ms")"; done
+  if ((${#finish_ms[@]} > 1)); then
+    window=$(fmt_milli $((finish_ms[-1] - finish_ms[0])))
   fi
-  if min_m=$(to_milli "$MIN_RATE"); then min=$(fmt_milli "$min_m"); fi
-  for ms in "${proof_ms[@]}"; do
-    secs+="${secs:+,}$(fmt_milli "$ms")"
-  done
-  mapfile -t tail_lines < <(collect_error_tail)
-  for line in "${tail_lines[@]}"; do
-    [[ -n $line ]] || continue
-    if ((first)); then first=0; else tail_json+=","; fi
-    tail_json+=$(json_str "$line")
-  done
-  local warm="null"
   [[ -n $warmup_ms ]] && warm=$(fmt_milli "$warmup_ms")
-  local bench_n="$BENCH_PROOFS"
-  if [[ $bench_n =~ ^[0-9]{1,9}$ ]]; then bench_n=$((10#$bench_n)); else bench_n=null; fi
+  [[ $BENCH_PROOFS =~ ^[0-9]{1,9}$ ]] && bench_n=$((10#$BENCH_PROOFS))
+  [[ $BENCH_CONCURRENCY =~ ^[0-9]{1,9}$ ]] && conc=$((10#$BENCH_CONCURRENCY))
+  [[ -n $budget_gib ]] && budget=$budget_gib
+  [[ -n $sector_num ]] && sector=$sector_num
+  local daemon="null"
+  if [[ $outcome == pass && $BENCH_KEEP_DAEMON == 1 ]] && daemon_alive; then daemon=$DAEMON_PID; fi
   mkdir -p -- "$STATE_DIR"
-  printf '{"outcome":%s,"stage":%s,"reason":%s,"rate_per_hour":%s,"min_rate":%s,"bench_proofs":%s,"proofs_completed":%d,"proofs_failed":%d,"proof_seconds":[%s],"warmup_seconds":%s,"pce_loaded":%s,"exit_code":%d,"started_at":%s,"finished_at":%s,"error_tail":[%s]}\n' \
+  printf '{"outcome":%s,"stage":%s,"reason":%s,"rate_per_hour":%s,"min_rate":%s,"bench_proofs":%s,"concurrency":%s,"proofs_completed":%d,"proofs_failed":%d,"window_seconds":%s,"proof_seconds":[%s],"warmup_seconds":%s,"pce":%s,"memory_budget_gib":%s,"sector_num":%s,"miner_id":%s,"daemon_pid":%s,"daemon_completed":%d,"daemon_failed":%d,"exit_code":%d,"started_at":%s,"finished_at":%s,"error_tail":%s}\n' \
     "$(json_str "$outcome")" "$(json_str "$stage")" "$(json_str "$reason")" "$rate" "$min" \
-    "$bench_n" "$completed" "$failed" "$secs" "$warm" "$pce_loaded" "$exit_code" \
-    "$started_at" "$EPOCHREALTIME" "$tail_json" >"$tmp" && mv -f -- "$tmp" "$RESULT_FILE"
+    "$bench_n" "$conc" "$completed" "$failed" "$window" "$secs" "$warm" \
+    "$(json_str "$pce_state")" "$budget" "$sector" "$(json_str "$BENCH_MINER_ID")" "$daemon" \
+    $((warm_completed + completed)) $((warm_failed + failed)) \
+    "$exit_code" "$started_at" "$EPOCHREALTIME" "$(collect_error_tail | json_lines)" \
+    >"$tmp" && mv -f -- "$tmp" "$RESULT_FILE"
 }
 
-kill_child() {
-  if [[ -n $child_pid ]]; then
-    kill -TERM "$child_pid" 2>/dev/null
-    wait "$child_pid" 2>/dev/null
-    child_pid=""
-  fi
-}
-
-stop_daemon() {
-  [[ -n $daemon_pid ]] || return 0
-  if kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -TERM "$daemon_pid" 2>/dev/null
-    local i
-    for ((i = 0; i < 50; i++)); do
-      kill -0 "$daemon_pid" 2>/dev/null || break
-      sleep 0.2
-    done
-    kill -KILL "$daemon_pid" 2>/dev/null
-  fi
-  wait "$daemon_pid" 2>/dev/null
-  daemon_pid=""
-  rm -f -- "$DAEMON_PID_FILE"
+kill_children() {
+  local pid
+  for pid in "${!inflight[@]}" $ticker; do
+    kill -TERM "$pid" 2>/dev/null
+  done
+  for pid in "${!inflight[@]}" $ticker; do
+    wait "$pid" 2>/dev/null
+  done
+  inflight=()
+  ticker=""
 }
 
 on_exit() {
@@ -194,17 +187,16 @@ on_exit() {
     timeout) exit_code=13 ;;
     *) exit_code=12 ;;
   esac
-  kill_child
-  stop_daemon
-  write_result
-  local shown="n/a" min_shown="$MIN_RATE" m
-  if ((completed > 0 && sum_ms > 0)); then
-    shown=$(fmt_milli $((completed * 3600000000 / sum_ms)) 1)
+  kill_children
+  if [[ $outcome != pass || $BENCH_KEEP_DAEMON != 1 ]]; then
+    daemon_stop
   fi
+  write_result
+  local shown="n/a" min_shown="$MIN_RATE" m r
+  if r=$(final_rate_milli); then shown=$(fmt_milli "$r" 1); fi
   if m=$(to_milli "$MIN_RATE"); then min_shown=$(fmt_milli "$m" 1); fi
   [[ -n $reason ]] && say "reason: $reason"
-  local verdict="${outcome^^}"
-  printf 'RESULT: %s proofs/hour (min %s) %s\n' "$shown" "$min_shown" "$verdict"
+  printf 'RESULT: %s proofs/hour (min %s) %s\n' "$shown" "$min_shown" "${outcome^^}"
   exit "$exit_code"
 }
 
@@ -226,39 +218,44 @@ finish() {
   exit 0 # the EXIT trap maps the outcome to the exit code and writes the result
 }
 
+# The daemon died: its own lines are in the tail already; add how it died.
+finish_daemon_died() { # $1 = what it was doing
+  local status
+  status=$(daemon_exit_status 2) || status="?"
+  local sig
+  sig=$(signal_name "$status")
+  daemon_died=1
+  extra_errors+=("$(daemon_death_line "$status")")
+  finish error "cuzk-daemon died $1 (${sig:-exit status $status})"
+}
+
 check_deadline() {
-  now_ms
-  if ((NOW_MS >= deadline_ms)); then
+  clock_ms
+  if ((CLOCK_MS >= deadline_ms)); then
     finish timeout "benchmark timeout: exceeded ${BENCH_TIMEOUT} s during $stage"
   fi
 }
 
-# Runs cuzk-bench with its output in $WORK_DIR/$1, bounded by the overall deadline.
-# Sets BENCH_RC. Runs in the background so signals are handled at once.
-BENCH_RC=0
-run_bench() {
-  local out="$WORK_DIR/$1" rem
-  shift
-  check_deadline
-  rem=$(((deadline_ms - NOW_MS + 999) / 1000))
-  timeout -k 5 "$rem" cuzk-bench --addr "http://$CUZK_LISTEN" "$@" >"$out" 2>&1 &
-  child_pid=$!
-  wait "$child_pid"
-  BENCH_RC=$?
-  child_pid=""
-  if ((BENCH_RC == 124 || BENCH_RC == 137)); then
-    check_deadline
-  fi
-}
+# ------------------------------------------------------------------ daemon
 
 write_cuzk_config() {
+  local budget='"auto"'
+  memory_budget "$CUZK_SAFETY_MARGIN_GIB"
+  budget_gib=$MEM_BUDGET_GIB
+  [[ -n $budget_gib ]] && budget="\"${budget_gib}GiB\""
   mkdir -p -- "$PARAM_DIR" "$(dirname -- "$CUZK_CONFIG")"
   {
-    printf '# generated by benchmark.sh\n[daemon]\nlisten = %s\nstatus_listen = %s\n\n' \
+    printf '# generated by benchmark.sh (cuzk-core/src/config.rs keys)\n'
+    printf '[daemon]\nlisten = %s\nstatus_listen = %s\n\n' \
       "$(json_str "$CUZK_LISTEN")" "$(json_str "$CUZK_STATUS_ADDR")"
     printf '[srs]\nparam_cache = %s\n\n' "$(json_str "$PARAM_DIR")"
-    printf '[memory]\ntotal_budget = "auto"\nsafety_margin = "5GiB"\n\n[logging]\nlevel = "info"\n'
+    printf '[memory]\ntotal_budget = %s\nsafety_margin = "%dGiB"\n\n' "$budget" "$CUZK_SAFETY_MARGIN_GIB"
+    printf '[logging]\nlevel = "info"\n'
   } >"$CUZK_CONFIG"
+  local shown_limit="none" shown_total="?"
+  [[ -n $MEM_LIMIT_BYTES ]] && shown_limit="$((MEM_LIMIT_BYTES / 1073741824)) GiB"
+  [[ -n $MEM_TOTAL_BYTES ]] && shown_total="$((MEM_TOTAL_BYTES / 1073741824)) GiB"
+  say "memory budget ${budget//\"/} (container limit $shown_limit, MemTotal $shown_total, margin ${CUZK_SAFETY_MARGIN_GIB} GiB)"
 }
 
 # The daemon reads the SRS from its param_cache; paramfetch writes FIL_PROOFS_PARAMETER_CACHE.
@@ -271,55 +268,207 @@ link_params() {
   return 0
 }
 
+log_count() { grep -cF -- "$1" < <(tail -c +"$((daemon_offset + 1))" -- "$CUZK_LOG" 2>/dev/null); }
+
 start_daemon() {
   daemon_offset=$(file_size "$CUZK_LOG")
-  cuzk-daemon --config "$CUZK_CONFIG" --listen "$CUZK_LISTEN" >>"$CUZK_LOG" 2>&1 &
-  daemon_pid=$!
-  printf '%s\n' "$daemon_pid" >"$DAEMON_PID_FILE"
-  say "cuzk-daemon started (pid $daemon_pid), waiting for it to be ready"
-  while ! log_has "$daemon_offset" "cuzk-daemon ready"; do
+  daemon_launch "$CUZK_CONFIG"
+  say "cuzk-daemon started (pid $DAEMON_PID), waiting for it to be ready"
+  local ready_deadline status
+  clock_ms
+  ready_deadline=$((CLOCK_MS + BENCH_READY_TIMEOUT * 1000))
+  until (($(log_count "cuzk-daemon ready, serving on") > 0)); do
     if ! daemon_alive; then
-      finish error "cuzk-daemon exited during startup (status $(daemon_exit_status))"
+      status=$(daemon_exit_status 2) || status="?"
+      extra_errors+=("$(daemon_death_line "$status")")
+      finish error "cuzk-daemon exited during startup ($(signal_name "$status")${status:+ status $status})"
+    fi
+    clock_ms
+    if ((CLOCK_MS >= ready_deadline)); then
+      extra_errors+=("cuzk-daemon logged no \"cuzk-daemon ready\" within ${BENCH_READY_TIMEOUT} s")
+      finish error "cuzk-daemon not ready after ${BENCH_READY_TIMEOUT} s"
     fi
     check_deadline
-    sleep "$BENCH_POLL_INTERVAL"
+    nap "$BENCH_POLL_INTERVAL"
   done
-  say "cuzk-daemon ready"
+  # "ready" is logged before the gRPC port is bound: wait until it answers.
+  local probe="$WORK_DIR/00-status.probe"
+  until cuzk-bench --addr "http://$CUZK_LISTEN" status >"$probe" 2>&1; do
+    if ! daemon_alive; then
+      status=$(daemon_exit_status 2) || status="?"
+      extra_errors+=("$(daemon_death_line "$status")")
+      finish error "cuzk-daemon exited after logging ready ($(signal_name "$status")${status:+ status $status})"
+    fi
+    clock_ms
+    if ((CLOCK_MS >= ready_deadline)); then
+      extra_errors+=("cuzk-daemon logged ready but $CUZK_LISTEN did not answer within ${BENCH_READY_TIMEOUT} s")
+      finish error "cuzk-daemon logged ready but did not answer on $CUZK_LISTEN within ${BENCH_READY_TIMEOUT} s"
+    fi
+    check_deadline
+    nap "$BENCH_POLL_INTERVAL"
+  done
+  rm -f -- "$probe"
+  say "cuzk-daemon ready and answering on $CUZK_LISTEN"
 }
 
-proof_failed() { # $1 = output file name, $2 = rc
-  (($2 != 0)) && return 0
-  grep -qE '^status:[[:space:]]*(FAILED|CANCELLED|TIMEOUT|UNKNOWN)' -- "$WORK_DIR/$1" && return 0
-  return 1
+# ------------------------------------------------------------------ proofs
+
+# One line from the daemon's /status on what it is doing (cuzk-core/src/status.rs).
+status_summary() {
+  local json jobs gpu oldest
+  json=$(curl -sf --max-time 3 "http://$CUZK_STATUS_ADDR/status") || return 1
+  jobs=$(grep -o '"job_id":' <<<"$json" | wc -l)
+  gpu=$(grep -o '"state":"proving"' <<<"$json" | wc -l)
+  oldest=$(grep -oE '"started_secs_ago":[0-9]+' <<<"$json" | cut -d: -f2 | sort -n | tail -n 1)
+  printf 'cuzk /status: %d proofs in the pipeline (oldest started %s s ago), %d GPU workers proving' \
+    "$jobs" "${oldest:-?}" "$gpu"
 }
 
-wall_ms_of() {
-  sed -nE 's/^wall time:[[:space:]]*([0-9]+)[[:space:]]*ms.*/\1/p' -- "$WORK_DIR/$1" | tail -n 1
+# Starts proof $1 (output in $WORK_DIR/$2.out) in the background.
+submit_proof() {
+  local idx=$1 name=$2
+  cuzk-bench --addr "http://$CUZK_LISTEN" single -t porep --c1 "$BENCH_C1" \
+    --sector-num "$sector_num" --miner-id "$BENCH_MINER_ID" >"$WORK_DIR/$name.out" 2>&1 </dev/null &
+  inflight[$!]=$idx
+  clock_ms
+  started[idx]=$CLOCK_MS
+}
+
+proof_name() { printf '%s-%04d' "$1" "$2"; }
+
+# Watches the proofs in flight; called on every tick. Hung proofs, a dead daemon, the deadline.
+periodic_checks() {
+  check_deadline
+  if ! daemon_alive; then
+    finish_daemon_died "during $1"
+  fi
+  local pid idx age limit=$((BENCH_PROOF_TIMEOUT * 1000))
+  for pid in "${!inflight[@]}"; do
+    idx=${inflight[$pid]}
+    age=$((CLOCK_MS - ${started[$idx]}))
+    if ((age >= limit)); then
+      extra_errors+=("proof $idx: no result after ${BENCH_PROOF_TIMEOUT} s (cuzk-daemon alive, proof hung)")
+      local summary
+      summary=$(status_summary) && extra_errors+=("$summary")
+      finish error "proof $idx hung: no result after ${BENCH_PROOF_TIMEOUT} s"
+    fi
+  done
+}
+
+# Runs proofs 1..$1 with at most $2 in flight; $3 names the stage for messages, $4 the files.
+# on_proof (below) sees each result as it comes in.
+run_proofs() {
+  local total=$1 lanes=$2 what=$3 prefix=$4 submitted=0 done_pid rc idx
+  RUN_TOTAL=$total
+  while ((finished < total)); do
+    while ((submitted < total && ${#inflight[@]} < lanes)); do
+      submitted=$((submitted + 1))
+      submit_proof "$submitted" "$(proof_name "$prefix" "$submitted")"
+    done
+    if [[ -z $ticker ]]; then
+      sleep "$BENCH_POLL_INTERVAL" &
+      ticker=$!
+    fi
+    done_pid=""
+    wait -n -p done_pid "${!inflight[@]}" "$ticker" 2>/dev/null
+    rc=$?
+    [[ -n $done_pid ]] || continue # a trap ran
+    if [[ $done_pid == "$ticker" ]]; then
+      ticker=""
+      periodic_checks "$what"
+      continue
+    fi
+    idx=${inflight[$done_pid]:-}
+    [[ -n $idx ]] || continue
+    unset "inflight[$done_pid]"
+    on_proof "$idx" "$rc" "$WORK_DIR/$(proof_name "$prefix" "$idx").out" "$what"
+  done
+}
+
+RUN_TOTAL=0
+on_proof() { # $1 index, $2 cuzk-bench status, $3 its output, $4 what
+  local idx=$1 rc=$2 out=$3 what=$4 status ms
+  clock_ms
+  finished=$((finished + 1))
+  status=$(sed -nE 's/^status:[[:space:]]+([A-Z]+)$/\1/p' -- "$out" | tail -n 1)
+  ms=$(sed -nE 's/^wall time:[[:space:]]*([0-9]+)[[:space:]]*ms$/\1/p' -- "$out" | tail -n 1)
+  if ((rc != 0)); then
+    # A broken RPC: give the daemon's supervisor a moment to record a death.
+    daemon_exit_status 1 >/dev/null
+    daemon_alive || finish_daemon_died "during $what"
+  fi
+  if ((rc == 0)) && [[ $status == COMPLETED ]]; then
+    completed=$((completed + 1))
+    # single exits 0 for a FAILED proof too (cuzk-bench/src/main.rs:496-499): read status:
+    [[ -n $ms ]] && latencies+=("$ms")
+    say "proof $idx/$RUN_TOTAL: COMPLETED in $(fmt_milli "${ms:-0}") s"
+  else
+    failed=$((failed + 1))
+    local why
+    why=$(sed -nE 's/^error:[[:space:]]+(.*)$/\1/p; s/^(Error: .*)$/\1/p' -- "$out" | head -n 1)
+    say "proof $idx/$RUN_TOTAL: ${status:-ERROR} (cuzk-bench exit $rc): ${why:-no result}"
+    if ((failed > BENCH_MAX_FAILED)); then
+      finish error "too many failed proofs ($failed of $finished) in $what"
+    fi
+  fi
+  finish_ms+=("$CLOCK_MS")
+  finish_done+=("$completed")
+  if [[ $stage == timed_run ]]; then
+    early_abort_check
+  fi
+}
+
+# After each finish: could even a 25% better pace than the one so far still reach MIN_RATE?
+early_abort_check() {
+  [[ $BENCH_EARLY_ABORT == 1 ]] || return 0
+  local gaps=$((finished - 1)) remaining=$((TOTAL - finished)) span best done_since
+  ((gaps >= 2 && remaining > 0 && min_m > 0)) || return 0
+  span=$((finish_ms[-1] - finish_ms[0]))
+  ((span > 0)) || return 0
+  done_since=$((completed - finish_done[0]))
+  # best case: every remaining proof completes, each after 0.8 of the mean interval so far
+  best=$(((done_since + remaining) * 3600000000 / (span + remaining * span * 4 / (5 * gaps))))
+  if ((best < min_m)); then
+    finish aborted_early "benchmark aborted_early: best case $(fmt_milli "$best" 1) < $(fmt_milli "$min_m" 1) proofs/h after $finished proofs"
+  fi
 }
 
 # ------------------------------------------------------------------ main
 mkdir -p -- "$LOG_DIR" "$STATE_DIR" "$RUN_DIR" "$WORK_DIR" "$PARAM_DIR"
 rm -f -- "$RESULT_FILE" "$WORK_DIR"/*.out
 touch -- "$CUZK_LOG"
-bench_offset=$(file_size "$CUZK_LOG")
-now_ms
-start_ms=$NOW_MS
+daemon_offset=$(file_size "$CUZK_LOG")
 
-if [[ $BENCH_TIMEOUT =~ ^[0-9]{1,9}$ ]]; then BENCH_TIMEOUT=$((10#$BENCH_TIMEOUT)); fi
-if [[ $BENCH_PROOFS =~ ^[0-9]{1,9}$ ]]; then BENCH_PROOFS=$((10#$BENCH_PROOFS)); fi
-if ! [[ $BENCH_TIMEOUT =~ ^[0-9]+$ ]] || ((BENCH_TIMEOUT == 0)); then
+BENCH_TIMEOUT=$(int_or "$BENCH_TIMEOUT" 0)
+BENCH_READY_TIMEOUT=$(int_or "$BENCH_READY_TIMEOUT" 300)
+BENCH_PCE_TIMEOUT=$(int_or "$BENCH_PCE_TIMEOUT" 900)
+BENCH_PROOF_TIMEOUT=$(int_or "$BENCH_PROOF_TIMEOUT" 1800)
+BENCH_MAX_FAILED=$(int_or "$BENCH_MAX_FAILED" 2)
+CUZK_SAFETY_MARGIN_GIB=$(int_or "$CUZK_SAFETY_MARGIN_GIB" 5)
+deadline_ms=$((${BENCH_TIMEOUT:-2400} * 1000))
+if ((BENCH_TIMEOUT == 0)); then
   BENCH_TIMEOUT=2400
-  deadline_ms=$((start_ms + BENCH_TIMEOUT * 1000))
+  deadline_ms=$((BENCH_TIMEOUT * 1000))
   finish error "invalid BENCH_TIMEOUT (want whole seconds > 0)"
 fi
-deadline_ms=$((start_ms + BENCH_TIMEOUT * 1000))
-if ! [[ $BENCH_PROOFS =~ ^[0-9]+$ ]] || ((BENCH_PROOFS == 0)); then
+if ! [[ $BENCH_PROOFS =~ ^[0-9]{1,9}$ ]] || ((10#$BENCH_PROOFS == 0)); then
   finish error "invalid BENCH_PROOFS (want an integer > 0)"
 fi
+if ! [[ $BENCH_CONCURRENCY =~ ^[0-9]{1,4}$ ]] || ((10#$BENCH_CONCURRENCY == 0)); then
+  finish error "invalid BENCH_CONCURRENCY (want an integer > 0)"
+fi
+if ! [[ $BENCH_MINER_ID =~ ^[0-9]{1,19}$ ]]; then
+  finish error "invalid BENCH_MINER_ID (want the actor id of the C1's miner, e.g. 1000)"
+fi
+TOTAL=$((10#$BENCH_PROOFS))
+LANES=$((10#$BENCH_CONCURRENCY))
 min_m=$(to_milli "$MIN_RATE") || finish error "invalid MIN_RATE (want a decimal number)"
 
-say "PoRep C2 benchmark for cuzk: ${BENCH_PROOFS} proofs, min rate ${MIN_RATE} proofs/h, timeout ${BENCH_TIMEOUT} s"
+say "PoRep C2 benchmark for cuzk: ${TOTAL} proofs, ${LANES} in flight, min rate ${MIN_RATE} proofs/h, timeout ${BENCH_TIMEOUT} s"
 
+# The C1 input: a lotus-bench `simple commit1` output ({"SectorNum":..,"Phase1Out":..}); its
+# replica id is bound to the miner and sector it was sealed for, so those flags must match it
+# or every proof fails its self-check (cuzk-core/src/engine.rs:572-638).
 if [[ ! -s $BENCH_C1 && -n $BENCH_C1_URL ]]; then
   say "downloading the C1 input"
   mkdir -p -- "$(dirname -- "$BENCH_C1")"
@@ -329,6 +478,18 @@ fi
 if [[ ! -s $BENCH_C1 ]]; then
   extra_errors+=("error: C1 input not found: $BENCH_C1")
   finish error "C1 input missing: $BENCH_C1"
+fi
+if [[ -n $BENCH_C1_SHA256 ]]; then
+  got=$(sha256sum -- "$BENCH_C1" | cut -d' ' -f1)
+  if [[ $got != "$BENCH_C1_SHA256" ]]; then
+    extra_errors+=("error: C1 input $BENCH_C1 has sha256 $got, expected $BENCH_C1_SHA256")
+    finish error "C1 input checksum mismatch"
+  fi
+fi
+sector_num=$(head -c 200 -- "$BENCH_C1" | sed -nE 's/.*"SectorNum":[[:space:]]*([0-9]{1,19}).*/\1/p')
+if [[ -z $sector_num ]]; then
+  extra_errors+=("error: no SectorNum in the C1 input $BENCH_C1 (not a lotus-bench c1 JSON?)")
+  finish error "C1 input has no SectorNum"
 fi
 for bin in cuzk-daemon cuzk-bench; do
   command -v "$bin" >/dev/null || {
@@ -344,80 +505,70 @@ start_daemon
 
 # 2. warmup
 stage=warmup
-say "warmup proof (SRS load + PCE extraction)"
-run_bench 00-warmup.out single -t porep --c1 "$BENCH_C1"
-cat -- "$WORK_DIR/00-warmup.out"
-if proof_failed 00-warmup.out "$BENCH_RC"; then
-  daemon_alive || finish error "cuzk-daemon died during warmup (status $(daemon_exit_status))"
-  finish error "warmup proof failed (cuzk-bench exit $BENCH_RC)"
+say "warmup proof (SRS load, PCE extraction)"
+clock_ms
+warm_start=$CLOCK_MS
+run_proofs 1 1 "the warmup" warmup
+cat -- "$WORK_DIR/$(proof_name warmup 1).out"
+if ((completed == 0)); then
+  why=$(sed -nE 's/^error:[[:space:]]+(.*)$/\1/p; s/^Error: (.*)$/\1/p' -- "$WORK_DIR/$(proof_name warmup 1).out" | head -n 1)
+  finish error "warmup proof failed${why:+: $why}"
 fi
-warmup_ms=$(wall_ms_of 00-warmup.out)
+clock_ms
+warmup_ms=$((CLOCK_MS - warm_start))
 
 # 3. pce
 stage=pce
-if [[ ${CUZK_DISABLE_PCE:-0} == 1 ]]; then
-  say "PCE disabled (CUZK_DISABLE_PCE=1), skipping the PCE wait"
-elif log_has "$daemon_offset" "PCE loaded from disk"; then
-  say "PCE already on disk"
+say "waiting for the background PCE extraction to end"
+clock_ms
+pce_deadline=$((CLOCK_MS + BENCH_PCE_TIMEOUT * 1000))
+while :; do
+  begun=$(log_count "background PCE extraction starting")
+  ended=$(($(log_count "background PCE extraction complete") + $(log_count "background PCE extraction failed")))
+  ((begun > 0 && ended >= begun)) && break
+  daemon_alive || finish_daemon_died "during the PCE extraction"
+  clock_ms
+  if ((CLOCK_MS >= pce_deadline)); then
+    extra_errors+=("the background PCE extraction did not end within ${BENCH_PCE_TIMEOUT} s")
+    finish timeout "PCE extraction did not finish within ${BENCH_PCE_TIMEOUT} s"
+  fi
+  check_deadline
+  nap "$BENCH_POLL_INTERVAL"
+done
+if (($(log_count "background PCE extraction failed") > 0)); then
+  pce_state=failed
+  say "warning: the background PCE extraction failed (the daemon proves without it)"
+elif (($(log_count "failed to save PCE to disk (non-fatal)") > 0)); then
+  pce_state=not_saved
+  say "warning: the PCE could not be saved to disk; it stays cached in memory"
 else
-  say "waiting for the background PCE extraction to finish and be saved"
-  until log_has "$daemon_offset" "PCE saved to disk" &&
-    log_has "$daemon_offset" "background PCE extraction complete"; do
-    daemon_alive || finish error "cuzk-daemon died during PCE extraction (status $(daemon_exit_status))"
-    check_deadline
-    sleep "$BENCH_POLL_INTERVAL"
-  done
-  say "PCE saved to disk"
-fi
-say "restarting cuzk-daemon to load the PCE from disk"
-stop_daemon
-start_daemon
-run_bench 01-preload.out preload -c porep-32g
-cat -- "$WORK_DIR/01-preload.out"
-daemon_alive || finish error "cuzk-daemon died while loading the SRS/PCE (status $(daemon_exit_status))"
-if log_has "$daemon_offset" "PCE loaded from disk"; then
-  pce_loaded=true
-  say "PCE loaded from disk"
-else
-  say "warning: the daemon did not report loading the PCE from disk"
+  pce_state=cached
+  say "PCE extracted and cached"
 fi
 
 # 4. timed_run
 stage=timed_run
-say "timed run: ${BENCH_PROOFS} sequential proofs"
-for ((i = 1; i <= BENCH_PROOFS; i++)); do
-  printf -v name 'p%04d.out' "$i"
-  run_bench "$name" single -t porep --c1 "$BENCH_C1"
-  cat -- "$WORK_DIR/$name"
-  ms=$(wall_ms_of "$name")
-  if proof_failed "$name" "$BENCH_RC" || [[ -z $ms ]]; then
-    failed=$((failed + 1))
-    say "proof $i/${BENCH_PROOFS} FAILED (cuzk-bench exit $BENCH_RC)"
-    daemon_alive || finish error "cuzk-daemon died during the timed run (status $(daemon_exit_status))"
-    ((failed > 2)) && finish error "too many failed proofs ($failed of $i)"
-  else
-    completed=$((completed + 1))
-    proof_ms+=("$ms")
-    sum_ms=$((sum_ms + ms))
-    ((min_ms == 0 || ms < min_ms)) && min_ms=$ms
-    say "proof $i/${BENCH_PROOFS}: $(fmt_milli "$ms") s, running rate $(fmt_milli $((completed * 3600000000 / sum_ms)) 1) proofs/h"
-  fi
-  remaining=$((BENCH_PROOFS - i))
-  if [[ $BENCH_EARLY_ABORT == 1 ]] && ((remaining > 0 && min_m > 0 && completed > 0)); then
-    best=$(((completed + remaining) * 3600000000 / (sum_ms + remaining * min_ms)))
-    if ((best < min_m)); then
-      finish aborted_early "benchmark aborted_early: best case $(fmt_milli "$best" 1) < $(fmt_milli "$min_m" 1) proofs/h after $i proofs"
-    fi
-  fi
+warm_completed=$completed
+warm_failed=$failed
+completed=0
+failed=0
+finished=0
+latencies=()
+finish_ms=()
+finish_done=()
+say "timed run: ${TOTAL} proofs, ${LANES} in flight"
+run_proofs "$TOTAL" "$LANES" "the timed run" proof
+for f in "$WORK_DIR"/proof-*.out; do
+  cat -- "$f"
 done
 
 # 5. done
 stage="done"
-if ((completed == 0)); then
+if ! rate_m=$(final_rate_milli) || ((completed == 0)); then
   finish error "no proof completed"
 fi
-rate_m=$((completed * 3600000000 / sum_ms))
+summary="${completed} proofs, ${failed} failed, ${LANES} in flight"
 if ((rate_m >= min_m)); then
-  finish pass "benchmark pass: $(fmt_milli "$rate_m" 1) >= $(fmt_milli "$min_m" 1) proofs/h"
+  finish pass "benchmark pass: $(fmt_milli "$rate_m" 1) >= $(fmt_milli "$min_m" 1) proofs/h ($summary)"
 fi
-finish below_min "benchmark below_min: $(fmt_milli "$rate_m" 1) < $(fmt_milli "$min_m" 1) proofs/h"
+finish below_min "benchmark below_min: $(fmt_milli "$rate_m" 1) < $(fmt_milli "$min_m" 1) proofs/h ($summary)"

@@ -76,9 +76,11 @@ INSTANCE_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("id", "Id", 8),
     ("stage", "State / progress", 32),
     ("gpu", "GPU", 16),
-    ("rate", "Rate", 5),
+    ("bench", "Bench", 5),
+    ("meas", "Meas", 5),
+    ("proofs", "Proofs", 7),
     ("dph", "$/h", 6),
-    ("cpp", "$/proof", 7),
+    ("cpp", "$/proof", 8),
     ("up", "Uptime", 6),
     ("label", "Label", 24),
     ("image", "Image", 24),
@@ -338,7 +340,7 @@ class VastuiApp(App[int]):
     def _render_summary(self) -> None:
         snap = self.snapshot
         counts = snap.counts()
-        dph, rate, cpp = snap.fleet_economics()
+        eco = snap.fleet_economics()
         line = Text()
         parts = [
             ("run", counts["running"], "green"),
@@ -350,9 +352,22 @@ class VastuiApp(App[int]):
         for name, value, style in parts:
             line.append(f"{value}", style=f"bold {style}")
             line.append(f" {name} ")
-        line.append(f" ${dph:.2f}/h ", style="bold")
-        line.append(f"{rate:.0f} p/h ")
-        line.append(f"{'-' if cpp is None else f'${cpp:.4f}'}/proof ")
+        line.append(f" ${eco.dph:.2f}/h ", style="bold")
+        # Measured: cuzk's counters on the proving workers; estimates are labelled "est".
+        if eco.measured_rate is not None:
+            line.append(f"{eco.measured_rate:.0f} p/h ", style="bold")
+            line.append(f"{'-' if eco.measured_cpp is None else f'${eco.measured_cpp:.4f}'}/proof ")
+            if eco.measured_workers < eco.proving_workers:
+                line.append(
+                    f"({eco.measured_workers}/{eco.proving_workers} measured) ", style="dim"
+                )
+        elif eco.proving_workers:
+            line.append(f"est {eco.est_rate:.0f} p/h ", style="dim")
+            line.append(
+                f"{'-' if eco.est_cpp is None else f'${eco.est_cpp:.4f}'}/proof ", style="dim"
+            )
+        else:
+            line.append("0 p/h ", style="dim")
         age = self.bridge.vast_age
         if age is not None:
             line.append(f"vast {age:.0f}s ", style="yellow" if age > 120 else "dim")
@@ -446,7 +461,6 @@ class VastuiApp(App[int]):
         current_image = self.opts.config.fleet.image
         live = sorted(self.snapshot.instances, key=lambda r: (r.killed, -(r.created_at or 0)))
         for rec in live[:500]:
-            cpp = (rec.dph_total / rec.bench_rate) if rec.dph_total and rec.bench_rate else None
             image = Text(sanitize_line(_short_image(rec.image), 60))
             if rec.image and rec.image != current_image:
                 image.append(" old", style="bold yellow")
@@ -455,8 +469,10 @@ class VastuiApp(App[int]):
                 _stage_text(rec),
                 t(f"{rec.gpu_name or '?'} x{rec.num_gpus or 1}"),
                 t(fmt(rec.bench_rate, ".1f")),
+                _measured_rate(rec),
+                _proofs(rec),
                 t(fmt(rec.dph_total, ".3f")),
-                t(fmt(cpp, ".4f")),
+                _cost_per_proof(rec),
                 t(_uptime(rec, now_wall, self.snapshot)),
                 t(rec.label),
                 image,
@@ -970,6 +986,33 @@ def _stage_text(rec: InstanceRecord) -> Text:
         text.append("■" if i <= done else "□", style="green" if i < done else "yellow")
     text.append(f" {rec.state}", style=STATE_STYLE.get(rec.state, ""))
     return text
+
+
+def _measured_rate(rec: InstanceRecord) -> Text:
+    """Proofs/h measured in production (cuzk's counters), once there is a measurement."""
+    if rec.prod_rate is None:
+        return t("-", "dim")
+    low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
+    return t(f"{rec.prod_rate:.1f}", "bold red" if low else "bold")
+
+
+def _proofs(rec: InstanceRecord) -> Text:
+    """Proofs completed (and failed) in production since the benchmark."""
+    if rec.prod_completed is None:
+        return t("-", "dim")
+    text = Text(str(rec.prod_completed))
+    if rec.prod_failed:
+        text.append(f"/{rec.prod_failed}✗", style="red")
+    return text
+
+
+def _cost_per_proof(rec: InstanceRecord) -> Text:
+    """$/proof: measured when production has been measured, else the benchmark's estimate."""
+    if rec.dph_total and rec.prod_rate:
+        return t(f"{rec.dph_total / rec.prod_rate:.4f}", "bold")
+    if rec.dph_total and rec.bench_rate:
+        return t(f"~{rec.dph_total / rec.bench_rate:.4f}", "dim")
+    return t("-", "dim")
 
 
 def _uptime(rec: InstanceRecord, now_wall: float, snap: Snapshot) -> str:

@@ -62,14 +62,40 @@ class Snapshot:
             "killed": sum(r.killed for r in self.instances),
         }
 
-    def fleet_economics(self) -> tuple[float, float, float | None]:
-        """($/h of the whole live fleet, proofs/h of proving workers, $/proof of proving)."""
+    def fleet_economics(self) -> FleetEconomics:
+        """What the fleet costs and proves: measured where cuzk's counters say so, estimated
+        (from the benchmarks) where they do not yet."""
         live = [r for r in self.instances if not r.killed]
-        dph = sum(r.dph_total or 0.0 for r in live)
         proving = [r for r in live if r.state == "proving"]
-        rate = sum(r.bench_rate or 0.0 for r in proving)
+        measured = [r for r in proving if r.prod_rate is not None]
+        rate = sum(r.prod_rate or 0.0 for r in measured)
+        measured_dph = sum(r.dph_total or 0.0 for r in measured)
+        est = sum(r.bench_rate or 0.0 for r in proving)
         proving_dph = sum(r.dph_total or 0.0 for r in proving)
-        return dph, rate, (proving_dph / rate if rate > 0 else None)
+        return FleetEconomics(
+            dph=sum(r.dph_total or 0.0 for r in live),
+            measured_rate=rate if measured else None,
+            measured_cpp=measured_dph / rate if rate > 0 else None,
+            measured_workers=len(measured),
+            proving_workers=len(proving),
+            est_rate=est,
+            est_cpp=proving_dph / est if est > 0 else None,
+            proofs=sum(r.prod_completed or 0 for r in live),
+            failed=sum(r.prod_failed or 0 for r in live),
+        )
+
+
+@dataclass(frozen=True)
+class FleetEconomics:
+    dph: float  # $/h of every live instance
+    measured_rate: float | None  # proofs/h measured on proving workers (None: none measured)
+    measured_cpp: float | None  # $/proof of those workers, measured
+    measured_workers: int
+    proving_workers: int
+    est_rate: float  # proofs/h the benchmarks promise for every proving worker
+    est_cpp: float | None
+    proofs: int  # proofs completed in production by live workers
+    failed: int
 
 
 class _RingHandler(logging.Handler):

@@ -174,7 +174,12 @@ class DetailScreen(ModalScreen[None]):
             ("RAM", None if rec.cpu_ram_gb is None else f"{rec.cpu_ram_gb:.0f} GB"),
             ("location", rec.geolocation),
             ("$/h", None if rec.dph_total is None else f"{rec.dph_total:.4f}"),
-            ("rate / min", f"{_num(rec.bench_rate)} / {_num(rec.min_rate)} proofs/h"),
+            (
+                "bench / min",
+                f"{_num(rec.bench_rate)} / {_num(rec.min_rate)} proofs/h"
+                + ("" if rec.bench_failed is None else f", {rec.bench_failed} proofs failed"),
+            ),
+            ("production", _production(rec)),
             ("image", image),
             ("image digest", rec.image_digest),
             ("Vast status", f"{rec.vast_status or '-'}: {rec.status_msg or ''}"),
@@ -272,6 +277,19 @@ def render_cuzk(status: dict[str, Any]) -> Text:
             f"job {sanitize_line(str(worker.get('current_job')), 12)}\n"
         )
     return out
+
+
+def _production(rec: InstanceRecord) -> Text | None:
+    """Measured, not assumed: cuzk's counters since the benchmark."""
+    if rec.prod_completed is None:
+        return None if rec.state != "proving" else Text("not measured yet", style="dim")
+    text = Text(f"{rec.prod_completed} proofs, {rec.prod_failed or 0} failed")
+    if rec.prod_rate is not None:
+        low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
+        text.append(f", measured {rec.prod_rate:.1f} proofs/h", style="bold red" if low else "bold")
+    if rec.prod_checked_at is not None:
+        text.append(f" (read {_ts(rec.prod_checked_at)})", style="dim")
+    return text
 
 
 def _f(value: Any) -> float:

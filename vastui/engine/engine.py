@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vastui.config import Config
-from vastui.engine import policy
+from vastui.config import Config, load_curio_db_password
+from vastui.engine import policy, production
 from vastui.engine.labels import fleet_of, new_label
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.sanitize import sanitize_line
@@ -44,6 +44,7 @@ class EngineSettings:
     command_poll: float = 1.0  # real seconds between checks for console commands
     dry_run: bool = False
     worker_env: dict[str, str] = field(default_factory=dict)  # extra env for every worker
+    prove_poll: float | None = None  # real seconds between counter reads (None: proving.poll_s)
 
 
 class EngineError(Exception):
@@ -73,6 +74,7 @@ class Engine:
         self.on_change = on_change
         self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
         self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._monitors: dict[int, asyncio.Task[None]] = {}  # proving workers' counters
         self._inflight_labels: set[str] = set()
         self._offers: list[RankedOffer] = []
         self._offers_at: float | None = None  # monotonic
@@ -123,12 +125,14 @@ class Engine:
                 log.warning("command poll: %s", exc)
 
     async def close(self) -> None:
-        for task in list(self._watchers.values()):
+        tasks = [*self._watchers.values(), *self._monitors.values()]
+        for task in tasks:
             task.cancel()
-        for task in list(self._watchers.values()):
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._watchers.clear()
+        self._monitors.clear()
         if self.ssh is not None:
             await self.ssh.close_all()
 
@@ -271,6 +275,7 @@ class Engine:
                 await self._kill(rec, kill)
                 continue
             self._ensure_watcher(rec)
+            self._ensure_monitor(rec)
 
     def _ours(self, label: str | None) -> bool:
         """Carries this fleet's label: the only instances this engine adopts or destroys."""
@@ -391,9 +396,10 @@ class Engine:
         )
 
     async def _stop_watcher(self, vast_id: int) -> None:
-        task = self._watchers.pop(vast_id, None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        for tasks in (self._watchers, self._monitors):
+            task = tasks.pop(vast_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         if self.ssh is not None:
             await self.ssh.close_instance(vast_id)
 
@@ -427,6 +433,92 @@ class Engine:
         finally:
             if self._watchers.get(vast_id) is asyncio.current_task():
                 self._watchers.pop(vast_id, None)
+
+    # -- production ---------------------------------------------------------------------
+
+    def _ensure_monitor(self, rec: InstanceRecord) -> None:
+        if self.ssh is None or rec.state != "proving" or rec.ssh_host is None:
+            return
+        task = self._monitors.get(rec.vast_id)
+        if task is not None and not task.done():
+            return
+        self._monitors[rec.vast_id] = asyncio.create_task(
+            self._monitor(rec.vast_id, (rec.ssh_host, int(rec.ssh_port or 22))),
+            name=f"monitor-{rec.vast_id}",
+        )
+
+    async def _monitor(self, vast_id: int, endpoint: tuple[str, int]) -> None:
+        """Read a proving worker's cuzk counters on a fixed cadence and decide on each."""
+        assert self.ssh is not None
+        worker = self.ssh.worker(vast_id, endpoint)
+        every = self.settings.prove_poll or self.config.proving.poll_s
+        try:
+            while True:
+                try:
+                    raw = await worker.cuzk_counters()
+                    reading: production.Reading | None = production.Reading.parse(raw)
+                except SshError as exc:
+                    log.info("instance %s: cuzk counters unavailable: %s", vast_id, exc)
+                    reading = None
+                if not await self.handle_counters(vast_id, reading):
+                    return
+                await asyncio.sleep(every)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("instance %s: production monitor failed", vast_id)
+        finally:
+            if self._monitors.get(vast_id) is asyncio.current_task():
+                self._monitors.pop(vast_id, None)
+
+    async def handle_counters(self, vast_id: int, reading: production.Reading | None) -> bool:
+        """Fold one counters reading (None: unreadable) and decide. False once not proving."""
+        async with self._lock:
+            rec = await self.store.get_instance(vast_id)
+            if rec is None or rec.killed or rec.state != "proving":
+                return False
+            now = self.clock()
+            window = self.config.proving.window_min * 60.0
+            state = production.ProdState.from_json(rec.prod_state)
+            if reading is not None and reading.alive and reading.completed is not None:
+                bench = production.baseline_from_bench(_json_obj(rec.bench_result))
+                state = production.fold(state, reading, now, window, bench)
+                m = production.measure(state, now, window)
+                rec = await self.store.update_instance(
+                    vast_id,
+                    prod_state=state.to_json(),
+                    prod_completed=state.completed,
+                    prod_failed=state.failed,
+                    prod_rate=None if m.rate is None else round(m.rate, 3),
+                    prod_checked_at=now,
+                )
+            since = rec.proving_at or rec.stage_started_at or now
+            kill = production.verdict(state, reading, now, rec.min_rate, since, self.config)
+            if kill is not None:
+                await self._kill(rec, kill)
+            rec = await self.store.get_instance(vast_id)
+        await self._notify("counters")
+        return rec is not None and not rec.killed
+
+    async def _strike(self, rec: InstanceRecord, kind: str, reason: str) -> None:
+        """A mark against the machine; enough of them within auto_ban_days ban it."""
+        if not rec.machine_id:
+            return
+        now = self.clock()
+        days = self.config.fleet.auto_ban_days
+        count = await self.store.add_strike(
+            rec.machine_id, kind, reason, instance_id=rec.vast_id,
+            since=now - days * 86400 if days > 0 else None, now=now,
+        )  # fmt: skip
+        log.info("strike %d on machine %s (%s): %s", count, rec.machine_id, kind, reason)
+        if count >= self.config.proving.strikes_to_ban:
+            await self._ignore_locked(
+                rec.machine_id,
+                f"{count} strikes, the last: {reason}"[:300],
+                "automatic",
+                host_id=rec.host_id,
+                gpu_name=rec.gpu_name,
+            )
 
     async def handle_worker_event(
         self, vast_id: int, event: dict[str, Any], *, position: int | None = None
@@ -469,11 +561,13 @@ class Engine:
     async def _on_benchmark(self, rec: InstanceRecord, result: dict[str, Any], now: float) -> None:
         rate = policy._num(result.get("rate_per_hour"))
         outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
+        failed = result.get("proofs_failed")
         await self.store.update_instance(
             rec.vast_id,
             bench_rate=rate,
             bench_outcome=outcome,
             bench_result=json.dumps(result)[:20_000],
+            bench_failed=failed if isinstance(failed, int) and 0 <= failed < 2**31 else None,
         )
         if rate is not None and rate > 0 and rec.machine_id and rec.gpu_name:
             await self.store.record_benchmark(
@@ -499,6 +593,10 @@ class Engine:
         if kill is not None:
             rec = await self.store.get_instance(rec.vast_id) or rec
             await self._kill(rec, kill)
+            return
+        strike = policy.benchmark_strike(result)
+        if strike is not None:
+            await self._strike(rec, "bench_failed_proofs", sanitize_line(strike, 300))
 
     # -- act --------------------------------------------------------------------------
 
@@ -579,6 +677,8 @@ class Engine:
                 evidence=list(kill.error_lines)[-10:],
                 skip_destroy=rec.vast_id,
             )
+        elif kill.strike:
+            await self._strike(rec, kill.kind, kill.reason)
         return True
 
     async def _destroy_locked(self, instance_id: int, kind: str, reason: str) -> None:
@@ -690,6 +790,7 @@ class Engine:
             "MIN_RATE": f"{min_rate:.1f}",
             "BENCH_PROOFS": str(self.config.fleet.bench_proofs),
             "VASTUI_IMAGE": self.config.fleet.image,
+            **worker_curio_env(self.config),
             **self.settings.worker_env,
         }
         self._inflight_labels.add(label)
@@ -819,6 +920,34 @@ class Engine:
                     log.warning("%s", exc)
                     continue
                 return  # one rent per step: the next step sees the new fleet
+
+
+def worker_curio_env(config: Config) -> dict[str, str]:
+    """How the worker runs curio (worker-image/entrypoint.sh). The database password, when set,
+    goes to Vast in the instance's environment and nowhere else: not logged, not stored."""
+    c = config.curio
+    env = {
+        "CUZK_MAX_PENDING": str(c.max_pending),
+        "CUZK_PROVE_TIMEOUT": c.prove_timeout,
+        "CURIO_EXTRA_LAYERS": c.layers,
+        "CURIO_PROOFSHARE": "1" if c.proofshare else "0",
+        "CURIO_DB_NAME": c.db_name,
+        "CURIO_DB_USER": c.db_user,
+    }
+    password = load_curio_db_password()
+    if password:
+        env["CURIO_DB_PASSWORD"] = password
+    return env
+
+
+def _json_obj(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _float(value: str | None) -> float | None:

@@ -3,6 +3,8 @@
 Kill kinds are typed (a short code) and come with a one-line human reason. A machine is
 banned only for faults that belong to the machine (a benchmark error exit, GPU errors, a
 stuck image load); a low benchmark rate is not a ban: it updates the performance record.
+Lesser marks against a machine are strikes (failed proofs, a worker destroyed in production);
+``proving.strikes_to_ban`` of them ban it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Kill:
     bench_outcome: str | None = None
     ban: str | None = None  # a reason to ban the machine too
     detail: dict[str, Any] = field(default_factory=dict)
+    strike: bool = False  # a strike on the machine (when not banned outright)
 
     def to_detail(self) -> dict[str, Any]:
         """Everything needed to carry this kill out again after a failed or crashed destroy."""
@@ -57,6 +60,7 @@ class Kill:
             "bench_outcome": self.bench_outcome,
             "ban": self.ban,
             "detail": self.detail,
+            "strike": self.strike,
         }
 
     @classmethod
@@ -70,6 +74,7 @@ class Kill:
             bench_outcome=detail.get("bench_outcome"),
             ban=detail.get("ban") if isinstance(detail.get("ban"), str) else None,
             detail=dict(detail.get("detail") or {}),
+            strike=detail.get("strike") is True,
         )
 
 
@@ -166,14 +171,35 @@ def benchmark_kill(result: dict[str, Any], min_rate: float | None) -> Kill | Non
 
 
 def failure_kill(event: dict[str, Any]) -> Kill:
-    """A worker stage reported failure."""
+    """A worker stage reported failure. In the prove stage the kind says what died; a daemon
+    that dies while proving is a strike on its machine (a GPU error in its lines, a ban)."""
     stage = str(event.get("stage") or "?")
     reason = str(event.get("reason") or "failed")
     tail = tuple(str(x) for x in (event.get("error_tail") or []) if isinstance(x, str))[-20:]
     kind = f"{WORKER_STAGE.get(stage, stage)}_failed"
+    strike = False
+    if stage == "prove" and reason.startswith("cuzk-daemon"):
+        kind, strike = "prove_daemon_died", True
+    elif stage == "prove" and reason.startswith("curio"):
+        kind = "prove_curio_failed"
     gpu = gpu_errors(tail)
     ban = f"{stage} failed: {gpu[-1]}" if gpu else None
-    return Kill(kind, f"{stage} failed: {reason}"[:300], WORKER_STAGE.get(stage), tail, ban=ban)
+    return Kill(
+        kind, f"{stage} failed: {reason}"[:300], WORKER_STAGE.get(stage), tail, ban=ban,
+        strike=strike,
+    )  # fmt: skip
+
+
+def benchmark_strike(result: dict[str, Any]) -> str | None:
+    """A passed benchmark whose proofs failed still marks the machine: the reason, or None."""
+    failed = result.get("proofs_failed")
+    if isinstance(failed, bool) or not isinstance(failed, int) or failed <= 0:
+        return None
+    done = result.get("proofs_completed")
+    total = failed + (done if isinstance(done, int) and not isinstance(done, bool) else 0)
+    tail = [str(x) for x in (result.get("error_tail") or []) if isinstance(x, str)]
+    telling = (gpu_errors(tail) or tail or ["no error line"])[-1]
+    return f"{failed} of {total} benchmark proofs failed: {telling}"[:300]
 
 
 def _num(value: Any) -> float | None:

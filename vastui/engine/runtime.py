@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
-from vastui.config import Config, FleetSection, state_dir
+from vastui.config import Config, FleetSection, load_curio_db_password, state_dir
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
 from vastui.ssh import RemoteForward, SshPool, StorePins
@@ -94,6 +94,7 @@ async def engine_runtime(
         )
         stack.push_async_callback(store.release_lease, owner)
         key_path, public_key = ensure_ssh_key(config)
+        load_curio_db_password()  # a bad password file is a one-line error now, not at a rent
         settings = EngineSettings(dry_run=run.dry_run)
         if opts.demo:
             engine, demo = await _demo_parts(
@@ -103,14 +104,12 @@ async def engine_runtime(
             demo = None
             client = make_client(opts)
             stack.push_async_callback(client.aclose)
-            lotus_host, _, lotus_port = config.ssh.lotus_api.rpartition(":")
             pool = SshPool(
                 client_key=key_path,
                 pins=StorePins(store),
                 connect_timeout=config.ssh.connect_timeout_s,
-                forwards=[RemoteForward("127.0.0.1", 1234, lotus_host or "127.0.0.1",
-                                        int(lotus_port))],
-            )  # fmt: skip
+                forwards=tunnels(config),
+            )
             engine = Engine(
                 config, store, client, ssh=pool, public_key=public_key, settings=settings,
                 on_change=on_change,
@@ -138,6 +137,7 @@ async def _demo_parts(
     settings: EngineSettings,
     on_change: Callable[[str], Awaitable[None] | None] | None,
 ) -> tuple[Engine, Any]:
+    from vastui.sim.harmonydb import SIM_CHAIN_TOKEN, FakeHarmonyDb
     from vastui.sim.lotus import FakeLotus
     from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
 
@@ -155,9 +155,13 @@ async def _demo_parts(
     )  # fmt: skip
     host.attach()
     stack.push_async_callback(host.close)
-    lotus = FakeLotus()
+    lotus = FakeLotus(token=SIM_CHAIN_TOKEN)
     await lotus.start()
     stack.push_async_callback(lotus.stop)
+    # curio's cluster database, whose base layer names the chain node as the controller sees it
+    db = FakeHarmonyDb(chain_addr=f"127.0.0.1:{lotus.port}")
+    await db.start()
+    stack.push_async_callback(db.stop)
     client = client_for_cloud(cloud, pacing={})
     stack.push_async_callback(client.aclose)
     pool = SshPool(
@@ -165,16 +169,41 @@ async def _demo_parts(
         pins=StorePins(store),
         connect_timeout=5.0,
         backoff=(0.2, 2.0, 2.0),
-        forwards=[RemoteForward("127.0.0.1", 1234, "127.0.0.1", lotus.port)],
-    )
+        forwards=tunnels(config, {
+            "lotus_api": f"127.0.0.1:{lotus.port}",
+            "curio_db": f"127.0.0.1:{db.port}",
+            "curio_db_cql": f"127.0.0.1:{db.cql_port}",
+        }),
+    )  # fmt: skip
     # Deadlines and offer refreshes run on simulated time; polls stay quick in real time.
     settings.poll_interval = 0.5
     settings.offers_refresh = max(2.0, 300.0 / run.speed)
+    # Each read runs workerctl (and cuzk-bench status) on the worker: keep it light in real time.
+    settings.prove_poll = max(3.0, config.proving.poll_s / run.speed)
     engine = Engine(
         config, store, client, ssh=pool, public_key=public_key, clock=cloud.clock.now,
         settings=settings, on_change=on_change,
     )  # fmt: skip
     return engine, host
+
+
+# What the worker reaches on its own loopback, forwarded from the controller: the Lotus API
+# (1234, for the setup check and curio's chain client) and curio's database, YSQL (5433) and
+# YCQL (9042): curio's defaults (cmd/curio/main.go:108-186).
+WORKER_PORTS = {"lotus_api": 1234, "curio_db": 5433, "curio_db_cql": 9042}
+
+
+def tunnels(config: Config, targets: dict[str, str] | None = None) -> list[RemoteForward]:
+    """Remote forwards for every worker connection; ``targets`` overrides the config's
+    controller-side addresses (the demo's stand-ins)."""
+    out = []
+    for name, worker_port in WORKER_PORTS.items():
+        addr = (targets or {}).get(name) or getattr(config.ssh, name)
+        if not addr:
+            continue
+        host, _, port = addr.rpartition(":")
+        out.append(RemoteForward("127.0.0.1", worker_port, host or "127.0.0.1", int(port)))
+    return out
 
 
 def _sandbox_parent() -> str:

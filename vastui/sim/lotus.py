@@ -1,7 +1,8 @@
 """A stand-in for the controller's Lotus API (JSON-RPC over HTTP on :1234).
 
-Workers check the tunnel by calling `Filecoin.Version` through it; the demo and the tests have
-no Lotus node, so this answers just enough for that check.
+Workers check the tunnel by calling `Filecoin.Version` through it, and curio asks
+`Filecoin.StateNetworkName` with its token (deps/apiinfo.go) before it starts; the demo and the
+tests have no Lotus node, so this answers just enough for both.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ VERSION = {"Version": "1.34.0+mainnet+sim", "APIVersion": 131840, "BlockDelay": 
 
 
 class FakeLotus:
-    def __init__(self) -> None:
+    def __init__(self, token: str | None = None) -> None:
         self.server: asyncio.Server | None = None
         self.port = 0
         self.calls = 0
+        self.token = token  # when set, methods other than Version need "Bearer <token>"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self.server = await asyncio.start_server(self._handle, host, port)
@@ -28,10 +30,13 @@ class FakeLotus:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             length = 0
+            auth = ""
             for line in head.decode("latin-1").split("\r\n")[1:]:
                 name, _, value = line.partition(":")
                 if name.strip().lower() == "content-length":
                     length = int(value.strip() or 0)
+                elif name.strip().lower() == "authorization":
+                    auth = value.strip()
             body = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
             try:
                 request = json.loads(body or b"{}")
@@ -39,8 +44,15 @@ class FakeLotus:
                 request = {}
             self.calls += 1
             rid = request.get("id", 1) if isinstance(request, dict) else 1
-            if isinstance(request, dict) and request.get("method") == "Filecoin.Version":
+            method = request.get("method") if isinstance(request, dict) else None
+            status = b"200 OK"
+            if method == "Filecoin.Version":
                 answer = {"jsonrpc": "2.0", "result": VERSION, "id": rid}
+            elif self.token is not None and auth != f"Bearer {self.token}":
+                status = b"401 Unauthorized"
+                answer = {"jsonrpc": "2.0", "error": {"code": 401, "message": "unauthorized"}}
+            elif method == "Filecoin.StateNetworkName":
+                answer = {"jsonrpc": "2.0", "result": "mainnet", "id": rid}
             else:
                 answer = {
                     "jsonrpc": "2.0",
@@ -49,7 +61,9 @@ class FakeLotus:
                 }
             payload = json.dumps(answer).encode()
             writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"HTTP/1.1 "
+                + status
+                + b"\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
                 + payload
             )

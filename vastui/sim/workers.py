@@ -3,8 +3,10 @@
 When the simulated cloud reports an instance running, `SimWorkerHost` gives it a sandbox
 directory (its `WORKER_ROOT`) holding the real `worker-image` scripts, an SSH server on the port
 the API reports, and runs the instance's `onstart` command there, as Vast does. Only what needs a
-GPU or the internet is a stand-in (`vastui/sim/standins/`: cuzk-daemon, cuzk-bench, curio),
-driven by the machine profile in `.sim/machine.json`.
+GPU or the internet is a stand-in (`vastui/sim/standins/`: cuzk-daemon, cuzk-bench, curio,
+nvidia-smi), driven by the machine profile in `.sim/machine.json`. The sandbox also has what a
+container sees of its machine: `proc/meminfo` (the host's RAM) and `sys/fs/cgroup/memory.max`
+(the slice's limit).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import asyncssh
 
 from vastui.sim.cloud import SimCloud
 from vastui.sim.sshd import SandboxSshd
+from vastui.sim.standins import _simlib as simlib
 
 log = logging.getLogger("vastui.sim.workers")
 
@@ -37,14 +40,22 @@ STANDINS_DIR = PACKAGE_DIR / "standins"
 WORKER_IMAGE_DIR = PACKAGE_DIR.parent.parent / "worker-image"
 WORKER_SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl", "vastui-lib.sh")
 MARKER = "VASTUI_SIM_SANDBOX"
+GIB = 1024**3
 
-# Machine faults, by probability per machine (scaled by `machine_fault_rate`). A slow machine
-# needs no fault: its rate comes from the market's per-machine draw.
-FAULTS: tuple[tuple[str, float], ...] = (
-    ("daemon_crash", 0.06),
-    ("gpu_oom", 0.04),
-    ("stalled_download", 0.04),
-    ("bench_error", 0.05),
+# Machine faults, by probability per machine (scaled by `machine_fault_rate`), with the range of
+# the daemon proof index where they strike (0 is the benchmark's warmup; the benchmark runs 13
+# proofs, so later indexes strike in production). A slow machine needs no fault: its rate comes
+# from the market's per-machine draw. The faults are the stand-ins' (see _simlib.FAULTS).
+FAULTS: tuple[tuple[str, float, tuple[int, int]], ...] = (
+    ("cuda_abort", 0.03, (1, 9)),  # a sticky CUDA error during the benchmark
+    ("cuda_abort", 0.03, (25, 60)),  # ... or while proving: the daemon dies in production
+    ("gpu_panic", 0.03, (2, 8)),  # recoverable CUDA errors: failed proofs, a live daemon
+    ("gpu_oom", 0.02, (0, 0)),  # GPU out of memory while the PCE is extracted
+    ("stalled_download", 0.02, (0, 0)),
+    ("no_cuda", 0.01, (0, 0)),
+    ("host_oom", 0.01, (2, 30)),
+    ("hang", 0.01, (3, 40)),
+    ("pce_save_fail", 0.01, (0, 0)),  # non-fatal
 )
 
 
@@ -72,7 +83,7 @@ class SimWorkerHost:
         *,
         speed: float,
         machine_fault_rate: float = 1.0,
-        fault_overrides: dict[int, str] | None = None,
+        fault_overrides: dict[int, str | dict[str, Any]] | None = None,
         extra_env: dict[str, str] | None = None,
         poll_interval: float = 1.0,
     ) -> None:
@@ -97,17 +108,24 @@ class SimWorkerHost:
         if self._monitor is None:
             self._monitor = asyncio.create_task(self._watch(), name="sim-worker-monitor")
 
-    def fault_for(self, machine_id: int) -> str:
-        if machine_id in self.fault_overrides:
-            return self.fault_overrides[machine_id]
+    def fault_for(self, machine_id: int) -> dict[str, Any]:
+        """The machine's fault and its parameters, drawn from the seed (or overridden)."""
         rng = random.Random(self.cloud.seed * 1_000_003 + machine_id)
         draw = rng.random()
-        for name, probability in FAULTS:
+        fault: dict[str, Any] = {"fault": "none"}
+        for name, probability, (lo, hi) in FAULTS:
             p = probability * self.machine_fault_rate
             if draw < p:
-                return name
+                fault = {"fault": name, "fault_after": rng.randint(lo, hi),
+                         "fault_every": rng.randint(3, 6)}  # fmt: skip
+                break
             draw -= p
-        return "none"
+        override = self.fault_overrides.get(machine_id)
+        if isinstance(override, str):
+            fault = {"fault": override}
+        elif isinstance(override, dict):
+            fault = dict(override)
+        return fault
 
     async def _on_running(self, inst: dict[str, Any]) -> None:
         iid = int(inst["id"])
@@ -156,9 +174,10 @@ class SimWorkerHost:
             "cpu_ram_gb": round(float(offer.get("cpu_ram") or 0) / 1000.0, 1),
             "cpu_cores": float(offer.get("cpu_cores_effective") or machine.cpu_cores),
             "inet_down_mbps": float(offer.get("inet_down") or 1000.0),
+            "host_ram_gb": round(machine.ram_gib * GIB / 1e9, 1),
             "rate_per_hour": round(machine.rate_for(num_gpus), 2),
-            "fault": self.fault_for(machine.machine_id),
             "seed": self.cloud.seed * 7919 + inst.id,
+            **self.fault_for(machine.machine_id),
         }
 
     def _environment(self, inst: Any, root: Path) -> dict[str, str]:
@@ -178,6 +197,8 @@ class SimWorkerHost:
             "LANG": "C.UTF-8",
             "WORKER_ROOT": str(root),
             "SIM_SPEED": str(self.speed),
+            # The scripts' own clock runs at the stand-ins' pace (worker-image/vastui-lib.sh).
+            "WORKER_TIME_SCALE": str(self.speed),
             "CUZK_LISTEN": f"127.0.0.1:{free_port()}",
             "CUZK_STATUS_ADDR": f"127.0.0.1:{free_port()}",
             "VAST_CONTAINERLABEL": f"C.{inst.id}",
@@ -201,11 +222,14 @@ class SimWorkerHost:
         bin_dir.mkdir(parents=True, exist_ok=True)
         for name in WORKER_SCRIPTS:
             shutil.copy2(WORKER_IMAGE_DIR / name, bin_dir / name)
-        for sub in ("root", "run", "var/log", ".sim", "usr/local/share/vastui"):
+        for sub in ("root", "run", "var/log", ".sim", "usr/local/share/vastui", "proc",
+                    "sys/fs/cgroup"):  # fmt: skip
             (root / sub).mkdir(parents=True, exist_ok=True)
-        # The benchmark's C1 input (51 MB in the real image); the stand-ins only need it to exist.
-        (root / "usr/local/share/vastui/c1.json").write_text('{"sim": "porep-32g c1 output"}\n')
+        # The benchmark's C1 input: the real envelope (51 MB in the real image, from lotus-bench
+        # for miner t01000, sector 1); Phase1Out is a small simulated SealCommitPhase1Output.
+        (root / "usr/local/share/vastui/c1.json").write_bytes(simlib.make_c1(1000, 1))
         (root / ".sim" / "machine.json").write_text(json.dumps(profile, indent=1) + "\n")
+        lay_out_memory(root, profile)
 
     async def _watch(self) -> None:
         """Stop sandboxes whose instance is gone, exited or offline; start new runners."""
@@ -240,6 +264,18 @@ class SimWorkerHost:
                 await task
         for iid in list(self.sandboxes):
             await self.stop_instance(iid)
+
+
+def lay_out_memory(root: Path, profile: dict[str, Any]) -> None:
+    """What a container sees of memory: /proc/meminfo shows the whole host (MemTotal), the
+    cgroup limit is the rented slice."""
+    host = float(profile.get("host_ram_gb") or profile["cpu_ram_gb"])
+    slice_bytes = int(float(profile["cpu_ram_gb"]) * 1e9)
+    (root / "proc" / "meminfo").write_text(
+        f"MemTotal:       {int(host * 1e9 * 0.985) // 1024} kB\n"
+        f"MemFree:        {int(host * 1e9 * 0.9) // 1024} kB\n"
+    )
+    (root / "sys" / "fs" / "cgroup" / "memory.max").write_text(f"{slice_bytes}\n")
 
 
 def kill_sandbox_processes(root: Path) -> int:

@@ -2,8 +2,8 @@
 
 ``workerctl status`` → one JSON object; ``workerctl events [--follow] [--after N]`` → JSON lines
 (``--after N`` skips the first N lines); ``workerctl logs SOURCE [--follow] [--tail N]``;
-``workerctl cuzk-status`` → one JSON object. Every argument is shell-quoted; every string that
-comes back is sanitised.
+``workerctl cuzk-status`` and ``workerctl cuzk-counters`` → one JSON object each. Every argument
+is shell-quoted; every string that comes back is sanitised.
 """
 
 from __future__ import annotations
@@ -64,6 +64,10 @@ class Worker:
 
     async def cuzk_status(self) -> dict[str, Any]:
         return await self._json_object("cuzk-status")
+
+    async def cuzk_counters(self) -> dict[str, Any]:
+        """The daemon's pid, liveness, /status and gRPC proof counters (see the worker README)."""
+        return await self._json_object("cuzk-counters")
 
     async def events(self, after: int = 0) -> AsyncIterator[dict[str, Any]]:
         """The events alone; see :meth:`positioned_events`."""

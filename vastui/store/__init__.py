@@ -14,6 +14,7 @@ from .records import (
     InstanceRecord,
     LegacyReviewEntry,
     PerfRecord,
+    Strike,
     iso_utc,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "PerfRecord",
     "Store",
     "StoreError",
+    "Strike",
     "import_legacy",
     "iso_utc",
 ]

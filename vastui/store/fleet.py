@@ -12,14 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vastui.store.records import InstanceRecord
+from vastui.store.records import InstanceRecord, Strike
 
 # Instance columns the engine may update piecemeal (stage moves go through set_stage).
 PROGRESS_COLUMNS = frozenset(
     {
         "events_seen", "bench_result", "vast_status", "status_msg", "last_seen_at",
         "unhealthy_since", "first_report_at", "image_digest", "ssh_host", "ssh_port",
-        "bench_rate", "bench_outcome", "min_rate", "label", "dph_total",
+        "bench_rate", "bench_outcome", "min_rate", "label", "dph_total", "bench_failed",
+        "prod_completed", "prod_failed", "prod_rate", "prod_checked_at", "prod_state",
     }
 )  # fmt: skip
 COMMAND_KINDS = ("deploy", "destroy", "ignore", "unignore")
@@ -122,6 +123,51 @@ class FleetOps:
 
             raise StoreError(f"no instance {vast_id}")
         return InstanceRecord.from_row(row)
+
+    # -- strikes -------------------------------------------------------------------------
+
+    async def add_strike(
+        self,
+        machine_id: int,
+        kind: str,
+        reason: str,
+        *,
+        instance_id: int | None = None,
+        since: float | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Record a strike and its 'strike' event in one transaction; return the machine's
+        strikes since ``since`` (all of them when None), this one included."""
+        ts = _ts(now)
+        if isinstance(machine_id, bool) or not isinstance(machine_id, int) or machine_id <= 0:
+            raise ValueError(f"machine_id must be a positive integer, got {machine_id!r}")
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                "INSERT INTO strikes (machine_id, instance_id, kind, reason, ts)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (machine_id, instance_id, kind, reason, ts),
+            )
+            await self.insert_event(  # type: ignore[attr-defined]
+                conn, "strike", reason, instance_id=instance_id, machine_id=machine_id,
+                detail={"kind": kind}, ts=ts,
+            )  # fmt: skip
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn,
+                "SELECT COUNT(*) AS n FROM strikes WHERE machine_id = ? AND ts >= ?",
+                (machine_id, since if since is not None else float("-inf")),
+            )
+        assert row is not None
+        return int(row["n"])
+
+    async def list_strikes(self, machine_id: int | None = None) -> list[Strike]:
+        query = "SELECT * FROM strikes"
+        args: tuple[Any, ...] = ()
+        if machine_id is not None:
+            query += " WHERE machine_id = ?"
+            args = (machine_id,)
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            rows = await self._fetchall(conn, query + " ORDER BY id", args)  # type: ignore[attr-defined]
+        return [Strike.from_row(r) for r in rows]
 
     # -- intents -------------------------------------------------------------------------
 

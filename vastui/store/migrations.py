@@ -177,7 +177,28 @@ CREATE TABLE lease (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# Version 4: production is measured. Proofs completed and failed since the benchmark and the
+# measured rate per instance (prod_state keeps the samples behind them), failed benchmark proofs,
+# and strikes: marks against a machine that are not yet a ban (strikes_to_ban of them are).
+_V4 = """
+ALTER TABLE instances ADD COLUMN bench_failed INTEGER;
+ALTER TABLE instances ADD COLUMN prod_completed INTEGER;
+ALTER TABLE instances ADD COLUMN prod_failed INTEGER;
+ALTER TABLE instances ADD COLUMN prod_rate REAL;
+ALTER TABLE instances ADD COLUMN prod_checked_at REAL;
+ALTER TABLE instances ADD COLUMN prod_state TEXT;
+CREATE TABLE strikes (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    machine_id  INTEGER NOT NULL CHECK (machine_id > 0),
+    instance_id INTEGER,
+    kind        TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    ts          REAL NOT NULL
+);
+CREATE INDEX strikes_machine ON strikes(machine_id, ts);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

@@ -22,6 +22,10 @@ STATES: tuple[str, ...] = (*STAGES, "killed", "legacy")
 # vastui writes itself.
 KILL_KINDS: tuple[str, ...] = (
     "bench_below_min",  # benchmark finished below min_rate
+    "prove_below_min",  # measured production rate below min_rate over the window
+    "prove_failing",  # failed proofs in production
+    "prove_unresponsive",  # cuzk-daemon stopped answering while proving
+    "prove_daemon_died",  # cuzk-daemon exited while proving
     "deadline_setup",  # a stage exceeded its deadline (deadline_<stage>)
     "deadline_paramfetch",
     "deadline_benchmark",
@@ -46,6 +50,7 @@ BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
 #   kill       an instance was marked killed
 #   import     a legacy state.db was imported                       [written by import_legacy]
 #   benchmark  a benchmark result was recorded
+#   strike     a mark against a machine (failed proofs, a production kill); enough of them ban
 #   error      something failed (detail carries the error)
 EVENT_KINDS: tuple[str, ...] = (
     "rent",
@@ -57,6 +62,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "kill",
     "import",
     "benchmark",
+    "strike",
     "error",
 )
 
@@ -124,6 +130,12 @@ class InstanceRecord:
     last_seen_at: float | None = None  # last time the instance was in the Vast list
     unhealthy_since: float | None = None  # exited/offline/unknown since
     first_report_at: float | None = None  # first event from the worker
+    bench_failed: int | None = None  # proofs that failed in the benchmark
+    prod_completed: int | None = None  # proofs completed in production (since the benchmark)
+    prod_failed: int | None = None  # proofs failed in production
+    prod_rate: float | None = None  # measured proofs/hour while busy, over the proving window
+    prod_checked_at: float | None = None  # last time cuzk's counters were read
+    prod_state: str | None = None  # JSON: counter baselines and samples (engine-private)
 
     @property
     def stage(self) -> str | None:
@@ -152,6 +164,9 @@ class InstanceRecord:
             "dph_total": self.dph_total,
             "bench_rate": self.bench_rate,
             "min_rate": self.min_rate,
+            "prod_completed": self.prod_completed,
+            "prod_failed": self.prod_failed,
+            "prod_rate": self.prod_rate,
             "image": self.image,
             "kill_reason": self.kill_reason,
         }
@@ -265,6 +280,31 @@ class PerfRecord:
             "samples": self.samples,
             "cpu_ram_gb": self.cpu_ram_gb,
             "measured_at": iso_utc(self.measured_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Strike:
+    """A mark against a machine (table ``strikes``): not a ban, until enough of them are."""
+
+    id: int
+    machine_id: int
+    instance_id: int | None
+    kind: str
+    reason: str
+    ts: float
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Strike:
+        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine_id": self.machine_id,
+            "instance_id": self.instance_id,
+            "kind": self.kind,
+            "reason": self.reason,
+            "ts": iso_utc(self.ts),
         }
 
 

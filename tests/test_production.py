@@ -1,0 +1,284 @@
+"""Production, measured: cuzk's counters → proofs, rate, verdict (pure functions, table tests),
+and the engine acting on them: destroyed with a typed reason, a strike, a ban after enough."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tests.enginekit import World, rent_one, result
+from vastui.config import Config
+from vastui.engine import production
+from vastui.engine.production import ProdState, Reading
+
+WINDOW = 3600.0
+
+
+def raw(
+    done: Any = 0,
+    failed: Any = 0,
+    *,
+    pid: Any = 100,
+    uptime: Any = 10.0,
+    alive: bool = True,
+    busy: bool = True,
+    grpc_failed: Any = None,
+    exit_status: Any = None,
+    signal: Any = None,
+) -> dict[str, Any]:
+    return {
+        "daemon_pid": pid,
+        "alive": alive,
+        "exit_status": exit_status,
+        "signal": signal,
+        "status": {
+            "uptime_secs": uptime,
+            "pipelines": [{"job_id": "j"}] if busy else [],
+            "gpu_workers": [],
+            "counters": {"total_completed": done, "total_failed": failed, "queue_depth": 0},
+        },
+        "grpc": None
+        if grpc_failed is None
+        else {"uptime_seconds": uptime, "completed": done, "failed": grpc_failed},
+    }
+
+
+def feed(points: list[tuple[float, dict[str, Any]]], bench=(None, 0, 0)) -> ProdState:
+    state = ProdState()
+    for t, r in points:
+        state = production.fold(state, Reading.parse(r), t, WINDOW, bench)
+    return state
+
+
+# ------------------------------------------------------------------ reading untrusted numbers
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [(5, 5), (5.0, 5), (-1, None), (2**63, None), (float("nan"), None), (True, None), ("7", None)],
+)
+def test_reading_trusts_no_number(value: Any, parsed: int | None) -> None:
+    r = Reading.parse(raw(done=value, pid=value))
+    assert r.completed == parsed and r.pid == parsed
+
+
+def test_reading_takes_the_larger_of_status_and_grpc_failures() -> None:
+    # /status counts assembled proofs only; a GPU start panic is counted by GetStatus alone
+    r = Reading.parse(raw(done=10, failed=0, grpc_failed=3))
+    assert (r.completed, r.failed) == (10, 3)
+    assert Reading.parse({"status": "x", "grpc": [], "alive": "yes"}) == Reading(
+        None, False, None, None, None, None, None, False
+    )
+    assert Reading.parse(raw(signal="SIG\x1b[31mABRT")).signal is None  # untrusted text
+
+
+# ------------------------------------------------------------------ folding counters
+
+
+def test_fold_starts_from_the_benchmarks_counters_on_the_same_daemon() -> None:
+    # the benchmark daemon finished with 13 completed and 1 failed; production keeps it
+    state = feed([(0.0, raw(15, 1, pid=42))], bench=(42, 13, 1))
+    assert (state.completed, state.failed) == (2, 0)
+    # a different daemon (restarted before production): its counters are all production's
+    state = feed([(0.0, raw(3, 0, pid=7))], bench=(42, 13, 1))
+    assert (state.completed, state.failed) == (0, 0)
+
+
+def test_fold_survives_a_daemon_restart_without_losing_or_doubling() -> None:
+    state = feed(
+        [
+            (0.0, raw(0, 0, pid=1, uptime=10)),
+            (60.0, raw(5, 1, pid=1, uptime=70)),
+            (120.0, raw(2, 0, pid=2, uptime=30)),  # new pid: a new segment
+            (180.0, raw(4, 0, pid=2, uptime=90)),
+            (240.0, raw(1, 0, pid=2, uptime=5)),  # same pid, uptime went back: reset
+        ]
+    )
+    assert (state.completed, state.failed) == (5 + 4 + 1, 1)
+
+
+def test_measure_counts_only_busy_time() -> None:
+    state = feed(
+        [
+            (0.0, raw(0, busy=True)),
+            (600.0, raw(5, busy=False)),  # 5 proofs in the busy 600 s
+            (1800.0, raw(5, busy=True)),  # 1200 s idle: no demand, not slowness
+            (2400.0, raw(10, busy=True)),
+        ]
+    )
+    m = production.measure(state, 2400.0, WINDOW)
+    assert m.busy_s == 1200.0 and m.completed == 10
+    assert m.rate == pytest.approx(10 * 3600 / 1200)
+
+
+def test_samples_are_bounded() -> None:
+    state = feed([(float(t), raw(t)) for t in range(0, 20000, 5)])
+    assert len(state.samples) <= production.MAX_SAMPLES
+    assert state.samples[0][0] >= 20000 - 5 - 2 * WINDOW
+
+
+# ------------------------------------------------------------------ the verdict
+
+
+CONFIG = Config()
+
+
+def verdict_after(points, reading, now, min_rate=29.0, since=0.0):
+    state = feed(points)
+    return production.verdict(
+        state, None if reading is None else Reading.parse(reading), now, min_rate, since, CONFIG
+    )
+
+
+def steady(rate: float, minutes: int, busy: bool = True) -> list[tuple[float, dict[str, Any]]]:
+    return [(m * 60.0, raw(int(rate * m / 60), busy=busy)) for m in range(0, minutes + 1)]
+
+
+@pytest.mark.parametrize(
+    ("case", "points", "reading", "now", "kind"),
+    [
+        ("healthy", steady(33, 70), raw(38), 4200.0, None),
+        ("slow, whole window busy", steady(20, 70), raw(23), 4200.0, "prove_below_min"),
+        ("slow, but not judged yet", steady(20, 40), raw(13), 2400.0, None),
+        ("slow, but idle: no demand", steady(20, 70, busy=False), raw(23, busy=False), 4200.0,
+         None),
+        ("failures climb", [(0.0, raw(0, 0)), (600.0, raw(5, 1)), (1200.0, raw(9, 3))],
+         raw(9, 3), 1200.0, "prove_failing"),
+        ("daemon died", steady(33, 5), raw(2, alive=False, exit_status=134, signal="SIGABRT"),
+         300.0, "prove_daemon_died"),
+        ("silent for a moment", steady(33, 5), None, 400.0, None),
+        ("silent too long", steady(33, 5), None, 300.0 + 6 * 60, "prove_unresponsive"),
+        ("never answered", [], None, 6 * 60.0, "prove_unresponsive"),
+    ],
+)  # fmt: skip
+def test_verdict(case: str, points, reading, now: float, kind: str | None) -> None:
+    kill = verdict_after(points, reading, now)
+    assert (kill.kind if kill else None) == kind, case
+    if kill is not None:
+        assert kill.strike and kill.stage == "proving" and kill.ban is None
+        assert kill.reason
+
+
+def test_verdict_reason_names_the_numbers() -> None:
+    kill = verdict_after(steady(20, 70), raw(23), 4200.0)
+    assert kill is not None
+    assert re.fullmatch(
+        r"measured (19|20)\.\d < 29\.0 proofs/h over 60 min of proving", kill.reason
+    )
+    died = verdict_after([], raw(alive=False, exit_status=137, signal="SIGKILL"), 10.0)
+    assert died is not None and died.reason == "cuzk-daemon died while proving (SIGKILL)"
+
+
+# ------------------------------------------------------------------ the engine acting on it
+
+
+async def proving_worker(world: World, store):
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    for stage in ("setup", "paramfetch", "benchmark"):
+        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    bench = result("pass", rec.min_rate + 4)
+    bench["result"].update(daemon_pid=77, daemon_completed=13, daemon_failed=0)
+    await engine.handle_worker_event(iid, bench)
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    return engine, iid, await store.get_instance(iid)
+
+
+async def test_engine_records_measured_production(world, store):
+    engine, iid, rec = await proving_worker(world, store)
+    rate = rec.min_rate + 4
+    t0 = world.clock.now()
+    for minute in range(0, 31):
+        world.clock.advance(60 if minute else 0)
+        done = 13 + int(rate * minute / 60)
+        assert await engine.handle_counters(iid, Reading.parse(raw(done, pid=77)))
+    rec = await store.get_instance(iid)
+    assert rec.state == "proving" and rec.prod_completed == int(rate * 30 / 60)
+    assert rec.prod_failed == 0 and rec.prod_checked_at == t0 + 1800
+    assert rec.prod_rate == pytest.approx(rate, rel=0.05)
+    assert await store.list_strikes() == []
+    await engine.close()
+
+
+async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_second(world, store):
+    world.config = replace(world.config, proving=replace(world.config.proving, window_min=10))
+    engine, iid, rec = await proving_worker(world, store)
+    slow = rec.min_rate / 2
+    alive = True
+    for minute in range(0, 15):
+        world.clock.advance(60 if minute else 0)
+        alive = await engine.handle_counters(
+            iid, Reading.parse(raw(13 + int(slow * minute / 60), pid=77))
+        )
+        if not alive:
+            break
+    assert not alive
+    rec = await store.get_instance(iid)
+    assert rec.state == "killed" and rec.kill_kind == "prove_below_min"
+    assert rec.failed_stage == "proving" and iid not in world.cloud.instances
+    [strike] = await store.list_strikes(rec.machine_id)
+    assert strike.kind == "prove_below_min" and strike.instance_id == iid
+    assert await store.bad_machine_ids(now=world.clock.now()) == set()  # one strike: no ban
+
+    # a second strike on the same machine bans it (proving.strikes_to_ban = 2)
+    engine2, iid2 = await rent_again(world, store, engine, rec.machine_id)
+    await engine2.handle_worker_event(
+        iid2,
+        {"stage": "prove", "event": "fail", "reason": "cuzk-daemon exited (SIGKILL, status 137)",
+         "error_tail": ["cuzk-daemon was killed by SIGKILL (exit status 137) without an error "
+                        "line: the kernel's out-of-memory killer, most likely"]},
+    )  # fmt: skip
+    rec2 = await store.get_instance(iid2)
+    assert rec2.kill_kind == "prove_daemon_died"
+    assert len(await store.list_strikes(rec.machine_id)) == 2
+    [bad] = await store.list_bad(now=world.clock.now())
+    assert bad.machine_id == rec.machine_id and bad.source == "automatic"
+    assert bad.reason.startswith("2 strikes, the last: prove failed: cuzk-daemon exited")
+    await engine2.close()
+
+
+async def rent_again(world: World, store, engine, machine_id: int):
+    """Rent another slice (another offer) of the same machine."""
+    used = {r.offer_id for r in await store.list_instances()}
+    offers = await engine.refresh_offers(force=True)
+    same = [r for r in offers if r.offer.machine_id == machine_id and r.offer.id not in used]
+    assert same, "the seeded market has a second slice of this machine"
+    iid = await engine.deploy(same[0].offer.id)
+    assert iid is not None
+    await world.until_running(engine)
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    return engine, iid
+
+
+async def test_a_passed_benchmark_with_failed_proofs_is_a_strike_not_a_kill(world, store):
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    panic = 'error:     GPU start panicked: task 18 panicked with message "cudaMalloc ..."'
+    bench = result("pass", rec.min_rate + 2, [panic])
+    bench["result"].update(proofs_completed=11, proofs_failed=1)
+    await engine.handle_worker_event(iid, bench)
+    rec = await store.get_instance(iid)
+    assert rec.state != "killed" and rec.bench_failed == 1
+    [strike] = await store.list_strikes(rec.machine_id)
+    assert strike.kind == "bench_failed_proofs"
+    assert strike.reason == f"1 of 12 benchmark proofs failed: {panic}"
+    [event] = await store.list_events(kind="strike")
+    assert event.machine_id == rec.machine_id
+    await engine.close()
+
+
+async def test_an_unreadable_worker_is_destroyed_after_unresponsive_min(world, store):
+    engine, iid, _ = await proving_worker(world, store)
+    assert await engine.handle_counters(iid, Reading.parse(raw(13, pid=77)))
+    for _ in range(4):
+        world.clock.advance(60)
+        assert await engine.handle_counters(iid, None)
+    world.clock.advance(120)
+    assert not await engine.handle_counters(iid, None)
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "prove_unresponsive"
+    assert rec.kill_reason == "cuzk-daemon did not answer for 6 min while proving"
+    await engine.close()

@@ -1,0 +1,239 @@
+"""Production, measured: cuzk's proof counters, read over SSH, become proofs completed and failed
+since the benchmark, a measured rate, and a verdict. Pure functions of what was read.
+
+A reading is ``workerctl cuzk-counters``: the daemon's pid and liveness, its ``/status`` JSON
+(cuzk-core/src/status.rs: ``counters.total_completed``/``total_failed`` count proofs assembled
+since the daemon started) and its gRPC GetStatus counters (cuzk-server/src/service.rs, which also
+count proofs that failed before assembly, such as a GPU start panic). A restarted daemon starts
+its counters at zero: a new pid or a smaller uptime opens a new segment, so nothing is lost or
+counted twice. The rate is judged only over time the daemon had work in flight: a worker idle for
+lack of demand is not slow.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from vastui.config import Config
+from vastui.engine.policy import Kill
+
+MAX_SAMPLES = 2000  # bounds prod_state whatever the poll cadence
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One ``workerctl cuzk-counters`` answer, validated (untrusted numbers are bounded)."""
+
+    pid: int | None
+    alive: bool
+    exit_status: int | None
+    signal: str | None
+    completed: int | None  # max of /status and gRPC counters; None if neither answered
+    failed: int | None
+    uptime: float | None
+    busy: bool
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> Reading:
+        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+        grpc = raw.get("grpc") if isinstance(raw.get("grpc"), dict) else {}
+        counters = status.get("counters") if isinstance(status.get("counters"), dict) else {}
+        done = [_count(counters.get("total_completed")), _count(grpc.get("completed"))]
+        fail = [_count(counters.get("total_failed")), _count(grpc.get("failed"))]
+        uptimes = [_num(status.get("uptime_secs")), _num(grpc.get("uptime_seconds"))]
+        pipelines = status.get("pipelines")
+        workers = status.get("gpu_workers")
+        busy = bool(pipelines) or (_count(counters.get("queue_depth")) or 0) > 0
+        if isinstance(workers, list):
+            busy = busy or any(isinstance(w, dict) and w.get("state") == "proving" for w in workers)
+        signal = raw.get("signal")
+        return cls(
+            pid=_count(raw.get("daemon_pid")),
+            alive=raw.get("alive") is True,
+            exit_status=_count(raw.get("exit_status")),
+            signal=signal if isinstance(signal, str) and signal.isalnum() else None,
+            completed=max((d for d in done if d is not None), default=None),
+            failed=max((f for f in fail if f is not None), default=None),
+            uptime=max((u for u in uptimes if u is not None), default=None),
+            busy=busy,
+        )
+
+
+@dataclass
+class ProdState:
+    """What the engine keeps per proving instance (``instances.prod_state``)."""
+
+    pid: int | None = None
+    base_completed: int = 0  # the current daemon's counters when production began
+    base_failed: int = 0
+    offset_completed: int = 0  # proofs of earlier daemons (restarts)
+    offset_failed: int = 0
+    last_completed: int = 0  # the current daemon's counters at the last reading
+    last_failed: int = 0
+    last_uptime: float = 0.0
+    last_ok: float | None = None  # engine clock of the last good reading
+    started: float | None = None  # when the first reading came in
+    samples: list[list[float]] = field(default_factory=list)  # [t, completed, failed, busy]
+
+    @property
+    def completed(self) -> int:
+        return self.offset_completed + self.last_completed - self.base_completed
+
+    @property
+    def failed(self) -> int:
+        return self.offset_failed + self.last_failed - self.base_failed
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> ProdState:
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return cls()
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known) if isinstance(data, dict) else cls()
+
+
+def baseline_from_bench(result: dict[str, Any] | None) -> tuple[int | None, int, int]:
+    """The benchmark daemon's pid and its counters when the benchmark ended: the warmup and
+    every timed proof ran on the daemon that production keeps (worker-image/benchmark.sh)."""
+    if not isinstance(result, dict):
+        return None, 0, 0
+    return (
+        _count(result.get("daemon_pid")),
+        _count(result.get("daemon_completed")) or 0,
+        _count(result.get("daemon_failed")) or 0,
+    )
+
+
+def fold(
+    state: ProdState,
+    reading: Reading,
+    now: float,
+    window_s: float,
+    bench: tuple[int | None, int, int],
+) -> ProdState:
+    """A good reading folded into the state."""
+    s = replace(state, samples=list(state.samples))
+    done = reading.completed or 0
+    fail = reading.failed or 0
+    if s.started is None:
+        s.started = now
+        bench_pid, bench_done, bench_fail = bench
+        s.pid = reading.pid
+        if reading.pid is not None and reading.pid == bench_pid:
+            s.base_completed, s.base_failed = min(bench_done, done), min(bench_fail, fail)
+        else:
+            s.base_completed, s.base_failed = done, fail
+        s.last_completed, s.last_failed = done, fail
+    restarted = reading.pid != s.pid or (
+        reading.uptime is not None and reading.uptime + 1e-6 < s.last_uptime
+    )
+    if restarted or done < s.last_completed or fail < s.last_failed:
+        s.offset_completed += s.last_completed - s.base_completed
+        s.offset_failed += s.last_failed - s.base_failed
+        s.base_completed = s.base_failed = 0
+        s.pid = reading.pid
+    s.last_completed, s.last_failed = done, fail
+    s.last_uptime = reading.uptime or 0.0
+    s.last_ok = now
+    s.samples.append([now, float(s.completed), float(s.failed), 1.0 if reading.busy else 0.0])
+    keep_from = now - 2 * window_s
+    s.samples = [x for x in s.samples if x[0] >= keep_from][-MAX_SAMPLES:]
+    return s
+
+
+@dataclass(frozen=True)
+class Measure:
+    rate: float | None  # proofs/hour over busy time in the window
+    busy_s: float  # seconds of the window with work in flight
+    failed: int  # failed proofs in the window
+    completed: int  # completed proofs in the window
+
+
+def measure(state: ProdState, now: float, window_s: float) -> Measure:
+    """The window's numbers: an interval counts as busy when work was in flight at its start."""
+    points = [x for x in state.samples if x[0] >= now - window_s]
+    before = [x for x in state.samples if x[0] < now - window_s]
+    if before:
+        points.insert(0, before[-1])
+    busy = 0.0
+    done = 0.0
+    for a, b in itertools.pairwise(points):
+        if a[3]:
+            busy += b[0] - a[0]
+            done += b[1] - a[1]
+    failed = int(points[-1][2] - points[0][2]) if len(points) >= 2 else 0
+    completed = int(points[-1][1] - points[0][1]) if len(points) >= 2 else 0
+    rate = done * 3600.0 / busy if busy > 0 else None
+    return Measure(rate, busy, failed, completed)
+
+
+def verdict(
+    state: ProdState,
+    reading: Reading | None,
+    now: float,
+    min_rate: float | None,
+    proving_since: float,
+    config: Config,
+) -> Kill | None:
+    """Whether a proving worker must go: a dead or silent daemon, failing proofs, or a measured
+    rate below its min_rate over the whole window. Each of these is a strike on the machine."""
+    p = config.proving
+    window = p.window_min * 60.0
+    if reading is not None and not reading.alive and reading.exit_status is not None:
+        how = reading.signal or f"exit status {reading.exit_status}"
+        return Kill(
+            "prove_daemon_died", f"cuzk-daemon died while proving ({how})", "proving", strike=True
+        )
+    if reading is None or not reading.alive:
+        silent_since = state.last_ok if state.last_ok is not None else proving_since
+        if now - silent_since >= p.unresponsive_min * 60.0:
+            return Kill(
+                "prove_unresponsive",
+                f"cuzk-daemon did not answer for {(now - silent_since) / 60:.0f} min while proving",
+                "proving",
+                strike=True,
+            )
+        return None
+    m = measure(state, now, window)
+    if m.failed >= p.max_failures:
+        return Kill(
+            "prove_failing",
+            f"{m.failed} proofs failed in production within {p.window_min:g} min "
+            f"({m.completed} completed)",
+            "proving",
+            strike=True,
+            detail={"failed": m.failed, "completed": m.completed},
+        )
+    judged = min_rate is not None and m.rate is not None and m.busy_s >= 0.9 * window
+    if judged and m.rate < min_rate:  # type: ignore[operator]
+        return Kill(
+            "prove_below_min",
+            f"measured {m.rate:.1f} < {min_rate:.1f} proofs/h over {p.window_min:g} min of proving",
+            "proving",
+            strike=True,
+            detail={"rate": round(m.rate, 3)},
+        )
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer below 2^53 (JSON from a remote machine), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value or value < 0 or value >= 2**53:  # NaN, negative, absurd
+        return None
+    return int(value)
+
+
+def _num(value: Any) -> float | None:
+    n = _count(value)
+    return float(value) if n is not None else None
