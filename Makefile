@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean image
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,3 +35,21 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The worker image (worker-image/Dockerfile): needs a Docker engine and the network. The C1
+# input is required: C1_URL and C1_SHA256 (see worker-image/README.md).
+IMAGE ?= ghcr.io/vastui/curio-cuzk-worker
+CURIO_COMMIT ?= e0294b0f948132d41e8f42f59fa949495d5fd3af
+CUDA_VERSION ?= 13.0.2
+CUDA_ARCHS ?= 80 86 89 90 120
+IMAGE_TAG ?= $(shell printf %.8s $(CURIO_COMMIT))-cuda$(CUDA_VERSION)
+
+image:
+	@test -n "$(C1_URL)" -a -n "$(C1_SHA256)" || { echo "make image: set C1_URL and C1_SHA256 (the benchmark's C1 input; worker-image/README.md)" >&2; exit 2; }
+	docker build -f worker-image/Dockerfile \
+		--build-arg CURIO_COMMIT=$(CURIO_COMMIT) --build-arg CUDA_VERSION=$(CUDA_VERSION) \
+		--build-arg CUDA_ARCHS="$(CUDA_ARCHS)" --build-arg C1_URL=$(C1_URL) \
+		--build-arg C1_SHA256=$(C1_SHA256) \
+		--build-arg VASTUI_IMAGE_DIGEST=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
+		-t $(IMAGE):$(IMAGE_TAG) worker-image
+	@echo "built $(IMAGE):$(IMAGE_TAG); docker push it and set [fleet] image = \"$(IMAGE):$(IMAGE_TAG)\""

@@ -46,6 +46,7 @@ async def main() -> None:
     await shoot("offers-80x24", [], (80, 24))
     await shoot("instances", ["2"], (160, 30))
     await shoot("detail", ["2", "@row", "enter"], (160, 45), row="3000005")
+    await shoot("detail-proving", ["2", "@row", "enter"], (160, 45), row="3000001")
     await shoot("logs", ["2", "@row", "l"], (160, 30), row="3000001")
     await shoot("bad-list", ["4"], (160, 24))
     await shoot("deploy-confirm", ["d"], (120, 30))

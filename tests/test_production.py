@@ -100,18 +100,23 @@ def test_fold_survives_a_daemon_restart_without_losing_or_doubling() -> None:
     assert (state.completed, state.failed) == (5 + 4 + 1, 1)
 
 
-def test_measure_counts_only_busy_time() -> None:
+def test_measure_counts_only_busy_time_after_the_pipeline_filled() -> None:
     state = feed(
         [
-            (0.0, raw(0, busy=True)),
-            (600.0, raw(5, busy=False)),  # 5 proofs in the busy 600 s
-            (1800.0, raw(5, busy=True)),  # 1200 s idle: no demand, not slowness
-            (2400.0, raw(10, busy=True)),
+            (0.0, raw(0, busy=True)),  # production begins: the pipeline fills
+            (300.0, raw(1, busy=True)),  # the first proof: primed from here
+            (900.0, raw(6, busy=False)),  # 5 proofs in the busy 600 s
+            (2100.0, raw(6, busy=True)),  # 1200 s idle: no demand, not slowness
+            (2700.0, raw(11, busy=True)),
         ]
     )
-    m = production.measure(state, 2400.0, WINDOW)
-    assert m.busy_s == 1200.0 and m.completed == 10
+    m = production.measure(state, 2700.0, WINDOW)
+    assert m.busy_s == 1200.0 and m.completed == 11
     assert m.rate == pytest.approx(10 * 3600 / 1200)
+    # before MIN_BUSY_S of busy time, no rate is published: a few proofs are noise
+    filling = feed([(0.0, raw(0)), (60.0, raw(1)), (300.0, raw(3))])
+    early = production.measure(filling, 300.0, WINDOW)
+    assert early.rate is None and early.completed == 3
 
 
 def test_samples_are_bounded() -> None:
@@ -208,7 +213,7 @@ async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_secon
     engine, iid, rec = await proving_worker(world, store)
     slow = rec.min_rate / 2
     alive = True
-    for minute in range(0, 15):
+    for minute in range(0, 25):
         world.clock.advance(60 if minute else 0)
         alive = await engine.handle_counters(
             iid, Reading.parse(raw(13 + int(slow * minute / 60), pid=77))
@@ -282,3 +287,21 @@ async def test_an_unreadable_worker_is_destroyed_after_unresponsive_min(world, s
     assert rec.kill_kind == "prove_unresponsive"
     assert rec.kill_reason == "cuzk-daemon did not answer for 6 min while proving"
     await engine.close()
+
+
+async def test_the_curio_db_password_goes_to_the_worker_and_nowhere_else(
+    world, store, tmp_path, monkeypatch, caplog
+):
+    caplog.set_level("DEBUG")
+    monkeypatch.setenv("VASTUI_CURIO_DB_PASSWORD", "s3cret-curio-db")
+    engine, iid = await rent_one(world, store)
+    env = world.cloud.instances[iid].env
+    assert env["CURIO_DB_PASSWORD"] == "s3cret-curio-db"
+    assert (env["CUZK_MAX_PENDING"], env["CURIO_PROOFSHARE"], env["CUZK_PROVE_TIMEOUT"]) == (
+        "10", "1", "30m",
+    )  # fmt: skip
+    await engine.close()
+    await store.close()
+    for path in tmp_path.glob("s.db*"):
+        assert b"s3cret-curio-db" not in path.read_bytes(), path
+    assert "s3cret-curio-db" not in caplog.text

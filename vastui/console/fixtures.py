@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vastui.backend import Options
-from vastui.config import Config
+from vastui.config import DEFAULT_IMAGE, Config
 from vastui.console.app import VastuiApp
 from vastui.console.bridge import FleetBridge, Snapshot
 from vastui.engine.ranking import RankedOffer, rank_offers
@@ -18,6 +18,35 @@ from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, Per
 from vastui.vast.models import Offer
 
 T0 = 1_790_000_000.0
+GIB = 1024**3
+# A proving daemon's GET /status (cuzk-core/src/status.rs), two proofs in flight.
+CUZK_STATUS: dict[str, Any] = {
+    "uptime_secs": 5400.2,
+    "memory": {"total_bytes": 233 * GIB, "used_bytes": 209 * GIB, "available_bytes": 24 * GIB},
+    "synthesis": {"max_concurrent": 25, "active": 10},
+    "pipelines": [
+        {"job_id": "ps-porep-48211-1187-1204", "proof_kind": "porep-c2", "started_secs_ago": 95.0,
+         "total_partitions": 10, "partitions_done": 6,
+         "partitions": [{"index": i, "synth_ms": 13100, "gpu_ms": 8800 if i < 6 else None,
+                         "state": "done" if i < 6 else "gpu" if i == 6 else "synth_done"}
+                        for i in range(10)]},
+        {"job_id": "ps-porep-77030-402-1205", "proof_kind": "porep-c2", "started_secs_ago": 40.0,
+         "total_partitions": 10, "partitions_done": 0,
+         "partitions": [{"index": i, "state": "synthesizing", "synth_ms": None, "gpu_ms": None}
+                        for i in range(10)]},
+    ],
+    "gpu_workers": [
+        {"worker_id": 0, "gpu_ordinal": 0, "state": "proving",
+         "current_job": "ps-porep-48211-1187-1204", "current_partition": 6, "busy_secs": 4711.0},
+        {"worker_id": 1, "gpu_ordinal": 0, "state": "idle", "current_job": None,
+         "current_partition": None, "busy_secs": 0.0},
+    ],
+    "allocations": {"srs": [], "pce": []},
+    "counters": {"total_completed": 76, "total_failed": 0, "completed_by_kind": {},
+                 "failed_by_kind": {}, "queue_depth": 0},
+    "buffers": {"synth_in_flight": 10, "provers_in_flight": 1, "aux_in_flight": 0,
+                "shells_in_flight": 0, "pending_handles": 0},
+}  # fmt: skip
 
 
 class FixedBridge(FleetBridge):
@@ -52,6 +81,9 @@ class FixedBridge(FleetBridge):
     def vast_age(self) -> float | None:
         return 12.0
 
+    async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
+        return CUZK_STATUS
+
     async def stream_logs(  # type: ignore[override]
         self, rec: InstanceRecord, source: str, tail: int = 500
     ) -> AsyncIterator[list[str]]:
@@ -65,8 +97,8 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
     offers = [Offer.from_api(cloud.offers[i]) for i in sorted(cloud.offers)][:60]
     m = offers
     perf = [
-        PerfRecord(m[0].machine_id, m[0].gpu_name, m[0].num_gpus, 41.2, 40.8, 2, T0, 515.9),
-        PerfRecord(m[3].machine_id, m[3].gpu_name, m[3].num_gpus, 18.0, 17.5, 1, T0, 257.9),
+        PerfRecord(m[0].machine_id, m[0].gpu_name, m[0].num_gpus, 95.6, 95.2, 2, T0, 515.9),
+        PerfRecord(m[3].machine_id, m[3].gpu_name, m[3].num_gpus, 141.0, 141.0, 1, T0, 257.9),
     ]
     bad = [
         BadEntry(machine_id=m[5].machine_id, reason="benchmark error in warmup: CUDA error 700",
@@ -84,7 +116,7 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
     ranked = rank_offers(offers, perf, {b.machine_id: b.reason for b in bad}, 0.008)
 
     def inst(vid: int, o: Offer, state: str, **kw: Any) -> InstanceRecord:
-        kw.setdefault("image", "ghcr.io/vastui/curio-cuzk-worker:latest")
+        kw.setdefault("image", DEFAULT_IMAGE)
         return InstanceRecord(
             vast_id=vid, label=f"vastui-main-{vid:012x}", offer_id=o.id, machine_id=o.machine_id,
             host_id=o.host_id, gpu_name=o.gpu_name, num_gpus=o.num_gpus, dph_total=o.dph_total,
@@ -94,21 +126,30 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
             min_rate=float(int(o.dph_total / 0.008) + 1), **kw,
         )  # fmt: skip
 
+    what = (
+        "  what():  cudaStreamSynchronize(stream)@sppark-0.1.14/sppark/util/gpu_t.cuh:158 "
+        'failed: "an illegal memory access was encountered"'
+    )
     instances = [
-        inst(3000001, m[0], "proving", bench_rate=40.8, bench_outcome="pass"),
+        inst(3000001, m[0], "proving", bench_rate=95.2, bench_outcome="pass", bench_failed=0,
+             prod_completed=63, prod_failed=0, prod_rate=93.8, prod_checked_at=T0 - 30),
+        inst(3000006, m[4], "proving", bench_rate=88.4, bench_outcome="pass", bench_failed=1),
         inst(3000002, m[1], "benchmark"),
         inst(3000003, m[2], "paramfetch", image="ghcr.io/vastui/curio-cuzk-worker:v0.9"),
-        inst(3000004, m[3], "killed", bench_rate=17.5, bench_outcome="below_min",
+        inst(3000004, m[3], "killed", bench_rate=141.0, bench_outcome="below_min",
              failed_stage="benchmark", kill_kind="bench_below_min",
-             kill_reason="benchmark below_min: 17.5 < 29.0 proofs/h", killed_at=T0 - 100,
+             kill_reason="benchmark below_min: 141.0 < 1222.0 proofs/h", killed_at=T0 - 100,
              bench_result=json.dumps({"outcome": "below_min", "stage": "done",
-                                      "rate_per_hour": 17.5, "proofs_completed": 12,
+                                      "rate_per_hour": 141.0, "proofs_completed": 12,
                                       "proofs_failed": 0, "exit_code": 10})),
         inst(3000005, m[5], "killed", bench_outcome="error", failed_stage="benchmark",
              kill_kind="bench_error", killed_at=T0 - 50,
-             kill_reason="benchmark error in warmup: CUDA error 700: illegal memory access",
-             error_lines=("thread 'gpu-worker-0' panicked at cuzk-core/src/engine.rs:812:17",
-                          "CUDA error 700: illegal memory access was encountered \x1b[31m[red]")),
+             kill_reason=f"benchmark error in timed_run: {what.strip()}",
+             error_lines=("terminate called after throwing an instance of 'sppark_error'", what,
+                          "cuzk-daemon was killed by SIGABRT (exit status 134) \x1b[31m[red]"),
+             bench_result=json.dumps({"outcome": "error", "stage": "timed_run",
+                                      "rate_per_hour": 38.1, "proofs_completed": 3,
+                                      "proofs_failed": 0, "exit_code": 12})),
     ]  # fmt: skip
     events = [
         Event(id=1, ts=T0 - 3000, kind="rent", instance_id=3000001, machine_id=m[0].machine_id,
@@ -128,8 +169,11 @@ def fixed_app(tmp_path: Path, logs: Iterable[tuple[str, str]] = ()) -> VastuiApp
 
 
 LOGS = [
-    ("cuzk", "2026-03-13T17:17:02.321000Z  INFO cuzk_daemon: cuzk-daemon ready, on 0.0.0.0:9820"),
-    ("benchmark", "[bench] warmup proof 1/1"),
-    ("cuzk", "2026-03-13T17:19:40.100000Z ERROR cuzk_core::engine: CUDA error 2: out of memory"),
-    ("benchmark", "  [1/12] COMPLETED — 118.3s (prove=41230 ms, queue=2 ms)"),
+    ("cuzk", "2026-03-13T17:17:02.321000Z  INFO cuzk_daemon: cuzk-daemon ready, serving on "
+             "127.0.0.1:9820"),
+    ("benchmark", "[bench] warmup proof (SRS load, PCE extraction)"),
+    ("cuzk", "2026-03-13T17:19:40.100000Z ERROR gpu_worker{worker_id=0 gpu=0}: cuzk_core::engine: "
+             "GPU prove start task panicked error=task 18 panicked with message \"cudaMalloc("
+             "&cache.ptr, sz_bytes)@cuda/groth16_cuda.cu:182 failed: \\\"out of memory\\\"\""),
+    ("benchmark", "[bench] proof 3/12: COMPLETED in 276.435 s"),
 ]  # fmt: skip

@@ -284,7 +284,9 @@ def _production(rec: InstanceRecord) -> Text | None:
     if rec.prod_completed is None:
         return None if rec.state != "proving" else Text("not measured yet", style="dim")
     text = Text(f"{rec.prod_completed} proofs, {rec.prod_failed or 0} failed")
-    if rec.prod_rate is not None:
+    if rec.prod_rate is None:
+        text.append(", measuring the rate (10 min of proving)", style="dim")
+    else:
         low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
         text.append(f", measured {rec.prod_rate:.1f} proofs/h", style="bold red" if low else "bold")
     if rec.prod_checked_at is not None:

@@ -160,12 +160,12 @@ def benchmark_kill(result: dict[str, Any], min_rate: float | None) -> Kill | Non
         reason = f"benchmark timeout in {stage} ({result.get('proofs_completed', 0)} proofs done)"
     else:
         # The most telling line: a GPU error if there is one, else the last error line.
-        telling = (gpu_errors(tail) or list(tail) or ["no error line"])[-1]
+        telling = (gpu_errors(tail) or list(tail) or ["no error line"])[-1].strip()
         reason = f"benchmark {outcome} in {stage}: {telling}"
     ban = None
     if outcome == "error" or gpu_errors(tail):
         ban = f"benchmark {outcome} in {stage}" + (
-            f": {gpu_errors(tail)[-1]}" if gpu_errors(tail) else ""
+            f": {gpu_errors(tail)[-1].strip()}" if gpu_errors(tail) else ""
         )
     return Kill(kind, reason[:300], "benchmark", tail, outcome, ban, {"rate": rate})
 
@@ -183,7 +183,7 @@ def failure_kill(event: dict[str, Any]) -> Kill:
     elif stage == "prove" and reason.startswith("curio"):
         kind = "prove_curio_failed"
     gpu = gpu_errors(tail)
-    ban = f"{stage} failed: {gpu[-1]}" if gpu else None
+    ban = f"{stage} failed: {gpu[-1].strip()}" if gpu else None
     return Kill(
         kind, f"{stage} failed: {reason}"[:300], WORKER_STAGE.get(stage), tail, ban=ban,
         strike=strike,
@@ -198,7 +198,7 @@ def benchmark_strike(result: dict[str, Any]) -> str | None:
     done = result.get("proofs_completed")
     total = failed + (done if isinstance(done, int) and not isinstance(done, bool) else 0)
     tail = [str(x) for x in (result.get("error_tail") or []) if isinstance(x, str)]
-    telling = (gpu_errors(tail) or tail or ["no error line"])[-1]
+    telling = (gpu_errors(tail) or tail or ["no error line"])[-1].strip()
     return f"{failed} of {total} benchmark proofs failed: {telling}"[:300]
 
 

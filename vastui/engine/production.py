@@ -21,6 +21,7 @@ from vastui.config import Config
 from vastui.engine.policy import Kill
 
 MAX_SAMPLES = 2000  # bounds prod_state whatever the poll cadence
+MIN_BUSY_S = 600.0  # a rate is published once it rests on this much busy time (noise)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class ProdState:
     last_uptime: float = 0.0
     last_ok: float | None = None  # engine clock of the last good reading
     started: float | None = None  # when the first reading came in
+    primed: bool = False  # a proof completed since production began: the pipeline is full
     samples: list[list[float]] = field(default_factory=list)  # [t, completed, failed, busy]
 
     @property
@@ -144,7 +146,11 @@ def fold(
     s.last_completed, s.last_failed = done, fail
     s.last_uptime = reading.uptime or 0.0
     s.last_ok = now
-    s.samples.append([now, float(s.completed), float(s.failed), 1.0 if reading.busy else 0.0])
+    # Until the first proof completes, the pipeline is filling (a proof's whole latency, not the
+    # interval between proofs): that time is not held against the machine.
+    s.primed = s.primed or s.completed > 0
+    busy = reading.busy and s.primed
+    s.samples.append([now, float(s.completed), float(s.failed), 1.0 if busy else 0.0])
     keep_from = now - 2 * window_s
     s.samples = [x for x in s.samples if x[0] >= keep_from][-MAX_SAMPLES:]
     return s
@@ -152,7 +158,7 @@ def fold(
 
 @dataclass(frozen=True)
 class Measure:
-    rate: float | None  # proofs/hour over busy time in the window
+    rate: float | None  # proofs/hour over busy time in the window (None: not enough of it)
     busy_s: float  # seconds of the window with work in flight
     failed: int  # failed proofs in the window
     completed: int  # completed proofs in the window
@@ -172,7 +178,7 @@ def measure(state: ProdState, now: float, window_s: float) -> Measure:
             done += b[1] - a[1]
     failed = int(points[-1][2] - points[0][2]) if len(points) >= 2 else 0
     completed = int(points[-1][1] - points[0][1]) if len(points) >= 2 else 0
-    rate = done * 3600.0 / busy if busy > 0 else None
+    rate = done * 3600.0 / busy if busy >= min(MIN_BUSY_S, 0.9 * window_s) else None
     return Measure(rate, busy, failed, completed)
 
 
