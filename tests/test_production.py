@@ -131,11 +131,12 @@ def test_samples_are_bounded() -> None:
 CONFIG = Config()
 
 
-def verdict_after(points, reading, now, min_rate=29.0, since=0.0):
+def verdict_after(points, reading, now, min_rate=29.0, silent_from=None):
     state = feed(points)
-    return production.verdict(
-        state, None if reading is None else Reading.parse(reading), now, min_rate, since, CONFIG
-    )
+    if silent_from is not None:
+        state = production.silent(state, silent_from)
+    parsed = None if reading is None else Reading.parse(reading)
+    return production.verdict(state, parsed, now, min_rate, CONFIG)
 
 
 def steady(rate: float, minutes: int, busy: bool = True) -> list[tuple[float, dict[str, Any]]]:
@@ -155,12 +156,17 @@ def steady(rate: float, minutes: int, busy: bool = True) -> list[tuple[float, di
         ("daemon died", steady(33, 5), raw(2, alive=False, exit_status=134, signal="SIGABRT"),
          300.0, "prove_daemon_died"),
         ("silent for a moment", steady(33, 5), None, 400.0, None),
-        ("silent too long", steady(33, 5), None, 300.0 + 6 * 60, "prove_unresponsive"),
-        ("never answered", [], None, 6 * 60.0, "prove_unresponsive"),
+        ("silent too long", steady(33, 5), None, 360.0 + 5 * 60, "prove_unresponsive"),
+        ("never answered", [], None, 5 * 60.0, "prove_unresponsive"),
+        # the engine was down for an hour: its first failed read starts the silence
+        ("engine back after an outage", steady(33, 5), None, 3900.0, None),
     ],
 )  # fmt: skip
 def test_verdict(case: str, points, reading, now: float, kind: str | None) -> None:
-    kill = verdict_after(points, reading, now)
+    silent_from = None if reading is not None else {"never answered": 0.0}.get(case, 360.0)
+    if case == "engine back after an outage":
+        silent_from = 3900.0
+    kill = verdict_after(points, reading, now, silent_from=silent_from)
     assert (kill.kind if kill else None) == kind, case
     if kill is not None:
         assert kill.strike and kill.stage == "proving" and kill.ban is None
@@ -278,14 +284,15 @@ async def test_a_passed_benchmark_with_failed_proofs_is_a_strike_not_a_kill(worl
 async def test_an_unreadable_worker_is_destroyed_after_unresponsive_min(world, store):
     engine, iid, _ = await proving_worker(world, store)
     assert await engine.handle_counters(iid, Reading.parse(raw(13, pid=77)))
-    for _ in range(4):
+    world.clock.advance(60)
+    for _ in range(4):  # silent from here
         world.clock.advance(60)
         assert await engine.handle_counters(iid, None)
     world.clock.advance(120)
     assert not await engine.handle_counters(iid, None)
     rec = await store.get_instance(iid)
     assert rec.kill_kind == "prove_unresponsive"
-    assert rec.kill_reason == "cuzk-daemon did not answer for 6 min while proving"
+    assert rec.kill_reason == "cuzk-daemon did not answer for 5 min while proving"
     await engine.close()
 
 

@@ -683,6 +683,30 @@ def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: 
     assert (res.returncode, json.loads(res.stdout)) == (1, {"error": "cuzk status unavailable"})
 
 
+def test_entrypoint_starts_a_daemon_when_the_benchmarks_is_gone(
+    sandbox: Sandbox, controller: Controller
+) -> None:
+    # a benchmark that passed but left no daemon behind (it died after the run)
+    sandbox.path("usr/local/bin/benchmark.sh").write_text(
+        "#!/usr/bin/env bash\n"
+        'mkdir -p "$WORKER_ROOT/var/lib/vastui"\n'
+        'echo \'{"outcome":"pass","stage":"done","reason":"ok","rate_per_hour":40.0,'
+        '"error_tail":[]}\' > "$WORKER_ROOT/var/lib/vastui/bench-result.json"\n'
+    )
+    start_entrypoint(sandbox, controller)
+    wait_for(lambda: any(e.get("detail") == "running" for e in sandbox.events()),
+             what="prove stage running")  # fmt: skip
+    details = [e.get("detail") for e in sandbox.events() if e["event"] == "progress"]
+    pid = int(sandbox.path("run/cuzk-daemon.pid").read_text())
+    assert f"cuzk-daemon ready (pid {pid})" in details
+    # the container's limit capped by MemTotal (the slice is the whole 256 GB machine here)
+    memtotal = int(256e9 * 0.985) // 1024 * 1024
+    budget = min(int(256e9), memtotal) // 2**30 - 5
+    config = sandbox.path("var/lib/vastui/cuzk.toml").read_text()
+    assert f'total_budget = "{budget}GiB"' in config
+    assert "\tcuzk proving daemon enabled\t" in sandbox.log("curio")
+
+
 def test_entrypoint_daemon_dies_while_proving(sandbox: Sandbox, controller: Controller) -> None:
     # the benchmark runs proofs 0..4 (warmup + 4); production's 4th proof aborts
     sandbox.machine(fault="cuda_abort", fault_after=8)

@@ -114,7 +114,7 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
     rows = [r.to_json() for r in records]
     columns = [
         "id", "label", "machine_id", "gpu_name", "state", "stage", "dph_total",
-        "bench_rate", "min_rate", "kill_reason",
+        "bench_rate", "min_rate", "prod_completed", "prod_rate", "kill_reason",
     ]  # fmt: skip
     print_rows(rows, columns, args.json)
     return 0

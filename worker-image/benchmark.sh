@@ -274,40 +274,24 @@ start_daemon() {
   daemon_offset=$(file_size "$CUZK_LOG")
   daemon_launch "$CUZK_CONFIG"
   say "cuzk-daemon started (pid $DAEMON_PID), waiting for it to be ready"
-  local ready_deadline status
+  local status wait_s=$BENCH_READY_TIMEOUT rc
   clock_ms
-  ready_deadline=$((CLOCK_MS + BENCH_READY_TIMEOUT * 1000))
-  until (($(log_count "cuzk-daemon ready, serving on") > 0)); do
-    if ! daemon_alive; then
-      status=$(daemon_exit_status 2) || status="?"
-      extra_errors+=("$(daemon_death_line "$status")")
-      finish error "cuzk-daemon exited during startup ($(signal_name "$status")${status:+ status $status})"
-    fi
-    clock_ms
-    if ((CLOCK_MS >= ready_deadline)); then
-      extra_errors+=("cuzk-daemon logged no \"cuzk-daemon ready\" within ${BENCH_READY_TIMEOUT} s")
-      finish error "cuzk-daemon not ready after ${BENCH_READY_TIMEOUT} s"
-    fi
-    check_deadline
-    nap "$BENCH_POLL_INTERVAL"
-  done
-  # "ready" is logged before the gRPC port is bound: wait until it answers.
-  local probe="$WORK_DIR/00-status.probe"
-  until cuzk-bench --addr "http://$CUZK_LISTEN" status >"$probe" 2>&1; do
-    if ! daemon_alive; then
-      status=$(daemon_exit_status 2) || status="?"
-      extra_errors+=("$(daemon_death_line "$status")")
-      finish error "cuzk-daemon exited after logging ready ($(signal_name "$status")${status:+ status $status})"
-    fi
-    clock_ms
-    if ((CLOCK_MS >= ready_deadline)); then
-      extra_errors+=("cuzk-daemon logged ready but $CUZK_LISTEN did not answer within ${BENCH_READY_TIMEOUT} s")
-      finish error "cuzk-daemon logged ready but did not answer on $CUZK_LISTEN within ${BENCH_READY_TIMEOUT} s"
-    fi
-    check_deadline
-    nap "$BENCH_POLL_INTERVAL"
-  done
-  rm -f -- "$probe"
+  (((deadline_ms - CLOCK_MS) / 1000 < wait_s)) && wait_s=$(((deadline_ms - CLOCK_MS + 999) / 1000))
+  daemon_wait_ready "$daemon_offset" "$wait_s" "$BENCH_POLL_INTERVAL"
+  rc=$?
+  if ((rc == 1)); then
+    status=$(daemon_exit_status 2) || status="?"
+    extra_errors+=("$(daemon_death_line "$status")")
+    finish error "cuzk-daemon exited during startup ($(signal_name "$status")${status:+ status $status})"
+  fi
+  ((rc == 0)) || check_deadline # the benchmark's own deadline came first: a timeout
+  if ((rc == 2)); then
+    extra_errors+=("cuzk-daemon logged no \"cuzk-daemon ready\" within ${BENCH_READY_TIMEOUT} s")
+    finish error "cuzk-daemon not ready after ${BENCH_READY_TIMEOUT} s"
+  elif ((rc == 3)); then
+    extra_errors+=("cuzk-daemon logged ready but $CUZK_LISTEN did not answer within ${BENCH_READY_TIMEOUT} s")
+    finish error "cuzk-daemon logged ready but did not answer on $CUZK_LISTEN within ${BENCH_READY_TIMEOUT} s"
+  fi
   say "cuzk-daemon ready and answering on $CUZK_LISTEN"
 }
 

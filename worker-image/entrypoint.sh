@@ -316,7 +316,7 @@ fail_daemon_exited() { # $1 = log offset
 # A daemon for production: the benchmark's, which keeps the PCE its warmup extracted (a new
 # daemon would not load it from disk, cuzk-core/src/pipeline.rs), else a new one.
 prove_daemon() {
-  local offset deadline
+  local offset
   if [[ -s $DAEMON_PID_FILE && ! -e $DAEMON_EXIT_FILE ]]; then
     DAEMON_PID=$(<"$DAEMON_PID_FILE")
     if [[ $DAEMON_PID =~ ^[0-9]+$ ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
@@ -329,18 +329,14 @@ prove_daemon() {
   offset=$(file_size "$CUZK_LOG")
   daemon_launch "$CUZK_CONFIG"
   slog prove "cuzk-daemon started (pid $DAEMON_PID)"
-  clock_ms
-  deadline=$((CLOCK_MS + CUZK_READY_TIMEOUT * 1000))
-  until grep -qF "cuzk-daemon ready" < <(tail -c +"$((offset + 1))" -- "$CUZK_LOG") &&
-    cuzk-bench --addr "http://$CUZK_LISTEN" status >/dev/null 2>&1; do
-    daemon_alive || fail_daemon_exited "$offset"
-    clock_ms
-    if ((CLOCK_MS >= deadline)); then
-      fail_plain "cuzk-daemon not ready after ${CUZK_READY_TIMEOUT} s" \
-        "$(daemon_failure_tail "$offset" "")"
-    fi
-    nap "$POLL"
-  done
+  daemon_wait_ready "$offset" "$CUZK_READY_TIMEOUT" "$POLL"
+  case $? in
+    0) ;;
+    1) fail_daemon_exited "$offset" ;;
+    2) fail_plain "cuzk-daemon not ready after ${CUZK_READY_TIMEOUT} s" "$(daemon_failure_tail "$offset" "")" ;;
+    *) fail_plain "cuzk-daemon logged ready but did not answer on $CUZK_LISTEN within ${CUZK_READY_TIMEOUT} s" \
+      "$(daemon_failure_tail "$offset" "")" ;;
+  esac
   emit_event prove progress "\"detail\":\"cuzk-daemon ready (pid $DAEMON_PID)\""
 }
 

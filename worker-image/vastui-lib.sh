@@ -166,6 +166,29 @@ daemon_launch() {
   DAEMON_PID=$(<"$DAEMON_PID_FILE")
 }
 
+# Waits until the daemon whose output starts at byte $1 of the cuzk log is ready: its
+# "cuzk-daemon ready" line, then its port answering `cuzk-bench status` (the line is logged before
+# tonic binds the port, cuzk-daemon/src/main.rs:257-258). $2 = timeout (seconds on the worker's
+# clock), $3 = poll interval (real seconds). Returns 0 ready, 1 the daemon died, 2 no ready line
+# in time, 3 ready but its port did not answer in time.
+daemon_wait_ready() {
+  local offset=$1 deadline poll=${3:-0.2}
+  clock_ms
+  deadline=$((CLOCK_MS + $2 * 1000))
+  until grep -qF "cuzk-daemon ready, serving on" < <(tail -c +"$((offset + 1))" -- "$CUZK_LOG"); do
+    daemon_alive || return 1
+    clock_ms
+    ((CLOCK_MS < deadline)) || return 2
+    nap "$poll"
+  done
+  until cuzk-bench --addr "http://$CUZK_LISTEN" status >/dev/null 2>&1; do
+    daemon_alive || return 1
+    clock_ms
+    ((CLOCK_MS < deadline)) || return 3
+    nap "$poll"
+  done
+}
+
 daemon_alive() { [[ -n ${DAEMON_PID:-} && ! -e $DAEMON_EXIT_FILE ]] && kill -0 "$DAEMON_PID" 2>/dev/null; }
 
 # The daemon's exit status, waiting up to $1 real seconds for it to be known; empty if alive.

@@ -492,8 +492,10 @@ class Engine:
                     prod_rate=None if m.rate is None else round(m.rate, 3),
                     prod_checked_at=now,
                 )
-            since = rec.proving_at or rec.stage_started_at or now
-            kill = production.verdict(state, reading, now, rec.min_rate, since, self.config)
+            elif state.silent_since is None:
+                state = production.silent(state, now)
+                rec = await self.store.update_instance(vast_id, prod_state=state.to_json())
+            kill = production.verdict(state, reading, now, rec.min_rate, self.config)
             if kill is not None:
                 await self._kill(rec, kill)
             rec = await self.store.get_instance(vast_id)

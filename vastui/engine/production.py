@@ -78,6 +78,7 @@ class ProdState:
     last_ok: float | None = None  # engine clock of the last good reading
     started: float | None = None  # when the first reading came in
     primed: bool = False  # a proof completed since production began: the pipeline is full
+    silent_since: float | None = None  # the first failed read since the last good one
     samples: list[list[float]] = field(default_factory=list)  # [t, completed, failed, busy]
 
     @property
@@ -146,6 +147,7 @@ def fold(
     s.last_completed, s.last_failed = done, fail
     s.last_uptime = reading.uptime or 0.0
     s.last_ok = now
+    s.silent_since = None
     # Until the first proof completes, the pipeline is filling (a proof's whole latency, not the
     # interval between proofs): that time is not held against the machine.
     s.primed = s.primed or s.completed > 0
@@ -154,6 +156,13 @@ def fold(
     keep_from = now - 2 * window_s
     s.samples = [x for x in s.samples if x[0] >= keep_from][-MAX_SAMPLES:]
     return s
+
+
+def silent(state: ProdState, now: float) -> ProdState:
+    """A read that failed: the silence starts now unless it already had. It is the engine's own
+    failed reads that count, so an engine that was down does not hold its absence against the
+    worker."""
+    return state if state.silent_since is not None else replace(state, silent_since=now)
 
 
 @dataclass(frozen=True)
@@ -187,7 +196,6 @@ def verdict(
     reading: Reading | None,
     now: float,
     min_rate: float | None,
-    proving_since: float,
     config: Config,
 ) -> Kill | None:
     """Whether a proving worker must go: a dead or silent daemon, failing proofs, or a measured
@@ -200,11 +208,11 @@ def verdict(
             "prove_daemon_died", f"cuzk-daemon died while proving ({how})", "proving", strike=True
         )
     if reading is None or not reading.alive:
-        silent_since = state.last_ok if state.last_ok is not None else proving_since
-        if now - silent_since >= p.unresponsive_min * 60.0:
+        since = state.silent_since if state.silent_since is not None else now
+        if now - since >= p.unresponsive_min * 60.0:
             return Kill(
                 "prove_unresponsive",
-                f"cuzk-daemon did not answer for {(now - silent_since) / 60:.0f} min while proving",
+                f"cuzk-daemon did not answer for {(now - since) / 60:.0f} min while proving",
                 "proving",
                 strike=True,
             )
