@@ -158,12 +158,16 @@ def steady(rate: float, minutes: int, busy: bool = True) -> list[tuple[float, di
         ("silent for a moment", steady(33, 5), None, 400.0, None),
         ("silent too long", steady(33, 5), None, 360.0 + 5 * 60, "prove_unresponsive"),
         ("never answered", [], None, 5 * 60.0, "prove_unresponsive"),
+        ("alive, answers nothing", steady(33, 5), {"alive": True, "daemon_pid": 5}, 660.0,
+         "prove_unresponsive"),
         # the engine was down for an hour: its first failed read starts the silence
         ("engine back after an outage", steady(33, 5), None, 3900.0, None),
     ],
 )  # fmt: skip
 def test_verdict(case: str, points, reading, now: float, kind: str | None) -> None:
     silent_from = None if reading is not None else {"never answered": 0.0}.get(case, 360.0)
+    if case == "alive, answers nothing":
+        silent_from = 360.0
     if case == "engine back after an outage":
         silent_from = 3900.0
     kill = verdict_after(points, reading, now, silent_from=silent_from)

@@ -399,6 +399,8 @@ def test_benchmark_host_out_of_memory_kill(sandbox: Sandbox) -> None:
     assert_result_basics(result, rc)
     assert (rc, result["outcome"], result["stage"]) == (12, "error", "timed_run")
     assert result["reason"] == "cuzk-daemon died during the timed run (SIGKILL)"
+    # proofs 1..3 may have finished before the 5th took the daemon down
+    assert result["rate_per_hour"] is None or result["rate_per_hour"] < 40.0 * 1.05
     assert tail(result) == [
         "cuzk-daemon was killed by SIGKILL (exit status 137) without an error line: the "
         "kernel's out-of-memory killer, most likely",
@@ -411,6 +413,7 @@ def test_benchmark_failed_pce_save_is_not_fatal(sandbox: Sandbox) -> None:
     result = sandbox.result()
     assert_result_basics(result, rc)
     assert (rc, result["outcome"], result["pce"]) == (0, "pass", "not_saved")
+    assert result["rate_per_hour"] == pytest.approx(40.0, rel=0.1)  # 4 proofs: a rough rate
     assert " WARN cuzk_core::pipeline: failed to save PCE to disk (non-fatal)" in sandbox.log(
         "cuzk"
     )
@@ -423,6 +426,7 @@ def test_benchmark_failed_pce_extraction_is_not_fatal(sandbox: Sandbox) -> None:
     rc, _ = sandbox.run_bench(BENCH_PROOFS="4")
     result = sandbox.result()
     assert (rc, result["outcome"], result["pce"]) == (0, "pass", "failed")
+    assert result["rate_per_hour"] == pytest.approx(40.0, rel=0.1)
     assert tail(result) == []
 
 
@@ -433,6 +437,7 @@ def test_benchmark_daemon_never_ready(sandbox: Sandbox) -> None:
     assert_result_basics(result, rc)
     assert (rc, result["outcome"], result["stage"]) == (12, "error", "daemon_start")
     assert result["reason"] == "cuzk-daemon not ready after 30 s"
+    assert result["rate_per_hour"] is None and result["proofs_completed"] == 0
     assert tail(result) == ['cuzk-daemon logged no "cuzk-daemon ready" within 30 s']
     assert daemon_gone(sandbox)
 
@@ -441,12 +446,14 @@ def test_benchmark_ready_logged_before_the_port_answers(sandbox: Sandbox) -> Non
     sandbox.machine(bind_delay_s=60)  # "ready", then a minute until the port is bound
     rc, out = sandbox.run_bench(BENCH_PROOFS="4")
     assert (rc, sandbox.result()["outcome"]) == (0, "pass")
+    assert sandbox.result()["rate_per_hour"] == pytest.approx(40.0, rel=0.1)
     assert f"cuzk-daemon ready and answering on {sandbox.listen}" in out
 
     sandbox.machine(bind_delay_s=10**9)
     rc, _ = sandbox.run_bench(BENCH_READY_TIMEOUT="3000")
     result = sandbox.result()
     assert (rc, result["outcome"], result["stage"]) == (12, "error", "daemon_start")
+    assert result["rate_per_hour"] is None
     assert result["reason"] == (
         f"cuzk-daemon logged ready but did not answer on {sandbox.listen} within 3000 s"
     )
@@ -480,6 +487,8 @@ def test_benchmark_hung_proof(sandbox: Sandbox) -> None:
     assert_result_basics(result, rc)
     assert (rc, result["outcome"], result["stage"]) == (12, "error", "timed_run")
     assert re.fullmatch(r"proof \d+ hung: no result after 1200 s", result["reason"])
+    # the proofs before the hang were measured; the hung one never finished
+    assert result["proofs_completed"] < 12 and result["proofs_failed"] == 0
     lines = tail(result)
     assert len(lines) == 2
     assert re.fullmatch(
@@ -497,6 +506,7 @@ def test_benchmark_inherited_rust_log_warn(sandbox: Sandbox) -> None:
     rc, _ = sandbox.run_bench(RUST_LOG="warn", BENCH_PROOFS="4")
     result = sandbox.result()
     assert (rc, result["outcome"]) == (0, "pass")
+    assert result["rate_per_hour"] == pytest.approx(40.0, rel=0.1)
     assert "cuzk-daemon ready, serving on" in sandbox.log("cuzk")  # RUST_LOG=info for the daemon
     assert tail(result) == []
 

@@ -207,7 +207,8 @@ def verdict(
         return Kill(
             "prove_daemon_died", f"cuzk-daemon died while proving ({how})", "proving", strike=True
         )
-    if reading is None or not reading.alive:
+    if reading is None or not reading.alive or reading.completed is None:
+        # unreachable, no daemon, or a daemon that answers neither /status nor GetStatus
         since = state.silent_since if state.silent_since is not None else now
         if now - since >= p.unresponsive_min * 60.0:
             return Kill(
