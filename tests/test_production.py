@@ -12,6 +12,7 @@ import pytest
 from tests.enginekit import World, rent_one, result
 from vastui.config import Config
 from vastui.engine import production
+from vastui.engine.policy import failure_kill
 from vastui.engine.production import ProdState, Reading
 
 WINDOW = 3600.0
@@ -184,7 +185,32 @@ def test_verdict_reason_names_the_numbers() -> None:
         r"measured (19|20)\.\d < 29\.0 proofs/h over 60 min of proving", kill.reason
     )
     died = verdict_after([], raw(alive=False, exit_status=137, signal="SIGKILL"), 10.0)
-    assert died is not None and died.reason == "cuzk-daemon died while proving (SIGKILL)"
+    assert (
+        died is not None and died.reason == "prove failed: cuzk-daemon exited (SIGKILL, status 137)"
+    )
+    plain = verdict_after([], raw(alive=False, exit_status=1), 10.0)
+    assert plain is not None and plain.reason == "prove failed: cuzk-daemon exited (status 1)"
+
+
+def test_a_dead_daemon_reads_as_the_prove_stage_reports_it() -> None:
+    """The engine may see the death in the counters before the worker's failure event arrives:
+    either way the same kind, reason, error lines and ban (policy.failure_kill)."""
+    tail = [
+        "terminate called after throwing an instance of 'sppark::cuda_error'",
+        '  what():  cudaStreamSynchronize(stream)@gpu_t.cuh:158 failed: "an illegal memory access"',
+        "cuzk-daemon was killed by SIGABRT (exit status 134)",
+    ]
+    reading = raw(alive=False, exit_status=134, signal="SIGABRT") | {"error_tail": tail}
+    seen = verdict_after([], reading, 10.0)
+    event = {"stage": "prove", "reason": "cuzk-daemon exited (SIGABRT, status 134)",
+             "error_tail": tail}  # fmt: skip
+    told = failure_kill(event)
+    assert seen == told
+    assert seen is not None and seen.error_lines == tuple(tail) and seen.ban is not None
+    # untrusted: bounded, strings only
+    junk = raw(alive=False, exit_status=134) | {"error_tail": ["x" * 9000, 5] * 40}
+    parsed = Reading.parse(junk)
+    assert len(parsed.error_tail) == 20 and all(len(x) == 500 for x in parsed.error_tail)
 
 
 # ------------------------------------------------------------------ the engine acting on it

@@ -403,9 +403,11 @@ def test_sticky_cuda_error_aborts_with_terminate_and_what(box: Box) -> None:
 
 
 def test_auto_budget_reads_the_hosts_memtotal_and_the_oom_killer_ends_it(box: Box) -> None:
-    # A 256 GB slice of a 1 TB machine: "auto" plans for the host's RAM.
-    box.memory(host_gb=1000, limit_gb=256)
-    proc, log = box.start_daemon()
+    # A 200 GB slice of a 1 TB machine: "auto" plans for the host's RAM. One proof fits beside
+    # the SRS and the PCE; two at once do not. Slower time gives each synthesis seconds of wall
+    # time, so the six clients below overlap even on a loaded machine.
+    box.memory(host_gb=1000, limit_gb=200)
+    proc, log = box.start_daemon(SIM_SPEED="100")
     assert f"total_budget_gib={int(1000e9) // 1024 * 1024 // GIB - 5}" in log.read_text()
     assert status_of(box.prove().stdout) == "COMPLETED"  # one proof at a time fits
     wait_for(lambda: "background PCE extraction complete" in log.read_text(), what="the PCE")
@@ -417,9 +419,13 @@ def test_auto_budget_reads_the_hosts_memtotal_and_the_oom_killer_ends_it(box: Bo
     assert proc.wait(timeout=WAIT) == -signal.SIGKILL  # the kernel's OOM killer
     for t in threads:
         t.join(WAIT)
-    # in flight when it died, or too late to connect
-    assert all(r.returncode == 1 and r.stderr.startswith("Error: ") for r in results)
-    assert any("Error: Prove RPC failed" in r.stderr for r in results)
+    # done before it died, in flight when it died, or too late to connect
+    assert len(results) == 6
+    for r in results:
+        assert (r.returncode == 0 and status_of(r.stdout) == "COMPLETED") or (
+            r.returncode == 1 and r.stderr.startswith("Error: ")
+        ), r
+    assert sum("Error: Prove RPC failed" in r.stderr for r in results) >= 2  # the two in flight
     new = log.read_text()[len(before) :]
     assert " ERROR " not in new and "panicked" not in new  # a silent death
 

@@ -297,20 +297,10 @@ write_cuzk_config() {
   } >"$CUZK_CONFIG"
 }
 
-# The daemon's error lines since byte $1 of its log, plus how it died, as a JSON array.
-daemon_failure_tail() {
-  local offset=$1 status=$2
-  {
-    tail -c +"$((offset + 1))" -- "$CUZK_LOG" 2>/dev/null | error_lines | awk '!seen[$0]++' | tail -n 19
-    [[ -n $status ]] && daemon_death_line "$status"
-  } | json_lines
-}
-
 fail_daemon_exited() { # $1 = log offset
-  local status sig
+  local status
   status=$(daemon_exit_status 2) || status="?"
-  sig=$(signal_name "$status")
-  fail_plain "cuzk-daemon exited (${sig:+$sig, }status $status)" "$(daemon_failure_tail "$1" "$status")"
+  fail_plain "$(daemon_exit_reason "$status")" "$(daemon_failure_tail "$1" "$status")"
 }
 
 # A daemon for production: the benchmark's, which keeps the PCE its warmup extracted (a new
@@ -386,6 +376,8 @@ stage_prove() {
   start_stage prove
   local daemon_offset curio_offset curio_pid rc deadline layers
   daemon_offset=$(file_size "$CUZK_LOG")
+  # workerctl cuzk-counters reports the daemon's error lines from here on, as this stage does
+  printf '%s\n' "$daemon_offset" >"$RUN_DIR/cuzk-prove-offset"
   prove_daemon
   printf '%s\n' "$CUZK_STATUS_ADDR" >"$RUN_DIR/cuzk-status-addr"
   printf '%s\n' "$CUZK_LISTEN" >"$RUN_DIR/cuzk-listen-addr"

@@ -225,6 +225,23 @@ daemon_death_line() {
   fi
 }
 
+# "cuzk-daemon exited (SIGABRT, status 134)": the prove stage's failure reason, also what
+# workerctl cuzk-counters reports (vastui/engine/production.py builds the same words).
+daemon_exit_reason() {
+  local sig
+  sig=$(signal_name "$1")
+  printf 'cuzk-daemon exited (%sstatus %s)' "${sig:+$sig, }" "$1"
+}
+
+# The daemon's error lines since byte $1 of its log, plus how it died ($2), as a JSON array.
+daemon_failure_tail() {
+  local offset=$1 status=$2
+  {
+    tail -c +"$((offset + 1))" -- "$CUZK_LOG" 2>/dev/null | error_lines | awk '!seen[$0]++' | tail -n 19
+    [[ -n $status ]] && daemon_death_line "$status"
+  } | json_lines
+}
+
 # SIGTERM kills the daemon at once (it has no handler for it); KILL after 10 real seconds.
 daemon_stop() {
   [[ -n ${DAEMON_PID:-} ]] || return 0

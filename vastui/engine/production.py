@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine.policy import Kill
+from vastui.engine.policy import Kill, failure_kill
 
 MAX_SAMPLES = 2000  # bounds prod_state whatever the poll cadence
 MIN_BUSY_S = 600.0  # a rate is published once it rests on this much busy time (noise)
@@ -36,6 +36,13 @@ class Reading:
     failed: int | None
     uptime: float | None
     busy: bool
+    error_tail: tuple[str, ...] = ()  # the daemon's error lines and how it died, once it has
+
+    @property
+    def exit_reason(self) -> str:
+        """The prove stage's own words for a dead daemon (worker-image daemon_exit_reason)."""
+        sig = f"{self.signal}, " if self.signal else ""
+        return f"cuzk-daemon exited ({sig}status {self.exit_status})"
 
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> Reading:
@@ -51,6 +58,7 @@ class Reading:
         if isinstance(workers, list):
             busy = busy or any(isinstance(w, dict) and w.get("state") == "proving" for w in workers)
         signal = raw.get("signal")
+        tail = raw.get("error_tail") if isinstance(raw.get("error_tail"), list) else []
         return cls(
             pid=_count(raw.get("daemon_pid")),
             alive=raw.get("alive") is True,
@@ -60,6 +68,7 @@ class Reading:
             failed=max((f for f in fail if f is not None), default=None),
             uptime=max((u for u in uptimes if u is not None), default=None),
             busy=busy,
+            error_tail=tuple(x[:500] for x in tail if isinstance(x, str))[-20:],
         )
 
 
@@ -203,10 +212,10 @@ def verdict(
     p = config.proving
     window = p.window_min * 60.0
     if reading is not None and not reading.alive and reading.exit_status is not None:
-        how = reading.signal or f"exit status {reading.exit_status}"
-        return Kill(
-            "prove_daemon_died", f"cuzk-daemon died while proving ({how})", "proving", strike=True
-        )
+        # Word for word what the prove stage reports when it sees the same death: whichever of
+        # the two the engine hears first, the kill reads the same.
+        event = {"stage": "prove", "reason": reading.exit_reason, "error_tail": reading.error_tail}
+        return failure_kill(event)
     if reading is None or not reading.alive or reading.completed is None:
         # unreachable, no daemon, or a daemon that answers neither /status nor GetStatus
         since = state.silent_since if state.silent_since is not None else now
