@@ -4,13 +4,17 @@ end-to-end tests); the cloud runs on a ManualClock shared with the engine."""
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.enginekit import PUBKEY, World, rent_one, result
+from vastui.engine.engine import COMMAND_TTL
 from vastui.engine.labels import is_vastui_label
+from vastui.engine.ranking import from_record
 from vastui.store import Store
 
 # -- provisioning ------------------------------------------------------------------------
@@ -59,10 +63,210 @@ async def test_never_rents_bad_or_too_slow_machines(world: World, store: Store):
 async def test_no_double_rent_of_one_offer(world: World, store: Store):
     engine = await world.engine(store)
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    await engine.deploy(offer.id)
-    with pytest.raises(Exception, match="already rented"):
+    iid = await engine.deploy(offer.id)
+    with pytest.raises(Exception, match=f"already has live instance {iid}"):
         await engine.deploy(offer.id)
     assert len(world.cloud.instances) == 1
+    await engine.close()
+
+
+async def test_a_rent_in_flight_blocks_its_offer_and_its_machine(world: World, store: Store):
+    engine = await world.engine(store)
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    intent = await store.create_intent("rent", "auto", label="vastui-main-0123456789ab",
+                                       offer_id=offer.id, machine_id=offer.machine_id)  # fmt: skip
+    with pytest.raises(Exception, match=f"in flight \\(intent {intent.id}\\); not renting twice"):
+        await engine.deploy(offer.id)
+    assert world.cloud.instances == {}
+    await engine.close()
+
+
+async def _proved_well(world: World, store: Store) -> tuple:
+    """A worker rented by hand that passed its benchmark well above its rate and proves."""
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    for stage in ("setup", "paramfetch", "benchmark"):
+        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    await engine.handle_worker_event(iid, result("pass", rec.min_rate * 1.5))
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    assert (await store.get_instance(iid)).state == "proving"
+    return engine, await store.get_instance(iid)
+
+
+def _only_machine(world: World, machine_id: int, target: int) -> None:
+    """Offers of this one machine only, so an automatic rent can only be a re-rent."""
+    fleet = replace(world.config.fleet, target_workers=target)
+    offers = replace(
+        world.config.offers, filter=f"{world.config.offers.filter} machine_id={machine_id}"
+    )
+    world.config = replace(world.config, fleet=fleet, offers=offers)
+
+
+async def test_a_machine_that_proved_well_is_rented_again_by_hand_and_automatically(world, store):
+    engine, rec = await _proved_well(world, store)
+    # Destroyed for a reason that is not the machine's: the same offer may be rented again.
+    await engine.destroy(rec.vast_id, "operator needed the budget")
+    again = await engine.deploy(rec.offer_id)
+    assert again is not None and again != rec.vast_id
+    assert (await store.get_instance(again)).machine_id == rec.machine_id
+    # Ended outside vastui (vanished): the next step rents the machine back on its own.
+    async with world.client() as client:
+        await client.destroy_instance(again)
+    _only_machine(world, rec.machine_id, target=1)
+    auto = await world.engine(store)
+    await auto.step()
+    assert (await store.get_instance(again)).kill_kind == "vanished"
+    [live] = await store.list_instances(include_killed=False)
+    assert live.machine_id == rec.machine_id and live.vast_id in world.cloud.instances
+    rents = await store.list_intents(kind="rent")
+    assert [i.status for i in rents] == ["done", "done", "done"]
+    assert len({i.label for i in rents}) == 3, "one intent, one label, one instance each"
+    # The very offer rented before: an offer id no longer keeps a machine off.
+    assert {(i.offer_id, i.machine_id) for i in rents} == {(rec.offer_id, rec.machine_id)}
+    # Chosen by its measured record, as the automatic rent's reason says.
+    assert rents[-1].reason.startswith("auto: 0/1 workers; offer ")
+    assert rents[-1].reason.endswith("(measured)")
+    await engine.close()
+    await auto.close()
+
+
+async def test_a_banned_machine_is_not_rented_again(world, store):
+    engine, rec = await _proved_well(world, store)
+    await engine.handle_worker_event(
+        rec.vast_id,
+        {"stage": "prove", "event": "fail", "reason": "cuzk-daemon exited (status 1)",
+         "error_tail": ["CUDA error 700: an illegal memory access was encountered"]},
+    )  # fmt: skip
+    assert (await store.get_instance(rec.vast_id)).killed
+    assert rec.machine_id in await store.bad_machine_ids(now=world.clock.now())
+    with pytest.raises(Exception, match="bad list"):
+        await engine.deploy(rec.offer_id)
+    _only_machine(world, rec.machine_id, target=1)
+    auto = await world.engine(store)
+    await auto.step()
+    assert await store.list_instances(include_killed=False) == []
+    status = await store.get_engine_status()
+    assert status.reason_kind == "no_viable_offer" and status.best is None
+    await engine.close()
+    await auto.close()
+
+
+def _fleet(world: World, **kw) -> None:
+    world.config = replace(world.config, fleet=replace(world.config.fleet, **kw))
+
+
+async def _to_proving(engine, iid: int) -> None:
+    for stage in ("setup", "paramfetch", "benchmark"):
+        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    rec = await engine.store.get_instance(iid)
+    await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+
+
+async def test_the_status_says_target_workers_and_why_and_follows_the_cause(world, store):
+    _fleet(world, target_workers=3)  # max_concurrent_benchmarks = 2
+    engine = await world.engine(store)
+    await engine.step()
+    status = await store.get_engine_status()
+    assert (status.target, status.workers, status.reason_kind) == (3, 1, None)  # renting
+    assert status.by_stage == {"loading": 1} and status.updated_at == world.clock.now()
+    await engine.step()
+    cap = await store.get_engine_status()
+    assert (cap.workers, cap.reason_kind, cap.by_stage) == (
+        2,
+        "bench_concurrency_cap",
+        {"loading": 2},
+    )
+    assert cap.reason.startswith("benchmark concurrency cap: 2 worker(s) not yet proving")
+    assert engine.status == cap
+    world.clock.advance(30)
+    await engine.step()
+    lasting = await store.get_engine_status()
+    assert lasting.reason == cap.reason and lasting.reason_since == cap.reason_since
+    assert lasting.updated_at == cap.updated_at + 30
+
+    # Vast fails to list: nothing is decided on a stale view, and the status says why.
+    world.cloud.faults.script("list", ["503"] * 40)
+    await engine.step()
+    world.cloud.faults.clear()
+    error = await store.get_engine_status()
+    assert error.reason_kind == "api_error" and "503" in error.reason
+    assert engine.last_error is not None and engine.last_error in error.reason
+
+    # Both workers prove: the pipeline frees up, the third is rented, the target is reached.
+    for rec in await store.list_instances():
+        await _to_proving(engine, rec.vast_id)
+    await engine.step()
+    done = await store.get_engine_status()
+    assert (done.workers, done.reason_kind, done.reason) == (
+        3,
+        "at_target",
+        "at target: 3/3 workers",
+    )
+    assert done.by_stage == {"proving": 2, "loading": 1}
+    assert len(world.cloud.instances) == 3
+    await engine.close()
+
+    # A maximum $/proof that no offer reaches: the best candidate and its numbers.
+    _fleet(world, target_workers=4, max_cost_per_proof=0.0005)
+    engine = await world.engine(store)
+    await engine.step()
+    none = await store.get_engine_status()
+    assert none.reason_kind == "no_viable_offer" and none.best is not None
+    best = none.best
+    assert best["expected_cost_per_proof"] > best["max_cost_per_proof"] == 0.0005
+    assert none.reason.startswith(f"no viable offer: best {best['offer_id']} ")
+    assert none.reason.endswith("> max $0.0005")
+    busy = {r.machine_id for r in await store.list_instances(include_killed=False)}
+    assert best["machine_id"] not in busy
+    await engine.close()
+
+    # The fleet $/h cap.
+    in_use = sum(r.dph_total for r in await store.list_instances(include_killed=False))
+    _fleet(world, target_workers=4, max_cost_per_proof=0.008, max_total_dph=in_use + 0.01)
+    engine = await world.engine(store)
+    await engine.step()
+    over = await store.get_engine_status()
+    assert over.reason_kind == "fleet_dph_cap" and over.reason.startswith("fleet $/h cap: $")
+    assert len(world.cloud.instances) == 3
+    await engine.close()
+
+    _fleet(world, target_workers=0)
+    engine = await world.engine(store)
+    await engine.step()
+    assert (await store.get_engine_status()).reason_kind == "target_zero"
+    await engine.close()
+
+
+async def test_a_rent_that_fails_before_its_create_is_the_reason(world, store):
+    _fleet(world, target_workers=1)
+    engine = await world.engine(store)
+    world.cloud.faults.script("ssh", ["503"] * 40)  # the key cannot be put on the account
+    await engine.step()
+    world.cloud.faults.clear()
+    status = await store.get_engine_status()
+    assert status.reason_kind == "api_error" and status.reason.startswith("error this cycle: rent:")
+    assert world.cloud.instances == {} and await store.list_intents() == []
+    await engine.step()
+    assert (await store.get_engine_status()).reason_kind == "at_target"
+    await engine.close()
+
+
+async def test_a_dry_run_logs_each_would_rent_with_its_reason(world, store, caplog):
+    _fleet(world, target_workers=1)
+    engine = await world.engine(store, dry_run=True)
+    with caplog.at_level(logging.INFO, logger="vastui.engine"):
+        await engine.step()
+        await engine.step()
+    would = [r.getMessage() for r in caplog.records if "would rent" in r.getMessage()]
+    assert len(would) == 1 and would[0].startswith("dry-run: would rent offer ")
+    assert ": auto: 0/1 workers; offer " in would[0]
+    [intent] = await store.list_intents(kind="rent")
+    assert intent.status == "dry_run" and would[0].endswith(intent.reason)
+    status = await store.get_engine_status()
+    assert status.dry_run and status.reason_kind == "dry_run" and status.workers == 0
+    assert "1 would-be rent(s) stand in" in status.reason
+    assert world.cloud.instances == {}
     await engine.close()
 
 
@@ -164,6 +368,10 @@ async def test_benchmark_failures_destroy_with_typed_reason(world, store, outcom
         assert bad == []
     if rate is not None:
         assert (await store.get_perf(rec.machine_id))[0].last_rate == rate
+    # Without a measured rate to keep it off (a timeout), a machine that is not banned is struck:
+    # an offer id no longer does.
+    strikes = [x.kind for x in await store.list_strikes(rec.machine_id)]
+    assert strikes == (["bench_timeout"] if outcome == "timeout" else [])
     await engine.close()
 
 
@@ -208,6 +416,7 @@ async def test_stage_deadlines(world, store, stage, minutes, kind):
     rec = await store.get_instance(iid)
     assert rec.kill_kind == kind and rec.failed_stage == stage
     assert iid not in world.cloud.instances
+    assert [x.kind for x in await store.list_strikes(rec.machine_id)] == [kind]
     await engine.close()
 
 
@@ -216,6 +425,7 @@ async def test_no_first_report_deadline(world, store):
     world.clock.advance(16 * 60)
     await engine.step()
     assert (await store.get_instance(iid)).kill_kind == "deadline_first_report"
+    assert await store.list_strikes() == [], "no report may be our fault: no mark on the machine"
     await engine.close()
 
 
@@ -242,6 +452,7 @@ async def test_exited_or_offline_past_grace(world, store, status):
     await engine.step()
     rec = await store.get_instance(iid)
     assert rec.kill_kind == status and iid not in world.cloud.instances
+    assert [x.kind for x in await store.list_strikes(rec.machine_id)] == [status]
     await engine.close()
 
 
@@ -337,4 +548,34 @@ async def test_console_commands_go_through_the_store(world, store):
     assert (await store.get_instance(rec.vast_id)).kill_kind == "manual"
     failed = await store.get_command(unknown)
     assert failed.status == "failed" and "not on the bad list" in failed.result
+    await engine.close()
+
+
+async def test_a_command_sent_while_no_engine_ran_expires(world, store):
+    """A rent confirmed minutes ago, to an engine that was gone, is not carried out later."""
+    engine = await world.engine(store)
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    stale = await store.submit_command(
+        "deploy", {"offer_id": offer.id}, now=time.time() - COMMAND_TTL - 5
+    )
+    fresh = await store.submit_command("unignore", {"machine_id": 424242})
+    await engine.step()
+    cmd = await store.get_command(stale)
+    assert cmd.status == "failed" and cmd.result.startswith("expired: sent ")
+    assert await store.list_instances() == [] and await store.list_intents(kind="rent") == []
+    assert (await store.get_command(fresh)).status == "failed"  # ran: "not on the bad list"
+    await engine.close()
+
+
+async def test_the_engine_publishes_its_ranked_offers(world, store):
+    engine = await world.engine(store)
+    ranked = await engine.refresh_offers(force=True)
+    published = await store.get_engine_offers()
+    assert published is not None
+    filter_text, rows, _at = published
+    assert filter_text == engine.config.offers.filter
+    back = [from_record(r) for r in rows]
+    assert [b.offer.id for b in back if b] == [r.offer.id for r in ranked[: len(rows)]]
+    assert back[0] == ranked[0] or back[0].to_json() == ranked[0].to_json()
+    assert from_record({"raw": {"id": "x"}, "required_rate": 3}) is None  # skipped, not fatal
     await engine.close()

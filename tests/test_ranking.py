@@ -86,3 +86,16 @@ def test_bad_machines_flagged_never_viable_and_ranking_sorts_by_expected_cost():
 )
 def test_ram_class(ram, n, klass):
     assert ram_class(ram, n) == klass
+
+
+def test_a_machine_that_proved_well_is_preferred_by_its_measured_record():
+    # Machine 10 measured 42.5/h. Machine 11 is its peer (same model, same RAM class) at the same
+    # price: its prior is the peers' median, 42.5 too; at equal $/proof the measured record wins.
+    ranked = rank_offers([offer(2, 11), offer(1, 10)], [perf(10, 42.5)], set(), 0.008)
+    assert [r.offer.id for r in ranked] == [1, 2]
+    assert [r.rate_source for r in ranked] == ["measured", "peers(1)"]
+    # Against another model's default (RTX 5090: 42/h) at the same price, the measured rate wins.
+    ranked = rank_offers(
+        [offer(3, 12, gpu="RTX 5090"), offer(1, 10)], [perf(10, 42.5)], set(), 0.008
+    )
+    assert [r.offer.id for r in ranked] == [1, 3]

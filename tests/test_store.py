@@ -12,6 +12,7 @@ import pytest
 from vastui.store import (
     SCHEMA_VERSION,
     BadEntry,
+    EngineStatus,
     Event,
     InstanceRecord,
     LegacyReviewEntry,
@@ -523,3 +524,97 @@ async def test_concurrent_writes_are_serialized(store: Store) -> None:
     [perf] = await store.get_perf(77)
     assert (perf.samples, perf.best_rate) == (25, 24.0)
     assert _event_count(store.path, "ban") == 25
+
+
+# -- the engine's status ----------------------------------------------------------------------
+
+
+def _status(kind: str | None, at: float, **kw) -> EngineStatus:
+    base = dict(
+        target=3,
+        workers=2,
+        by_stage={"proving": 1, "benchmark": 1},
+        reason_kind=kind,
+        reason=None if kind is None else f"{kind} at {at}",
+        best=None,
+        dry_run=False,
+        updated_at=at,
+    )
+    base.update(kw)
+    return EngineStatus(**base)
+
+
+async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind(
+    store: Store,
+) -> None:
+    assert await store.get_engine_status() is None
+    best = {
+        "offer_id": 123,
+        "machine_id": 9,
+        "gpu_name": "RTX 4090",
+        "expected_cost_per_proof": 0.0091,
+    }
+    first = await store.put_engine_status(_status("no_viable_offer", T0, best=best))
+    assert first.reason_since == T0 and first.best == best
+    # The same cause a cycle later: its text may change, its start does not.
+    again = await store.put_engine_status(_status("no_viable_offer", T0 + 30, reason_since=T0 + 30))
+    assert again.reason_since == T0 and again.updated_at == T0 + 30
+    assert again.reason == f"no_viable_offer at {T0 + 30}"
+    # Another cause starts its own clock; so does renting (no reason).
+    cap = await store.put_engine_status(_status("bench_concurrency_cap", T0 + 60, dry_run=True))
+    assert cap.reason_since == T0 + 60 and cap.dry_run is True and cap.best is None
+    renting = await store.put_engine_status(_status(None, T0 + 90))
+    assert renting.reason_kind is None and renting.reason is None
+    assert renting.reason_since == T0 + 90
+    assert (await store.put_engine_status(_status(None, T0 + 120))).reason_since == T0 + 90
+    got = await store.get_engine_status()
+    assert got == await store.put_engine_status(_status(None, T0 + 120))
+    assert got.by_stage == {"proving": 1, "benchmark": 1} and got.target == 3
+    with sqlite3.connect(store.path) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM engine_status").fetchone()[0] == 1
+    assert got.to_json() == {
+        "target": 3,
+        "workers": 2,
+        "by_stage": {"proving": 1, "benchmark": 1},
+        "reason_kind": None,
+        "reason": None,
+        "best": None,
+        "dry_run": False,
+        "updated_at": "2026-11-30T10:07:00Z",
+        "reason_since": "2026-11-30T10:06:30Z",
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("target", -1),
+        ("workers", 1.5),
+        ("by_stage", {"proving": "x"}),
+        ("updated_at", float("nan")),
+    ],
+)
+async def test_engine_status_validation(store: Store, field: str, value) -> None:
+    with pytest.raises(StoreError, match=f"engine status {field}"):
+        await store.put_engine_status(_status("at_target", T0, **{field: value}))
+    assert await store.get_engine_status() is None
+
+
+async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    with sqlite3.connect(path) as raw:
+        for script in MIGRATIONS[:4]:
+            raw.executescript(script)
+        raw.execute("PRAGMA user_version = 4")
+        raw.execute(
+            "INSERT INTO events (ts, kind, reason) VALUES (?, 'rent', 'kept across the upgrade')",
+            (T0,),
+        )
+    async with await Store.open(path) as s:
+        assert await s.schema_version() == SCHEMA_VERSION == 6
+        assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
+        await s.put_engine_status(_status("at_target", T0))
+        assert (await s.get_engine_status()).reason_kind == "at_target"
+        assert await s.get_engine_offers() is None
+        await s.put_engine_offers("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
+        assert await s.get_engine_offers() == ("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)

@@ -13,17 +13,18 @@ import contextlib
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config, load_curio_db_password
-from vastui.engine import policy, production
+from vastui.engine import policy, production, provision
 from vastui.engine.labels import fleet_of, new_label
-from vastui.engine.ranking import RankedOffer, rank_offers
+from vastui.engine.ranking import RankedOffer, rank_offers, to_record
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
-from vastui.store import InstanceRecord, Store, StoreError
+from vastui.store import EngineStatus, InstanceRecord, Store, StoreError
 from vastui.store.fleet import Command
 from vastui.vast.client import VastClient
 from vastui.vast.errors import CreateOutcomeUnknown, VastError
@@ -35,6 +36,10 @@ ONSTART = 'nohup entrypoint.sh > "${WORKER_ROOT:-}/var/log/entrypoint.log" 2>&1 
 # A rent intent whose create answer was lost is resolved by label; give Vast this long
 # (engine clock seconds) to show the instance before calling the intent failed.
 RENT_RECOVERY_GRACE = 600.0
+PUBLISHED_OFFERS = 500  # ranked offers published for attached consoles
+# A console command not picked up within this many (wall) seconds was sent while no engine ran:
+# the operator has long been told it failed, so a later engine must not carry it out.
+COMMAND_TTL = 60.0
 
 
 @dataclass
@@ -80,12 +85,14 @@ class Engine:
         self._offers_at: float | None = None  # monotonic
         self._key_on_account = False
         self._dry_decided: set[tuple[str, int]] = set()
-        self._dry_offers: set[int] = set()  # offers this dry run would have rented
+        self._dry_offers: dict[int, float] = {}  # offers this dry run would rent → $/h
         self._destroy_retry: dict[int, tuple[int, float]] = {}  # vast_id → (failures, not before)
         self.halted = False  # set when the lease is lost: another engine may own the fleet
         self._wake = asyncio.Event()
         self.vast_seen_at: float | None = None  # wall time of the last good Vast list
         self.last_error: str | None = None
+        self._cycle_error: str | None = None  # this step's Vast error, for the status
+        self.status: EngineStatus | None = None  # what the last step published
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -145,24 +152,34 @@ class Engine:
         self.wake()
 
     async def step(self) -> None:
-        """One observe → decide → act pass. Errors are logged, never fatal."""
+        """One observe → decide → act pass, then the status. Errors are logged, never fatal."""
         if self.halted:
             return
+        self._cycle_error = None
         try:
             async with self._lock:
                 await self._run_commands()
                 vast = await self._observe_vast()
                 if vast is not None:
                     await self._reconcile(vast)
+        except Exception as exc:
+            self._step_failed(exc)
+        # Even after a failed observation: the status must say why nothing is rented.
+        try:
             await self._provision()
-            self.last_error = None
-        except (VastError, StoreError, SshError) as exc:
-            self.last_error = sanitize_line(str(exc), 300)
-            log.warning("engine step: %s", self.last_error)
-        except Exception as exc:  # a bug must not leave the fleet unmanaged: log, go on
-            self.last_error = sanitize_line(f"{type(exc).__name__}: {exc}", 300)
-            log.exception("engine step failed")
+        except Exception as exc:
+            self._step_failed(exc)
+        if not self.halted:  # a halt's reason outlives the step it interrupted
+            self.last_error = self._cycle_error
         await self._notify("step")
+
+    def _step_failed(self, exc: Exception) -> None:
+        if isinstance(exc, VastError | StoreError | SshError):
+            self._cycle_error = sanitize_line(str(exc), 300)
+            log.warning("engine step: %s", self._cycle_error)
+        else:  # a bug must not leave the fleet unmanaged: log, go on
+            self._cycle_error = sanitize_line(f"{type(exc).__name__}: {exc}", 300)
+            log.exception("engine step failed")
 
     async def _notify(self, what: str) -> None:
         if self.on_change is not None:
@@ -174,6 +191,15 @@ class Engine:
 
     async def _run_commands(self) -> None:
         for cmd in await self.store.claim_commands():
+            waited = time.time() - cmd.created_at
+            if waited > COMMAND_TTL:
+                await self.store.finish_command(
+                    cmd.id, False, f"expired: sent {waited:.0f} s ago while no engine ran; not done"
+                )
+                log.warning(
+                    "command %s (%s) expired after %.0f s unclaimed", cmd.id, cmd.kind, waited
+                )
+                continue
             try:
                 result = await self._execute(cmd)
                 await self.store.finish_command(cmd.id, True, result)
@@ -226,7 +252,7 @@ class Engine:
         try:
             listed = await self.client.list_instances()
         except VastError as exc:
-            self.last_error = sanitize_line(str(exc), 300)
+            self.last_error = self._cycle_error = sanitize_line(str(exc), 300)
             log.warning("cannot list instances: %s", self.last_error)
             return None
         self.vast_seen_at = time.time()
@@ -753,13 +779,7 @@ class Engine:
         return next((o for o in result.offers if o.id == offer_id), None)
 
     async def _rent(self, offer: Offer, reason: str) -> int | None:
-        if offer.machine_id in await self.store.bad_machine_ids(now=self.clock()):
-            raise EngineError(f"machine {offer.machine_id} is on the bad list")
-        for intent in await self.store.list_intents(kind="rent"):
-            if intent.offer_id == offer.id and intent.status in ("pending", "done"):
-                raise EngineError(f"offer {offer.id} was already rented (intent {intent.id})")
-        if self.settings.dry_run and offer.id in self._dry_offers:
-            raise EngineError(f"dry-run: offer {offer.id} was already chosen in this run")
+        await self._check_rentable(offer)
         now = self.clock()
         min_rate = self.config.min_rate_for(offer.dph_total)
         label = new_label(self.config.fleet.name)
@@ -769,19 +789,23 @@ class Engine:
             "image": self.config.fleet.image,
         }
         if self.settings.dry_run:
-            self._dry_offers.add(offer.id)
+            self._dry_offers[offer.id] = offer.dph_total
             await self.store.create_intent(
                 "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
                 detail=detail, status="dry_run", now=now,
             )  # fmt: skip
+            what = (
+                f"offer {offer.id} ({offer.gpu_name} x{offer.num_gpus}, "
+                f"${offer.dph_total:.3f}/h, min_rate {min_rate:.0f})"
+            )
             await self.store.add_event(
                 "rent",
-                f"[dry-run] would rent offer {offer.id} ({offer.gpu_name} x{offer.num_gpus}, "
-                f"${offer.dph_total:.3f}/h, min_rate {min_rate:.0f})",
+                f"[dry-run] would rent {what}",
                 machine_id=offer.machine_id,
-                detail={"dry_run": True, "offer_id": offer.id},
+                detail={"dry_run": True, "offer_id": offer.id, "reason": reason},
                 now=now,
             )
+            log.info("dry-run: would rent %s: %s", what, reason)
             return None
         await self._ensure_key_on_account()
         intent = await self.store.create_intent(
@@ -817,6 +841,27 @@ class Engine:
         await self._record_rent(detail, result.instance_id, label, now)
         await self.store.finish_intent(intent.id, "done", instance_id=result.instance_id, now=now)
         return result.instance_id
+
+    async def _check_rentable(self, offer: Offer) -> None:
+        """Only a rent in flight blocks an offer, and a live worker keeps its machine busy. An
+        offer rented before may be rented again: a machine that failed is kept off by the bad
+        list (and its strikes), a slow one by its measured rate, never by its offer id."""
+        if offer.machine_id in await self.store.bad_machine_ids(now=self.clock()):
+            raise EngineError(f"machine {offer.machine_id} is on the bad list")
+        for intent in await self.store.list_intents(status="pending", kind="rent"):
+            if intent.offer_id == offer.id or intent.machine_id == offer.machine_id:
+                raise EngineError(
+                    f"offer {offer.id}: a rent on machine {intent.machine_id} is in flight "
+                    f"(intent {intent.id}); not renting twice"
+                )
+        for rec in await self.store.list_instances(include_killed=False):
+            if rec.source == "vastui" and rec.machine_id == offer.machine_id:
+                raise EngineError(
+                    f"offer {offer.id}: machine {offer.machine_id} already has live instance "
+                    f"{rec.vast_id}"
+                )
+        if self.settings.dry_run and offer.id in self._dry_offers:
+            raise EngineError(f"dry-run: offer {offer.id} was already chosen in this run")
 
     async def _record_rent(
         self, detail: dict[str, Any], instance_id: int, label: str, now: float
@@ -876,52 +921,112 @@ class Engine:
             result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof
         )
         self._offers_at = time.monotonic()
+        # Attached consoles show these: what this engine would rent, not a search of their own.
+        rows = [to_record(r) for r in self._offers[:PUBLISHED_OFFERS]]
+        await self.store.put_engine_offers(cfg.filter, rows, self.clock())
         return self._offers
 
-    async def _provision(self) -> None:
+    async def _fleet_view(self) -> provision.FleetView:
+        """What the provisioning decision needs, read from the store (the source of truth)."""
         fleet = self.config.fleet
-        if fleet.target_workers <= 0:
-            return
+        live = [
+            r for r in await self.store.list_instances(include_killed=False)
+            if r.source == "vastui"
+        ]  # fmt: skip
+        # Rents whose outcome is still unknown count as workers (and cost); in a dry run the
+        # would-be rents of this run stand in for the instances they would make.
+        pending = await self.store.list_intents(status="pending", kind="rent")
+        dry = self._dry_offers if self.settings.dry_run else {}
+        dph = sum(r.dph_total or 0.0 for r in live) + sum(dry.values())
+        stages = Counter(r.state for r in live)
+        dph += sum(float((i.detail.get("offer") or {}).get("dph_total") or 0.0) for i in pending)
+        return provision.FleetView(
+            target=fleet.target_workers,
+            max_concurrent_benchmarks=fleet.max_concurrent_benchmarks,
+            max_cost_per_proof=fleet.max_cost_per_proof,
+            by_stage={st: n for st in policy.LIVE_STAGES if (n := stages[st])},
+            pending_rents=len(pending),
+            blocked_offers=frozenset(
+                {i.offer_id for i in pending if i.offer_id is not None} | set(dry)
+            ),
+            dry_picks=len(dry),
+            busy_machines=frozenset(
+                {r.machine_id for r in live if r.machine_id is not None}
+                | {i.machine_id for i in pending if i.machine_id is not None}
+            ),
+            bad_machines=frozenset(await self.store.bad_machine_ids(now=self.clock())),
+            dph_in_use=dph,
+            max_total_dph=fleet.max_total_dph,
+            dry_run=self.settings.dry_run,
+            api_error=self._cycle_error,
+        )
+
+    async def _provision(self) -> None:
+        """Rent at most one worker towards the target, then publish the status and its reason."""
         async with self._lock:
-            live = await self.store.list_instances(include_killed=False)
-            live = [r for r in live if r.source == "vastui"]
-            # Rents whose outcome is still unknown count as workers (and cost), and in a dry
-            # run the would-be rents of this run stand in for the instances they would make.
-            pending = [
-                i for i in await self.store.list_intents(status="pending") if i.kind == "rent"
-            ]
-            dry = len(self._dry_offers) if self.settings.dry_run else 0
-            if len(live) + len(pending) + dry >= fleet.target_workers:
-                return
-            in_pipeline = sum(r.state in policy.PIPELINE_STAGES for r in live) + len(pending) + dry
-            if in_pipeline >= fleet.max_concurrent_benchmarks:
-                return
-            offers = await self.refresh_offers()
-            spent = sum(r.dph_total or 0.0 for r in live) + sum(
-                float((i.detail.get("offer") or {}).get("dph_total") or 0.0) for i in pending
-            )
-            used_offers = {
-                i.offer_id
-                for i in await self.store.list_intents(kind="rent")
-                if i.status in ("pending", "done")
-            } | self._dry_offers
-            busy_machines = {r.machine_id for r in live} | {i.machine_id for i in pending}
-            # The ranking may predate a new ban.
-            bad = await self.store.bad_machine_ids(now=self.clock())
-            for ranked in offers:
-                offer = ranked.offer
-                if not ranked.viable or offer.id in used_offers:
-                    continue
-                if offer.machine_id in busy_machines or offer.machine_id in bad:
-                    continue
-                if spent + offer.dph_total > fleet.max_total_dph:
-                    continue
+            view = await self._fleet_view()
+            decision = provision.gate(view)
+            offers: list[RankedOffer] = []
+            if decision is None:
                 try:
-                    await self._rent(offer, f"auto: target {fleet.target_workers} workers")
-                except EngineError as exc:
-                    log.warning("%s", exc)
-                    continue
-                return  # one rent per step: the next step sees the new fleet
+                    offers = await self.refresh_offers()
+                except VastError as exc:
+                    self._cycle_error = sanitize_line(f"offer search: {exc}", 300)
+                    log.warning("%s", self._cycle_error)
+                    view = replace(view, api_error=self._cycle_error)
+                decision = provision.decide(view, offers)
+            if decision.rent is not None:
+                view, decision = await self._rent_one(view, decision, offers)
+            await self._publish(view, decision)
+
+    async def _rent_one(
+        self, view: provision.FleetView, decision: provision.Decision, offers: list[RankedOffer]
+    ) -> tuple[provision.FleetView, provision.Decision]:
+        """Rent the decided offer (one that fails gives way to the next); return the view and
+        the decision that hold afterwards: the status says where the next step starts from."""
+        for _ in range(5):
+            if decision.rent is None:
+                break
+            offer = decision.rent.offer
+            try:
+                await self._rent(offer, provision.rent_reason(view, decision.rent))
+            except EngineError as exc:
+                log.warning("%s", exc)
+                view = replace(view, blocked_offers=view.blocked_offers | {offer.id})
+                decision = provision.decide(view, offers)
+                continue
+            except VastError as exc:  # before any create: e.g. putting the key on the account
+                self._cycle_error = sanitize_line(f"rent: {exc}", 300)
+                log.warning("%s", self._cycle_error)
+                view = replace(view, api_error=self._cycle_error)
+                return view, provision.decide(view, offers)
+            view = await self._fleet_view()
+            return view, provision.decide(view, offers)
+        return view, decision
+
+    async def _publish(self, view: provision.FleetView, decision: provision.Decision) -> None:
+        reason = decision.reason
+        status = await self.store.put_engine_status(
+            EngineStatus(
+                target=view.target,
+                workers=view.workers,
+                by_stage=dict(view.by_stage),
+                reason_kind=reason.kind if reason else None,
+                reason=reason.text if reason else None,
+                best=reason.best.to_json() if reason and reason.best else None,
+                dry_run=view.dry_run,
+                updated_at=self.clock(),
+            )
+        )
+        previous = self.status
+        if previous is None or (previous.reason_kind, previous.reason) != (
+            status.reason_kind,
+            status.reason,
+        ):
+            log.info(
+                "fleet %d/%d workers: %s", status.workers, status.target, status.reason or "renting"
+            )
+        self.status = status
 
 
 def worker_curio_env(config: Config) -> dict[str, str]:

@@ -3,8 +3,13 @@
 Kill kinds are typed (a short code) and come with a one-line human reason. A machine is
 banned only for faults that belong to the machine (a benchmark error exit, GPU errors, a
 stuck image load); a low benchmark rate is not a ban: it updates the performance record.
-Lesser marks against a machine are strikes (failed proofs, a worker destroyed in production);
-``proving.strikes_to_ban`` of them ban it.
+Lesser marks against a machine are strikes (failed proofs, a worker destroyed in production,
+a benchmark or param fetch past its deadline, a benchmark without a rate, an instance exited or
+offline on Vast); ``proving.strikes_to_ban`` of them ban it. An offer id never keeps a machine
+off: a machine may be rented again, so every fault of the machine must leave a mark here (a
+ban, a strike) or in its measured rate (a slow benchmark), or it would be re-rented in a loop.
+Faults that may be ours (no first report, a setup that never passes the tunnel check) mark
+nothing.
 """
 
 from __future__ import annotations
@@ -115,12 +120,16 @@ def deadline_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | Non
                 "deadline_paramfetch",
                 f"param fetch timeout ({d.paramfetch_min:g} min)",
                 "paramfetch",
+                strike=True,
             )
     elif rec.state == "benchmark":
         since = rec.benchmark_at
         if since is not None and now - since > d.benchmark_min * minutes:
             return Kill(
-                "deadline_benchmark", f"benchmark timeout ({d.benchmark_min:g} min)", "benchmark"
+                "deadline_benchmark",
+                f"benchmark timeout ({d.benchmark_min:g} min)",
+                "benchmark",
+                strike=True,
             )
     return None
 
@@ -138,6 +147,7 @@ def unhealthy_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | No
         f"instance {rec.vast_status} on Vast for over {config.deadlines.exited_grace_min:g} min"
         + (f" ({rec.status_msg})" if rec.status_msg else ""),
         rec.state,
+        strike=True,
     )
 
 
@@ -167,7 +177,9 @@ def benchmark_kill(result: dict[str, Any], min_rate: float | None) -> Kill | Non
         ban = f"benchmark {outcome} in {stage}" + (
             f": {gpu_errors(tail)[-1].strip()}" if gpu_errors(tail) else ""
         )
-    return Kill(kind, reason[:300], "benchmark", tail, outcome, ban, {"rate": rate})
+    # No rate to keep a slow machine off (a timeout, an abort before any proof): a strike.
+    strike = ban is None and (outcome == "timeout" or rate is None)
+    return Kill(kind, reason[:300], "benchmark", tail, outcome, ban, {"rate": rate}, strike)
 
 
 def failure_kill(event: dict[str, Any]) -> Kill:

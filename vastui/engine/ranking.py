@@ -12,13 +12,15 @@ For each offer:
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from vastui.pricing import required_rate
 from vastui.store.records import PerfRecord
-from vastui.vast.models import Offer
+from vastui.vast.models import ModelError, Offer
 
 # Per-GPU proofs/hour with ample RAM and CPU; used only until a machine of that model is measured.
 DEFAULT_GPU_RATES: dict[str, float] = {
@@ -69,11 +71,13 @@ class RankedOffer:
             and self.expected_rate >= self.required_rate
         )
 
-    def sort_key(self) -> tuple[int, float, float]:
+    def sort_key(self) -> tuple[int, float, int, float]:
         cost = self.expected_cost_per_proof
         return (
             0 if cost is not None else 1,
             cost if cost is not None else 0.0,
+            # At an equal expected $/proof a machine's own measured record beats an estimate.
+            0 if self.known_rate is not None else 1,
             self.offer.dph_total,
         )
 
@@ -89,6 +93,47 @@ class RankedOffer:
             bad=self.bad,
         )
         return row
+
+
+def to_record(ranked: RankedOffer) -> dict[str, object]:
+    """What the engine publishes for attached consoles: Vast's own offer row and the ranking."""
+    return {
+        "raw": dict(ranked.offer.raw),
+        "known_rate": ranked.known_rate,
+        "prior_rate": ranked.prior_rate,
+        "rate_source": ranked.rate_source,
+        "expected_rate": ranked.expected_rate,
+        "required_rate": ranked.required_rate,
+        "expected_cost_per_proof": ranked.expected_cost_per_proof,
+        "bad": ranked.bad,
+        "bad_reason": ranked.bad_reason,
+    }
+
+
+def from_record(row: Mapping[str, Any]) -> RankedOffer | None:
+    """A published row back to a RankedOffer (None if it does not parse: skip it)."""
+    try:
+        offer = Offer.from_api(row["raw"])
+        return RankedOffer(
+            offer=offer,
+            known_rate=_opt(row.get("known_rate")),
+            prior_rate=_opt(row.get("prior_rate")),
+            rate_source=str(row.get("rate_source") or "unknown"),
+            expected_rate=_opt(row.get("expected_rate")),
+            required_rate=float(row["required_rate"]),
+            expected_cost_per_proof=_opt(row.get("expected_cost_per_proof")),
+            bad=row.get("bad") is True,
+            bad_reason=None if row.get("bad_reason") is None else str(row["bad_reason"]),
+        )
+    except (KeyError, TypeError, ValueError, ModelError):
+        return None
+
+
+def _opt(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:

@@ -6,13 +6,14 @@ A mixin of :class:`vastui.store.Store`, kept apart so the core store stays reada
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vastui.store.records import InstanceRecord, Strike
+from vastui.store.records import EngineStatus, InstanceRecord, Strike
 
 # Instance columns the engine may update piecemeal (stage moves go through set_stage).
 PROGRESS_COLUMNS = frozenset(
@@ -299,6 +300,81 @@ class FleetOps:
             await cur.close()
         return count
 
+    # -- the engine's status -------------------------------------------------------------
+
+    async def put_engine_status(self, status: EngineStatus) -> EngineStatus:
+        """Replace the one status row; ``reason_since`` is kept while the reason kind lasts
+        (the given one is ignored) and set to ``updated_at`` when it changes."""
+        _check_status(status)
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            old = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT reason_kind, reason_since FROM engine_status WHERE id = 1"
+            )
+            since = status.updated_at
+            if old is not None and old["reason_kind"] == status.reason_kind:
+                since = old["reason_since"] if old["reason_since"] is not None else since
+            await conn.execute(
+                "INSERT INTO engine_status (id, target, workers, by_stage, reason_kind, reason,"
+                " best, dry_run, updated_at, reason_since) VALUES (1,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(id) DO UPDATE SET target = excluded.target,"
+                " workers = excluded.workers, by_stage = excluded.by_stage,"
+                " reason_kind = excluded.reason_kind, reason = excluded.reason,"
+                " best = excluded.best, dry_run = excluded.dry_run,"
+                " updated_at = excluded.updated_at, reason_since = excluded.reason_since",
+                (
+                    status.target, status.workers, json.dumps(dict(status.by_stage)),
+                    status.reason_kind, status.reason,
+                    None if status.best is None else json.dumps(status.best, default=str),
+                    int(status.dry_run), status.updated_at, since,
+                ),
+            )  # fmt: skip
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM engine_status WHERE id = 1"
+            )
+        assert row is not None
+        return EngineStatus.from_row(row)
+
+    async def put_engine_offers(
+        self, filter_text: str, offers: list[dict[str, Any]], now: float
+    ) -> None:
+        """Replace the engine's published offers (already ranked, JSON-safe rows)."""
+        body = json.dumps(offers, separators=(",", ":"), default=str)
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                "INSERT INTO engine_offers (id, filter, body, updated_at) VALUES (1, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET filter = excluded.filter, body = excluded.body,"
+                " updated_at = excluded.updated_at",
+                (filter_text, body, float(now)),
+            )
+
+    async def get_engine_offers(self) -> tuple[str, list[dict[str, Any]], float] | None:
+        """(filter, rows, updated_at) the engine last published, or None."""
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT filter, body, updated_at FROM engine_offers WHERE id = 1"
+            )
+        if row is None:
+            return None
+        try:
+            rows = json.loads(row["body"])
+        except ValueError:
+            return None
+        if not isinstance(rows, list):
+            return None
+        return (
+            str(row["filter"]),
+            [r for r in rows if isinstance(r, dict)],
+            float(row["updated_at"]),
+        )
+
+    async def get_engine_status(self) -> EngineStatus | None:
+        """The engine's last published status, or None if no engine has run a cycle here."""
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn, "SELECT * FROM engine_status WHERE id = 1"
+            )
+        return EngineStatus.from_row(row) if row else None
+
     # -- the lease -----------------------------------------------------------------------
 
     async def acquire_lease(
@@ -353,3 +429,19 @@ class FleetOps:
         if row is None or row["expires_at"] <= _ts(now):
             return None
         return Lease.from_row(row)
+
+
+def _check_status(status: EngineStatus) -> None:
+    from vastui.store.db import StoreError
+
+    for name in ("target", "workers"):
+        value = getattr(status, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise StoreError(f"engine status {name} must be an integer >= 0, got {value!r}")
+    for stage, count in status.by_stage.items():
+        if not isinstance(stage, str) or isinstance(count, bool) or not isinstance(count, int):
+            raise StoreError(f"engine status by_stage must map stage to count, got {stage!r}")
+    if not isinstance(status.updated_at, int | float) or not math.isfinite(status.updated_at):
+        raise StoreError(
+            f"engine status updated_at must be epoch seconds, got {status.updated_at!r}"
+        )

@@ -198,7 +198,36 @@ CREATE TABLE strikes (
 CREATE INDEX strikes_machine ON strikes(machine_id, ts);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
+# Version 5: the engine explains itself. One row, rewritten every reconcile cycle: the target,
+# the workers by stage, and why the fleet is below target (a typed kind, one line of text, the
+# best candidate offer), in the engine's clock; reason_since is when that reason began.
+_V5 = """
+CREATE TABLE engine_status (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    target       INTEGER NOT NULL,
+    workers      INTEGER NOT NULL,
+    by_stage     TEXT NOT NULL,
+    reason_kind  TEXT,
+    reason       TEXT,
+    best         TEXT,
+    dry_run      INTEGER NOT NULL DEFAULT 0 CHECK (dry_run IN (0, 1)),
+    updated_at   REAL NOT NULL,
+    reason_since REAL
+);
+"""
+
+# The engine's ranked offers, for consoles attached to it: they show what the engine would
+# rent, not a search of their own.
+_V6 = """
+CREATE TABLE engine_offers (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    filter      TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    updated_at  REAL NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

@@ -309,6 +309,54 @@ class Strike:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineStatus:
+    """What the engine last said about its fleet (table ``engine_status``, one row).
+
+    Written every reconcile cycle; ``updated_at`` is the engine's clock. ``reason_kind`` is one
+    of ``vastui.engine.provision.REASON_KINDS`` (None while the engine is renting towards its
+    target); ``reason_since`` is when the current reason kind began (kept while it lasts).
+    """
+
+    target: int
+    workers: int  # live vastui instances + pending rents
+    by_stage: dict[str, int]  # live vastui instances per stage
+    reason_kind: str | None
+    reason: str | None  # one line for the operator
+    best: dict[str, Any] | None  # the best candidate offer, when it explains the reason
+    dry_run: bool
+    updated_at: float
+    reason_since: float | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> EngineStatus:
+        by_stage = _json_obj(row["by_stage"]) or {}
+        return cls(
+            target=int(row["target"]),
+            workers=int(row["workers"]),
+            by_stage={str(k): int(v) for k, v in by_stage.items()},
+            reason_kind=row["reason_kind"],
+            reason=row["reason"],
+            best=_json_obj(row["best"]),
+            dry_run=bool(row["dry_run"]),
+            updated_at=float(row["updated_at"]),
+            reason_since=row["reason_since"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "workers": self.workers,
+            "by_stage": dict(self.by_stage),
+            "reason_kind": self.reason_kind,
+            "reason": self.reason,
+            "best": self.best,
+            "dry_run": self.dry_run,
+            "updated_at": iso_utc(self.updated_at),
+            "reason_since": iso_utc(self.reason_since),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """One row of the append-only ``events`` log."""
 

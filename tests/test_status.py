@@ -1,0 +1,120 @@
+"""`vastui status`: the report gathered from the store, and its plain lines."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from vastui.status import gather, render
+from vastui.store import EngineStatus, InstanceRecord, Store
+
+H = 3600.0
+DAY0 = 1_796_000_400.0  # the day boundary passed in (2026-11-30T00:20:00Z, any value will do)
+NOW = DAY0 + 10 * H
+WALL = 1_800_000_000.0  # the lease is wall-clock, apart from the engine's clock
+
+
+def report(**kw: Any) -> dict[str, Any]:
+    engine = {
+        "target": 3,
+        "workers": 2,
+        "by_stage": {"proving": 2},
+        "reason_kind": "no_viable_offer",
+        "reason": "no viable offer: best 123 RTX 4090 $0.0091/proof > max $0.0080",
+        "best": {"offer_id": 123},
+        "dry_run": False,
+        "updated_at": "2026-11-30T10:20:00Z",
+        "reason_since": "2026-11-30T10:00:00Z",
+    }
+    engine.update(kw.pop("engine", {}))
+    base: dict[str, Any] = {
+        "now": "2026-11-30T10:20:00Z",
+        "engine": engine,
+        "lease": {"mode": "headless", "pid": 4242, "hostname": "ctl", "heartbeat_age_s": 3.2},
+        "stages": {"proving": 2, "killed": 1},
+        "spend": {"today": 1.234, "total": 4.56, "rejected": 0.78, "day_start": DAY0},
+    }
+    base.update(kw)
+    return base
+
+
+RENDER_CASES = [
+    ("below target", report(), "workers 2/3 (proving 2)  below target: no viable offer: best 123 "
+     "RTX 4090 $0.0091/proof > max $0.0080"),
+    ("at target", report(engine={"workers": 3, "by_stage": {"benchmark": 1, "proving": 2},
+     "reason_kind": "at_target", "reason": "at target: 3/3 workers"}),
+     "workers 3/3 (benchmark 1, proving 2)  at target: 3/3 workers"),
+    ("renting, a rent in flight", report(engine={"by_stage": {"loading": 1}, "reason_kind": None,
+     "reason": None}), "workers 2/3 (loading 1, renting 1)  renting towards the target"),
+    ("dry run", report(engine={"workers": 0, "by_stage": {}, "dry_run": True,
+     "reason_kind": "dry_run", "reason": "dry run: 3 would-be rent(s) stand in"}),
+     "workers 0/3  below target: dry run: 3 would-be rent(s) stand in  [dry-run]"),
+    ("target zero", report(engine={"target": 0, "workers": 0, "by_stage": {},
+     "reason_kind": "target_zero", "reason": "target is 0 workers: nothing is rented"}),
+     "workers 0/0  target is 0 workers: nothing is rented"),
+    ("no engine yet", report() | {"engine": None},
+     "workers: no status yet (no engine has run a cycle on this database)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "rep", "line"), RENDER_CASES, ids=[c[0] for c in RENDER_CASES])
+def test_render_workers_line(case: str, rep: dict[str, Any], line: str) -> None:
+    assert render(rep).splitlines()[1] == line
+
+
+def test_render_is_three_plain_lines() -> None:
+    assert render(report()).splitlines() == [
+        "engine: headless (pid 4242 on ctl), heartbeat 3s ago",
+        "workers 2/3 (proving 2)  below target: no viable offer: best 123 RTX 4090 "
+        "$0.0091/proof > max $0.0080",
+        "spend $1.23 today, $4.56 since start, $0.78 on rejected workers",
+    ]
+    assert render(report(lease=None)).splitlines()[0] == (
+        "engine: none running (no live lease on this database)"
+    )
+
+
+def _inst(vid: int, **kw: Any) -> InstanceRecord:
+    return InstanceRecord(vast_id=vid, label=f"vastui-main-{vid:012x}", dph_total=0.5, **kw)
+
+
+async def test_gather_reads_the_status_spend_stages_and_lease(store: Store) -> None:
+    await store.upsert_instance(
+        _inst(1, state="proving", created_at=NOW - 2 * H, proving_at=NOW - H), now=NOW
+    )
+    await store.upsert_instance(_inst(2, created_at=DAY0 - 2 * H), now=NOW)
+    await store.mark_killed(2, "bench_below_min", "benchmark below_min", now=DAY0 + H)
+    await store.upsert_instance(_inst(3, source="legacy", state="legacy", created_at=0.0), now=NOW)
+    await store.put_engine_status(
+        EngineStatus(target=3, workers=1, by_stage={"proving": 1}, reason_kind="fleet_dph_cap",
+                     reason="fleet $/h cap: ...", best=None, dry_run=False, updated_at=NOW)
+    )  # fmt: skip
+    await store.acquire_lease("me", pid=77, hostname="ctl", mode="headless", ttl=30, now=WALL)
+
+    rep = await gather(store, NOW, day_start=DAY0, wall_now=WALL + 5)
+    assert json.loads(json.dumps(rep)) == rep, "the report is the --json form"
+    assert rep["engine"]["reason_kind"] == "fleet_dph_cap" and rep["engine"]["workers"] == 1
+    assert rep["stages"] == {"proving": 1, "killed": 1}, "legacy rows are not vastui's fleet"
+    # 1: $1.00 (all today); 2: 3 h = $1.50, $0.50 of it today, rejected.
+    assert rep["spend"] == {"today": 1.5, "total": 2.5, "rejected": 1.5, "day_start": DAY0}
+    assert rep["lease"] == {"mode": "headless", "pid": 77, "hostname": "ctl",
+                            "heartbeat_age_s": 5.0}  # fmt: skip
+    lines = render(rep).splitlines()
+    assert lines[0] == "engine: headless (pid 77 on ctl), heartbeat 5s ago"
+    assert lines[1] == "workers 1/3 (proving 1)  below target: fleet $/h cap: ..."
+    assert lines[2] == "spend $1.50 today, $2.50 since start, $1.50 on rejected workers"
+    # The lease lapsed: no engine is running.
+    assert (await gather(store, NOW, day_start=DAY0, wall_now=WALL + 31))["lease"] is None
+
+
+async def test_gather_on_an_empty_database(store: Store) -> None:
+    rep = await gather(store, NOW, wall_now=WALL)
+    assert rep["engine"] is None and rep["lease"] is None and rep["stages"] == {}
+    assert rep["spend"]["total"] == 0.0 and NOW - 25 * H < rep["spend"]["day_start"] <= NOW
+    assert render(rep).splitlines() == [
+        "engine: none running (no live lease on this database)",
+        "workers: no status yet (no engine has run a cycle on this database)",
+        "spend $0.00 today, $0.00 since start, $0.00 on rejected workers",
+    ]

@@ -1,0 +1,250 @@
+"""The provisioning decision, as a pure function: the offer to rent next, or why nothing is.
+
+Every cycle the engine builds a :class:`FleetView` (its target, its live workers by stage, the
+rents still in flight, the limits) and asks :func:`decide` with the ranked offers. The answer
+is the offer to rent (or none) and, whenever the fleet is not being grown, a typed
+:class:`Reason` the operator sees until its cause goes away:
+
+==========================  ======================================================================
+``target_zero``             the target is 0: nothing is rented
+``at_target``               live workers + rents in flight reach the target
+``api_error``               this cycle's Vast call failed: no decision on a stale view
+``dry_run``                 a dry run: the would-be rent (or the would-be rents standing in)
+``bench_concurrency_cap``   ``fleet.max_concurrent_benchmarks`` workers are not yet proving
+``fleet_dph_cap``           every viable offer would take the fleet over ``fleet.max_total_dph``
+``no_viable_offer``         no offer is expected to reach the rate its price requires
+==========================  ======================================================================
+
+Only a rent in flight blocks an offer (and a machine with a live worker stays busy): an offer
+rented before may be rented again, and a machine that failed is kept off by the bad list (and
+its strikes), a slow one by its measured rate in the ranking, not by its offer id.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from vastui.engine.policy import PIPELINE_STAGES
+from vastui.engine.ranking import RankedOffer
+
+REASON_KINDS: tuple[str, ...] = (
+    "target_zero",
+    "at_target",
+    "api_error",
+    "dry_run",
+    "bench_concurrency_cap",
+    "fleet_dph_cap",
+    "no_viable_offer",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """The offer that best explains a reason: the one the engine would rent, were it allowed."""
+
+    offer_id: int
+    machine_id: int
+    gpu_name: str
+    num_gpus: int
+    dph_total: float
+    expected_rate: float | None
+    required_rate: float
+    rate_source: str
+    expected_cost_per_proof: float | None
+    max_cost_per_proof: float
+
+    @classmethod
+    def of(cls, ranked: RankedOffer, max_cost_per_proof: float) -> Candidate:
+        o = ranked.offer
+        return cls(
+            offer_id=o.id,
+            machine_id=o.machine_id,
+            gpu_name=o.gpu_name,
+            num_gpus=o.num_gpus,
+            dph_total=o.dph_total,
+            expected_rate=ranked.expected_rate,
+            required_rate=ranked.required_rate,
+            rate_source=ranked.rate_source,
+            expected_cost_per_proof=ranked.expected_cost_per_proof,
+            max_cost_per_proof=max_cost_per_proof,
+        )
+
+    @property
+    def gpu(self) -> str:
+        return self.gpu_name if self.num_gpus == 1 else f"{self.num_gpus}x {self.gpu_name}"
+
+    def economics(self) -> str:
+        """Why this offer is (not) worth its price, in the operator's terms."""
+        cost, cap = self.expected_cost_per_proof, self.max_cost_per_proof
+        if self.expected_rate is None or cost is None:
+            return f"expected rate unknown ({self.rate_source}), max ${cap:.4f}/proof"
+        if cost > cap:
+            return f"${cost:.4f}/proof > max ${cap:.4f}"
+        if self.expected_rate < self.required_rate:
+            # ${cost} is under the cap, but the gate rounds the required rate up.
+            return (
+                f"{self.expected_rate:.1f} proofs/h < {self.required_rate:.0f} required "
+                f"at ${self.dph_total:.3f}/h (max ${cap:.4f}/proof)"
+            )
+        return f"${cost:.4f}/proof <= max ${cap:.4f}"
+
+    def describe(self) -> str:
+        return f"{self.offer_id} {self.gpu} {self.economics()}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "offer_id": self.offer_id,
+            "machine_id": self.machine_id,
+            "gpu_name": self.gpu_name,
+            "num_gpus": self.num_gpus,
+            "dph_total": round(self.dph_total, 4),
+            "expected_rate": None if self.expected_rate is None else round(self.expected_rate, 1),
+            "required_rate": self.required_rate,
+            "rate_source": self.rate_source,
+            "expected_cost_per_proof": (
+                None
+                if self.expected_cost_per_proof is None
+                else round(self.expected_cost_per_proof, 5)
+            ),
+            "max_cost_per_proof": self.max_cost_per_proof,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    kind: str  # one of REASON_KINDS
+    text: str  # one line for the operator
+    best: Candidate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """What the engine knows at the start of a provisioning decision."""
+
+    target: int
+    max_concurrent_benchmarks: int
+    max_cost_per_proof: float
+    by_stage: Mapping[str, int] = field(default_factory=dict)  # live vastui workers
+    pending_rents: int = 0  # rent intents whose outcome is not known yet
+    blocked_offers: frozenset[int] = frozenset()  # offers of rents in flight, dry picks, ...
+    dry_picks: int = 0  # would-be rents of this dry run: they stand in for workers
+    busy_machines: frozenset[int] = frozenset()  # a live worker or a rent in flight
+    bad_machines: frozenset[int] = frozenset()
+    dph_in_use: float = 0.0  # live workers + rents in flight (+ dry picks)
+    max_total_dph: float = math.inf
+    dry_run: bool = False
+    api_error: str | None = None  # this cycle's Vast error, one line
+
+    @property
+    def live(self) -> int:
+        return sum(self.by_stage.values())
+
+    @property
+    def workers(self) -> int:
+        """What the status shows: live vastui instances + rents in flight."""
+        return self.live + self.pending_rents
+
+    @property
+    def in_pipeline(self) -> int:
+        """Workers not yet proving, counting rents in flight and dry picks."""
+        loading = sum(n for stage, n in self.by_stage.items() if stage in PIPELINE_STAGES)
+        return loading + self.pending_rents + self.dry_picks
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    rent: RankedOffer | None  # the offer to rent now (in a dry run: to record as would-rent)
+    reason: Reason | None  # None while renting towards the target for real
+
+
+def gate(view: FleetView) -> Decision | None:
+    """The decision when it does not depend on the market (no search needed), else None."""
+    if view.target <= 0:
+        return Decision(None, Reason("target_zero", "target is 0 workers: nothing is rented"))
+    if view.workers >= view.target:
+        return Decision(
+            None, Reason("at_target", f"at target: {view.workers}/{view.target} workers")
+        )
+    if view.api_error:
+        return Decision(None, Reason("api_error", f"error this cycle: {view.api_error}"))
+    if view.dry_run and view.workers + view.dry_picks >= view.target:
+        return Decision(
+            None,
+            Reason(
+                "dry_run",
+                f"dry run: {view.dry_picks} would-be rent(s) stand in for the missing "
+                f"{view.target - view.workers} worker(s); nothing is rented",
+            ),
+        )
+    if view.in_pipeline >= view.max_concurrent_benchmarks:
+        return Decision(
+            None,
+            Reason(
+                "bench_concurrency_cap",
+                f"benchmark concurrency cap: {view.in_pipeline} worker(s) not yet proving "
+                f"(fleet.max_concurrent_benchmarks = {view.max_concurrent_benchmarks})",
+            ),
+        )
+    return None
+
+
+def decide(view: FleetView, offers: Sequence[RankedOffer]) -> Decision:
+    """The offer to rent (offers ranked best first), or the reason none is."""
+    early = gate(view)
+    if early is not None:
+        return early
+    open_offers = [r for r in offers if _rentable(view, r)]
+    viable = [r for r in open_offers if r.viable]
+    for ranked in viable:
+        if view.dph_in_use + ranked.offer.dph_total <= view.max_total_dph:
+            return Decision(ranked, _dry_reason(view, ranked) if view.dry_run else None)
+    if viable:
+        best = Candidate.of(viable[0], view.max_cost_per_proof)
+        return Decision(
+            None,
+            Reason(
+                "fleet_dph_cap",
+                f"fleet $/h cap: ${view.dph_in_use:.3f}/h in use + ${best.dph_total:.3f}/h "
+                f"for offer {best.offer_id} > max ${view.max_total_dph:.2f}/h",
+                best,
+            ),
+        )
+    return Decision(None, _no_viable(view, open_offers))
+
+
+def rent_reason(view: FleetView, ranked: RankedOffer) -> str:
+    """Why this rent: recorded on its intent and logged (a dry run logs it as "would rent")."""
+    best = Candidate.of(ranked, view.max_cost_per_proof)
+    return (
+        f"auto: {view.workers}/{view.target} workers; offer {best.offer_id} {best.gpu} "
+        f"on machine {best.machine_id}: {best.economics()} ({best.rate_source})"
+    )
+
+
+def _rentable(view: FleetView, ranked: RankedOffer) -> bool:
+    """Not banned (the ranking may predate a ban), not busy, not blocked by a rent in flight."""
+    o = ranked.offer
+    return not (
+        ranked.bad
+        or o.machine_id in view.bad_machines
+        or o.machine_id in view.busy_machines
+        or o.id in view.blocked_offers
+    )
+
+
+def _dry_reason(view: FleetView, ranked: RankedOffer) -> Reason:
+    best = Candidate.of(ranked, view.max_cost_per_proof)
+    return Reason("dry_run", f"dry run: would rent {best.describe()}", best)
+
+
+def _no_viable(view: FleetView, open_offers: Sequence[RankedOffer]) -> Reason:
+    if not open_offers:
+        return Reason(
+            "no_viable_offer",
+            "no viable offer: no offer matches the filter on a free, unbanned machine",
+        )
+    # The ranking puts the lowest expected $/proof first (unknown rates last).
+    best = Candidate.of(open_offers[0], view.max_cost_per_proof)
+    return Reason("no_viable_offer", f"no viable offer: best {best.describe()}", best)
