@@ -85,7 +85,7 @@ async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):
     app, bridge = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
-        offer_id = int(app._selected_offer().offer.id)
+        offer_id = int(app.pane("offers").selected_offer().offer.id)
         await pilot.press("d")
         await pilot.pause()
         assert "Rent offer" in str(app.screen.query_one(".dialog-title").render())
@@ -115,7 +115,7 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
     app, bridge = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
-        machine = app._selected_offer().offer.machine_id
+        machine = app.pane("offers").selected_offer().offer.machine_id
         await pilot.press("i")
         await pilot.pause()
         app.screen.query_one("Input").value = "GPU errors under load"
@@ -210,20 +210,25 @@ async def _wait_loaded(pilot) -> None:
     raise AssertionError("fixed data never loaded")
 
 
-@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+SIZES = [(80, 24), (200, 50)]  # the smallest terminal we support, and a roomy one
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_snapshot_offers(snap_compare, tmp_path: Path, size):
     assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=_wait_loaded)
 
 
-def test_snapshot_instances(snap_compare, tmp_path: Path):
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_instances(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("2")
 
-    assert snap_compare(fixed_app(tmp_path), terminal_size=(160, 30), run_before=before)
+    assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
 
 
-def test_snapshot_detail_of_a_failed_instance(snap_compare, tmp_path: Path):
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_detail_of_a_failed_instance(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("2")
@@ -231,10 +236,11 @@ def test_snapshot_detail_of_a_failed_instance(snap_compare, tmp_path: Path):
         table.move_cursor(row=table.get_row_index("3000005"))
         await pilot.press("enter")
 
-    assert snap_compare(fixed_app(tmp_path), terminal_size=(160, 45), run_before=before)
+    assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
 
 
-def test_snapshot_logs(snap_compare, tmp_path: Path):
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_logs(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("2")
@@ -246,15 +252,16 @@ def test_snapshot_logs(snap_compare, tmp_path: Path):
             if pilot.app.query_one(LogView).line_count >= len(LOGS):
                 break
 
-    assert snap_compare(fixed_app(tmp_path, LOGS), terminal_size=(160, 24), run_before=before)
+    assert snap_compare(fixed_app(tmp_path, LOGS), terminal_size=size, run_before=before)
 
 
-def test_snapshot_bad_list(snap_compare, tmp_path: Path):
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_bad_list(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("4")
 
-    assert snap_compare(fixed_app(tmp_path), terminal_size=(160, 24), run_before=before)
+    assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
 
 
 def test_snapshot_deploy_confirm(snap_compare, tmp_path: Path):
@@ -271,6 +278,15 @@ def test_snapshot_ignore_prompt(snap_compare, tmp_path: Path):
         await pilot.press("i")
 
     assert snap_compare(fixed_app(tmp_path), terminal_size=(120, 30), run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_help(snap_compare, tmp_path: Path, size):
+    async def before(pilot) -> None:
+        await _wait_loaded(pilot)
+        await pilot.press("2", "question_mark")
+
+    assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
 
 
 async def test_untrusted_text_is_never_markup_or_escapes(tmp_path: Path):

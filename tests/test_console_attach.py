@@ -39,7 +39,7 @@ async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
         assert bridge.mode == "attached" and bridge.engine is None
         assert bridge.attached_to is not None and bridge.attached_to.pid == 4242
         await wait_for(pilot, lambda: "ATTACHED" in str(app.query_one("#summary", Static).render()))
-        machine = app._selected_offer().offer.machine_id
+        machine = app.pane("offers").selected_offer().offer.machine_id
         await pilot.press("i")
         await pilot.pause()
         await pilot.press("enter")  # the default reason

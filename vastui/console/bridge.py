@@ -16,9 +16,12 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +29,22 @@ from vastui.backend import Options, make_client, make_demo_cloud
 from vastui.config import state_dir
 from vastui.engine.engine import Engine
 from vastui.engine.keys import ensure_ssh_key
-from vastui.engine.ranking import RankedOffer, rank_offers
+from vastui.engine.ranking import RankedOffer, from_record, rank_offers
 from vastui.engine.runtime import EngineRuntime, RunOptions, engine_runtime
+from vastui.engine.spend import Spend, fleet_spend, instance_cost, local_midnight
+from vastui.logfmt import ClockFormatter
 from vastui.pricing import required_rate
 from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
 from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, PerfRecord, Store
 from vastui.store.fleet import Lease
+from vastui.store.records import EngineStatus
 from vastui.vast.client import VastClient
 
 log = logging.getLogger("vastui.console")
 
 ENGINE_LOG_LINES = 5_000
+HEARTBEAT_STALE = 4.0  # seconds without a lease heartbeat before the engine counts as gone
 
 
 @dataclass
@@ -51,6 +58,8 @@ class Snapshot:
     events: list[Event] = field(default_factory=list)
     lease: Lease | None = None
     taken_at: float = 0.0
+    engine_status: EngineStatus | None = None
+    spend: Spend | None = None  # the fleet's, on the fleet's clock at `taken_at`
 
     def counts(self) -> dict[str, int]:
         live = [r for r in self.instances if not r.killed]
@@ -101,11 +110,11 @@ class FleetEconomics:
 class _RingHandler(logging.Handler):
     """The in-process engine's log, for the Logs pane (bounded)."""
 
-    def __init__(self, ring: collections.deque[str]) -> None:
+    def __init__(self, ring: collections.deque[str], clock: Callable[[], float]) -> None:
         super().__init__(logging.INFO)
         self.ring = ring
         self.total = 0  # lines ever appended: the ring's length stops growing when full
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.setFormatter(ClockFormatter(clock))  # the fleet's clock, as the workers' lines
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):
@@ -131,6 +140,10 @@ class FleetBridge:
         self._stop = asyncio.Event()
         self._handler: _RingHandler | None = None
         self.mode = "starting"
+        self.detached_reason: str | None = None
+        self._status: EngineStatus | None = None
+        self._view_filter: str | None = None  # this view's Vast filter, when edited
+        self._published_at: float | None = None
         self._ring_seen = 0
         self._file_offset = 0
 
@@ -144,7 +157,7 @@ class FleetBridge:
             # A read-only console never runs an engine: engines rent and destroy.
             await self._attach(holder)
             return
-        self._handler = _RingHandler(self.engine_log)
+        self._handler = _RingHandler(self.engine_log, self.now)
         logging.getLogger("vastui").addHandler(self._handler)
         logging.getLogger("vastui").setLevel(logging.INFO)
         self.runtime = await self._stack.enter_async_context(
@@ -186,49 +199,140 @@ class FleetBridge:
     async def snapshot(self) -> Snapshot:
         assert self.store is not None
         store = self.store
+        instances = await store.list_instances()
+        status = await store.get_engine_status()
+        self._status = status
+        lease = await store.lease_holder()
+        self._observe_engine(lease)
+        now = self.now()
         return Snapshot(
-            instances=await store.list_instances(),
+            instances=instances,
             bad=await store.list_bad(),
             legacy=await store.list_legacy_review(),
             perf=await store.list_perf(),
             events=await store.list_events(limit=500),
-            lease=await store.lease_holder(),
-            taken_at=time.time(),
+            lease=lease,
+            taken_at=now,
+            engine_status=status,
+            spend=fleet_spend(instances, now, local_midnight(now, UTC)),
         )
 
+    # -- the engine we attach to: gone within seconds, not after its lease lapses ---------
+
+    def _observe_engine(self, lease: Lease | None) -> None:
+        if self.mode != "attached":
+            return
+        if lease is None:
+            self._gone("its lease was released or lapsed")
+            return
+        if self.attached_to is not None and lease.owner != self.attached_to.owner:
+            self.attached_to = lease  # a new engine took over: follow it
+        if lease.hostname == socket.gethostname() and not _pid_alive(lease.pid):
+            self._gone(f"its process (pid {lease.pid}) is not running")
+            return
+        beat = time.time() - lease.heartbeat_at
+        if beat > HEARTBEAT_STALE:
+            self._gone(f"no heartbeat for {beat:.0f} s")
+            return
+        self.detached_reason = None
+
+    def _gone(self, why: str) -> None:
+        if self.detached_reason is None:
+            log.warning("the attached engine is gone: %s", why)
+        self.detached_reason = why
+
+    @property
+    def detached(self) -> bool:
+        """Attached to an engine that no longer runs: nothing would carry out a command."""
+        return self.mode == "attached" and self.detached_reason is not None
+
+    def now(self) -> float:
+        """The fleet's clock: our engine's (simulated time in the demo), else the wall clock,
+        or, attached to a demo engine, the time of its last published cycle."""
+        if self.runtime is not None:
+            return float(self.runtime.engine.clock())
+        if self.opts.demo and self._status is not None:
+            return self._status.updated_at
+        return time.time()
+
+    def instance_spend(self, rec: InstanceRecord) -> float | None:
+        return instance_cost(rec, self.now()) if rec.source == "vastui" else None
+
+    def ssh_command(self, rec: InstanceRecord) -> str | None:
+        """What an operator types to reach the worker: with vastui's key (its account key)."""
+        if not rec.ssh_host or rec.killed:
+            return None
+        return f"ssh -i {_home(self.key_path())} -p {rec.ssh_port or 22} root@{rec.ssh_host}"
+
+    def key_path(self) -> Path:
+        configured = self.opts.config.ssh.key_path
+        return Path(configured).expanduser() if configured else state_dir() / "id_ed25519"
+
+    def own_live_instances(self, snapshot: Snapshot) -> list[InstanceRecord]:
+        """Live instances this console's own engine supervises (none when attached)."""
+        if self.runtime is None:
+            return []
+        return [r for r in snapshot.instances if not r.killed and r.source == "vastui"]
+
+    def can_hand_over(self) -> bool:
+        """A headless engine can take the fleet on: not in the demo, whose cloud is ours."""
+        return self.runtime is not None and not self.opts.demo
+
     async def offers(self, force: bool = False) -> list[RankedOffer]:
-        """Ranked offers: the engine's own list, or (attached) our own search."""
+        """Ranked offers: the engine's own list, or our own search (attached, or with this
+        view's own filter). Offers on machines that run a worker of ours are not offered."""
         engine = self.engine
-        if engine is not None:
+        if engine is not None and self._view_filter is None:
             return await engine.refresh_offers(force=force)
-        assert self.client is not None and self.store is not None
+        if engine is None and self._view_filter is None and self.mode == "attached":
+            published = await self._published_offers()
+            if published is not None:
+                return published
+        client = self.client if self.client is not None else engine.client if engine else None
+        assert client is not None and self.store is not None
         cfg = self.opts.config
         fresh = self._offers_at is not None and time.monotonic() - self._offers_at < 60
         if fresh and not force:
             return self._offers
-        result = await self.client.search_offers(
-            cfg.offers.filter,
+        result = await client.search_offers(
+            self.view_filter,
             order=cfg.offers.order,
             limit=cfg.offers.limit,
             allocated_storage=cfg.fleet.disk_gb,
         )
         bad = {e.machine_id: e.reason for e in await self.store.list_bad()}
+        busy = {r.machine_id for r in await self.store.list_instances(include_killed=False)}
+        offers = [o for o in result.offers if o.machine_id not in busy]
         self._offers = rank_offers(
-            result.offers, await self.store.list_perf(), bad, cfg.fleet.max_cost_per_proof
+            offers, await self.store.list_perf(), bad, cfg.fleet.max_cost_per_proof
         )
         self._offers_at = time.monotonic()
         return self._offers
 
-    def set_filter(self, text: str) -> None:
-        """A new Vast filter (already validated by the caller)."""
-        from dataclasses import replace
+    async def _published_offers(self) -> list[RankedOffer] | None:
+        """The attached engine's own ranked offers (None: it has published none yet)."""
+        assert self.store is not None
+        published = await self.store.get_engine_offers()
+        if published is None:
+            return None
+        _filter, rows, updated_at = published
+        if updated_at != self._published_at:  # same list object while unchanged: no re-render
+            busy = {r.machine_id for r in await self.store.list_instances(include_killed=False)}
+            ranked = [from_record(row) for row in rows]
+            self._offers = [r for r in ranked if r is not None and r.offer.machine_id not in busy]
+            self._published_at = updated_at
+        return self._offers
 
-        cfg = self.opts.config
-        self.opts.config = replace(cfg, offers=replace(cfg.offers, filter=text))
-        if self.engine is not None:
-            self.engine.config = self.opts.config
-            self.engine._offers_at = None
+    @property
+    def view_filter(self) -> str:
+        return self._view_filter or self.opts.config.offers.filter
+
+    def set_filter(self, text: str) -> None:
+        """This view's Vast filter (validated by the caller). The engine keeps renting with
+        the configured filter: editing what you look at never changes what it rents."""
+        self._view_filter = None if text == self.opts.config.offers.filter else text
         self._offers_at = None
+        self._published_at = None
 
     def min_rate_for(self, dph_total: float) -> float:
         return required_rate(dph_total, self.opts.config.fleet.max_cost_per_proof)
@@ -246,6 +350,11 @@ class FleetBridge:
     async def submit(self, kind: str, **args: Any) -> int:
         if self.read_only:
             raise PermissionError("read-only console: actions are disabled")
+        if self.detached:
+            raise ConnectionError(
+                f"no engine to carry this out ({self.detached_reason}): start "
+                "`vastui --engine-only`, or restart the console to run one"
+            )
         assert self.store is not None
         command_id = await self.store.submit_command(kind, args)
         if self.engine is not None:
@@ -260,6 +369,8 @@ class FleetBridge:
             cmd = await self.store.get_command(command_id)
             if cmd is not None and cmd.status in ("done", "failed"):
                 return cmd.status == "done", cmd.result or ""
+            if self.detached:
+                return False, f"the engine is gone ({self.detached_reason}): not carried out"
             await asyncio.sleep(0.2)
         return False, "no answer from the engine yet (it will still run the command)"
 
@@ -351,3 +462,20 @@ class FleetBridge:
     def rewind_engine_log(self) -> None:
         self._ring_seen = 0
         self._file_offset = 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def _home(path: Path) -> str:
+    """~ for the home directory: shorter, and the same on every screen of one operator."""
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home) :] if home != "/" and text.startswith(home + "/") else text

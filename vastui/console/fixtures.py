@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ from vastui.config import DEFAULT_IMAGE, Config
 from vastui.console.app import VastuiApp
 from vastui.console.bridge import FleetBridge, Snapshot
 from vastui.engine.ranking import RankedOffer, rank_offers
+from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.sim import ManualClock, SimCloud
 from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, PerfRecord
+from vastui.store.records import EngineStatus
 from vastui.vast.models import Offer
 
 T0 = 1_790_000_000.0
@@ -73,6 +76,12 @@ class FixedBridge(FleetBridge):
 
     async def snapshot(self) -> Snapshot:
         return self._snap
+
+    def now(self) -> float:
+        return T0
+
+    def key_path(self) -> Path:
+        return Path("/home/operator/.local/state/vastui/id_ed25519")
 
     async def offers(self, force: bool = False) -> list[RankedOffer]:
         return self._fixed_offers
@@ -155,8 +164,16 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
         Event(id=1, ts=T0 - 3000, kind="rent", instance_id=3000001, machine_id=m[0].machine_id,
               reason="rented", detail={}),
     ]  # fmt: skip
+    status = EngineStatus(
+        target=5, workers=4, by_stage={"proving": 2, "benchmark": 1, "paramfetch": 1},
+        reason_kind="fleet_dph_cap",
+        reason=f"fleet $/h cap: $4.000/h in use + ${m[7].dph_total:.3f}/h for offer {m[7].id} "
+               "> max $4.00/h",
+        best={"offer_id": m[7].id}, dry_run=False, updated_at=T0, reason_since=T0 - 600,
+    )  # fmt: skip
     snap = Snapshot(instances=instances, bad=bad, legacy=legacy, perf=perf, events=events,
-                    taken_at=T0)  # fmt: skip
+                    taken_at=T0, engine_status=status,
+                    spend=fleet_spend(instances, T0, local_midnight(T0, UTC)))  # fmt: skip
     return snap, ranked
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from vastui.backend import Options
 from vastui.config import state_dir
 from vastui.engine.runtime import RunOptions, engine_runtime
+from vastui.logfmt import ClockFormatter
 from vastui.sanitize import sanitize_line
 from vastui.store import Store
 
@@ -32,9 +33,10 @@ class _SafeText(logging.Filter):
         return True
 
 
-def setup_logging(path: Path, level: int = logging.INFO) -> None:
+def setup_logging(path: Path, level: int = logging.INFO) -> ClockFormatter:
+    """Log to stderr and `path`; the formatter returned takes the engine's clock once built."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt = ClockFormatter()
     root = logging.getLogger()
     root.setLevel(level)
     for old in [h for h in root.handlers if getattr(h, "vastui", False)]:
@@ -48,9 +50,12 @@ def setup_logging(path: Path, level: int = logging.INFO) -> None:
     # The HTTP libraries log every request at INFO; keep the engine's log about the fleet.
     for noisy in ("httpx", "httpcore", "asyncssh", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    return fmt
 
 
-async def run_engine(opts: Options, run: RunOptions, duration: float | None) -> dict[str, int]:
+async def run_engine(
+    opts: Options, run: RunOptions, duration: float | None, fmt: ClockFormatter | None = None
+) -> dict[str, int]:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -59,6 +64,8 @@ async def run_engine(opts: Options, run: RunOptions, duration: float | None) -> 
         loop.call_later(duration, stop.set)
     started = time.monotonic()
     async with engine_runtime(opts, run) as rt:
+        if fmt is not None:
+            fmt.clock = rt.engine.clock  # one clock: the engine's (simulated in the demo)
         log.info(
             "engine started on %s (%s, target %d workers%s)",
             opts.db_path,
@@ -87,7 +94,7 @@ async def summarize(db_path: Path) -> dict[str, int]:
 
 def run_headless(opts: Options, run: RunOptions, duration: float | None) -> int:
     name = "engine-demo.log" if opts.demo else "engine.log"
-    setup_logging(state_dir() / name)
-    counts = asyncio.run(run_engine(opts, run, duration))
+    fmt = setup_logging(state_dir() / name)
+    counts = asyncio.run(run_engine(opts, run, duration, fmt))
     log.info("fleet: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
     return 0

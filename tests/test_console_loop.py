@@ -1,0 +1,441 @@
+"""The operator's loop in the console (Pilot): the strip explains the fleet, an attached console
+notices a gone engine, the detail view stays live, help follows the keymap, quitting asks, and
+the small things that used to fail silently say what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from tests.test_console import make_app, settle
+from vastui.backend import Options
+from vastui.config import Config
+from vastui.console import detail
+from vastui.console.app import VastuiApp
+from vastui.console.bridge import FleetBridge
+from vastui.console.detail import DetailScreen
+from vastui.console.dialogs import QuitScreen
+from vastui.console.fixtures import FixedBridge, fixed_app, fixed_data
+from vastui.console.help import HelpScreen
+from vastui.store import InstanceRecord, Store
+from vastui.store.records import EngineStatus
+
+
+def strip(app: VastuiApp) -> str:
+    return str(app.query_one("#summary", Static).render())
+
+
+async def loaded(pilot: Any) -> None:
+    app = pilot.app
+    await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+
+
+def status(**kw: Any) -> EngineStatus:
+    base = EngineStatus(
+        target=3, workers=2, by_stage={"proving": 2}, reason_kind="no_viable_offer",
+        reason="no viable offer: best 4711 RTX 4090 $0.0091/proof > max $0.0080",
+        best={"offer_id": 4711}, dry_run=False, updated_at=1_790_000_000.0,
+    )  # fmt: skip
+    return replace(base, **kw)
+
+
+# -- the strip: target, actual and why ---------------------------------------------------------
+
+
+async def test_strip_shows_target_and_reason_and_follows_the_cause(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    bridge = app.bridge
+    assert isinstance(bridge, FixedBridge)
+    bridge._snap = replace(bridge._snap, engine_status=status())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, app, lambda: "workers 2/3" in strip(app))
+        assert "below target: no viable offer: best 4711 RTX 4090 $0.0091/proof" in strip(app)
+        assert "spent $" in strip(app) and "rejected" in strip(app)
+        # the cause changes: the $/h cap now holds the fleet back
+        bridge._snap = replace(
+            bridge._snap,
+            engine_status=status(
+                reason_kind="fleet_dph_cap", reason="fleet $/h cap: $4.00 + $0.30 > $4.00"
+            ),
+        )
+        await settle(pilot, app, lambda: "fleet $/h cap" in strip(app))
+        assert "no viable offer" not in strip(app)
+        bridge._snap = replace(
+            bridge._snap,
+            engine_status=status(workers=3, reason_kind="at_target", reason="at target"),
+        )
+        await settle(pilot, app, lambda: "workers 3/3" in strip(app))
+        assert "below target" not in strip(app)
+
+
+# -- attached: a gone engine is noticed, and commands are refused ---------------------------
+
+
+class Lease:
+    """A lease held by a fake headless engine that heartbeats until told to stop."""
+
+    def __init__(self, db: Path, *, pid: int = 4242, hostname: str = "ctl") -> None:
+        self.db, self.pid, self.hostname = db, pid, hostname
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Lease:
+        async with await Store.open(self.db) as store:
+            await store.acquire_lease(
+                "headless-1", pid=self.pid, hostname=self.hostname, mode="headless", ttl=600
+            )
+        self.task = asyncio.create_task(self._beat())
+        return self
+
+    async def _beat(self) -> None:
+        async with await Store.open(self.db) as store:
+            while True:
+                await store.renew_lease("headless-1", ttl=600)
+                await asyncio.sleep(0.2)
+
+    async def stop(self, *, release: bool) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        if release:
+            async with await Store.open(self.db) as store:
+                await store.release_lease("headless-1")
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.task is not None and not self.task.done():
+            await self.stop(release=False)
+
+
+async def attached_app(tmp_path: Path) -> tuple[VastuiApp, FleetBridge]:
+    opts = Options(config=Config(), db=tmp_path / "a.db", demo=True)
+    bridge = FleetBridge(opts)
+    return VastuiApp(opts, bridge=bridge), bridge
+
+
+async def test_detached_when_the_engine_exits_and_commands_are_refused(tmp_path: Path) -> None:
+    app, bridge = await attached_app(tmp_path)
+    async with Lease(tmp_path / "a.db") as lease, app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, app, lambda: "ATTACHED" in strip(app))
+        await lease.stop(release=True)  # a clean exit releases the lease
+        await settle(pilot, app, lambda: "DETACHED" in strip(app))
+        assert "ATTACHED" not in strip(app)
+        await pilot.press("d")
+        await pilot.pause()
+        assert not app.screen.query(".dialog-title"), "no dialog for a command nobody runs"
+        with pytest.raises(ConnectionError, match="no engine to carry this out"):
+            await bridge.submit("ignore", machine_id=1, reason="x")
+    async with await Store.open(tmp_path / "a.db") as store:
+        assert await store.claim_commands() == [], "nothing was queued for a later engine"
+
+
+async def test_detached_when_the_engine_process_is_gone(tmp_path: Path) -> None:
+    # SIGKILLed on this host: its lease row stays until it lapses, its pid is gone at once.
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    app, bridge = await attached_app(tmp_path)
+    lease = Lease(tmp_path / "a.db", pid=proc.pid, hostname=socket.gethostname())
+    async with lease, app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, app, lambda: "DETACHED" in strip(app))
+        assert bridge.detached and "not running" in (bridge.detached_reason or "")
+
+
+async def test_detached_when_the_heartbeat_is_stale(tmp_path: Path) -> None:
+    app, bridge = await attached_app(tmp_path)
+    async with await Store.open(tmp_path / "a.db") as store:
+        # another host's engine whose last heartbeat was a minute ago (lease not yet lapsed)
+        await store.acquire_lease(
+            "far", pid=1, hostname="elsewhere", mode="headless", ttl=600, now=time.time() - 60
+        )
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, app, lambda: "DETACHED" in strip(app))
+        assert "no heartbeat" in (bridge.detached_reason or "")
+
+
+async def test_a_waiting_command_gives_up_when_the_engine_goes(tmp_path: Path) -> None:
+    app, bridge = await attached_app(tmp_path)
+    async with Lease(tmp_path / "a.db") as lease, app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        command_id = await bridge.submit("ignore", machine_id=5, reason="x")
+        waiting = asyncio.create_task(bridge.wait_command(command_id, timeout=60))
+        await lease.stop(release=True)
+        await settle(pilot, app, lambda: waiting.done())
+        ok, text = waiting.result()
+        assert not ok and "the engine is gone" in text
+
+
+# -- the detail view is live --------------------------------------------------------------
+
+
+async def test_detail_view_changes_without_a_key(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(detail, "RECORD_EVERY", 0.05)
+    monkeypatch.setattr(detail, "CUZK_EVERY", 0.05)
+    app = fixed_app(tmp_path)
+    bridge = app.bridge
+    assert isinstance(bridge, FixedBridge)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        await settle(pilot, app, lambda: app.query_one("#instances-table", DataTable).row_count)
+        await pilot.press("enter")  # the first row: a proving worker
+        await settle(pilot, app, lambda: isinstance(app.screen, DetailScreen))
+        screen = app.screen
+        assert isinstance(screen, DetailScreen)
+        vast_id = screen.rec.vast_id
+        await settle(pilot, app, lambda: screen.cuzk_reads >= 3)  # polled, no key pressed
+        meta = lambda: screen.shown[0] if screen.shown else ""  # noqa: E731
+        assert "proving / proving" in meta()
+        moved = [
+            replace(r, state="killed", failed_stage="proving", killed_at=r.created_at + 60,
+                    kill_kind="prove_below_min", kill_reason="measured 20.0 < 29.0 proofs/h")
+            if r.vast_id == vast_id else r
+            for r in bridge._snap.instances
+        ]  # fmt: skip
+        bridge._snap = replace(bridge._snap, instances=moved)
+        diagnosis = lambda: screen.shown[1] if screen.shown else ""  # noqa: E731
+        await settle(pilot, app, lambda: "prove_below_min" in diagnosis())
+        assert "killed / proving" in meta()
+
+
+# -- help follows the keymap ------------------------------------------------------------------
+
+
+async def test_help_lists_a_remapped_key_and_the_key_works(tmp_path: Path) -> None:
+    snap, ranked = fixed_data()
+    config = Config()
+    config = replace(config, ui=replace(config.ui, keymap={"offers-deploy": "D", "help": "f1"}))
+    opts = Options(config=config, db=tmp_path / "k.db", demo=True)
+    app = VastuiApp(opts, bridge=FixedBridge(opts, snap, ranked))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await pilot.press("f1")
+        await settle(pilot, app, lambda: isinstance(app.screen, HelpScreen))
+        rows = app.screen.rows  # type: ignore[attr-defined]
+        assert ("Offers", "D", "Deploy") in rows
+        assert not any(section == "Offers" and keys == "d" for section, keys, _ in rows)
+        assert ("Everywhere", "f1", "Help") in rows
+        await pilot.press("escape")
+        await pilot.press("D")  # the remapped key deploys
+        await settle(pilot, app, lambda: "Rent offer" in str(app.screen.query(".dialog-title")
+                                                              .first().render()))  # fmt: skip
+
+
+async def test_footer_shows_the_focused_panes_keys(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        shown = {b.binding.action for b in app.screen.active_bindings.values() if b.binding.show}
+        assert {"deploy", "edit_filter", "sort"} <= shown and "destroy" not in shown
+        await pilot.press("2")
+        await pilot.pause()
+        shown = {b.binding.action for b in app.screen.active_bindings.values() if b.binding.show}
+        assert {"destroy", "copy_ssh", "logs"} <= shown and "deploy" not in shown
+
+
+async def test_sorted_column_is_marked(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        table = app.query_one("#offers-table", DataTable)
+        labels = lambda: [str(c.label) for c in table.columns.values()]  # noqa: E731
+        assert "Exp $/p ▲" in labels()
+        await pilot.press("S")
+        await pilot.pause()
+        assert "Exp $/p ▼" in labels()
+        await pilot.press("s")
+        await pilot.pause()
+        assert "Req ▼" in labels() and "Exp $/p" in labels()
+        rates = [app.pane("offers").sort_value(r[2], "req") for r in app.pane("offers")._rows]
+        shown = [int(str(table.get_row_at(i)[4])) for i in range(table.row_count)]
+        assert shown == sorted(shown, reverse=True) and len(rates) == len(shown)
+
+
+# -- quitting -------------------------------------------------------------------------------
+
+
+async def test_quit_asks_while_own_engine_has_live_instances(tmp_path: Path) -> None:
+    app, bridge = make_app(tmp_path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        await pilot.press("d", "y")  # rent one
+        await settle(pilot, app, lambda: any(not r.killed for r in app.snapshot.instances))
+        await pilot.press("ctrl+q")
+        await settle(pilot, app, lambda: isinstance(app.screen, QuitScreen))
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert "1 live instance" in body and "keep billing" in body
+        assert not app.screen.query("#handover")  # the demo's cloud cannot be handed over
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.is_running and not isinstance(app.screen, QuitScreen)
+        await pilot.press("ctrl+q")
+        await settle(pilot, app, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("q")
+        await settle(pilot, app, lambda: not app.is_running)
+    assert bridge is app.bridge
+
+
+async def test_quit_without_live_instances_does_not_ask(tmp_path: Path) -> None:
+    app, _bridge = make_app(tmp_path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        await pilot.press("ctrl+q")
+        await settle(pilot, app, lambda: not app.is_running)
+
+
+async def test_ctrl_c_says_how_to_quit_in_plain_text(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(120, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert "press ^q to quit" in messages
+        assert not any("[b]" in m for m in messages)
+
+
+# -- the small things ------------------------------------------------------------------------
+
+
+async def test_destroy_on_a_killed_instance_says_why_nothing_happens(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50), notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        table = app.query_one("#instances-table", DataTable)
+        await settle(pilot, app, lambda: table.row_count >= 5)
+        killed = next(i for i, r in enumerate(app.pane("instances")._rows) if r[2].killed)
+        table.move_cursor(row=killed)
+        await pilot.press("x")
+        await pilot.pause()
+        assert not app.screen.query(".dialog-title")
+        messages = [n.message for n in app._notifications]
+        assert any("already destroyed (bench_below_min" in m for m in messages), messages
+
+
+async def test_copied_ssh_command_names_vastuis_key(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50), notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        await settle(pilot, app, lambda: app.query_one("#instances-table", DataTable).row_count)
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.clipboard == (
+            "ssh -i /home/operator/.local/state/vastui/id_ed25519 -p 40022 root@127.0.0.1"
+        )
+
+
+def test_ssh_command_uses_the_configured_key_with_home_as_tilde(tmp_path: Path) -> None:
+    key = Path.home() / ".ssh" / "vastui_ed25519"
+    config = Config()
+    config = replace(config, ssh=replace(config.ssh, key_path=str(key)))
+    bridge = FleetBridge(Options(config=config, db=tmp_path / "x.db"))
+    rec = InstanceRecord(vast_id=1, label="vastui-main-1", ssh_host="1.2.3.4", ssh_port=2201)
+    expected = "~/.ssh/vastui_ed25519" if str(Path.home()) != "/" else str(key)
+    assert bridge.ssh_command(rec) == f"ssh -i {expected} -p 2201 root@1.2.3.4"
+    assert bridge.ssh_command(replace(rec, state="killed", killed_at=5.0)) is None
+
+
+class CountingBridge(FixedBridge):
+    """Log streams that stay open (as `tail -F` does) and count themselves."""
+
+    open_streams = 0
+
+    async def stream_logs(  # type: ignore[override]
+        self, rec: InstanceRecord, source: str, tail: int = 500
+    ) -> AsyncIterator[list[str]]:
+        type(self).open_streams += 1
+        try:
+            yield [f"2026-03-13T17:00:0{len(source) % 10}Z {source} line"]
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            type(self).open_streams -= 1
+
+
+async def test_switching_log_sources_closes_the_old_streams(tmp_path: Path) -> None:
+    snap, ranked = fixed_data()
+    opts = Options(config=Config(), db=tmp_path / "l.db", demo=True)
+    app = VastuiApp(opts, bridge=CountingBridge(opts, snap, ranked))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        await settle(pilot, app, lambda: app.query_one("#instances-table", DataTable).row_count)
+        await pilot.press("l")  # "all": one stream per source
+        await settle(pilot, app, lambda: CountingBridge.open_streams == 5)
+        for _ in range(3):
+            await pilot.press("right_square_bracket")  # one source at a time
+            await settle(pilot, app, lambda: CountingBridge.open_streams == 1)
+        await pilot.press("right_square_bracket", "right_square_bracket", "right_square_bracket")
+        await settle(pilot, app, lambda: CountingBridge.open_streams == 0)  # the engine log
+    assert CountingBridge.open_streams == 0
+
+
+def test_merged_log_is_in_time_order() -> None:
+    from vastui.console.panes.logs import MergedLog, line_time
+
+    merged = MergedLog()
+    assert merged.add("cuzk", ["2026-03-13T17:00:05.000000Z  INFO b", "   continued"])
+    # an older backlog from another source arrives later: the merge reorders
+    assert not merged.add("curio", ["2026-03-13T17:00:01.000Z\tINFO\ta", "2026-03-13T17:00:09Z c"])
+    assert [text[-1] for _, text in merged.lines()] == ["a", "b", "d", "c"]
+    assert merged.add("benchmark", ["[bench] no timestamp: placed where it arrived"])
+    assert merged.lines()[-1][0] == "benchmark"
+    assert line_time("2026-03-13 17:00:01,250 INFO engine") == line_time(
+        "2026-03-13T17:00:01.25Z x"
+    )
+    assert line_time("no time here") is None
+
+
+def test_no_negative_ages() -> None:
+    from vastui.console.cells import age
+
+    assert age(-30) == "0s" and age(45) == "45s" and age(600) == "10m" and age(7200) == "2.0h"
+
+
+async def test_attached_console_shows_the_engines_offers(tmp_path: Path) -> None:
+    from vastui.engine.ranking import to_record
+
+    _snap, ranked = fixed_data()
+    db = tmp_path / "a.db"
+    async with await Store.open(db) as store:
+        await store.put_engine_offers("the engine's filter", [to_record(r) for r in ranked], 1.0)
+    app, bridge = await attached_app(tmp_path)
+    async with Lease(db), app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        shown = [o.offer.id for o in app.offers]
+        assert shown == [r.offer.id for r in ranked], "the engine's list, in its order"
+        assert bridge.client is not None
+        # this view's own filter: our own search; the engine's filter is untouched
+        bridge.set_filter("gpu_name=RTX_4090 num_gpus=1")
+        offers = await bridge.offers(force=True)
+        assert offers and all(o.offer.gpu_name == "RTX 4090" for o in offers)
+        assert app.opts.config.offers.filter != "gpu_name=RTX_4090 num_gpus=1"
+
+
+async def test_editing_the_view_filter_never_changes_what_the_engine_rents(tmp_path: Path) -> None:
+    app, bridge = make_app(tmp_path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        engine = bridge.engine
+        assert engine is not None
+        before = engine.config.offers.filter
+        bridge.set_filter("gpu_name=RTX_4090 num_gpus=1")
+        offers = await bridge.offers(force=True)
+        assert offers and all(o.offer.gpu_name == "RTX 4090" for o in offers)
+        assert engine.config.offers.filter == before
+        engine_offers = await engine.refresh_offers(force=True)
+        assert any(o.offer.gpu_name != "RTX 4090" for o in engine_offers)

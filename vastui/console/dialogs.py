@@ -1,0 +1,147 @@
+"""Dialogs: confirmations, one-line prompts (reasons, a machine id, the Vast filter), and the
+question asked before quitting a console whose engine still has instances billing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes/no for destructive actions. `y`/enter confirms, `n`/escape cancels."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("y", "answer(True)", "Yes", show=False),
+        Binding("n,escape", "answer(False)", "No", show=False),
+    ]
+
+    def __init__(self, title: str, body: Text | str, confirm_label: str = "Yes") -> None:
+        super().__init__(classes="dialog-screen")
+        self.title_text = title
+        self.body = body
+        self.confirm_label = confirm_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.title_text, style="bold"), classes="dialog-title")
+            yield Static(self.body, classes="dialog-body")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button(f"{self.confirm_label} (y)", id="yes", variant="error")
+                yield Button("Cancel (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of input (a reason, a machine id, a filter). Escape cancels."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel", show=False)]
+
+    def __init__(
+        self,
+        title: str,
+        body: Text | str,
+        *,
+        value: str = "",
+        placeholder: str = "",
+        validate: Callable[[str], str | None] | None = None,
+        button: str = "OK",
+    ) -> None:
+        super().__init__(classes="dialog-screen")
+        self.title_text = title
+        self.body = body
+        self.value = value
+        self.placeholder = placeholder
+        self.validate = validate
+        self.button = button
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.title_text, style="bold"), classes="dialog-title")
+            yield Static(self.body, classes="dialog-body")
+            yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
+            yield Static("", id="prompt-error", classes="dialog-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button(f"{self.button} (enter)", id="ok", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def _submit(self) -> None:
+        text = self.query_one(Input).value.strip()
+        problem = self.validate(text) if self.validate else (None if text else "required")
+        if problem:
+            self.query_one("#prompt-error", Static).update(Text(problem, style="bold red"))
+            return
+        self.dismiss(text)
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self._submit()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "ok":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class QuitScreen(ModalScreen[str | None]):
+    """Quitting while this console's own engine has live instances: they keep billing, and
+    nothing supervises them once the engine stops. `h` hands them over to a headless engine,
+    `q` quits anyway, `n`/escape stays."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("h", "answer('handover')", "Hand over", show=False),
+        Binding("q", "answer('quit')", "Quit anyway", show=False),
+        Binding("n,escape", "answer(None)", "Stay", show=False),
+    ]
+
+    def __init__(self, body: Text, *, can_hand_over: bool) -> None:
+        super().__init__(classes="dialog-screen")
+        self.body = body
+        self.can_hand_over = can_hand_over
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text("Quit vastui?", style="bold"), classes="dialog-title")
+            yield Static(self.body, classes="dialog-body")
+            with Horizontal(classes="dialog-buttons"):
+                if self.can_hand_over:
+                    yield Button("Hand over to a headless engine (h)", id="handover",
+                                 variant="primary")  # fmt: skip
+                yield Button("Quit anyway (q)", id="quit", variant="error")
+                yield Button("Stay (n)", id="stay")
+
+    def on_mount(self) -> None:
+        self.query_one("#stay", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None if event.button.id == "stay" else event.button.id)
+
+    def action_answer(self, value: str | None) -> None:
+        if value == "handover" and not self.can_hand_over:
+            return
+        self.dismiss(value)

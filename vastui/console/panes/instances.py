@@ -1,0 +1,226 @@
+"""The instances pane: every worker vastui rented, its stage, rates, cost and spend.
+
+Its keys: details (enter), destroy, copy the ssh command, ignore the machine, logs, sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.binding import Binding
+from textual.widgets import DataTable
+
+from vastui.console.cells import age, fmt, money, t
+from vastui.console.dialogs import ConfirmScreen
+from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
+from vastui.console.panes.offers import ask_ignore
+from vastui.sanitize import sanitize_line
+from vastui.store import InstanceRecord
+
+STATE_STYLE = {
+    "proving": "bold green",
+    "benchmark": "yellow",
+    "paramfetch": "cyan",
+    "setup": "cyan",
+    "loading": "blue",
+    "killed": "red",
+    "legacy": "dim",
+}
+STAGES = ("loading", "setup", "paramfetch", "benchmark", "proving")
+MAX_ROWS = 500
+
+
+class InstancesPane(TablePane):
+    PANE = "instances"
+    DEFAULT_SORT = None  # live first, newest first
+    COLUMNS: ClassVar[tuple[Column, ...]] = (
+        Column("id", "Id", 8, "Vast instance id"),
+        Column("stage", "State / progress", 32, "stage, with loading → setup → paramfetch → "
+               "benchmark → proving as ■; for a destroyed worker ✗ the kill kind and stage"),
+        Column("gpu", "GPU", 16, "GPU model and count"),
+        Column("bench", "Bench", 5, "proofs/h its benchmark measured"),
+        Column("meas", "Meas", 5, "proofs/h measured in production from cuzk's counters "
+               "(red: under its min_rate)"),
+        Column("proofs", "Proofs", 7, "proofs completed in production (/n✗ failed)"),
+        Column("dph", "$/h", 6, "price per hour"),
+        Column("cpp", "$/proof", 8, "$/h ÷ measured proofs/h; ~ marks the benchmark's estimate"),
+        Column("spent", "Spent", 7, "dollars billed so far: billed time × $/h"),
+        Column("up", "Uptime", 6, "time since it was rented (to its destroy, once destroyed)"),
+        Column("label", "Label", 24, "vastui-<fleet>-<id>: how vastui knows its own instances"),
+        Column("image", "Image", 24, "the image it runs; 'old' if not the configured one"),
+    )  # fmt: skip
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("x", "destroy", "Destroy", id="instances-destroy",
+                tooltip="Destroy the selected instance"),
+        Binding("c", "copy_ssh", "Copy ssh", id="instances-ssh",
+                tooltip="Copy the ssh command (with vastui's key)"),
+        Binding("i", "ignore", "Ignore", id="ignore",
+                tooltip="Put the instance's machine on the bad list"),
+        Binding("l", "logs", "Logs", id="instances-logs", tooltip="Stream the instance's logs"),
+        *SORT_BINDINGS,
+    ]  # fmt: skip
+
+    SORT_VALUES: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "id": lambda r: r.vast_id,
+        "stage": lambda r: (r.killed, STAGES.index(r.state) if r.state in STAGES else -1),
+        "gpu": lambda r: r.gpu_name,
+        "bench": lambda r: r.bench_rate,
+        "meas": lambda r: r.prod_rate,
+        "proofs": lambda r: r.prod_completed,
+        "dph": lambda r: r.dph_total,
+        "cpp": lambda r: cost_per_proof(r)[0],
+        "up": lambda r: r.created_at,
+        "label": lambda r: r.label,
+        "image": lambda r: r.image,
+    }
+
+    def sort_value(self, record: Any, column: str) -> Any:
+        if column == "spent" and isinstance(record, InstanceRecord):
+            return self.host.spent(record)  # needs the clock
+        return super().sort_value(record, column)
+
+    def build_rows(self) -> list[Row]:
+        host = self.host
+        now = host.clock()
+        current_image = host.opts.config.fleet.image
+        recs = sorted(host.snapshot.instances, key=lambda r: (r.killed, -(r.created_at or 0)))
+        rows: list[Row] = []
+        for rec in recs[:MAX_ROWS]:
+            image = Text(sanitize_line(_short_image(rec.image), 60))
+            if rec.image and rec.image != current_image:
+                image.append(" old", style="bold yellow")
+            cpp, estimated = cost_per_proof(rec)
+            cells = [
+                t(rec.vast_id),
+                stage_text(rec),
+                t(f"{rec.gpu_name or '?'} x{rec.num_gpus or 1}"),
+                t(fmt(rec.bench_rate, ".1f")),
+                _measured_rate(rec),
+                _proofs(rec),
+                t(fmt(rec.dph_total, ".3f")),
+                t("-", "dim") if cpp is None else
+                t(f"~{cpp:.4f}", "dim") if estimated else t(f"{cpp:.4f}", "bold"),
+                t(money(host.spent(rec))),
+                t(_uptime(rec, now)),
+                t(rec.label),
+                image,
+            ]  # fmt: skip
+            rows.append((str(rec.vast_id), cells, rec))
+        return rows
+
+    def selected_instance(self) -> InstanceRecord | None:
+        rec = self.selected()
+        return rec if isinstance(rec, InstanceRecord) else None
+
+    # -- actions ---------------------------------------------------------------------------
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        rec = self.selected_instance()
+        if rec is not None:
+            self.app.open_detail(rec)  # type: ignore[attr-defined]
+
+    def action_destroy(self) -> None:
+        host = self.host
+        rec = self.selected_instance()
+        if rec is None:
+            return
+        if rec.killed:
+            # Say why nothing happens rather than doing nothing silently.
+            self.app.notify(
+                f"instance {rec.vast_id} is already destroyed "
+                f"({rec.kill_kind or 'gone'}: {rec.kill_reason or 'no reason recorded'})",
+                severity="warning",
+                timeout=5,
+            )
+            return
+        if not host.guard():
+            return
+        body = Text(
+            f"{rec.label}\n{rec.gpu_name} x{rec.num_gpus} on machine {rec.machine_id}, "
+            f"${rec.dph_total or 0:.3f}/h, state {rec.state}"
+        )
+
+        async def done(ok: bool | None) -> None:
+            if ok:
+                await host.command(
+                    "destroy", f"destroy {rec.vast_id}", instance_id=rec.vast_id,
+                    reason="manually destroyed from the console",
+                )  # fmt: skip
+
+        self.app.push_screen(
+            ConfirmScreen(f"Destroy instance {rec.vast_id}?", body, "Destroy"), done
+        )
+
+    def action_copy_ssh(self) -> None:
+        rec = self.selected_instance()
+        command = None if rec is None else self.host.bridge.ssh_command(rec)
+        if command is None:
+            self.app.notify("no ssh endpoint for this instance (yet)", severity="warning")
+            return
+        self.app.copy_text(command)  # type: ignore[attr-defined]
+
+    def action_ignore(self) -> None:
+        rec = self.selected_instance()
+        if rec is None or rec.machine_id is None or not self.host.guard():
+            return
+        ask_ignore(self, rec.machine_id, rec.gpu_name, rec.geolocation)
+
+    def action_logs(self) -> None:
+        rec = self.selected_instance()
+        if rec is not None:
+            self.host.open_logs(rec)
+
+
+def stage_text(rec: InstanceRecord) -> Text:
+    """The state with a five-step progress bar; for the dead, what killed them."""
+    if rec.killed:
+        return Text(sanitize_line(f"✗ {rec.kill_kind} in {rec.failed_stage}", 60), style="red")
+    done = STAGES.index(rec.state) if rec.state in STAGES else 0
+    text = Text()
+    for i, _stage in enumerate(STAGES):
+        text.append("■" if i <= done else "□", style="green" if i < done else "yellow")
+    text.append(f" {rec.state}", style=STATE_STYLE.get(rec.state, ""))
+    return text
+
+
+def cost_per_proof(rec: InstanceRecord) -> tuple[float | None, bool]:
+    """$/proof and whether it is the benchmark's estimate (production not measured yet)."""
+    if rec.dph_total and rec.prod_rate:
+        return rec.dph_total / rec.prod_rate, False
+    if rec.dph_total and rec.bench_rate:
+        return rec.dph_total / rec.bench_rate, True
+    return None, False
+
+
+def _measured_rate(rec: InstanceRecord) -> Text:
+    """Proofs/h measured in production (cuzk's counters), once there is a measurement."""
+    if rec.prod_rate is None:
+        return t("-", "dim")
+    low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
+    return t(f"{rec.prod_rate:.1f}", "bold red" if low else "bold")
+
+
+def _proofs(rec: InstanceRecord) -> Text:
+    """Proofs completed (and failed) in production since the benchmark."""
+    if rec.prod_completed is None:
+        return t("-", "dim")
+    text = Text(str(rec.prod_completed))
+    if rec.prod_failed:
+        text.append(f"/{rec.prod_failed}✗", style="red")
+    return text
+
+
+def _uptime(rec: InstanceRecord, now: float) -> str:
+    if rec.created_at is None:
+        return "-"
+    end = rec.killed_at if rec.killed and rec.killed_at else now
+    return age(end - rec.created_at)
+
+
+def _short_image(image: str | None) -> str:
+    return "-" if not image else image.rsplit("/", 1)[-1]

@@ -1,0 +1,195 @@
+"""The logs pane: one instance's logs over SSH (one source, or all merged in time order), or the
+engine's own log.
+
+It owns its streams: switching the source or the instance cancels the old streams' workers,
+which closes their SSH channels (and the `tail -F` behind each) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import re
+from datetime import datetime
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from vastui.console.logview import LogView
+from vastui.console.messages import LogLines
+from vastui.console.panes.base import ConsoleHost
+from vastui.ssh import LOG_SOURCES
+from vastui.store import InstanceRecord
+
+LOG_CHOICES = ("all", *LOG_SOURCES, "engine")
+MERGE_LIMIT = 20_000  # lines kept for the time-ordered merge of "all"
+_STAMP = re.compile(r"^\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)(Z|[+-]\d\d:?\d\d)?")
+
+
+def line_time(line: str) -> float | None:
+    """The timestamp a log line starts with (ISO 8601, UTC unless it says otherwise)."""
+    m = _STAMP.match(line)
+    if m is None:
+        return None
+    text = m.group(1).replace(",", ".").replace(" ", "T")
+    if "." in text:  # fromisoformat takes at most microseconds
+        head, frac = text.split(".")
+        text = f"{head}.{frac[:6].ljust(6, '0')}"
+    zone = m.group(2) or "+00:00"
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(text + ("+00:00" if zone == "Z" else zone)).timestamp()
+    return None
+
+
+class MergedLog:
+    """Lines of several sources kept in time order. A line without a timestamp keeps the time
+    of the line before it in its source (a traceback stays with its error line); a source that
+    has shown no timestamp yet is placed where it arrives (after everything so far)."""
+
+    def __init__(self, limit: int = MERGE_LIMIT) -> None:
+        self.limit = limit
+        self.entries: list[tuple[float, int, str, str]] = []
+        self._last: dict[str, float] = {}
+        self._seq = 0
+
+    def add(self, source: str, lines: list[str]) -> bool:
+        """Add lines; True when they simply follow what is there (else the order changed)."""
+        fresh = []
+        for line in lines:
+            ts = line_time(line)
+            if ts is None:
+                ts = self._last.get(source, self.entries[-1][0] if self.entries else 0.0)
+            self._last[source] = ts
+            self._seq += 1
+            fresh.append((ts, self._seq, source, line))
+        in_order = all(a[0] <= b[0] for a, b in itertools.pairwise(fresh))
+        appends = in_order and (not self.entries or not fresh or fresh[0][0] >= self.entries[-1][0])
+        self.entries.extend(fresh)
+        if not appends:
+            self.entries.sort()
+        del self.entries[: max(0, len(self.entries) - self.limit)]
+        return appends
+
+    def lines(self) -> list[tuple[str, str]]:
+        return [(source, text) for _, _, source, text in self.entries]
+
+
+class LogsPane(Vertical):
+    PANE = "logs"
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("left_square_bracket", "log_source(-1)", "Prev source", id="logs-prev-source",
+                key_display="[", tooltip="Show the previous log source"),
+        Binding("right_square_bracket", "log_source(1)", "Next source", id="logs-next-source",
+                key_display="]", tooltip="Show the next log source"),
+    ]  # fmt: skip
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.instance: int | None = None
+        self.source = "all"
+        self.token = 0
+        self.streams = 0  # SSH log streams open now (each one a channel)
+        self.merged = MergedLog()
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield Static(id="logs-header")
+        yield LogView(id="logview")
+
+    def on_mount(self) -> None:
+        self.render_header()
+
+    @property
+    def host(self) -> ConsoleHost:
+        return self.app  # type: ignore[return-value]
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def focus_table(self) -> None:
+        self.view.focus()
+
+    def render_header(self) -> None:
+        text = Text()
+        if self.instance is None and self.source != "engine":
+            text.append("select an instance (2, then l) — or ] for the engine log", style="dim")
+        else:
+            target = "engine" if self.source == "engine" else f"instance {self.instance}"
+            text.append(f"{target}  ", style="bold")
+        for choice in LOG_CHOICES:
+            style = "reverse bold" if choice == self.source else "dim"
+            text.append(f" {choice} ", style=style)
+        self.query_one("#logs-header", Static).update(text)
+
+    # -- choosing what to show --------------------------------------------------------------
+
+    def show_instance(self, rec: InstanceRecord) -> None:
+        self.instance = rec.vast_id
+        if self.source == "engine":
+            self.source = "all"
+        self.restart()
+
+    def action_log_source(self, step: int) -> None:
+        index = LOG_CHOICES.index(self.source)
+        self.source = LOG_CHOICES[(index + step) % len(LOG_CHOICES)]
+        self.restart()
+
+    def restart(self) -> None:
+        """Stop the old streams (their SSH channels close) and start the new ones."""
+        self.token += 1
+        self.workers.cancel_group(self, "logs")
+        self.merged = MergedLog()
+        self.view.clear()
+        self.render_header()
+        if self.source == "engine":
+            self.host.bridge.rewind_engine_log()
+            self.pump_engine_log()
+            return
+        rec = next((r for r in self.host.snapshot.instances if r.vast_id == self.instance), None)
+        if rec is None:
+            return
+        for source in LOG_SOURCES if self.source == "all" else (self.source,):
+            self.stream(self.token, rec, source)
+
+    def stop(self) -> None:
+        self.token += 1
+        self.workers.cancel_group(self, "logs")
+
+    @work(exit_on_error=False, group="logs")
+    async def stream(self, token: int, rec: InstanceRecord, source: str) -> None:
+        self.streams += 1
+        try:
+            async for batch in self.host.bridge.stream_logs(rec, source):
+                if token != self.token:
+                    return
+                self.post_message(LogLines(token, source, batch))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if token == self.token:
+                self.post_message(LogLines(token, source, [f"[log stream ended: {exc}]"]))
+        finally:
+            self.streams -= 1
+
+    @on(LogLines)
+    def _lines(self, message: LogLines) -> None:
+        message.stop()
+        if message.token != self.token:
+            return
+        if self.source != "all" or self.merged.add(message.source, message.lines):
+            self.view.append(message.source, message.lines)
+        else:
+            # an older backlog arrived after newer lines: show the merge in time order
+            self.view.reset(self.merged.lines())
+
+    def pump_engine_log(self) -> None:
+        if self.source != "engine":
+            return
+        fresh = self.host.bridge.new_engine_log_lines()
+        if fresh:
+            self.view.append("engine", fresh)

@@ -1,0 +1,288 @@
+"""The offers pane: Vast's offers for the filter, ranked by expected $/proof, bad machines hidden.
+
+Its keys: deploy, ignore the machine, edit the Vast filter (this view's only: the engine rents
+with the configured filter), find rows, show bad machines, sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.events import Key
+from textual.widgets import Input, Static
+
+from vastui.console.cells import fmt, t
+from vastui.console.dialogs import ConfirmScreen, PromptScreen
+from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
+from vastui.engine.ranking import RankedOffer
+from vastui.sanitize import sanitize_line
+from vastui.vast.query import QueryError, build_search_body
+
+
+class OffersPane(TablePane):
+    PANE = "offers"
+    DEFAULT_SORT = "cpp"
+    COLUMNS: ClassVar[tuple[Column, ...]] = (
+        # Most telling first: at 80 columns the price, the expected $/proof and the rates show.
+        Column("gpu", "GPU", 16, "GPU model (green: fast for PoRep C2, red: slow)"),
+        Column("n", "#", 2, "GPUs in the offer"),
+        Column("dph", "$/h", 6, "price per hour, Vast's dph_total with the disk we rent"),
+        Column("cpp", "Exp $/p", 7, "expected $/proof = $/h ÷ expected proofs/h; green when "
+               "under fleet.max_cost_per_proof (the engine may rent it)"),
+        Column("req", "Req", 4, "proofs/h required: ceil($/h ÷ max $/proof), the min_rate "
+               "its benchmark must reach or the worker is destroyed"),
+        Column("known", "Known", 5, "proofs/h this machine measured before (its best), blank "
+               "if vastui never ran it; unknown machines are expected at the median of "
+               "measured peers with the same GPU"),
+        Column("ram", "RAM GB", 6, "host RAM (green ≥ 300 GB per GPU; PoRep C2 needs a lot)"),
+        Column("bad", "Bad", 3, "BAD: the machine is on the bad list (shown with b)"),
+        Column("vram", "VRAM", 4, "GPU memory, GB"),
+        Column("cores", "Cores", 5, "CPU cores of the offer"),
+        Column("cpu", "CPU", 14, "CPU model"),
+        Column("pcie", "PCIe", 5, "PCIe bandwidth, GB/s"),
+        Column("dl", "DL Mb/s", 7, "download speed (parameters are ~100 GB)"),
+        Column("rel", "Rel%", 5, "Vast's reliability score"),
+        Column("loc", "Location", 16, "where the machine is"),
+    )  # fmt: skip
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("d", "deploy", "Deploy", id="offers-deploy", tooltip="Rent the selected offer"),
+        Binding("i", "ignore", "Ignore", id="ignore",
+                tooltip="Put the offer's machine on the bad list"),
+        Binding("e", "edit_filter", "Vast filter", id="offers-filter",
+                tooltip="Edit this view's Vast filter (vastai query syntax)"),
+        Binding("slash", "filter_rows", "Find", id="filter-rows",
+                tooltip="Show only rows containing a text"),
+        Binding("b", "toggle_bad", "Bad", id="offers-bad", tooltip="Show/hide bad machines"),
+        *SORT_BINDINGS,
+    ]  # fmt: skip
+
+    SORT_VALUES: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "gpu": lambda r: r.offer.gpu_name,
+        "n": lambda r: r.offer.num_gpus,
+        "dph": lambda r: r.offer.dph_total,
+        "cpp": lambda r: r.expected_cost_per_proof,
+        "req": lambda r: r.required_rate,
+        "known": lambda r: r.known_rate,
+        "ram": lambda r: r.offer.cpu_ram_gb,
+        "bad": lambda r: r.bad,
+        "vram": lambda r: r.offer.gpu_ram_gb,
+        "cores": lambda r: r.offer.cpu_cores,
+        "cpu": lambda r: r.offer.cpu_name,
+        "pcie": lambda r: r.offer.pcie_bw,
+        "dl": lambda r: r.offer.inet_down,
+        "rel": lambda r: r.offer.reliability,
+        "loc": lambda r: r.offer.geolocation,
+    }
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.show_bad = False
+        self.row_filter = ""
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield self.table
+        with Horizontal(id="row-filter-bar"):
+            yield Static("find:", id="row-filter-label")
+            yield Input(placeholder="text in any column; esc clears", id="row-filter")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#row-filter-bar").display = False
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def build_rows(self) -> list[Row]:
+        rows: list[Row] = []
+        needle = self.row_filter.lower()
+        for ranked in self.host.offers:
+            if ranked.bad and not self.show_bad:
+                continue
+            if needle and needle not in _haystack(ranked):
+                continue
+            rows.append((str(ranked.offer.id), offer_cells(ranked), ranked))
+        return rows
+
+    def title(self) -> str:
+        hidden = 0 if self.show_bad else sum(o.bad for o in self.host.offers)
+        shown = len(self._rows)
+        return f"1 Offers ({shown}{f', {hidden} bad hidden' if hidden else ''})"
+
+    def selected_offer(self) -> RankedOffer | None:
+        rec = self.selected()
+        return rec if isinstance(rec, RankedOffer) else None
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_deploy(self) -> None:
+        host = self.host
+        ranked = self.selected_offer()
+        if ranked is None or not host.guard():
+            return
+        o = ranked.offer
+        min_rate = host.bridge.min_rate_for(o.dph_total)
+        body = Text()
+        body.append(f"{o.gpu_name} x{o.num_gpus} on machine {o.machine_id} ")
+        body.append(f"({sanitize_line(o.geolocation or '?', 60)})\n")
+        body.append(f"price ${o.dph_total:.4f}/h", style="bold")
+        body.append(f"  → min_rate {min_rate:.0f} proofs/h", style="bold")
+        body.append(f" (max ${host.opts.config.fleet.max_cost_per_proof}/proof)\n")
+        body.append(f"expected {fmt(ranked.expected_rate, '.0f')} proofs/h ({ranked.rate_source})")
+        if ranked.bad:
+            body.append("\nthis machine is on the bad list", style="bold red")
+
+        async def done(ok: bool | None) -> None:
+            if ok:
+                await host.command("deploy", f"deploy offer {o.id}", offer_id=o.id)
+
+        self.app.push_screen(ConfirmScreen(f"Rent offer {o.id}?", body, "Rent"), done)
+
+    def action_ignore(self) -> None:
+        ranked = self.selected_offer()
+        if ranked is None or not self.host.guard():
+            return
+        o = ranked.offer
+        ask_ignore(self, o.machine_id, o.gpu_name, o.geolocation)
+
+    def action_edit_filter(self) -> None:
+        host = self.host
+
+        def valid(text: str) -> str | None:
+            try:
+                build_search_body(text)
+            except QueryError as exc:
+                return str(exc)
+            return None
+
+        def done(text: str | None) -> None:
+            if text is not None:
+                host.bridge.set_filter(text)
+                self.app.notify(
+                    "this view searches with the new filter; the engine keeps renting with "
+                    "the configured one",
+                    timeout=4,
+                )
+                self.app.refresh_offers(force=True)  # type: ignore[attr-defined]
+
+        self.app.push_screen(
+            PromptScreen("Vast offer filter (this view)",
+                         Text("vastai query syntax, e.g. gpu_name=RTX_4090"),
+                         value=host.bridge.view_filter, validate=valid, button="Search"),
+            done,
+        )  # fmt: skip
+
+    def action_filter_rows(self) -> None:
+        self.query_one("#row-filter-bar").display = True
+        self.query_one("#row-filter", Input).focus()
+
+    def action_toggle_bad(self) -> None:
+        self.show_bad = not self.show_bad
+        self.refill()
+        self.app.refresh_titles()  # type: ignore[attr-defined]
+
+    @on(Input.Changed, "#row-filter")
+    def _row_filter_changed(self, event: Input.Changed) -> None:
+        self.row_filter = event.value.strip()
+        self.refill()
+        self.app.refresh_titles()  # type: ignore[attr-defined]
+
+    @on(Input.Submitted, "#row-filter")
+    def _row_filter_done(self) -> None:
+        self.focus_table()
+
+    def on_key(self, event: Key) -> None:
+        if event.key == "escape" and self.query_one("#row-filter", Input).has_focus:
+            event.stop()
+            self.query_one("#row-filter", Input).value = ""
+            self.query_one("#row-filter-bar").display = False
+            self.focus_table()
+
+
+def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None) -> None:
+    """The ignore prompt, shared by the offers and instances panes."""
+    host = pane.host
+    default = f"Not good enough ({gpu}, {sanitize_line(where or '?', 60)})"
+
+    async def done(reason: str | None) -> None:
+        if reason:
+            await host.command(
+                "ignore", f"ignore machine {machine}", machine_id=machine, reason=reason
+            )
+
+    pane.app.push_screen(
+        PromptScreen(
+            f"Ignore machine {machine}?",
+            Text(
+                "The machine (not the host account) goes on the bad list; its live "
+                "instances are destroyed. Reason:"
+            ),
+            value=default,
+            button="Ignore",
+        ),
+        done,
+    )
+
+
+def offer_cells(ranked: RankedOffer) -> list[Text]:
+    o = ranked.offer
+    known = ranked.known_rate
+    cpp = ranked.expected_cost_per_proof
+    cpp_style = "green" if ranked.viable else ("yellow" if cpp is not None else "dim")
+    return [
+        t(o.gpu_name, gpu_style(o.gpu_name)),
+        t(o.num_gpus),
+        t(f"{o.dph_total:.3f}"),
+        t(fmt(cpp, ".4f"), cpp_style),
+        t(f"{ranked.required_rate:.0f}"),
+        t(fmt(known, ".0f"), "bold" if known else "dim"),
+        t(fmt(o.cpu_ram_gb, ".0f"), ram_style(o.cpu_ram_gb, o.num_gpus)),
+        t("BAD" if ranked.bad else "", "bold red"),
+        t(fmt(o.gpu_ram_gb, ".0f")),
+        t(fmt(o.cpu_cores, ".0f")),
+        t(short_cpu(o.cpu_name)),
+        t(fmt(o.pcie_bw, ".1f")),
+        t(fmt(o.inet_down, ".0f")),
+        t(fmt(None if o.reliability is None else o.reliability * 100, ".1f")),
+        t(o.geolocation),
+    ]
+
+
+def _haystack(ranked: RankedOffer) -> str:
+    o = ranked.offer
+    return " ".join(
+        str(x).lower()
+        for x in (o.gpu_name, o.geolocation, o.cpu_name, o.machine_id, o.id, o.num_gpus)
+    )
+
+
+def gpu_style(name: str) -> str:
+    if any(k in name for k in ("5090", "4090", "PRO 6000", "H100", "H200", "B200", "5070")):
+        return "green"
+    if any(k in name for k in ("A100", "4080", "4070", "A6000", "PRO 4000")):
+        return "yellow"
+    if "3090" in name:
+        return "dark_orange"
+    return "red"
+
+
+def ram_style(ram_gb: float | None, n: int) -> str:
+    if not ram_gb:
+        return "dim"
+    per = ram_gb / max(1, n)
+    if per >= 300:
+        return "green"
+    if per >= 240:
+        return "yellow"
+    return "dark_orange" if per >= 128 else "red"
+
+
+def short_cpu(name: str | None) -> str:
+    if not name:
+        return "-"
+    for word in ("Processor", "CPU", "(R)", "(TM)", "Core"):
+        name = name.replace(word, "")
+    return " ".join(name.split())[:14]

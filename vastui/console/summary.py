@@ -1,0 +1,131 @@
+"""The summary strip: the fleet against its target and why it is not there, what it costs and
+proves (measured, or labelled as the benchmarks' estimate), what it has spent, and the
+console's mode. Two lines: the numbers, then the engine's reason when below target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from vastui.console.bridge import FleetEconomics, Snapshot
+from vastui.console.cells import age, money
+from vastui.sanitize import sanitize_line
+from vastui.store.records import EngineStatus
+
+# What each part of the strip means (help shows this).
+STRIP_HELP = (
+    ("SIM ATTACHED DETACHED …", "simulated cloud; console attached to a headless engine; "
+     "that engine is gone (commands refused); DRY-RUN; READ-ONLY; NO ENGINE"),
+    ("workers 2/3", "live workers (with rents in flight) / the engine's target"),
+    ("prove 2 bench 1 …", "workers per stage (stages with none are left out): proving, "
+     "benchmark, fetch (setup and paramfetch), load (Vast still starting it); ✗ destroyed"),
+    ("$1.70/h", "what the live fleet costs per hour"),
+    ("90 p/h $0.0189/p", "proofs/h and $/proof measured from cuzk's counters on the proving "
+     "workers; 'est' marks the benchmarks' estimate while production is not measured yet"),
+    ("spent $4.10 today", "billed time × $/h today (UTC); all time; on rejected workers "
+     "(destroyed before they proved)"),
+    ("below target: …", "why the engine is not renting: no viable offer (the best one and its "
+     "expected $/proof against the maximum), the $/h cap, the benchmark concurrency cap, "
+     "dry-run, an API error"),
+    ("vast 12s / engine ♥ 2s", "time since the engine last listed instances on Vast / "
+     "since the attached engine's last heartbeat"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SpendView:
+    today: float
+    total: float
+    rejected: float
+
+
+@dataclass(frozen=True)
+class StripState:
+    snapshot: Snapshot
+    economics: FleetEconomics
+    status: EngineStatus | None
+    spend: SpendView | None
+    badges: tuple[tuple[str, str], ...]
+    freshness: tuple[str, float, float] | None  # (label, seconds, warn above)
+
+
+def strip_text(s: StripState) -> Text:
+    snap, eco, status = s.snapshot, s.economics, s.status
+    counts = snap.counts()
+    line = Text()
+    # The mode first: at 80 columns a DETACHED console must still say so.
+    for badge, style in s.badges:
+        line.append(f" {badge} ", style=style)
+        line.append(" ")
+    workers = sum(counts[k] for k in ("running", "benchmarking", "fetching", "loading"))
+    if status is not None:
+        short = status.workers < status.target
+        line.append("workers ", style="bold")
+        line.append(f"{status.workers}/{status.target}", style="bold yellow" if short else "bold")
+    else:
+        line.append(f"workers {workers}", style="bold")
+    for name, key, style in (
+        ("prove", "running", "green"),
+        ("bench", "benchmarking", "yellow"),
+        ("fetch", "fetching", "cyan"),
+        ("load", "loading", "blue"),
+    ):
+        if counts[key]:
+            line.append(f" {name} ")
+            line.append(f"{counts[key]}", style=f"bold {style}")
+    if counts["killed"]:
+        line.append(f" ✗{counts['killed']}", style="red")
+    line.append(" │ ", style="dim")
+    line.append(f"${eco.dph:.2f}/h ", style="bold")
+    if eco.measured_rate is not None:
+        line.append(f"{eco.measured_rate:.0f} p/h ", style="bold")
+        cpp = "-" if eco.measured_cpp is None else f"${eco.measured_cpp:.4f}"
+        line.append(f"{cpp}/p ")
+        if eco.measured_workers < eco.proving_workers:
+            line.append(f"({eco.measured_workers}/{eco.proving_workers} meas) ", style="dim")
+    elif eco.proving_workers:
+        cpp = "-" if eco.est_cpp is None else f"${eco.est_cpp:.4f}"
+        line.append(f"est {eco.est_rate:.0f} p/h {cpp}/p ", style="dim")
+    else:
+        line.append("0 p/h ", style="dim")
+    if s.spend is not None:
+        line.append("│ ", style="dim")
+        line.append(f"spent {money(s.spend.today)} today, ")
+        line.append(f"{money(s.spend.total)} all, ", style="dim")
+        line.append(
+            f"{money(s.spend.rejected)} rejected ", style="yellow" if s.spend.rejected else "dim"
+        )
+    if s.freshness is not None:
+        label, seconds, warn = s.freshness
+        line.append(f"│ {label} {age(seconds)}", style="yellow" if seconds > warn else "dim")
+    line.append("\n")
+    line.append_text(reason_text(status))
+    # Two lines whatever the width: cut, never wrapped (the reason must stay in view).
+    line.no_wrap = True
+    line.overflow = "ellipsis"
+    return line
+
+
+def reason_text(status: EngineStatus | None) -> Text:
+    """The engine's one persistent reason, or what it is doing."""
+    if status is None:
+        return Text("engine status: not published yet", style="dim")
+    reason = sanitize_line(status.reason or "", 300)
+    if status.reason_kind == "at_target":
+        return Text(reason or f"at target ({status.target} workers)", style="green")
+    if status.reason_kind is None:  # below target and nothing in the way: renting
+        return Text(reason or f"renting towards {status.target} workers", style="cyan")
+    if status.reason_kind == "target_zero":
+        return Text(reason or "target is 0: the engine rents nothing", style="dim")
+    text = Text("below target: ", style="bold yellow")
+    text.append(reason or status.reason_kind)
+    return text
+
+
+class SummaryStrip(Static):
+    """Always on top; the app gives it a new StripState when anything changes."""
+
+    def show(self, state: StripState) -> None:
+        self.update(strip_text(state))
