@@ -31,7 +31,10 @@ from vastui.store.fleet import LeaseHeld
 
 log = logging.getLogger("vastui.engine")
 
-LEASE_TTL = 30.0  # real seconds; renewed every third of it
+LEASE_TTL = 30.0  # real seconds
+# An attached console counts the engine gone after a few seconds without a heartbeat
+# (vastui/console/bridge.py HEARTBEAT_STALE): beat every second, a one-row UPDATE.
+HEARTBEAT_EVERY = 1.0
 
 
 @dataclass
@@ -216,7 +219,7 @@ async def _heartbeat(store: Store, owner: str, engine: Engine) -> None:
     """Renew the lease; once it is lost, halt: another engine may already own the fleet."""
     last_renewed = time.monotonic()
     while True:
-        await asyncio.sleep(LEASE_TTL / 3)
+        await asyncio.sleep(HEARTBEAT_EVERY)
         try:
             renewed = await store.renew_lease(owner, ttl=LEASE_TTL)
         except Exception:
