@@ -87,7 +87,7 @@ declare -A inflight=() # cuzk-bench pid -> proof index
 started=()             # proof index -> clock ms at submission
 started_at="$EPOCHREALTIME"
 
-say() { printf '[bench] %s\n' "$*"; }
+say() { printf '%s [bench] %s\n' "$(now_iso)" "$*"; }
 
 # The run's rate in thousandths of a proof per hour: the least-squares slope of proofs completed
 # against time, through every finish of the timed run (failed proofs are finishes that complete

@@ -61,7 +61,7 @@ clock_s() { clock_ms; NOW_S=$((CLOCK_MS / 1000)); } # the worker's clock (see va
 slog() { # stage-log: slog STAGE MESSAGE...
   local st=$1
   shift
-  printf '%s [entrypoint] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >>"$LOG_DIR/$st.log"
+  printf '%s [entrypoint] %s\n' "$(now_iso)" "$*" >>"$LOG_DIR/$st.log"
 }
 
 

@@ -76,6 +76,18 @@ clock_ms() {
   CLOCK_MS=$(((10#$t - 10#$CLOCK_T0) * CLOCK_SCALE_M / 1000000))
 }
 
+# The time log lines carry, UTC, on the controller's clock: the wall clock on a real worker. In
+# the simulator (WORKER_TIME_SCALE) the controller's clock runs faster from WORKER_CLOCK_EPOCH,
+# where it met the wall clock: lines say that time, so every log and the engine agree.
+now_iso() {
+  local s=$EPOCHSECONDS e
+  if [[ ${WORKER_CLOCK_EPOCH:-} =~ ^([0-9]{1,12})(\.[0-9]*)?$ ]] && ((CLOCK_SCALE_M != 1000)); then
+    e=${BASH_REMATCH[1]}
+    s=$((e + (s - e) * CLOCK_SCALE_M / 1000))
+  fi
+  date -u -d "@$s" +%Y-%m-%dT%H:%M:%SZ
+}
+
 # Real seconds (with 3 decimals) that last $1 milliseconds on the worker's clock.
 real_seconds() {
   local ms=$(($1 * 1000 / CLOCK_SCALE_M))
