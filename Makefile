@@ -8,11 +8,39 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint format clean image
 
+LOCK := $(VENV)/.setup.lock
+FLOCK ?= flock
+# Quiet: -qq hides pip's warnings too (a machine's pip config naming index folders that do not
+# exist prints one per package); errors still show. PIP_FLAGS=-q to see warnings.
+PIP_FLAGS ?= -qq
+
+# `make demo & make test` on a fresh clone both need .venv: set-up runs under an exclusive lock
+# ($(FLOCK), from util-linux; without it an atomic mkdir) and re-checks the stamp once it holds
+# the lock, so the second make waits for the first and then uses its .venv. The stamp holds the
+# checksum of pyproject.toml (dash's `test -nt` sees whole seconds only). A venv left without
+# pip by an interrupted set-up is completed, not trusted. PYTHONWARNINGS drops setuptools'
+# informational "Editable installation" notice, which pip >= 25 shows for any editable install.
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
-	@touch $(STAMP)
+	@set -e; mkdir -p $(VENV); \
+	if command -v $(FLOCK) >/dev/null 2>&1; then \
+		exec 9>$(LOCK); \
+		$(FLOCK) -n 9 || { echo "waiting for another make to finish setting up $(VENV)"; $(FLOCK) 9; }; \
+	else \
+		until mkdir $(LOCK).d 2>/dev/null; do \
+			echo "waiting for another make to finish setting up $(VENV) (none running? rmdir $(LOCK).d)"; \
+			sleep 2; \
+		done; \
+		trap 'rmdir $(LOCK).d' EXIT; trap 'exit 130' INT TERM; \
+	fi; \
+	if [ -f $(STAMP) ] && [ "$$(cksum < pyproject.toml)" = "$$(cat $(STAMP))" ]; then \
+		touch $(STAMP); exit 0; \
+	fi; \
+	echo "setting up $(VENV) (once)"; \
+	$(BIN)/python -m pip --version >/dev/null 2>&1 || $(PY) -m venv $(VENV); \
+	export PYTHONWARNINGS='ignore:Editable installation'; \
+	$(BIN)/python -m pip install $(PIP_FLAGS) --upgrade pip; \
+	$(BIN)/python -m pip install $(PIP_FLAGS) -e '.[test]'; \
+	cksum < pyproject.toml > $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/vastui --demo

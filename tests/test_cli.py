@@ -16,6 +16,11 @@ OFFER_KEYS = {
     "id", "machine_id", "host_id", "gpu_name", "num_gpus", "gpu_ram_gb", "cpu_ram_gb",
     "cpu_cores", "dph_total", "inet_down", "reliability", "geolocation",
 }  # fmt: skip
+# The ranking the console's offers pane shows (engine/ranking.py RankedOffer.to_json).
+RANK_KEYS = {
+    "known_rate", "prior_rate", "rate_source", "expected_rate", "required_rate",
+    "expected_cost_per_proof", "bad",
+}  # fmt: skip
 BAD_KEYS = {"machine_id", "host_id", "gpu_name", "reason", "source", "created_at", "expires_at"}
 EVENT_KEYS = {"ts", "kind", "instance_id", "machine_id", "reason"}
 
@@ -39,7 +44,7 @@ def test_offers_json_on_demo(capsys, db):
     code, out, _ = run(capsys, "offers", "--demo", "--db", db, "--json")
     rows = jsonl(out)
     assert code == 0 and rows
-    assert all(set(r) == OFFER_KEYS for r in rows)
+    assert all(set(r) == OFFER_KEYS | RANK_KEYS for r in rows)
     # The default filter is applied by the simulator: every offer satisfies it.
     assert all(r["dph_total"] <= 0.9 and r["cpu_ram_gb"] >= 240 for r in rows)
     assert all(r["gpu_ram_gb"] > 12.5 for r in rows)
@@ -159,3 +164,41 @@ def test_module_entry_point_help():
     )
     for verb in ("offers", "instances", "bad", "perf", "events", "import-legacy", "locate", "sim"):
         assert verb in out.stdout
+
+
+def test_status_says_target_reason_and_spend(capsys, db):
+    import asyncio
+
+    from vastui.store import InstanceRecord, Store
+    from vastui.store.records import EngineStatus
+
+    async def seed() -> None:
+        async with await Store.open(Path(db)) as store:
+            now = 1_790_000_000.0
+            await store.upsert_instance(
+                InstanceRecord(vast_id=7, label="vastui-main-7", dph_total=0.36, state="proving",
+                               created_at=now - 3600, proving_at=now - 1800),
+                now=now,
+            )  # fmt: skip
+            await store.put_engine_status(
+                EngineStatus(
+                    target=3,
+                    workers=1,
+                    by_stage={"proving": 1},
+                    reason_kind="no_viable_offer",
+                    reason="no viable offer: best 4711 RTX 4090 $0.0091/proof > max $0.0080",
+                    best=None,
+                    dry_run=False,
+                    updated_at=now,
+                )
+            )
+
+    asyncio.run(seed())
+    code, out, err = run(capsys, "status", "--demo", "--db", db)
+    assert code == 0 and err == ""
+    assert "workers 1/3" in out and "no viable offer: best 4711 RTX 4090" in out
+    assert "spend $0.36" in out  # one hour at $0.36/h, on the engine's clock
+    code, out, _ = run(capsys, "status", "--demo", "--db", db, "--json")
+    report = json.loads(out)
+    assert report["engine"]["target"] == 3 and report["engine"]["reason_kind"] == "no_viable_offer"
+    assert report["spend"]["total"] == pytest.approx(0.36)

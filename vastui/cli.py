@@ -1,6 +1,7 @@
 """The `vastui` command line. Every listing has `--json` (one object per line).
 
-Errors are one line on stderr (`vastui: error: ...`) and exit status 2; nothing is lost.
+Errors are one line on stderr (`vastui: error: ...`) and exit status 2, argparse's included;
+nothing is lost. A reader that leaves early (`vastui offers | head -1`) ends the listing quietly.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
@@ -28,14 +31,18 @@ from vastui.config import (
     state_dir,
 )
 from vastui.engine.keys import SshKeyError
+from vastui.engine.ranking import rank_offers
 from vastui.engine.runtime import RunOptions, parse_duration
 from vastui.sanitize import sanitize_line
-from vastui.store import StoreError, import_legacy
+from vastui.store import EVENT_KINDS, StoreError, import_legacy
 from vastui.store.fleet import LeaseHeld
 from vastui.vast.errors import VastError
 from vastui.vast.query import QueryError
 
 EXIT_ERROR = 2
+# 128 + SIGPIPE: what a shell reports for a program the closed pipe killed (`set -o pipefail`
+# then sees the listing was cut short, as with `seq 1000000 | head -1`).
+EXIT_BROKEN_PIPE = 141
 
 
 class CliError(Exception):
@@ -53,7 +60,13 @@ def _cell(value: Any) -> str:
     return sanitize_line(str(value), 60)
 
 
-def print_rows(rows: list[dict[str, Any]], columns: Sequence[str], as_json: bool) -> None:
+def print_rows(
+    rows: list[dict[str, Any]],
+    columns: Sequence[str],
+    as_json: bool,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """A table of ``columns`` (header: ``headers[c]`` or ``C``), or one JSON object per row."""
     if as_json:
         for row in rows:
             # ASCII-only: no raw C1 or bidi characters reach a terminal through --json.
@@ -62,9 +75,10 @@ def print_rows(rows: list[dict[str, Any]], columns: Sequence[str], as_json: bool
     if not rows:
         print("(none)")
         return
+    names = [(headers or {}).get(c, c.upper()) for c in columns]
     table = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    widths = [max(len(n), *(len(r[i]) for r in table)) for i, n in enumerate(names)]
+    print("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)).rstrip())
     for r in table:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
@@ -76,6 +90,21 @@ def _warn(message: str) -> None:
 # -- commands ----------------------------------------------------------------------------
 
 
+# The ranking columns under the console offers pane's names (console/panes/offers.py).
+OFFER_COLUMNS = [
+    "id", "machine_id", "gpu_name", "num_gpus", "dph_total", "expected_cost_per_proof",
+    "required_rate", "known_rate", "expected_rate", "rate_source", "gpu_ram_gb", "cpu_ram_gb",
+    "cpu_cores", "inet_down", "reliability", "geolocation", "bad",
+]  # fmt: skip
+OFFER_HEADERS = {
+    "expected_cost_per_proof": "EXP $/P",
+    "required_rate": "REQ",
+    "known_rate": "KNOWN",
+    "expected_rate": "EXP RATE",
+    "rate_source": "FROM",
+}
+
+
 async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
     query = args.filter if args.filter is not None else opts.config.offers.filter
     async with open_client(opts) as client, open_store(opts) as store:
@@ -85,24 +114,22 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
             limit=args.limit or opts.config.offers.limit,
             allocated_storage=opts.config.fleet.disk_gb,  # price includes the disk we rent
         )
-        bad = await store.bad_machine_ids()
+        bad = {e.machine_id: e.reason for e in await store.list_bad()}
+        perf = await store.list_perf()
     for line in result.rejected:
         _warn(f"skipped offer: {line}")
+    # The engine's and the console's ranking (engine/ranking.py), in its order.
+    ranked = rank_offers(result.offers, perf, bad, opts.config.fleet.max_cost_per_proof)
     rows = []
-    for offer in result.offers:
-        if offer.machine_id in bad and not args.all:
+    for r in ranked:
+        if r.bad and not args.all:
             continue
-        row = offer.to_json()
+        row = r.to_json()
         if not args.json:
-            row["min_rate"] = opts.config.min_rate_for(offer.dph_total)
-            row["bad"] = "BAD" if offer.machine_id in bad else ""
+            row["bad"] = "BAD" if r.bad else ""
         rows.append(row)
-    hidden = sum(1 for o in result.offers if o.machine_id in bad) if not args.all else 0
-    columns = [
-        "id", "machine_id", "gpu_name", "num_gpus", "gpu_ram_gb", "cpu_ram_gb", "cpu_cores",
-        "dph_total", "min_rate", "inet_down", "reliability", "geolocation", "bad",
-    ]  # fmt: skip
-    print_rows(rows, columns, args.json)
+    hidden = sum(r.bad for r in ranked) if not args.all else 0
+    print_rows(rows, OFFER_COLUMNS, args.json, OFFER_HEADERS)
     if hidden and not args.json:
         print(f"({hidden} offers on bad machines hidden; --all shows them)", file=sys.stderr)
     return 0
@@ -160,11 +187,33 @@ async def cmd_perf(opts: Options, args: argparse.Namespace) -> int:
 async def cmd_events(opts: Options, args: argparse.Namespace) -> int:
     async with open_store(opts) as store:
         events = await store.list_events(limit=args.limit, kind=args.kind)
+    # A kind in the log counts even if EVENT_KINDS misses it (written by a newer vastui).
+    if args.kind is not None and not events and args.kind not in EVENT_KINDS:
+        raise CliError(f"unknown event kind {args.kind!r}; kinds: {', '.join(EVENT_KINDS)}")
     print_rows(
         [e.to_json() for e in events],
         ["ts", "kind", "instance_id", "machine_id", "reason"],
         args.json,
     )
+    return 0
+
+
+async def cmd_status(opts: Options, args: argparse.Namespace) -> int:
+    from datetime import UTC
+
+    from vastui import status as fleet_status
+    from vastui.engine.spend import local_midnight
+
+    async with open_store(opts) as store:
+        engine = await store.get_engine_status()
+        # The fleet's one clock: in the demo the engine's simulated time, as of its last cycle
+        # (what the console shows); elsewhere the wall clock.
+        now = engine.updated_at if opts.demo and engine is not None else time.time()
+        report = await fleet_status.gather(store, now, day_start=local_midnight(now, UTC))
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        print(fleet_status.render(report))
     return 0
 
 
@@ -192,11 +241,18 @@ def cmd_locate(opts: Options, args: argparse.Namespace) -> int:
 
 
 def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
-    from vastui.sim.server import run_server
+    from vastui.sim.server import ListenError, run_server
 
-    run_server(
-        port=args.port, seed=args.seed, speed=args.speed, api_key=args.api_key, faults=args.faults
-    )
+    try:
+        run_server(
+            port=args.port,
+            seed=args.seed,
+            speed=args.speed,
+            api_key=args.api_key,
+            faults=args.faults,
+        )
+    except ListenError as exc:  # e.g. the port is taken: one line, not uvicorn's traceback
+        raise CliError(str(exc)) from None
     return 0
 
 
@@ -247,6 +303,16 @@ def _check_url(url: str) -> None:
         raise CliError(f"--api-url {url!r}: expected http(s)://host[:port]")
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535 (0: any free port): {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -257,9 +323,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (`vastui: error: ...`), not usage plus error.
+
+    Subparsers are made of the same class (argparse's ``parser_class`` default), so the hint
+    names the verb whose help explains the mistake. Exit status 2, as argparse's own.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        hint = f"(see {self.prog} --help)"
+        self.exit(EXIT_ERROR, f"vastui: error: {sanitize_line(message, 500)} {hint}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # SUPPRESS: an option given before the verb must survive the verb's own parser.
-    shared = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    shared = OneLineParser(add_help=False, argument_default=argparse.SUPPRESS)
     shared.add_argument("--db", type=Path, help="state database (default: in the state dir)")
     shared.add_argument("--config", type=Path, help="config file (default: $VASTUI_CONFIG or XDG)")
     shared.add_argument("--api-url", help="Vast API base URL (a served simulator, or Vast itself)")
@@ -267,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", action="store_true", help="use the in-process simulated cloud and its own db"
     )
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="vastui",
         description="Console and engine for a Filecoin proving fleet on Vast.ai GPUs.",
         parents=[shared],
@@ -320,10 +398,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_perf)
 
+    p = sub.add_parser(
+        "status", parents=[shared], help="the fleet against its target, why, and its spend"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_status)
+
     p = sub.add_parser("events", parents=[shared], help="the event log")
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=_positive_int)
-    p.add_argument("--kind", help="only this kind (rent, destroy, ban, unban, ...)")
+    p.add_argument("--kind", help=f"only this kind: {', '.join(EVENT_KINDS)}")
     p.set_defaults(func=cmd_events)
 
     p = sub.add_parser("import-legacy", parents=[shared], help="import vast-manager's state.db")
@@ -336,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sim", help="the simulated Vast cloud")
     sim = p.add_subparsers(dest="sim_cmd", metavar="ACTION", required=True)
     ss = sim.add_parser("serve", help="serve the simulated Vast API over HTTP")
-    ss.add_argument("--port", type=int, default=8642)
+    ss.add_argument("--port", type=_port, default=8642, help="0: any free port")
     ss.add_argument("--seed", type=int, default=7)
     ss.add_argument("--speed", type=float, default=1.0)
     ss.add_argument("--api-key", default="sim-key")
@@ -370,7 +454,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = func(opts, args)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
         return int(result or 0)
+    except BrokenPipeError as exc:  # an OSError: caught before the one-line error below
+        if _stdout_reader_gone():
+            return _reader_left()
+        _error(exc)  # a pipe or socket of our own broke: that is an error
+        return EXIT_ERROR
     except (
         ConfigError,
         ApiKeyError,
@@ -381,11 +471,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         SshKeyError,
         OSError,
     ) as exc:
-        print(f"vastui: error: {sanitize_line(str(exc), 1000)}", file=sys.stderr)
+        _error(exc)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # `vastui offers | head`: the reader left; say nothing more.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+
+
+def _error(exc: BaseException) -> None:
+    print(f"vastui: error: {sanitize_line(str(exc), 1000)}", file=sys.stderr)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has left (poll reports an error on its end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real fd (captured), or no poll()
+        return False
+
+
+def _reader_left() -> int:
+    """`vastui offers | head -1`: the reader left. Say nothing, as `seq 1000000 | head` does.
+
+    Python's documented recipe (library/signal, "Note on SIGPIPE"): point stdout at devnull so
+    the flush at exit cannot fail again. Not SIG_DFL for SIGPIPE, which would also kill the
+    process on a write to a closed socket (httpx, asyncssh).
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
