@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,16 @@ def demo_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state: Path) -> None:
-    opts = Options(config=Config(), db=demo_state / "fleet.db", demo=True, seed=7, speed=SPEED)
+    # Time runs 300x: a loaded test machine stretches every step by as much, so the deadlines
+    # (worker and engine) are generous here; what is tested is the path, not the timing.
+    base = Config()
+    config = replace(
+        base,
+        deadlines=replace(
+            base.deadlines, paramfetch_min=24 * 60.0, benchmark_min=24 * 60.0, setup_min=600.0
+        ),
+    )
+    opts = Options(config=config, db=demo_state / "fleet.db", demo=True, seed=7, speed=SPEED)
     run = RunOptions(speed=SPEED, seed=7, target_workers=0, machine_fault_rate=0.0)
     async with engine_runtime(opts, run) as rt:
         engine = rt.engine
@@ -63,6 +73,7 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
         # Production's 38th proof hits a sticky CUDA error (the daemon's first 13 are the
         # benchmark's).
         rt.demo.fault_overrides[offer.machine_id] = {"fault": "cuda_abort", "fault_after": 50}
+        engine.settings.worker_env["BENCH_TIMEOUT"] = str(24 * 3600)
         iid = await engine.deploy(offer.id)
         assert iid is not None
         stop = asyncio.Event()

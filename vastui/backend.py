@@ -6,6 +6,7 @@ real client at any Vast-compatible server (a served simulator or console.vast.ai
 
 from __future__ import annotations
 
+import secrets
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from vastui.sim import SimCloud
 
 DEMO_SEED = 7
+# The demo's world: its machines (ids, hardware, hidden speed and faults) are the same in every
+# run, so what vastui learned about a machine stays true; each run's seed draws the market.
+DEMO_WORLD_SEED = 7
 DEMO_BASE_URL = "http://vast.sim"
 
 
@@ -34,7 +38,7 @@ class Options:
     db: Path | None = None
     api_url: str | None = None
     demo: bool = False
-    seed: int = DEMO_SEED
+    seed: int | None = DEMO_SEED  # demo: None draws a new market (new_demo_seed)
     speed: float = 30.0
 
     @property
@@ -45,11 +49,22 @@ class Options:
 DEMO_HOSTS = 400  # ~2,400 offers, ~200 through the default filter
 
 
-def make_demo_cloud(seed: int = DEMO_SEED, speed: float = 30.0, **kwargs: Any) -> SimCloud:
+def new_demo_seed() -> int:
+    """A market seed for a demo run given none: small enough to type back with --seed."""
+    return secrets.randbelow(999_999) + 1
+
+
+def make_demo_cloud(
+    seed: int | None = DEMO_SEED, speed: float = 30.0, *, start: float | None = None, **kwargs: Any
+) -> SimCloud:
+    """The demo's simulated cloud: the demo world, the market of ``seed`` (None: a new one),
+    simulated time from ``start`` (default: now) at ``speed``."""
     from vastui.sim import ScaledClock, SimCloud
 
     kwargs.setdefault("hosts", DEMO_HOSTS)
-    return SimCloud(seed=seed, speed=speed, clock=ScaledClock(speed), **kwargs)
+    kwargs.setdefault("world_seed", DEMO_WORLD_SEED)
+    seed = new_demo_seed() if seed is None else seed
+    return SimCloud(seed=seed, speed=speed, clock=ScaledClock(speed, start=start), **kwargs)
 
 
 def client_for_cloud(cloud: SimCloud, **kwargs: Any) -> VastClient:

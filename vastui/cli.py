@@ -356,7 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--speed", type=float, default=60.0, help="demo: simulated seconds per real second"
     )
-    parser.add_argument("--seed", type=int, default=7, help="demo: the simulated market's seed")
+    parser.add_argument(
+        "--seed", type=int, default=None,
+        help="demo: the market's seed (default: a new one each run; the log names it)",
+    )  # fmt: skip
     parser.add_argument(
         "--target-workers", type=int, help="keep this many workers (overrides fleet.target_workers)"
     )

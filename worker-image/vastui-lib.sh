@@ -77,13 +77,15 @@ clock_ms() {
 }
 
 # The time log lines carry, UTC, on the controller's clock: the wall clock on a real worker. In
-# the simulator (WORKER_TIME_SCALE) the controller's clock runs faster from WORKER_CLOCK_EPOCH,
-# where it met the wall clock: lines say that time, so every log and the engine agree.
+# the simulator (WORKER_TIME_SCALE) the controller's clock runs faster: it read
+# WORKER_CLOCK_SIM0 when the wall clock read WORKER_CLOCK_WALL0, and lines say that time, so
+# every log and the engine agree.
 now_iso() {
-  local s=$EPOCHSECONDS e
-  if [[ ${WORKER_CLOCK_EPOCH:-} =~ ^([0-9]{1,12})(\.[0-9]*)?$ ]] && ((CLOCK_SCALE_M != 1000)); then
-    e=${BASH_REMATCH[1]}
-    s=$((e + (s - e) * CLOCK_SCALE_M / 1000))
+  local s=$EPOCHSECONDS wall0 sim0 now
+  if ((CLOCK_SCALE_M != 1000)) && wall0=$(to_milli "${WORKER_CLOCK_WALL0:-}") &&
+    sim0=$(to_milli "${WORKER_CLOCK_SIM0:-}"); then
+    now=${EPOCHREALTIME/./}
+    s=$(((sim0 + (10#$now / 1000 - wall0) * CLOCK_SCALE_M / 1000) / 1000))
   fi
   date -u -d "@$s" +%Y-%m-%dT%H:%M:%SZ
 }

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
 from vastui.config import Config, FleetSection, load_curio_db_password, state_dir
@@ -28,6 +28,9 @@ from vastui.engine.keys import ensure_ssh_key
 from vastui.ssh import RemoteForward, SshPool, StorePins
 from vastui.store import Store
 from vastui.store.fleet import LeaseHeld
+
+if TYPE_CHECKING:
+    from vastui.sim import SimCloud
 
 log = logging.getLogger("vastui.engine")
 
@@ -40,11 +43,17 @@ HEARTBEAT_EVERY = 1.0
 @dataclass
 class RunOptions:
     speed: float = 60.0  # demo only: simulated seconds per real second
-    seed: int = 7
+    seed: int | None = None  # demo only: the market's seed; None draws a new one (logged)
     target_workers: int | None = None
     dry_run: bool = False
     mode: str = "headless"  # or "console"
-    machine_fault_rate: float = 1.5  # demo only: about one machine in four has a fault
+    machine_fault_rate: float = 1.0  # demo only: about one machine in six has a fault
+
+
+# Demo: the chance that an instance's host goes offline for maintenance some hours after it
+# runs, per unit of machine_fault_rate. The engine lets it go and, the machine being free again,
+# rents it back on its measured rate: learning, shown.
+HOST_MAINTENANCE = 0.35
 
 
 def parse_duration(text: str) -> float:
@@ -144,7 +153,7 @@ async def _demo_parts(
     from vastui.sim.lotus import FakeLotus
     from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
 
-    cloud = make_demo_cloud(run.seed, run.speed)
+    cloud = await open_demo_cloud(store, run)
     parent = _sandbox_parent()
     reaped = reap_stale_sandboxes(Path(parent))
     if reaped:
@@ -188,6 +197,36 @@ async def _demo_parts(
         settings=settings, on_change=on_change,
     )  # fmt: skip
     return engine, host
+
+
+async def open_demo_cloud(store: Store, run: RunOptions) -> SimCloud:
+    """The demo's simulated cloud for this database: the market of ``run.seed`` (logged, so
+    the run can be reproduced), ids and simulated time that carry on from earlier runs."""
+    last_id, last_ts = await demo_history(store)
+    cloud = make_demo_cloud(
+        run.seed, run.speed, start=max(time.time(), last_ts + 60.0),
+        instance_ids_after=last_id,
+        host_maintenance=min(1.0, HOST_MAINTENANCE * run.machine_fault_rate),
+    )  # fmt: skip
+    log.info(
+        "demo market seed %d (run it again with --seed %d); instance ids above %d",
+        cloud.seed, cloud.seed, last_id,
+    )  # fmt: skip
+    return cloud
+
+
+async def demo_history(store: Store) -> tuple[int, float]:
+    """The highest instance id and the latest time this demo database holds.
+
+    A new demo cloud gives ids above every id a previous run gave (Vast's ids only grow, and a
+    reused id would be taken for the old instance), and its simulated clock starts after the
+    previous run's, which ran ahead of the wall clock at the demo's speed."""
+    instances = await store.list_instances()
+    events = await store.list_events(limit=1)
+    times = [e.ts for e in events]
+    for rec in instances:
+        times += [t for t in (rec.created_at, rec.last_seen_at, rec.killed_at) if t is not None]
+    return max((r.vast_id for r in instances), default=0), max(times, default=0.0)
 
 
 # What the worker reaches on its own loopback, forwarded from the controller: the Lotus API

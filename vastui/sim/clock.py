@@ -29,7 +29,8 @@ class ScaledClock:
         if speed <= 0:
             raise ValueError("speed must be > 0")
         self.speed = float(speed)
-        self.start = float(time.time() if start is None else start)
+        self.wall0 = time.time()  # the wall clock when this clock read `start`
+        self.start = float(self.wall0 if start is None else start)
         self._t0 = time.monotonic()
 
     def now(self) -> float:

@@ -23,7 +23,7 @@ from typing import Any
 
 from vastui.sim.clock import ManualClock, ScaledClock, SimClock
 from vastui.sim.faults import Faults
-from vastui.sim.market import Machine, generate_market, price_fields
+from vastui.sim.market import Machine, generate_market, market_moment, price_fields, reprice
 from vastui.sim.query_eval import (
     QueryError,
     check_condition,
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 MAX_LABEL = 1024
 PAGE_MAX = 25
+# Simulated seconds after running when a host under maintenance goes offline.
+MAINTENANCE_AFTER = (5400.0, 14400.0)
 FORCEABLE = frozenset({"exited", "offline", "unknown", "running", "loading"})
 
 # Columns of the instance table that v1 `select_filters`/`order_by` accept; everything
@@ -214,16 +216,29 @@ class SimCloud:
         ssh_port_allocator: Callable[[], int] | None = None,
         on_running: Callable[[dict[str, Any]], Awaitable[Any] | None] | None = None,
         credit: float = 100.0,
+        world_seed: int | None = None,
+        instance_ids_after: int | None = None,
+        host_maintenance: float = 0.0,
     ) -> None:
+        """``seed`` alone: the whole world of that seed is on the market at its own prices.
+        With ``world_seed``: the machines (ids, hardware, hidden speed and faults) are that
+        world's, and ``seed`` draws this run's market from it (which machines are listed, at
+        what price; :func:`vastui.sim.market.market_moment`).
+
+        ``instance_ids_after``: every instance id is above it (real ids only grow: a demo
+        passes the highest id its database already holds). ``host_maintenance``: the chance
+        that a new instance's host goes offline for maintenance some time after it runs."""
         self.seed = seed
+        self.world_seed = seed if world_seed is None else world_seed
         self.clock: SimClock = clock if clock is not None else ScaledClock(speed)
         self.speed = speed
         self.api_key = api_key
         self.faults = Faults(faults, seed)
         self.on_running = on_running
         self.rng = random.Random(seed * 31 + 5)
+        self.host_maintenance = host_maintenance
         self.machines: list[Machine] = generate_market(
-            seed, hosts=hosts, clock_now=self.clock.now()
+            self.world_seed, hosts=hosts, clock_now=self.clock.now()
         )
         self.machines_by_id: dict[int, Machine] = {m.machine_id: m for m in self.machines}
         self.offers: dict[int, dict[str, Any]] = {}
@@ -233,12 +248,16 @@ class SimCloud:
                 self.offers[o["id"]] = o
                 self.offer_machine[o["id"]] = m
         self.available: set[int] = set(self.offers)
+        if world_seed is not None:
+            self._open_market(seed)
         self.instances: dict[int, SimInstance] = {}
         if ssh_port_allocator is None:
             ports = itertools.count(42000)
             ssh_port_allocator = lambda: next(ports)  # noqa: E731
         self.alloc_port = ssh_port_allocator
         self._next_instance_id = self.rng.randint(3_000_000, 3_400_000)
+        if instance_ids_after is not None:
+            self._next_instance_id = max(self._next_instance_id, instance_ids_after)
         self.user: dict[str, Any] = {
             "id": self.rng.randint(100_000, 999_999),
             "username": "sim-user",
@@ -258,6 +277,15 @@ class SimCloud:
         self._next_key_id = self.rng.randint(40_000, 49_000)
         self._logs: dict[str, dict[str, Any]] = {}
         self._log_counter = 0
+
+    def _open_market(self, seed: int) -> None:
+        """This run's market: the listed machines' offers, at this run's prices."""
+        for machine_id, price in market_moment(self.machines, seed, self.world_seed).items():
+            machine = self.machines_by_id[machine_id]
+            if price is None:
+                self.available.difference_update(o["id"] for o in machine.offers)
+            else:
+                reprice(machine, price)
 
     # ------------------------------------------------------------------ helpers
     def now(self) -> float:
@@ -442,12 +470,20 @@ class SimCloud:
         if body.get("target_state") == "stopped":
             inst.intended = inst.cur_state = inst.next_state = "stopped"
             inst.stopped_at = now
-        inst.fail = self.faults.instance_failure(fault_hint)
+        inst.fail = self.faults.instance_failure(fault_hint) or self._maintenance()
         self.instances[iid] = inst
         self.available.discard(offer_id)
         offer["rentable"] = False
         offer["rented"] = True
         return {"success": True, "new_contract": iid, "instance_api_key": inst.api_key}
+
+    def _maintenance(self) -> tuple[str, float] | None:
+        """Now and then a host goes offline for maintenance while it works for us (hours of
+        simulated time after the instance runs, so mostly while it proves); the engine sees it
+        offline and lets it go."""
+        if self.host_maintenance <= 0 or self.rng.random() >= self.host_maintenance:
+            return None
+        return "offline", self.rng.uniform(*MAINTENANCE_AFTER)
 
     # ------------------------------------------------------------------ render
     def render(self, inst: SimInstance, now: float | None = None) -> dict[str, Any]:

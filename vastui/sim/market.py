@@ -1,12 +1,18 @@
 """Deterministic generation of a simulated Vast.ai offer market.
 
+Two layers, as on Vast: the *world* (hosts, their machines and the offers each machine publishes,
+with hidden per-machine performance) is fixed by the world seed, so machine and offer ids stay the
+same from run to run and the per-machine record keeps learning; the *market* of one moment
+(:func:`market_moment`: which machines are listed, at what price) is drawn from a run's seed.
+A world on its own (no market drawn) lists every machine at the generator's own prices.
+
 Identifier ranges never overlap, so ids can not be confused:
 
 * ``host_id``     6 digits  (100000-999999)  - the host's account id
 * ``machine_id``  5 digits  (10000-99999)    - one physical machine
 * offer ``id``    8 digits  (20000000-69999999), == ``ask_contract_id``
 * ``bundle_id``   10 digits
-* instance ids (``new_contract``) are 7 digits and come from :mod:`vastui.sim.cloud`.
+* instance ids (``new_contract``) start at 7 digits and only grow: :mod:`vastui.sim.cloud`.
 """
 
 from __future__ import annotations
@@ -239,19 +245,33 @@ def driver_vers_int(version: str) -> int:
     return parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
 
 
+# Per-GPU RAM (GiB) → share of the full rate: cuzk pipelines as many partitions as memory
+# allows (original-system.md §4 table: 128 GiB 152 s/proof, 256 GiB 53 s, 384 GiB 43 s, 512+ 38 s).
+# Calibrated so that the typical machine of each RAM class of the ranking's prior
+# (vastui/engine/ranking.py), with its typical CPU share (cpu_factor), does what the prior
+# expects: the prior is honest on average and each machine's error is its own, so what the
+# ranking learns from measured peers does not drift below the truth.
+RAM_CURVE: tuple[tuple[float, float], ...] = (
+    (0.0, 0.0), (64.0, 0.1), (128.0, 0.32), (192.0, 0.72), (256.0, 0.82), (384.0, 0.97),
+    (512.0, 1.0),
+)  # fmt: skip
+
+
 def ram_factor(ram_gib_per_gpu: float) -> float:
-    """RAM factor of the ASSUMPTION in original-system.md §4 (piecewise linear)."""
-    pts = ((0.0, 0.0), (64.0, 0.1), (128.0, 0.3), (256.0, 0.7), (384.0, 0.92), (400.0, 1.0))
-    if ram_gib_per_gpu >= pts[-1][0]:
+    """Share of the full rate that this much RAM per GPU allows (piecewise linear)."""
+    if ram_gib_per_gpu >= RAM_CURVE[-1][0]:
         return 1.0
-    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+    for (x0, y0), (x1, y1) in itertools.pairwise(RAM_CURVE):
         if x0 <= ram_gib_per_gpu <= x1:
             return y0 + (y1 - y0) * (ram_gib_per_gpu - x0) / (x1 - x0)
     return 0.0
 
 
 def cpu_factor(cores_per_gpu: float) -> float:
-    return 0.7 if cores_per_gpu < 32 else 1.0
+    """Synthesis is CPU work: below 32 vCPUs per GPU the GPU waits (16 → 0.8, 8 → 0.7).
+
+    The ranking does not model it: CPU-starved slices are the market's slow surprises."""
+    return min(1.0, 0.6 + 0.4 * cores_per_gpu / 32.0)
 
 
 @dataclass
@@ -327,6 +347,11 @@ def price_fields(offer: dict[str, Any], allocated_storage: float, mode: str = "o
     }
     offer["search"] = dict(breakdown)
     offer["instance"] = dict(breakdown)
+
+
+def slice_price(dph_per_gpu: float, num_gpus: int) -> float:
+    """$/h of a slice: a small discount per doubling of GPUs."""
+    return round(dph_per_gpu * num_gpus * (1.0 - 0.01 * math.log2(num_gpus)), 4)
 
 
 def _make_machine(
@@ -408,7 +433,7 @@ def _make_machine(
     for s in chosen:
         frac = s / n_gpus
         offer_id = _unique(rng, used_offer, *OFFER_ID_RANGE)
-        dph_base = round(dph_per_gpu * s * (1.0 - 0.01 * math.log2(s)), 4)
+        dph_base = slice_price(dph_per_gpu, s)
         offer: dict[str, Any] = {
             "id": offer_id,
             "ask_contract_id": offer_id,
@@ -538,3 +563,50 @@ def generate_market(seed: int, *, hosts: int = 40, clock_now: float) -> list[Mac
                 )
             )
     return machines
+
+
+# The market of a moment: about a third of the world's machines are rented by someone else or
+# offline, and the listed ones ask this moment's price: drawn in the GPU model's range, skewed to
+# the cheap end (most hosts compete on price, few ask a premium), so some offers pay off at the
+# default $0.008/proof, some are marginal, most do not.
+LISTED_SHARE = 0.65
+PRICE_SKEW = 2.0
+# Flaky machines are cheap for a reason: renters leave them, so their hosts undercut. The
+# machines whose fault draw is this low are the ones vastui.sim.workers gives a fault first.
+FLAKY_DRAW = 0.12
+FLAKY_DISCOUNT = 0.8
+
+
+def machine_fault_rng(world_seed: int, machine_id: int) -> random.Random:
+    """The machine's own fault dice: the first draw decides whether (and which) fault it has
+    (vastui.sim.workers.FAULTS, lowest draws first); a property of the machine, not of a run."""
+    return random.Random(world_seed * 1_000_003 + machine_id)
+
+
+def market_moment(
+    machines: list[Machine], seed: int, world_seed: int, *, listed_share: float = LISTED_SHARE
+) -> dict[int, float | None]:
+    """For each machine id: its $/h per GPU in this market, or ``None`` (not listed now).
+
+    Drawn per machine from ``(seed, machine_id)``: the same seed gives the same market whatever
+    the world's order, another seed another market.
+    """
+    moment: dict[int, float | None] = {}
+    for m in machines:
+        model = GPU_BY_NAME[m.gpu_name]
+        rng = random.Random(f"market:{seed}:{m.machine_id}")
+        listed = rng.random() < listed_share
+        price = model.dph_lo + (model.dph_hi - model.dph_lo) * rng.random() ** PRICE_SKEW
+        if machine_fault_rng(world_seed, m.machine_id).random() < FLAKY_DRAW:
+            price *= FLAKY_DISCOUNT
+        moment[m.machine_id] = price if listed else None
+    return moment
+
+
+def reprice(machine: Machine, dph_per_gpu: float) -> None:
+    """Set the asking price of a machine's offers (storage and bandwidth keep theirs)."""
+    for offer in machine.offers:
+        ratio = offer["min_bid"] / offer["dph_base"] if offer["dph_base"] else 0.5
+        offer["dph_base"] = slice_price(dph_per_gpu, offer["num_gpus"])
+        offer["min_bid"] = round(offer["dph_base"] * ratio, 4)
+        price_fields(offer, 5.0)

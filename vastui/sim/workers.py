@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
 import signal
 import socket
@@ -29,7 +28,9 @@ from typing import Any
 
 import asyncssh
 
+from vastui.sim.clock import ScaledClock
 from vastui.sim.cloud import SimCloud
+from vastui.sim.market import machine_fault_rng
 from vastui.sim.sshd import SandboxSshd
 from vastui.sim.standins import _simlib as simlib
 
@@ -109,8 +110,9 @@ class SimWorkerHost:
             self._monitor = asyncio.create_task(self._watch(), name="sim-worker-monitor")
 
     def fault_for(self, machine_id: int) -> dict[str, Any]:
-        """The machine's fault and its parameters, drawn from the seed (or overridden)."""
-        rng = random.Random(self.cloud.seed * 1_000_003 + machine_id)
+        """The machine's fault and its parameters, drawn from the world seed (a faulty machine
+        stays faulty from run to run), or overridden."""
+        rng = machine_fault_rng(self.cloud.world_seed, machine_id)
         draw = rng.random()
         fault: dict[str, Any] = {"fault": "none"}
         for name, probability, (lo, hi) in FAULTS:
@@ -199,6 +201,7 @@ class SimWorkerHost:
             "SIM_SPEED": str(self.speed),
             # The scripts' own clock runs at the stand-ins' pace (worker-image/vastui-lib.sh).
             "WORKER_TIME_SCALE": str(self.speed),
+            **_clock_env(self.cloud.clock),
             "CUZK_LISTEN": f"127.0.0.1:{free_port()}",
             "CUZK_STATUS_ADDR": f"127.0.0.1:{free_port()}",
             "VAST_CONTAINERLABEL": f"C.{inst.id}",
@@ -344,3 +347,12 @@ def _kill_marked(match: Callable[[str], bool]) -> int:
         if not fresh:
             break
     return killed
+
+
+def _clock_env(clock: object) -> dict[str, str]:
+    """Where the cloud's scaled clock stood against the wall clock: the worker's log lines and
+    the stand-ins' own (WORKER_CLOCK_*, worker-image/vastui-lib.sh now_iso) then read the
+    engine's time, so every log merges in order with the engine's."""
+    if not isinstance(clock, ScaledClock):
+        return {}
+    return {"WORKER_CLOCK_WALL0": f"{clock.wall0:.3f}", "WORKER_CLOCK_SIM0": f"{clock.start:.3f}"}

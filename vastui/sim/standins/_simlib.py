@@ -223,9 +223,16 @@ def _anchor() -> float:
 
 
 def sim_now() -> float:
-    """The simulated wall clock (epoch seconds)."""
-    anchor = _anchor()
-    return anchor + (time.time() - anchor) * speed()
+    """The simulated wall clock (epoch seconds): the controller's, when it says where it stood
+    (WORKER_CLOCK_SIM0 at wall time WORKER_CLOCK_WALL0, as worker-image/vastui-lib.sh reads it),
+    else anchored at the sandbox's start."""
+    try:
+        wall0 = float(os.environ["WORKER_CLOCK_WALL0"])
+        sim0 = float(os.environ["WORKER_CLOCK_SIM0"])
+    except (KeyError, ValueError):
+        anchor = _anchor()
+        return anchor + (time.time() - anchor) * speed()
+    return sim0 + (time.time() - wall0) * speed()
 
 
 def sim_sleep(sim_seconds: float) -> None:
