@@ -263,6 +263,9 @@ async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_secon
     [strike] = await store.list_strikes(rec.machine_id)
     assert strike.kind == "prove_below_min" and strike.instance_id == iid
     assert await store.bad_machine_ids(now=world.clock.now()) == set()  # one strike: no ban
+    # what it really did is its record now: the ranking will not rent it on its benchmark
+    [perf] = [p for p in await store.list_perf() if p.machine_id == rec.machine_id]
+    assert perf.last_rate == pytest.approx(rec.prod_rate) and perf.last_rate < rec.min_rate
 
     # a second strike on the same machine bans it (proving.strikes_to_ban = 2)
     engine2, iid2 = await rent_again(world, store, engine, rec.machine_id)

@@ -522,6 +522,10 @@ class Engine:
                 state = production.silent(state, now)
                 rec = await self.store.update_instance(vast_id, prod_state=state.to_json())
             kill = production.verdict(state, reading, now, rec.min_rate, self.config)
+            if kill is not None and kill.kind == "prove_below_min" and rec.prod_rate:
+                # What it really does becomes the machine's last rate: the ranking must not
+                # rent it again on the strength of its benchmark.
+                await self._record_rate(rec, rec.prod_rate, now)
             if kill is not None:
                 await self._kill(rec, kill)
             rec = await self.store.get_instance(vast_id)
@@ -597,17 +601,8 @@ class Engine:
             bench_result=json.dumps(result)[:20_000],
             bench_failed=failed if isinstance(failed, int) and 0 <= failed < 2**31 else None,
         )
-        if rate is not None and rate > 0 and rec.machine_id and rec.gpu_name:
-            await self.store.record_benchmark(
-                rec.machine_id,
-                rec.gpu_name,
-                rec.num_gpus or 1,
-                rate,
-                cpu_ram_gb=rec.cpu_ram_gb,
-                host_id=rec.host_id,
-                now=now,
-            )
-        self._offers_at = None  # the ranking must see this measurement before the next rent
+        if rate is not None and rate > 0:
+            await self._record_rate(rec, rate, now)
         await self.store.add_event(
             "benchmark",
             f"{outcome}: {'n/a' if rate is None else f'{rate:.1f}'} proofs/h "
@@ -627,6 +622,15 @@ class Engine:
             await self._strike(rec, "bench_failed_proofs", sanitize_line(strike, 300))
 
     # -- act --------------------------------------------------------------------------
+
+    async def _record_rate(self, rec: InstanceRecord, rate: float, now: float) -> None:
+        """A measured rate into the machine's performance record (ranking reads last_rate)."""
+        if rec.machine_id and rec.gpu_name:
+            await self.store.record_benchmark(
+                rec.machine_id, rec.gpu_name, rec.num_gpus or 1, rate,
+                cpu_ram_gb=rec.cpu_ram_gb, host_id=rec.host_id, now=now,
+            )  # fmt: skip
+        self._offers_at = None  # the ranking must see this measurement before the next rent
 
     async def _kill(
         self, rec: InstanceRecord, kill: policy.Kill, *, intent_id: int | None = None
