@@ -439,3 +439,28 @@ async def test_editing_the_view_filter_never_changes_what_the_engine_rents(tmp_p
         assert engine.config.offers.filter == before
         engine_offers = await engine.refresh_offers(force=True)
         assert any(o.offer.gpu_name != "RTX 4090" for o in engine_offers)
+
+
+def test_hand_over_starts_a_headless_engine_on_the_same_database(tmp_path: Path, monkeypatch):
+    import subprocess as sp
+
+    from vastui.console import app as app_module
+
+    started: list[tuple[list[str], dict[str, Any]]] = []
+
+    class FakePopen:
+        pid = 4321
+
+        def __init__(self, argv: list[str], **kw: Any) -> None:
+            started.append((argv, kw))
+
+    monkeypatch.setattr(app_module.subprocess, "Popen", FakePopen)
+    config = replace(Config(), path=tmp_path / "c.toml")
+    opts = Options(config=config, db=tmp_path / "fleet.db", api_url="http://127.0.0.1:8642")
+    assert app_module.hand_over(opts) == 4321
+    [(argv, kw)] = started
+    assert argv[1:3] == ["-m", "vastui"] and "--engine-only" in argv
+    assert argv[argv.index("--db") + 1] == str(tmp_path / "fleet.db")
+    assert argv[argv.index("--config") + 1] == str(tmp_path / "c.toml")
+    assert argv[argv.index("--api-url") + 1] == "http://127.0.0.1:8642"
+    assert kw["start_new_session"] is True and kw["stdin"] is sp.DEVNULL
