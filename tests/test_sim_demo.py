@@ -69,14 +69,19 @@ def test_a_seed_alone_lists_its_whole_world_at_the_generators_prices():
     assert alone.world_seed == DEMO_WORLD_SEED
 
 
+def default_search(config: Config) -> dict:
+    """The body the engine sends for the configured filter (the disk we rent priced in)."""
+    return build_search_body(
+        config.offers.filter, order=config.offers.order, limit=config.offers.limit,
+        allocated_storage=config.fleet.disk_gb,
+    )  # fmt: skip
+
+
 def test_the_demo_market_has_viable_offers_and_most_top_picks_truly_pay_off():
     """The economics: at the default $0.008/proof some offers pay off, and the ranking's prior
     for unknown machines is honest enough that most of its first picks really do."""
     config = Config()
-    body = build_search_body(
-        config.offers.filter, order=config.offers.order, limit=config.offers.limit,
-        allocated_storage=config.fleet.disk_gb,
-    )  # fmt: skip
+    body = default_search(config)
     for seed in (1, 2, 3):
         cloud = market(seed, hosts=400)
         offers = [Offer.from_api(o) for o in cloud.search(body)["offers"]]
@@ -99,10 +104,7 @@ def test_learning_from_measured_machines_leaves_viable_offers():
     true rate into the record, re-rank; three good machines are found quickly and what the
     ranking learned from their peers still leaves offers worth renting."""
     config = Config()
-    body = build_search_body(
-        config.offers.filter, order=config.offers.order, limit=config.offers.limit,
-        allocated_storage=config.fleet.disk_gb,
-    )  # fmt: skip
+    body = default_search(config)
     for seed in (1, 2, 3):
         cloud = market(seed, hosts=400)
         offers = [Offer.from_api(o) for o in cloud.search(body)["offers"]]

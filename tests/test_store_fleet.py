@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,25 @@ async def test_update_instance_whitelist(store: Store):
     assert rec.events_seen == 3 and rec.vast_status == "running"
     with pytest.raises(ValueError, match="state"):
         await store.update_instance(5, state="proving")
+
+
+async def test_a_dead_engine_of_this_host_does_not_hold_the_lease(store: Store):
+    """After a SIGKILL the restarted engine takes over at once, not after the lease lapses;
+    a live engine of this host, or any engine of another host, still holds it."""
+    import socket
+    import subprocess
+    import sys
+
+    here = socket.gethostname()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    await store.acquire_lease("dead", pid=gone.pid, hostname=here, mode="headless", ttl=30.0)
+    taken = await store.acquire_lease("new", pid=os.getpid(), hostname=here, mode="headless",
+                                      ttl=30.0)  # fmt: skip
+    assert taken.owner == "new"
+    with pytest.raises(LeaseHeld):  # this process lives
+        await store.acquire_lease("third", pid=1, hostname=here, mode="headless", ttl=30.0)
+    await store.release_lease("new")
+    await store.acquire_lease("far", pid=gone.pid, hostname="elsewhere", mode="headless", ttl=30.0)
+    with pytest.raises(LeaseHeld):  # another host's pid means nothing here
+        await store.acquire_lease("new", pid=os.getpid(), hostname=here, mode="headless", ttl=30.0)

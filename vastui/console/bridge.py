@@ -16,8 +16,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -37,7 +35,7 @@ from vastui.pricing import required_rate
 from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
 from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, PerfRecord, Store
-from vastui.store.fleet import Lease
+from vastui.store.fleet import Lease, holder_is_dead
 from vastui.store.records import EngineStatus
 from vastui.vast.client import VastClient
 
@@ -227,7 +225,7 @@ class FleetBridge:
             return
         if self.attached_to is not None and lease.owner != self.attached_to.owner:
             self.attached_to = lease  # a new engine took over: follow it
-        if lease.hostname == socket.gethostname() and not _pid_alive(lease.pid):
+        if holder_is_dead(lease):
             self._gone(f"its process (pid {lease.pid}) is not running")
             return
         beat = time.time() - lease.heartbeat_at
@@ -462,16 +460,6 @@ class FleetBridge:
     def rewind_engine_log(self) -> None:
         self._ring_seen = 0
         self._file_offset = 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
 
 
 def _home(path: Path) -> str:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vastui.store.records import EngineStatus, InstanceRecord, Strike
@@ -25,6 +28,29 @@ PROGRESS_COLUMNS = frozenset(
     }
 )  # fmt: skip
 COMMAND_KINDS = ("deploy", "destroy", "ignore", "unignore")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host still runs (someone else's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    try:  # a zombie (killed, not yet reaped by its parent) runs no more
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust kill(0)
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def holder_is_dead(holder: Lease) -> bool:
+    """A lease row left by an engine of this host that no longer runs (SIGKILL, OOM): it holds
+    nothing. Another host's engine can only be judged by its heartbeat."""
+    return holder.hostname == socket.gethostname() and not pid_alive(holder.pid)
 
 
 class LeaseHeld(Exception):
@@ -388,7 +414,11 @@ class FleetOps:
                 conn, "SELECT * FROM lease WHERE name = 'engine'"
             )
             if row is not None and row["owner"] != owner and row["expires_at"] > ts:
-                raise LeaseHeld(Lease.from_row(row))
+                holder = Lease.from_row(row)
+                # A restart after a SIGKILL takes over at once (systemd's Restart= must not
+                # give up while the dead engine's lease runs out).
+                if not holder_is_dead(holder):
+                    raise LeaseHeld(holder)
             await conn.execute(
                 "INSERT INTO lease (name, owner, pid, hostname, mode, acquired_at, heartbeat_at,"
                 " expires_at) VALUES ('engine', ?, ?, ?, ?, ?, ?, ?)"
