@@ -1,9 +1,14 @@
 """Async Vast.ai REST client (httpx).
 
 Retries 429/502/503/504, connection errors and timeouts with jittered exponential backoff,
-honours `Retry-After` up to 60 s, paces calls per endpoint, and turns every failure into a
+honours `Retry-After` up to a cap, paces calls per endpoint, and turns every failure into a
 typed `VastError`. Creating an instance is never retried blindly: after an ambiguous failure
 the client looks for the instance by its (unique) label instead.
+
+Everything a server sends is bounded: each answer's size (per endpoint), each call's total
+retry time, the instance list's pages (with loop detection), JSON nesting and numbers (see
+models.parse_json). Every wait is a plain asyncio sleep, so cancelling the calling task ends a
+call at once. The API key never appears in an error, a log line or an exception's text.
 """
 
 from __future__ import annotations
@@ -13,19 +18,23 @@ import json
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from vastui.redact import SecretFilter, redact
 from vastui.vast.errors import (
+    CreateAnswerInvalid,
     CreateOutcomeUnknown,
     VastError,
     VastHTTPError,
     VastNotFound,
     VastProtocolError,
     VastRateLimited,
+    VastResponseTooLarge,
     VastUnreachable,
     error_from_response,
 )
@@ -37,11 +46,19 @@ from vastui.vast.models import (
     SearchResult,
     SshKey,
     User,
+    describe,
     key_material,
+    parse_int,
+    parse_json,
+    parse_number,
+    valid_id,
 )
 from vastui.vast.query import build_search_body
 
 log = logging.getLogger("vastui.vast")
+# Defence in depth: whatever this module logs is redacted of every client's key.
+_LOG_FILTER = SecretFilter()
+log.addFilter(_LOG_FILTER)
 
 DEFAULT_BASE_URL = "https://console.vast.ai"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -62,6 +79,15 @@ DEFAULT_PACING: dict[str, float] = {
     "user": 0.25,
 }
 
+MIB = 1 << 20
+# The most a successful answer may hold, per endpoint. A search of 10,000 offers is ~30 MiB; a
+# page of 25 instances well under 1 MiB (the legacy v0 list holds them all). Past the cap the
+# body is not read further and the call fails with one line (VastResponseTooLarge).
+DEFAULT_BODY_LIMITS: dict[str, int] = {"search": 64 * MIB, "list": 16 * MIB, "logs": 16 * MIB}
+DEFAULT_BODY_LIMIT = 4 * MIB
+ERROR_BODY_LIMIT = 64 * 1024  # an error's body is only read for its message
+MAX_TOKEN_LEN = 4096  # a pagination token longer than this is not one
+
 
 @dataclass
 class RetryPolicy:
@@ -69,9 +95,15 @@ class RetryPolicy:
     base_delay: float = 0.15
     factor: float = 2.0
     max_delay: float = 20.0
-    max_retry_after: float = 60.0
+    # A longer Retry-After is not waited: the call fails at once (the vastai CLI gives up past
+    # 60 s, vastai/api/client.py; we are stricter so a step is never held for minutes).
+    max_retry_after: float = 30.0
+    # Seconds one call may spend in total (requests and waits) before its retries stop.
+    retry_budget: float = 60.0
     # Polls of the instance list after an ambiguous create, looking for its label.
     create_lookups: int = 4
+    # Pages of the v1 instance list (25 rows each) before the listing is refused.
+    max_pages: int = 100
 
     def backoff(self, attempt: int, rand: Callable[[], float]) -> float:
         """Full-jitter-ish: the nominal delay scaled by a factor in [0.5, 1.5)."""
@@ -99,8 +131,25 @@ class _Pacer:
             self._next[endpoint] = self.clock() + interval
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """A response read within its size limit (`complete` False: the body was cut)."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+    complete: bool
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+
 class _Ambiguous(Exception):
     """The request may or may not have been processed by the server."""
+
+
+_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def _api_path(path: str) -> str:
@@ -110,6 +159,34 @@ def _api_path(path: str) -> str:
 def _encode_params(params: Mapping[str, Any]) -> dict[str, str]:
     """Vast GET args: JSON-encode every value that is not already a string."""
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in params.items()}
+
+
+async def _read_capped(response: httpx.Response, limit: int, *, cut: bool) -> tuple[bytes, bool]:
+    """At most `limit` bytes of the (decoded) body and whether that was all of it. `cut`: keep
+    the first `limit` bytes of a longer body (error messages) instead of none (answers)."""
+    declared = parse_int(response.headers.get("Content-Length"))
+    if not cut and declared is not None and declared > limit:
+        return b"", False
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        if size + len(chunk) > limit:
+            chunks.append(chunk[: limit - size])
+            return b"".join(chunks), False
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks), True
+
+
+def _with_reason(error: VastHTTPError, why: str) -> VastHTTPError:
+    """The same typed error, saying why no more retries were made."""
+    return type(error)(
+        error.status, f"{error.msg}; {why}", code=error.code, endpoint=error.endpoint
+    )
+
+
+def _record_key(raw: Any) -> str:
+    return describe(raw.get("id")) if isinstance(raw, Mapping) else f"<{type(raw).__name__}>"
 
 
 class VastClient:
@@ -122,17 +199,23 @@ class VastClient:
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
         pacing: Mapping[str, float] | None = None,
+        body_limits: Mapping[str, int] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api_key = api_key
+        _LOG_FILTER.add(api_key)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        self.body_limits = dict(DEFAULT_BODY_LIMITS if body_limits is None else body_limits)
         self._sleep = sleep
         self._rand = rand
+        self._clock = clock
         self._pacer = _Pacer(DEFAULT_PACING if pacing is None else pacing, clock, sleep)
+        # Bad records already warned about: a bad offer is logged once, not on every refresh.
+        self._warned: OrderedDict[str, None] = OrderedDict()
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             transport=transport,
@@ -160,6 +243,33 @@ class VastClient:
             return {"Authorization": f"Bearer {self._api_key}"}
         return {}
 
+    def _redact(self, text: str) -> str:
+        """Servers echo headers and libraries quote URLs: the key never leaves in a message."""
+        return redact(text, (self._api_key,))
+
+    def _exc_text(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return self._redact(" ".join(text.split()))[:300]
+
+    def _body_limit(self, endpoint: str) -> int:
+        return self.body_limits.get(endpoint, DEFAULT_BODY_LIMIT)
+
+    async def _fetch(
+        self, request: httpx.Request, endpoint: str, *, timeout: float | None = None
+    ) -> _Answer:
+        """Send and read the body within the endpoint's size limit and the call's timeout."""
+        limit = self._body_limit(endpoint)
+        async with asyncio.timeout(self.timeout if timeout is None else timeout):
+            response = await self._http.send(request, stream=True)
+            try:
+                ok = response.status_code < 400
+                content, complete = await _read_capped(
+                    response, limit if ok else ERROR_BODY_LIMIT, cut=not ok
+                )
+            finally:
+                await response.aclose()
+        return _Answer(response.status_code, response.headers, content, complete)
+
     async def _send_once(
         self,
         method: str,
@@ -169,44 +279,67 @@ class VastClient:
         json_body: Any = None,
         params: Mapping[str, Any] | None = None,
         auth: bool = True,
-    ) -> httpx.Response:
-        """One attempt. Raises `_Ambiguous` when the server may have acted, `httpx.ConnectError`
-        when the request surely never reached it."""
+    ) -> _Answer:
+        """One attempt. Raises `_Ambiguous` when the server may have acted, an httpx connect
+        error when the request surely never reached it."""
         await self._pacer.wait(endpoint)
         kwargs: dict[str, Any] = {"headers": self._headers(auth)}
         if params:
             kwargs["params"] = _encode_params(params)
         if method in ("POST", "PUT", "DELETE"):
             kwargs["json"] = {} if json_body is None else json_body
+        request = self._http.build_request(method, _api_path(path), **kwargs)
         try:
-            async with asyncio.timeout(self.timeout):
-                return await self._http.request(method, _api_path(path), **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
+            return await self._fetch(request, endpoint)
+        except _CONNECT_ERRORS:
             raise
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise _Ambiguous(f"no answer within {self.timeout:g}s") from exc
         except httpx.HTTPError as exc:  # transport errors, and bodies that cannot be decoded
-            raise _Ambiguous(self._redact(f"{type(exc).__name__}: {exc}")) from exc
+            raise _Ambiguous(self._exc_text(exc)) from None
 
-    def _redact(self, text: str) -> str:
-        """Exception texts can quote request headers; the key never leaves in a message."""
-        return text.replace(self._api_key, "***") if self._api_key else text
+    def _retry_after(self, answer: _Answer) -> float | None:
+        """Retry-After in seconds (strictly parsed: "1_0", "inf", "nan" are ignored)."""
+        value = parse_number(answer.headers.get("Retry-After"))
+        return None if value is None else max(0.0, value)
 
-    def _retry_after(self, response: httpx.Response) -> float | None:
-        value = response.headers.get("Retry-After")
-        if value is None:
-            return None
+    def _error_body(self, answer: _Answer) -> Any:
         try:
-            return max(0.0, float(value))
-        except ValueError:
+            return parse_json(answer.content)
+        except VastProtocolError:
             return None
 
-    @staticmethod
-    def _body(response: httpx.Response) -> Any:
-        try:
-            return response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None
+    def _error(self, answer: _Answer, where: str) -> VastHTTPError:
+        body = self._error_body(answer)
+        return error_from_response(answer.status_code, body, answer.text, where, self._redact)
+
+    def _success_body(self, answer: _Answer, where: str, endpoint: str) -> Any:
+        if not answer.complete:
+            raise VastResponseTooLarge(where, self._body_limit(endpoint))
+        return parse_json(answer.content, where)
+
+    def _http_retry_delay(
+        self, answer: _Answer, error: VastHTTPError, attempt: int, started: float
+    ) -> float:
+        """How long to wait before retrying a retryable status; raises `error` (saying why)
+        when waiting is not worth it: a daily quota, a Retry-After over the cap, or no budget."""
+        if error.code == "search_quota_exceeded":
+            raise error
+        retry_after = self._retry_after(answer)
+        cap = self.retry.max_retry_after
+        if retry_after is not None and retry_after > cap:
+            raise _with_reason(error, f"Retry-After {retry_after:g}s is over the {cap:g}s cap")
+        delay = retry_after if retry_after is not None else self.retry.backoff(attempt, self._rand)
+        if not self._within_budget(started, delay):
+            raise _with_reason(error, self._budget_note(started))
+        return delay
+
+    def _within_budget(self, started: float, delay: float) -> bool:
+        return self._clock() - started + delay <= self.retry.retry_budget
+
+    def _budget_note(self, started: float) -> str:
+        spent = self._clock() - started
+        return f"gave up after {spent:.0f}s (retry budget {self.retry.retry_budget:g}s)"
 
     async def _request(
         self,
@@ -219,12 +352,14 @@ class VastClient:
         auth: bool = True,
     ) -> Any:
         """Send with bounded retries; return the decoded JSON body of a 2xx answer."""
+        where = f"{method} {path}"
         last_detail = ""
+        started = self._clock()
         attempts = self.retry.max_attempts
         for attempt in range(attempts):
             final = attempt == attempts - 1
             try:
-                response = await self._send_once(
+                answer = await self._send_once(
                     method,
                     path,
                     endpoint=endpoint,
@@ -232,45 +367,51 @@ class VastClient:
                     params=params,
                     auth=auth,
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                last_detail = self._redact(
-                    f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                )
+            except _CONNECT_ERRORS as exc:
+                last_detail = self._exc_text(exc)
             except _Ambiguous as exc:
                 last_detail = str(exc)
             else:
-                if response.status_code < 400:
-                    body = self._body(response)
-                    if body is None:
-                        raise VastProtocolError(
-                            f"{method} {path}: answer is not JSON "
-                            f"({response.headers.get('content-type', '?')})"
-                        )
-                    return body
-                error = error_from_response(
-                    response.status_code, self._body(response), response.text, f"{method} {path}"
-                )
-                if response.status_code not in RETRY_STATUSES or final:
+                if answer.status_code < 400:
+                    return self._success_body(answer, where, endpoint)
+                error = self._error(answer, where)
+                if answer.status_code not in RETRY_STATUSES or final:
                     raise error
-                if error.code == "search_quota_exceeded":
-                    raise error
-                retry_after = self._retry_after(response)
-                if retry_after is not None and retry_after > self.retry.max_retry_after:
-                    raise error
-                delay = (
-                    retry_after
-                    if retry_after is not None
-                    else self.retry.backoff(attempt, self._rand)
-                )
-                log.info("%s %s: %s; retry in %.2fs", method, path, error.msg, delay)
+                delay = self._http_retry_delay(answer, error, attempt, started)
+                log.info("%s: %s; retry in %.2fs", where, error.msg, delay)
                 await self._sleep(delay)
                 continue
             if final:
                 break
             delay = self.retry.backoff(attempt, self._rand)
-            log.info("%s %s: %s; retry in %.2fs", method, path, last_detail, delay)
+            if not self._within_budget(started, delay):
+                last_detail = f"{last_detail}; {self._budget_note(started)}"
+                break
+            log.info("%s: %s; retry in %.2fs", where, last_detail, delay)
             await self._sleep(delay)
-        raise VastUnreachable(self.base_url, last_detail or "no answer")
+        raise self._unreachable(last_detail or "no answer")
+
+    def _unreachable(self, detail: str) -> VastUnreachable:
+        return VastUnreachable(self._redact(self.base_url), self._redact(detail))
+
+    def _report_skipped(self, what: str, reasons: Mapping[str, str]) -> None:
+        """One warning line per listing for bad records not seen before (bounded memory); the
+        same bad offer on every refresh is a debug line, not a flood."""
+        new = [key for key in reasons if f"{what} {key}" not in self._warned]
+        for key in new:
+            self._warned[f"{what} {key}"] = None
+        while len(self._warned) > 4096:
+            self._warned.popitem(last=False)
+        for reason in reasons.values():
+            log.debug("%s: skipped %s", what, reason)
+        if new:
+            log.warning(
+                "%s: skipped %d invalid record(s), %d new; first new: %s",
+                what,
+                len(reasons),
+                len(new),
+                reasons[new[0]],
+            )
 
     # -- offers ------------------------------------------------------------------------
 
@@ -294,17 +435,14 @@ class VastClient:
         if not isinstance(raw_offers, list):
             raise VastProtocolError("search offers: answer has no 'offers' list")
         offers: list[Offer] = []
-        rejected: list[str] = []
+        reasons: dict[str, str] = {}  # one per offer id: a repeated bad offer is one entry
         for raw in raw_offers:
             try:
                 offers.append(Offer.from_api(raw))
             except ModelError as exc:
-                rejected.append(str(exc))
-        if rejected:
-            log.warning(
-                "search offers: skipped %d malformed offers: %s", len(rejected), rejected[0]
-            )
-        return SearchResult(offers, rejected)
+                reasons.setdefault(_record_key(raw), self._redact(str(exc)))
+        self._report_skipped("search offers", reasons)
+        return SearchResult(offers, list(reasons.values()))
 
     # -- instances -----------------------------------------------------------------------
 
@@ -343,41 +481,59 @@ class VastClient:
             "runtype": runtype,
         }
         path = f"/asks/{int(offer_id)}/"
+        where = f"PUT {path}"
+        started = self._clock()
         for attempt in range(self.retry.max_attempts):
             final = attempt == self.retry.max_attempts - 1
             try:
-                response = await self._send_once("PUT", path, endpoint="create", json_body=body)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                # The request never left: safe to try again.
-                if final:
-                    raise VastUnreachable(self.base_url, f"{type(exc).__name__}") from exc
-                await self._sleep(self.retry.backoff(attempt, self._rand))
+                answer = await self._send_once("PUT", path, endpoint="create", json_body=body)
+            except _CONNECT_ERRORS as exc:
+                # The request never left: safe to try again, within the budget.
+                delay = self.retry.backoff(attempt, self._rand)
+                if final or not self._within_budget(started, delay):
+                    raise self._unreachable(self._exc_text(exc)) from None
+                await self._sleep(delay)
                 continue
             except _Ambiguous as exc:
                 return await self._recover_create(offer_id, label, str(exc))
-            status = response.status_code
-            data = self._body(response)
-            if status < 400:
-                new_id = data.get("new_contract") if isinstance(data, dict) else None
-                if isinstance(new_id, int) and not isinstance(new_id, bool):
-                    return CreateResult(new_id, started=data.get("success") is not False)
-                return await self._recover_create(offer_id, label, "answer had no new_contract")
-            error = error_from_response(status, data, response.text, f"PUT {path}")
-            if status == 429 and not final and error.code != "search_quota_exceeded":
-                # A throttled request was refused before doing anything.
-                retry_after = self._retry_after(response)
-                await self._sleep(
-                    retry_after
-                    if retry_after is not None and retry_after <= self.retry.max_retry_after
-                    else self.retry.backoff(attempt, self._rand)
-                )
+            if answer.status_code < 400:
+                return await self._create_answered(offer_id, label, answer, where)
+            error = self._error(answer, where)
+            if answer.status_code == 429 and not final:
+                # A throttled request was refused before doing anything: safe to send again.
+                await self._sleep(self._http_retry_delay(answer, error, attempt, started))
                 continue
-            if status in (500, 502, 503, 504):
+            if answer.status_code in (500, 502, 503, 504):
                 return await self._recover_create(offer_id, label, error.msg)
             raise error
-        raise VastRateLimited(429, "still throttled after retries", endpoint=f"PUT {path}")
+        raise VastRateLimited(429, "still throttled after retries", endpoint=where)
 
-    async def _recover_create(self, offer_id: int, label: str, detail: str) -> CreateResult:
+    async def _create_answered(
+        self, offer_id: int, label: str, answer: _Answer, where: str
+    ) -> CreateResult:
+        """A 2xx create answer: the rent happened. Anything unusable in it (cut, not JSON, no
+        valid new_contract) is resolved by label, never by sending the create again."""
+        try:
+            data = self._success_body(answer, where, "create")
+        except VastProtocolError as exc:
+            return await self._recover_create(offer_id, label, str(exc))
+        raw_id = data.get("new_contract") if isinstance(data, dict) else None
+        if raw_id is None:
+            return await self._recover_create(offer_id, label, "answer had no new_contract")
+        new_id = valid_id(raw_id)
+        if new_id is None:
+            detail = f"answer's new_contract {describe(raw_id)} is not a valid instance id"
+            return await self._recover_create(offer_id, label, detail, CreateAnswerInvalid)
+        return CreateResult(new_id, started=data.get("success") is not False)
+
+    async def _recover_create(
+        self,
+        offer_id: int,
+        label: str,
+        detail: str,
+        unknown: type[CreateOutcomeUnknown] = CreateOutcomeUnknown,
+    ) -> CreateResult:
+        detail = self._redact(detail)
         log.warning("create on offer %s: %s; looking for label %s", offer_id, detail, label)
         for attempt in range(self.retry.create_lookups):
             try:
@@ -391,7 +547,7 @@ class VastClient:
                 return CreateResult(found[0].id, recovered_by_label=True)
             if attempt < self.retry.create_lookups - 1:
                 await self._sleep(self.retry.backoff(attempt + 1, self._rand))
-        raise CreateOutcomeUnknown(offer_id, label, detail)
+        raise unknown(offer_id, label, detail)
 
     async def find_by_label(self, label: str) -> list[Instance]:
         return [inst for inst in await self.list_instances() if inst.label == label]
@@ -408,17 +564,23 @@ class VastClient:
             if not isinstance(raw, list):
                 raise VastProtocolError("list instances: answer has no 'instances' list") from None
         instances = []
+        reasons: dict[str, str] = {}
         for item in raw:
             try:
                 instances.append(Instance.from_api(item))
             except ModelError as exc:
-                log.warning("list instances: skipped a malformed row: %s", exc)
+                reasons.setdefault(_record_key(item), self._redact(str(exc)))
+        self._report_skipped("list instances", reasons)
         return instances
 
     async def _list_v1(self) -> list[Any]:
+        """Pages of 25 as the vastai CLI reads them (vastai/api/instances.py show_instances:
+        `after_token` = the previous `next_token` until it is empty), but bounded: at most
+        `max_pages` pages, and a token seen before is a loop, not a next page."""
         rows: list[Any] = []
         token: str | None = None
-        for _ in range(10_000):  # a hard bound on pages, whatever the server says
+        seen: set[str] = set()
+        for page_no in range(1, self.retry.max_pages + 1):
             params: dict[str, Any] = {"limit": 25}
             if token:
                 params["after_token"] = token
@@ -430,8 +592,17 @@ class VastClient:
             next_token = data.get("next_token")
             if not next_token or not page:
                 return rows
-            token = str(next_token)
-        raise VastProtocolError("list instances: too many pages")
+            token = _page_token(next_token, page_no)
+            if token in seen:
+                raise VastProtocolError(
+                    f"list instances: page {page_no} repeats an earlier next_token (a loop); "
+                    "listing stopped"
+                )
+            seen.add(token)
+        raise VastProtocolError(
+            f"list instances: more than {self.retry.max_pages} pages "
+            f"({25 * self.retry.max_pages} instances); listing stopped"
+        )
 
     async def show_instance(self, instance_id: int) -> Instance | None:
         data = await self._request(
@@ -482,11 +653,15 @@ class VastClient:
             await self._sleep(poll_interval)
             try:
                 # No Authorization header: this is an object-storage URL, not the API.
-                response = await self._http.get(url, timeout=10.0)
-            except httpx.TransportError:
+                answer = await self._fetch(
+                    self._http.build_request("GET", url), "logs", timeout=10.0
+                )
+            except (TimeoutError, httpx.HTTPError):
                 continue
-            if response.status_code == 200:
-                return response.text
+            if answer.status_code == 200:
+                if not answer.complete:
+                    raise VastResponseTooLarge("logs of instance", self._body_limit("logs"))
+                return answer.text
         raise VastError(f"instance {instance_id} logs not ready after {polls} polls")
 
     # -- account -----------------------------------------------------------------------
@@ -495,7 +670,15 @@ class VastClient:
         data = await self._request("GET", "/ssh/", endpoint="ssh")
         if not isinstance(data, list):
             raise VastProtocolError("list ssh keys: answer is not a JSON array")
-        return [SshKey.from_api(item) for item in data if isinstance(item, dict)]
+        keys = []
+        reasons: dict[str, str] = {}
+        for item in data:
+            try:
+                keys.append(SshKey.from_api(item))
+            except ModelError as exc:
+                reasons.setdefault(_record_key(item), self._redact(str(exc)))
+        self._report_skipped("list ssh keys", reasons)
+        return keys
 
     async def add_ssh_key(self, public_key: str) -> SshKey:
         data = await self._request(
@@ -524,3 +707,13 @@ class VastClient:
     async def current_user(self) -> User:
         data = await self._request("GET", "/users/current/", endpoint="user")
         return User.from_api(data)
+
+
+def _page_token(value: Any, page_no: int) -> str:
+    """The next page's cursor: text (or a number) of sane length, nothing else."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise VastProtocolError(f"list instances: page {page_no} has a next_token that is not text")
+    token = value if isinstance(value, str) else describe(value)
+    if len(token) > MAX_TOKEN_LEN:
+        raise VastProtocolError(f"list instances: page {page_no} has an oversized next_token")
+    return token

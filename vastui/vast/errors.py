@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from vastui.sanitize import sanitize_line
+
 
 class VastError(Exception):
     """Base class. `str()` is always one line that an operator can act on."""
@@ -54,6 +58,33 @@ class VastProtocolError(VastError):
     """The server answered 200 with something we cannot use (bad JSON, wrong shape)."""
 
 
+class VastMalformedResponse(VastProtocolError):
+    """The answer could not be decoded safely (bad JSON, too deeply nested, absurd numbers)."""
+
+    def __init__(self, endpoint: str, detail: str) -> None:
+        self.endpoint = endpoint
+        where = f" to {endpoint}" if endpoint else ""
+        super().__init__(f"malformed response from Vast{where}: {detail}")
+
+
+class VastResponseTooLarge(VastProtocolError):
+    """The answer grew past the size limit for its endpoint; the rest was not read."""
+
+    def __init__(self, endpoint: str, limit: int) -> None:
+        self.endpoint = endpoint
+        self.limit = limit
+        super().__init__(
+            f"response from Vast to {endpoint} is larger than {_size(limit)}; not read further"
+        )
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} bytes"
+
+
 class CreateOutcomeUnknown(VastError):
     """A create request failed ambiguously and no instance with its label was found.
 
@@ -69,20 +100,41 @@ class CreateOutcomeUnknown(VastError):
         )
 
 
-def error_from_response(status: int, body: object, text: str, endpoint: str) -> VastHTTPError:
-    """Build the typed error for a non-2xx answer, pulling Vast's `msg`/`error` out of the body."""
+class CreateAnswerInvalid(CreateOutcomeUnknown):
+    """The create answered success with an unusable `new_contract` and no instance with the
+    label was found yet: the rent may exist, so it is resolved by label, never re-sent."""
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+def error_from_response(
+    status: int,
+    body: object,
+    text: str,
+    endpoint: str,
+    redact: Callable[[str], str] = _identity,
+) -> VastHTTPError:
+    """Build the typed error for a non-2xx answer, pulling Vast's `msg`/`error` out of the body.
+
+    The body is the server's text: it is redacted (it may echo our key) and made display-safe
+    before it goes into a message that reaches logs and screens.
+    """
     code: str | None = None
     msg = ""
     if isinstance(body, dict):
         raw_code = body.get("error")
-        code = raw_code if isinstance(raw_code, str) else None
+        code = sanitize_line(redact(raw_code), 80) if isinstance(raw_code, str) else None
         for key in ("msg", "message", "detail", "error"):
             value = body.get(key)
             if isinstance(value, str) and value:
                 msg = value
                 break
     if not msg:
-        msg = " ".join(text.split())[:300] or "(empty body)"
+        msg = " ".join(text.split()) or "(empty body)"
+    # Redact the whole text before cutting it, so a cut never leaves half a secret behind.
+    msg = sanitize_line(redact(msg), 300)
     cls: type[VastHTTPError]
     if status in (401, 403):
         cls = VastAuthError

@@ -7,52 +7,144 @@ All unit conversion happens here and nowhere else:
 - Ports arrive as Docker binding maps whose `HostPort` is a string; we expose ints.
 Vast sends numbers as strings, nulls and missing keys freely: coercion is lenient where the
 value is optional and strict (a one-line `ModelError`) where we cannot work without it.
+
+Validation lives here too, so nothing past this boundary sees an impossible value: numbers are
+read strictly (`parse_number`: plain decimal notation; `"1_0"`, `"inf"`, `"nan"` are not numbers),
+ids fit SQLite's signed 64-bit INTEGER, a price is positive, finite and plausible; an optional
+value out of range is unknown (None); a required one makes the record a `ModelError`.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vastui.sanitize import sanitize_line
-from vastui.vast.errors import VastProtocolError
+from vastui.vast.errors import VastMalformedResponse, VastProtocolError
 
 MB_PER_GB = 1000.0
+
+# Ids are stored in SQLite INTEGER columns: signed 64-bit. Vast's ids are positive.
+INT64_MAX = 2**63 - 1
+# Prices in $/h. No real Vast offer costs $10,000/h (the API caps a bid at $128); anything above
+# cannot be valid, and keeping prices here keeps dph x hours and dph / $-per-proof finite.
+MAX_DPH = 10_000.0
+MIN_DPH = 1e-4  # below any real price (storage alone costs more): a "free" offer is an error
+# Other quantities (MB, Mbit/s, cores, GB/s): finite and non-negative, bounded far above reality.
+MAX_QUANTITY = 1e12
+MAX_GPUS = 1024
+MAX_EPOCH = 1e11  # year ~5100: a start date beyond is not a date
+# JSON nesting deeper than this is not a Vast answer (offers are 2-3 levels deep).
+MAX_JSON_DEPTH = 64
+_MAX_NUMBER_TEXT = 64  # characters; a longer "number" is not one
+_MAX_JSON_INT_DIGITS = 64
+
+# Plain decimal or exponent notation only. Python's float()/int() also accept "1_0", "inf",
+# "nan", and non-ASCII digits; none of those is a number in a Vast answer.
+_NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_INT_MAX = 2**53  # beyond this a float no longer holds every integer exactly
 
 
 class ModelError(VastProtocolError):
     """A record from the API is unusable; the message names the record and the field."""
 
 
-def _num(raw: Mapping[str, Any], key: str) -> float | None:
-    value = raw.get(key)
+# -- strict scalars -------------------------------------------------------------------------
+
+
+def parse_number(value: Any) -> float | None:
+    """A finite float from a JSON number or a plain numeric string; None for anything else."""
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) else None
+    if isinstance(value, int):
+        # float() of a huge int raises; anything this large is no quantity we accept.
+        return float(value) if -_FLOAT_INT_MAX <= value <= _FLOAT_INT_MAX else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, str):
-        try:
-            parsed = float(value.strip())
-        except ValueError:
+        text = value.strip()
+        if len(text) > _MAX_NUMBER_TEXT or not _NUMBER_RE.fullmatch(text):
             return None
+        parsed = float(text)
         return parsed if math.isfinite(parsed) else None
     return None
 
 
-def _int(raw: Mapping[str, Any], key: str) -> int | None:
-    value = _num(raw, key)
-    if value is None or value != int(value):
+def parse_int(value: Any) -> int | None:
+    """An exact integer from a JSON number or a plain numeric string; None for anything else.
+
+    Integers are kept exact (no float round trip); a float or "12.0" counts only when integral
+    and small enough to be exact."""
+    if value is None or isinstance(value, bool):
         return None
-    return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) <= _MAX_NUMBER_TEXT and _INT_RE.fullmatch(text):
+            return int(text)
+    number = parse_number(value)
+    if number is None or not number.is_integer() or abs(number) > _FLOAT_INT_MAX:
+        return None
+    return int(number)
 
 
-def _req_int(raw: Mapping[str, Any], key: str, what: str) -> int:
-    value = _int(raw, key)
+def valid_id(value: Any) -> int | None:
+    """A Vast id: an integer from 1 to 2^63-1 (it must fit SQLite's INTEGER)."""
+    number = parse_int(value)
+    return number if number is not None and 1 <= number <= INT64_MAX else None
+
+
+def valid_price(value: Any) -> float | None:
+    """A $/h price: finite, MIN_DPH..MAX_DPH. 0, "-0", negative, NaN, inf and 1e308 are not."""
+    number = parse_number(value)
+    return number if number is not None and MIN_DPH <= number <= MAX_DPH else None
+
+
+def describe(value: Any) -> str:
+    """A short, safe rendering of a bad remote value for an error message."""
+    if value is None or isinstance(value, bool | float):
+        return repr(value)
+    if isinstance(value, int):
+        # str() of a huge int is slow or refused (4300 digits): say how big it is instead.
+        return str(value) if value.bit_length() <= 80 else f"<integer of {value.bit_length()} bits>"
+    if isinstance(value, str):
+        return repr(sanitize_line(value, 40))
+    return f"<{type(value).__name__}>"
+
+
+def _num(raw: Mapping[str, Any], key: str) -> float | None:
+    return parse_number(raw.get(key))
+
+
+def _qty(raw: Mapping[str, Any], key: str, upper: float = MAX_QUANTITY) -> float | None:
+    """An optional non-negative quantity; out of range is unknown, not an error."""
+    value = parse_number(raw.get(key))
+    return value if value is not None and 0 <= value <= upper else None
+
+
+def _int(raw: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
+    """An optional integer in lo..hi; out of range is unknown (None)."""
+    value = parse_int(raw.get(key))
+    return value if value is not None and lo <= value <= hi else None
+
+
+def _opt_id(raw: Mapping[str, Any], key: str) -> int | None:
+    return valid_id(raw.get(key))
+
+
+def _req_id(raw: Mapping[str, Any], key: str, what: str) -> int:
+    value = valid_id(raw.get(key))
     if value is None:
-        ident = raw.get("id")
-        raise ModelError(f"{what} {ident!r}: field '{key}' is missing or not an integer")
+        raise ModelError(
+            f"{what} {describe(raw.get('id'))}: field '{key}' is missing or not an id "
+            f"(an integer from 1 to 2^63-1): {describe(raw.get(key))}"
+        )
     return value
 
 
@@ -64,7 +156,8 @@ def _str(raw: Mapping[str, Any], key: str) -> str | None:
     if isinstance(value, str):
         return sanitize_line(value, 1024)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
+        number = parse_number(value)
+        return None if number is None else str(value)
     return None
 
 
@@ -80,7 +173,7 @@ def _bool(raw: Mapping[str, Any], key: str) -> bool | None:
 
 
 def _gb(raw: Mapping[str, Any], key: str) -> float | None:
-    mb = _num(raw, key)
+    mb = _qty(raw, key)
     return None if mb is None else mb / MB_PER_GB
 
 
@@ -115,38 +208,51 @@ class Offer:
     rentable: bool | None
     raw: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
 
+    def __post_init__(self) -> None:
+        # However an Offer is made, it can be rented and priced: valid ids, a real price.
+        if valid_id(self.id) != self.id or valid_id(self.machine_id) != self.machine_id:
+            raise ModelError(f"offer {describe(self.id)}: id or machine_id out of range")
+        if valid_price(self.dph_total) != self.dph_total:
+            raise ModelError(f"offer {self.id}: price {describe(self.dph_total)} is not valid")
+        if not 1 <= self.num_gpus <= MAX_GPUS:
+            raise ModelError(f"offer {self.id}: num_gpus {self.num_gpus} out of range")
+
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> Offer:
         if not isinstance(raw, Mapping):
             raise ModelError(f"offer is not a JSON object: {type(raw).__name__}")
-        dph = _num(raw, "dph_total")
-        if dph is None or dph < 0:
-            raise ModelError(f"offer {raw.get('id')!r}: field 'dph_total' is missing or invalid")
-        cores = _num(raw, "cpu_cores_effective")
+        offer_id = _req_id(raw, "id", "offer")
+        dph = valid_price(raw.get("dph_total"))
+        if dph is None:
+            raise ModelError(
+                f"offer {offer_id}: field 'dph_total' is missing or not a price "
+                f"(a number from {MIN_DPH:g} to {MAX_DPH:g} $/h): {describe(raw.get('dph_total'))}"
+            )
+        cores = _qty(raw, "cpu_cores_effective")
         if cores is None:
-            cores = _num(raw, "cpu_cores")
-        reliability = _num(raw, "reliability2")
+            cores = _qty(raw, "cpu_cores")
+        reliability = _qty(raw, "reliability2", upper=1.0)
         if reliability is None:
-            reliability = _num(raw, "reliability")
+            reliability = _qty(raw, "reliability", upper=1.0)
         verification = _str(raw, "verification")
         return cls(
-            id=_req_int(raw, "id", "offer"),
-            machine_id=_req_int(raw, "machine_id", "offer"),
-            host_id=_int(raw, "host_id"),
+            id=offer_id,
+            machine_id=_req_id(raw, "machine_id", "offer"),
+            host_id=_opt_id(raw, "host_id"),
             gpu_name=_str(raw, "gpu_name") or "unknown",
-            num_gpus=_int(raw, "num_gpus") or 1,
+            num_gpus=_offer_gpus(raw, offer_id),
             gpu_ram_gb=_gb(raw, "gpu_ram"),
             cpu_ram_gb=_gb(raw, "cpu_ram"),
             cpu_cores=cores,
             cpu_name=_str(raw, "cpu_name"),
             dph_total=dph,
-            disk_space_gb=_num(raw, "disk_space"),
-            inet_down=_num(raw, "inet_down"),
-            inet_up=_num(raw, "inet_up"),
-            pcie_bw=_num(raw, "pcie_bw"),
+            disk_space_gb=_qty(raw, "disk_space"),
+            inet_down=_qty(raw, "inet_down"),
+            inet_up=_qty(raw, "inet_up"),
+            pcie_bw=_qty(raw, "pcie_bw"),
             reliability=reliability,
             geolocation=_str(raw, "geolocation"),
-            cuda_max_good=_num(raw, "cuda_max_good"),
+            cuda_max_good=_qty(raw, "cuda_max_good", upper=1000.0),
             verified=None if verification is None else verification == "verified",
             rentable=_bool(raw, "rentable"),
             raw=raw,
@@ -169,6 +275,21 @@ class Offer:
         }
 
 
+def _offer_gpus(raw: Mapping[str, Any], offer_id: int) -> int:
+    """Missing means one GPU (as before); a present but impossible count voids the offer: the
+    rate, the price per GPU and the slot it would take all depend on it."""
+    value = raw.get("num_gpus")
+    if value is None:
+        return 1
+    count = parse_int(value)
+    if count is None or not 1 <= count <= MAX_GPUS:
+        raise ModelError(
+            f"offer {offer_id}: field 'num_gpus' is not a GPU count (1 to {MAX_GPUS}): "
+            f"{describe(value)}"
+        )
+    return count
+
+
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -181,31 +302,45 @@ def parse_host_ports(raw_ports: Any) -> dict[int, int]:
     for key, bindings in raw_ports.items():
         if not isinstance(key, str) or not key.endswith("/tcp"):
             continue
-        try:
-            container_port = int(key.split("/", 1)[0])
-        except ValueError:
-            continue
-        if not isinstance(bindings, list):
+        container_port = _port(key.split("/", 1)[0])
+        if container_port is None or not isinstance(bindings, list):
             continue
         for binding in bindings:
             if not isinstance(binding, Mapping):
                 continue
-            host_port = _int(binding, "HostPort")
-            if host_port is not None and 0 < host_port < 65536:
+            host_port = _port(binding.get("HostPort"))
+            if host_port is not None:
                 result[container_port] = host_port
                 break
     return result
 
 
+def _port(value: Any) -> int | None:
+    number = parse_int(value)
+    return number if number is not None and 0 < number < 65536 else None
+
+
+def _env_text(value: Any) -> str | None:
+    """An env name or value: text or a plain number; nested structures are not env."""
+    if isinstance(value, str):
+        return sanitize_line(value, 1024)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return None if parse_number(value) is None else str(value)
+    return None
+
+
 def _env_dict(raw_env: Any) -> dict[str, str]:
     """`extra_env` arrives as [[k, v], ...] (or sometimes already a dict)."""
+    pairs: list[Any] = []
     if isinstance(raw_env, Mapping):
-        return {str(k): str(v) for k, v in raw_env.items()}
+        pairs = list(raw_env.items())
+    elif isinstance(raw_env, list):
+        pairs = [p for p in raw_env if isinstance(p, list | tuple) and len(p) == 2]
     env: dict[str, str] = {}
-    if isinstance(raw_env, list):
-        for pair in raw_env:
-            if isinstance(pair, list | tuple) and len(pair) == 2:
-                env[str(pair[0])] = str(pair[1])
+    for name, value in pairs:
+        key, text = _env_text(name), _env_text(value)
+        if key is not None and text is not None:
+            env[key] = text
     return env
 
 
@@ -240,26 +375,26 @@ class Instance:
             raise ModelError(f"instance is not a JSON object: {type(raw).__name__}")
         public_ip = _str(raw, "public_ipaddr")
         return cls(
-            id=_req_int(raw, "id", "instance"),
+            id=_req_id(raw, "id", "instance"),
             label=_str(raw, "label"),
-            machine_id=_int(raw, "machine_id"),
-            host_id=_int(raw, "host_id"),
+            machine_id=_opt_id(raw, "machine_id"),
+            host_id=_opt_id(raw, "host_id"),
             gpu_name=_str(raw, "gpu_name"),
-            num_gpus=_int(raw, "num_gpus"),
+            num_gpus=_int(raw, "num_gpus", 1, MAX_GPUS),
             actual_status=_str(raw, "actual_status"),
             intended_status=_str(raw, "intended_status"),
             cur_state=_str(raw, "cur_state"),
             status_msg=_str(raw, "status_msg"),
             image=_str(raw, "image_uuid"),
-            dph_total=_num(raw, "dph_total"),
+            dph_total=valid_price(raw.get("dph_total")),
             cpu_ram_gb=_gb(raw, "cpu_ram"),
             gpu_ram_gb=_gb(raw, "gpu_ram"),
             geolocation=_str(raw, "geolocation"),
             public_ipaddr=public_ip.strip() if public_ip else None,
             ssh_host=_str(raw, "ssh_host"),
-            ssh_port=_int(raw, "ssh_port"),
+            ssh_port=_port(raw.get("ssh_port")),
             ports=parse_host_ports(raw.get("ports")),
-            start_date=_num(raw, "start_date"),
+            start_date=_qty(raw, "start_date", upper=MAX_EPOCH),
             env=_env_dict(raw.get("extra_env")),
             raw=raw,
         )
@@ -295,7 +430,7 @@ class SshKey:
             raise ModelError("ssh key record is not a JSON object")
         # OAS names the text `key`; the live API and POST answer use `public_key`.
         text = _str(raw, "public_key") or _str(raw, "key") or _str(raw, "ssh_key") or ""
-        return cls(id=_req_int(raw, "id", "ssh key"), public_key=text.strip())
+        return cls(id=_req_id(raw, "id", "ssh key"), public_key=text.strip())
 
     def material(self) -> tuple[str, str]:
         return key_material(self.public_key)
@@ -320,12 +455,18 @@ class User:
         if not isinstance(raw, Mapping):
             raise ModelError("current user is not a JSON object")
         return cls(
-            id=_int(raw, "id"),
+            id=_opt_id(raw, "id"),
             username=_str(raw, "username"),
             email=_str(raw, "email"),
-            credit=_num(raw, "credit"),
-            balance=_num(raw, "balance"),
+            credit=_money(raw, "credit"),
+            balance=_money(raw, "balance"),
         )
+
+
+def _money(raw: Mapping[str, Any], key: str) -> float | None:
+    """An account amount in $: may be negative, never absurd."""
+    value = _num(raw, key)
+    return value if value is not None and abs(value) <= MAX_QUANTITY else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +477,60 @@ class CreateResult:
     # Vast answers success=false (still with new_contract) when it created a stopped instance.
     started: bool = True
 
+    def __post_init__(self) -> None:
+        if valid_id(self.instance_id) != self.instance_id:
+            raise ModelError(f"created instance id {describe(self.instance_id)} is out of range")
+
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     offers: list[Offer]
     rejected: list[str]  # one line per offer we could not parse
+
+
+# -- bounded JSON ---------------------------------------------------------------------------
+
+
+def _json_int(text: str) -> int | None:
+    # int() of thousands of digits is slow and refused past 4300; no field needs that many.
+    return int(text) if len(text) <= _MAX_JSON_INT_DIGITS else None
+
+
+def _json_constant(_name: str) -> None:
+    return None  # NaN / Infinity are not JSON; read them as null so the field is unknown
+
+
+def parse_json(data: bytes | str, endpoint: str = "") -> Any:
+    """Decode an answer's JSON with bounds: nesting at most MAX_JSON_DEPTH, integers of at most
+    64 digits (longer ones read as null), NaN/Infinity as null. Any failure is one typed line
+    (`VastMalformedResponse`), never a RecursionError or a ValueError traceback."""
+    try:
+        value = json.loads(data, parse_int=_json_int, parse_constant=_json_constant)
+    except RecursionError:
+        raise VastMalformedResponse(endpoint, "JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise VastMalformedResponse(endpoint, f"not JSON ({_first_line(exc)})") from None
+    if _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise VastMalformedResponse(endpoint, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _first_line(exc: Exception) -> str:
+    return sanitize_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Iterative (no recursion to exhaust): True when containers nest deeper than `limit`."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from vastui.vast.models import parse_number
+
 __all__ = [
     "DEFAULT_FILTERS",
     "DEFAULT_ORDER",
@@ -178,7 +180,8 @@ _TERM_RE = re.compile(
     re.VERBOSE,
 )
 _LOOKS_LIKE_TERM_RE = re.compile(r"([A-Za-z0-9_]+)\s*[=<>!]")
-_VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
+# Each part at most 3 digits: the CLI packs them zero-padded to 3 (535.86.05 -> 535086005).
+_VERSION_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})")
 _ORDER_FIELD_RE = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -186,10 +189,9 @@ _ORDER_FIELD_RE = re.compile(r"[A-Za-z0-9_]+")
 
 
 def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
+    # Plain ASCII decimal/exponent notation only (models.parse_number): float() would also take
+    # "١٢" or "1_0", which the server cannot use.
+    return parse_number(text) is not None
 
 
 def _unquote(text: str) -> str:
@@ -254,7 +256,10 @@ def _scalar_value(term: str, field: str, raw: str) -> object:
     if field in _MULTIPLIERS:
         if not _is_number(value):
             raise QueryError(term, f"expected a number, got '{value}'")
-        return float(value) * _MULTIPLIERS[field]
+        scaled = float(value) * _MULTIPLIERS[field]
+        if not math.isfinite(scaled):  # 1e307 GB is a number, 1e310 MB is not JSON
+            raise QueryError(term, f"number out of range: '{value}'")
+        return scaled
     converted: object = {
         "true": True,
         "True": True,
