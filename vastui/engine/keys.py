@@ -1,13 +1,13 @@
-"""vastui's SSH identity: the configured key, else its own ed25519 key (mode 0600)."""
+"""vastui's SSH identity: the configured key, else its own ed25519 key (0600, and its .pub too,
+in the 0700 state directory)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import asyncssh
 
-from vastui.config import Config, state_dir
+from vastui.config import Config, ensure_state_dir, tighten_private, write_private
 
 
 class SshKeyError(Exception):
@@ -23,13 +23,12 @@ def ensure_ssh_key(config: Config) -> tuple[Path, str]:
         except (OSError, asyncssh.KeyImportError) as exc:
             raise SshKeyError(f"ssh.key_path {path}: cannot read private key: {exc}") from None
         return path, key.export_public_key().decode().strip()
-    path = state_dir() / "id_ed25519"
+    path = ensure_state_dir() / "id_ed25519"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
         key = asyncssh.generate_private_key("ssh-ed25519", comment="vastui")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key.export_private_key())
-        path.with_suffix(".pub").write_bytes(key.export_public_key())
+        write_private(path, key.export_private_key())  # atomic: never a half-written key
+        write_private(path.with_suffix(".pub"), key.export_public_key())
+    else:
+        tighten_private(path)  # an older vastui's key, or one copied in loosely
     key = asyncssh.read_private_key(path)
     return path, key.export_public_key().decode().strip()

@@ -1,6 +1,7 @@
 """vastui persistent state: an aiosqlite-backed SQLite store (no UI imports here, ever)."""
 
-from .db import HostKeyRecord, Store, StoreError
+from .db import HostKeyRecord, Store
+from .errors import StoreError, StoreFatal
 from .legacy import ImportReport, import_legacy
 from .migrations import SCHEMA_VERSION
 from .records import (
@@ -10,6 +11,7 @@ from .records import (
     STAGES,
     STATES,
     BadEntry,
+    BanSpec,
     EngineStatus,
     Event,
     InstanceRecord,
@@ -27,6 +29,7 @@ __all__ = [
     "STAGES",
     "STATES",
     "BadEntry",
+    "BanSpec",
     "EngineStatus",
     "Event",
     "HostKeyRecord",
@@ -36,6 +39,7 @@ __all__ = [
     "PerfRecord",
     "Store",
     "StoreError",
+    "StoreFatal",
     "Strike",
     "import_legacy",
     "iso_utc",

@@ -9,6 +9,10 @@ Design notes:
   ``time.time()``) so callers and tests are deterministic.
 * Invalid input raises :class:`StoreError` with a one-line message; SQLite failures inside a
   transaction are rolled back and re-raised as :class:`StoreError` too.
+* The store's health is the engine's health (see ``health.py``): a database that cannot be
+  written (full, read-only, I/O error), is corrupt, fails ``quick_check`` at open, holds a row
+  that does not decode, or whose file was deleted or replaced under the open connection raises
+  :class:`StoreFatal`; :meth:`Store.check_health` says so cheaply (a stat), every step.
 """
 
 from __future__ import annotations
@@ -24,27 +28,27 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aiosqlite
 
-from vastui.store.fleet import FleetOps
+from vastui.config import ensure_parent_dir, open_private, tighten_private
+from vastui.store.fleet import BAN_KEY, FleetOps, Intent
 
+from .errors import StoreError, StoreFatal
+from .health import FileIdentity, check_identity, decode_row, quick_check, store_error
 from .migrations import SCHEMA_VERSION, apply_migrations, current_version
 from .records import (
     BAD_SOURCES,
     STAGES,
     STATES,
     BadEntry,
+    BanSpec,
     Event,
     InstanceRecord,
     LegacyReviewEntry,
     PerfRecord,
 )
-
-
-class StoreError(Exception):
-    """A store operation failed; the message is one line, fit to show an operator."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +135,20 @@ def _detail_json(detail: Mapping[str, Any] | None) -> str | None:
         raise StoreError(f"event detail is not JSON-serializable: {e}") from e
 
 
+_R = TypeVar("_R")
 _INSTANCE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(InstanceRecord))
 _BAD_RANK = {source: rank for rank, source in enumerate(BAD_SOURCES)}  # lower = stronger
+
+
+def _check_ban(ban: BanSpec) -> BanSpec:
+    """A ban fit to record, or StoreError naming what is wrong."""
+    check_positive_int("machine_id", ban.machine_id)
+    reason = check_text("reason", ban.reason)
+    if ban.source not in BAD_SOURCES:
+        raise StoreError(f"bad-machine source must be one of {BAD_SOURCES}, got {ban.source!r}")
+    check_optional_positive_int("host_id", ban.host_id)
+    expires_at = check_optional_time("expires_at", ban.expires_at)
+    return replace(ban, reason=reason, expires_at=expires_at)
 
 
 def _merge_expiry(old: float | None, new: float | None) -> float | None:
@@ -143,15 +159,73 @@ def _merge_expiry(old: float | None, new: float | None) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# opening
+
+
+def _prepare_file(path: Path) -> None:
+    """The database's directory (0700) and file (0600) exist before SQLite touches them."""
+    try:
+        ensure_parent_dir(path)
+        if path.exists():
+            tighten_private(path)
+        else:
+            os.close(open_private(path, os.O_RDWR))
+    except OSError as e:
+        raise StoreError(f"cannot create database {path}: {e.strerror or e}") from e
+
+
+def _open_error(path: Path, e: sqlite3.Error) -> StoreError:
+    error = store_error(path, e, "")
+    if isinstance(error, StoreFatal):
+        return error
+    return StoreError(f"cannot open database {path}: {' '.join(str(e).split())}")
+
+
+async def _prepare_connection(conn: aiosqlite.Connection, path: Path) -> None:
+    """Pragmas, integrity, schema: a database that fails ``quick_check`` is never migrated."""
+    await conn.execute("PRAGMA busy_timeout=5000")
+    await quick_check(conn, path)
+    async with conn.execute("PRAGMA journal_mode=WAL") as cur:
+        row = await cur.fetchone()
+    if not row or str(row[0]).lower() != "wal":
+        raise StoreError(f"database {path}: could not enable WAL mode (got {row!r})")
+    await conn.execute("PRAGMA foreign_keys=ON")
+    version = await current_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"database {path} has schema version {version}, "
+            f"newer than this vastui ({SCHEMA_VERSION})"
+        )
+    await apply_migrations(conn, version)
+
+
+async def _check_rows(conn: aiosqlite.Connection, path: Path) -> None:
+    """Every instance and bad-list row decodes, or the store does not open (an engine that
+    cannot read its fleet must say so once, not warn every step)."""
+    for table, key, cls in (
+        ("instances", "vast_id", InstanceRecord),
+        ("bad_machines", "machine_id", BadEntry),
+    ):
+        async with conn.execute(f"SELECT * FROM {table}") as cur:
+            async for row in cur:
+                decode_row(path, table, key, cls, row)
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 class Store(FleetOps):
     """Async access to the vastui SQLite database. Create with ``await Store.open(path)``."""
 
-    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+    def __init__(
+        self, path: Path, conn: aiosqlite.Connection, identity: FileIdentity | None = None
+    ) -> None:
         self.path = path
         self._conn: aiosqlite.Connection | None = conn
         self._lock = asyncio.Lock()
+        # The file this connection has open: a stat that differs means it is not ours any more.
+        self._identity = identity if identity is not None else FileIdentity.of(path)
+        self._fatal: StoreFatal | None = None  # the first fatal failure; it stays fatal
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -159,47 +233,57 @@ class Store(FleetOps):
     async def open(cls, path: Path) -> Store:
         """Open (creating if needed) the database at ``path`` and migrate it to the latest schema.
 
-        A new file is created with mode 0600 before SQLite touches it. Raises
-        :class:`StoreError` if the file is not a database or its schema is newer than this code.
+        A new file is created with mode 0600 (its directory 0700) before SQLite touches it.
+        Raises :class:`StoreFatal` if the file is corrupt or not a database (``quick_check``,
+        a row that does not decode) and :class:`StoreError` if its schema is newer than this
+        code.
         """
         path = Path(path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists():
-                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-                os.close(fd)
-        except OSError as e:
-            raise StoreError(f"cannot create database {path}: {e.strerror or e}") from e
-
+        _prepare_file(path)
         try:
             conn = await aiosqlite.connect(path, isolation_level=None)
         except sqlite3.Error as e:
-            raise StoreError(f"cannot open database {path}: {e}") from e
+            raise _open_error(path, e) from e
         conn.row_factory = sqlite3.Row
         try:
-            async with conn.execute("PRAGMA journal_mode=WAL") as cur:
-                row = await cur.fetchone()
-            if not row or str(row[0]).lower() != "wal":
-                raise StoreError(f"database {path}: could not enable WAL mode (got {row!r})")
-            await conn.execute("PRAGMA busy_timeout=5000")
-            await conn.execute("PRAGMA foreign_keys=ON")
-            version = await current_version(conn)
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"database {path} has schema version {version}, "
-                    f"newer than this vastui ({SCHEMA_VERSION})"
-                )
-            await apply_migrations(conn, version)
+            identity = FileIdentity.of(path)
+            await _prepare_connection(conn, path)
+            await _check_rows(conn, path)
         except StoreError:
             await conn.close()
             raise
         except sqlite3.Error as e:
             await conn.close()
-            raise StoreError(f"cannot open database {path}: {e}") from e
+            raise _open_error(path, e) from e
+        except OSError as e:
+            await conn.close()
+            raise StoreFatal(f"database {path} cannot be reached: {e.strerror or e}") from e
         except BaseException:
             await conn.close()
             raise
-        return cls(path, conn)
+        for suffix in ("-wal", "-shm"):  # SQLite gives them the database's mode: check
+            tighten_private(path.with_name(path.name + suffix))
+        return cls(path, conn, identity)
+
+    async def check_health(self) -> None:
+        """Raise :class:`StoreFatal` if this store can no longer be trusted: an earlier write hit
+        a fatal error, or the file was deleted or replaced under the open connection. Cheap (a
+        stat): the engine calls it every step."""
+        if self._fatal is not None:
+            raise self._fatal
+        self._check_file()
+
+    def _check_file(self) -> None:
+        try:
+            check_identity(self.path, self._identity)
+        except StoreFatal as e:
+            raise self._remember(e) from None
+
+    def _remember(self, error: StoreError) -> StoreError:
+        """Keep the first fatal error: once the store is unfit it stays so for this process."""
+        if isinstance(error, StoreFatal) and self._fatal is None:
+            self._fatal = error
+        return error
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -239,7 +323,9 @@ class Store(FleetOps):
             conn = self._require()
             try:
                 yield conn
-            except (sqlite3.Error, OverflowError, UnicodeEncodeError) as e:
+            except sqlite3.Error as e:
+                raise self._remember(store_error(self.path, e, "", writing=False)) from e
+            except (OverflowError, UnicodeEncodeError) as e:
                 raise StoreError(f"database {self.path}: {e}") from e
 
     @asynccontextmanager
@@ -247,30 +333,60 @@ class Store(FleetOps):
         """Hold the write lock and a ``BEGIN IMMEDIATE`` transaction; commit on success.
 
         For use inside the store package (e.g. the legacy importer); the yielded connection
-        must not escape the ``async with`` block.
+        must not escape the ``async with`` block. Refuses (StoreFatal) once the store is unfit:
+        after a fatal error, or when the file is no longer the one opened (a write would go to
+        a deleted file, or fight another engine's new database).
         """
         async with self._lock:
             conn = self._require()
+            if self._fatal is not None:
+                raise self._fatal
+            self._check_file()
             try:
                 await conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
-                raise StoreError(f"database {self.path}: cannot begin transaction: {e}") from e
+                raise self._remember(store_error(self.path, e, "cannot begin transaction")) from e
             try:
                 yield conn
             except BaseException as e:
-                if conn.in_transaction:
-                    await conn.rollback()
-                if isinstance(e, sqlite3.Error | OverflowError | UnicodeEncodeError):
-                    # Also bad values: an id beyond 64 bits, text with a lone surrogate.
+                await self._rollback(conn)
+                if isinstance(e, sqlite3.Error):
+                    raise self._remember(store_error(self.path, e, "cannot store")) from e
+                if isinstance(e, StoreFatal):
+                    self._remember(e)
+                if isinstance(e, OverflowError | UnicodeEncodeError):
+                    # Bad values: an id beyond 64 bits, text with a lone surrogate.
                     raise StoreError(f"database {self.path}: cannot store: {e}") from e
                 raise
             else:
                 try:
                     await conn.commit()
                 except sqlite3.Error as e:
-                    if conn.in_transaction:
-                        await conn.rollback()
-                    raise StoreError(f"database {self.path}: commit failed: {e}") from e
+                    await self._rollback(conn)
+                    raise self._remember(store_error(self.path, e, "commit failed")) from e
+
+    @staticmethod
+    async def _rollback(conn: aiosqlite.Connection) -> None:
+        """Roll back if a transaction is open; a failing rollback must not hide the cause."""
+        try:
+            if conn.in_transaction:
+                await conn.rollback()
+        except sqlite3.Error:
+            pass
+
+    def _decode(self, table: str, key: str, cls: type[_R], row: sqlite3.Row) -> _R:
+        """Decode a row the engine decides on; one that does not decode is StoreFatal naming
+        the table and the row (warning every step about it would change nothing)."""
+        try:
+            return decode_row(self.path, table, key, cls, row)
+        except StoreFatal as e:
+            raise self._remember(e) from None
+
+    def _instance(self, row: sqlite3.Row) -> InstanceRecord:
+        return self._decode("instances", "vast_id", InstanceRecord, row)
+
+    def _bad(self, row: sqlite3.Row) -> BadEntry:
+        return self._decode("bad_machines", "machine_id", BadEntry, row)
 
     @staticmethod
     async def _fetchone(
@@ -349,12 +465,12 @@ class Store(FleetOps):
                 conn, "SELECT * FROM instances WHERE vast_id = ?", (rec.vast_id,)
             )
         assert row is not None
-        return InstanceRecord.from_row(row)
+        return self._instance(row)
 
     async def get_instance(self, vast_id: int) -> InstanceRecord | None:
         async with self._read() as conn:
             row = await self._instance_row(conn, vast_id)
-        return InstanceRecord.from_row(row) if row else None
+        return self._instance(row) if row else None
 
     async def list_instances(self, include_killed: bool = True) -> list[InstanceRecord]:
         """All instances, oldest first."""
@@ -364,7 +480,7 @@ class Store(FleetOps):
         sql += " ORDER BY created_at, vast_id"
         async with self._read() as conn:
             rows = await self._fetchall(conn, sql)
-        return [InstanceRecord.from_row(r) for r in rows]
+        return [self._instance(r) for r in rows]
 
     async def set_stage(self, vast_id: int, stage: str, now: float | None = None) -> InstanceRecord:
         """Move a live instance to ``stage``: sets state, stage_started_at and ``<stage>_at``.
@@ -391,7 +507,7 @@ class Store(FleetOps):
                 )
                 row = await self._instance_row(conn, vast_id)
         assert row is not None
-        return InstanceRecord.from_row(row)
+        return self._instance(row)
 
     async def mark_killed(
         self,
@@ -434,7 +550,7 @@ class Store(FleetOps):
                     machine_id=row["machine_id"],
                     detail={"kind": kind, "stage": row["failed_stage"], **(detail or {})},
                 )
-        return InstanceRecord.from_row(row)
+        return self._instance(row)
 
     async def kill_row(
         self,
@@ -477,6 +593,93 @@ class Store(FleetOps):
         assert after is not None
         return row, after
 
+    # -- destroy and ban: one intent ---------------------------------------------------------
+
+    async def create_destroy_intent(
+        self,
+        vast_id: int,
+        reason: str,
+        *,
+        machine_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+        ban: BanSpec | None = None,
+        now: float | None = None,
+    ) -> Intent:
+        """Record the decision to destroy ``vast_id`` (and, with ``ban``, to ban its machine)
+        before the DELETE is sent. The ban rides in the intent (``intent.ban``), so a restart
+        that redoes the destroy records the ban too. ``detail`` is the kill to redo (e.g.
+        ``policy.Kill.to_detail()``)."""
+        check_positive_int("vast_id", vast_id)
+        check_text("destroy reason", reason)
+        if ban is not None:
+            ban = _check_ban(ban)
+        full = {**(detail or {}), BAN_KEY: ban.to_json() if ban is not None else None}
+        return await self.create_intent(
+            "destroy", reason, instance_id=vast_id, machine_id=machine_id, detail=full, now=now
+        )
+
+    async def complete_destroy(
+        self,
+        intent_id: int,
+        kind: str,
+        reason: str,
+        *,
+        failed_stage: str | None = None,
+        bench_outcome: str | None = None,
+        error_lines: Iterable[str] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> tuple[InstanceRecord | None, BadEntry | None]:
+        """After Vast confirmed a destroy: in ONE transaction mark the intent's instance killed
+        with its 'destroy' event, record the ban the intent carries (bad-list upsert + 'ban'
+        event) and close the intent. Either all of it is recorded or none of it is.
+
+        Idempotent: an intent no longer pending changes nothing (returns the instance, None).
+        An instance already killed keeps its first cause (no second destroy event) but the
+        intent's ban is still recorded. Returns (instance or None if it has no row, the
+        bad-list entry written or None).
+        """
+        ts = _now(now)
+        check_positive_int("intent_id", intent_id)
+        kind = check_text("kill kind", kind)
+        reason = check_text("kill reason", reason)
+        if failed_stage is not None and failed_stage not in STATES:
+            raise StoreError(f"unknown failed_stage {failed_stage!r}")
+        lines = _lines_json("error_lines", error_lines)
+        async with self.transaction() as conn:
+            row = await self._fetchone(conn, "SELECT * FROM intents WHERE id = ?", (intent_id,))
+            if row is None or row["kind"] != "destroy":
+                raise StoreError(f"no destroy intent {intent_id}")
+            intent = self._decode("intents", "id", Intent, row)
+            vast_id = intent.instance_id
+            inst = await self._instance_row(conn, vast_id) if vast_id is not None else None
+            if intent.status != "pending":
+                return (self._instance(inst) if inst is not None else None), None
+            if inst is not None and vast_id is not None:
+                before, inst = await self.kill_row(
+                    conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
+                )
+                if before["state"] != "killed":
+                    await self.insert_event(
+                        conn, "destroy", reason, ts=ts, instance_id=vast_id,
+                        machine_id=inst["machine_id"],
+                        detail={"kind": kind, "stage": inst["failed_stage"], **(detail or {})},
+                    )  # fmt: skip
+            bad = None
+            ban = intent.ban
+            if ban is not None:
+                ban = _check_ban(ban)
+                evidence = _lines_json("evidence", ban.evidence) if ban.evidence else None
+                bad = await self.ban_row(conn, ban, evidence, ts, instance_id=vast_id)
+            await conn.execute(
+                "UPDATE intents SET status = 'done', updated_at = ? WHERE id = ?",
+                (ts, intent_id),
+            )
+        return (
+            self._instance(inst) if inst is not None else None,
+            self._bad(bad) if bad is not None else None,
+        )
+
     # -- bad machines -----------------------------------------------------------------------
 
     async def add_bad(
@@ -497,67 +700,81 @@ class Store(FleetOps):
         replaced when given, the stronger source is kept (manual > automatic > legacy) and the
         ban lasts as long as the longer of the two expiries (``None`` = forever).
         """
-        ts = _now(now)
-        check_positive_int("machine_id", machine_id)
-        reason = check_text("reason", reason)
-        if source not in BAD_SOURCES:
-            raise StoreError(f"bad-machine source must be one of {BAD_SOURCES}, got {source!r}")
-        check_optional_positive_int("host_id", host_id)
-        expires_at = check_optional_time("expires_at", expires_at)
+        ban = _check_ban(
+            BanSpec(
+                machine_id, reason, source, host_id, gpu_name, expires_at,
+                tuple(evidence) if evidence is not None else (),
+            )
+        )  # fmt: skip
         ev = _lines_json("evidence", evidence)
         async with self.transaction() as conn:
-            old = await self._fetchone(
-                conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
+            row = await self.ban_row(conn, ban, ev, _now(now))
+        return self._bad(row)
+
+    async def ban_row(
+        self,
+        conn: aiosqlite.Connection,
+        ban: BanSpec,
+        evidence_json: str | None,
+        ts: float,
+        instance_id: int | None = None,
+    ) -> sqlite3.Row:
+        """Inside a transaction: upsert the bad-list row of a checked ban and its 'ban' event."""
+        machine_id, reason, source = ban.machine_id, ban.reason, ban.source
+        old = await self._fetchone(
+            conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
+        )
+        if old is None:
+            await conn.execute(
+                "INSERT INTO bad_machines (machine_id, host_id, gpu_name, reason, source,"
+                " created_at, updated_at, expires_at, strikes, evidence)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                (machine_id, ban.host_id, ban.gpu_name, reason, source, ts, ts,
+                 ban.expires_at, evidence_json),
+            )  # fmt: skip
+            strikes = 1
+        else:
+            keep_source = old["source"]
+            if _BAD_RANK[source] < _BAD_RANK.get(keep_source, len(BAD_SOURCES)):
+                keep_source = source
+            strikes = int(old["strikes"]) + 1
+            await conn.execute(
+                "UPDATE bad_machines SET reason = ?, source = ?, updated_at = ?,"
+                " expires_at = ?, strikes = ?, evidence = COALESCE(?, evidence),"
+                " host_id = COALESCE(?, host_id), gpu_name = COALESCE(?, gpu_name)"
+                " WHERE machine_id = ?",
+                (
+                    reason,
+                    keep_source,
+                    ts,
+                    _merge_expiry(old["expires_at"], ban.expires_at),
+                    strikes,
+                    evidence_json,
+                    ban.host_id,
+                    ban.gpu_name,
+                    machine_id,
+                ),
             )
-            if old is None:
-                await conn.execute(
-                    "INSERT INTO bad_machines (machine_id, host_id, gpu_name, reason, source,"
-                    " created_at, updated_at, expires_at, strikes, evidence)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
-                    (machine_id, host_id, gpu_name, reason, source, ts, ts, expires_at, ev),
-                )
-                strikes = 1
-            else:
-                keep_source = old["source"]
-                if _BAD_RANK[source] < _BAD_RANK.get(keep_source, len(BAD_SOURCES)):
-                    keep_source = source
-                strikes = int(old["strikes"]) + 1
-                await conn.execute(
-                    "UPDATE bad_machines SET reason = ?, source = ?, updated_at = ?,"
-                    " expires_at = ?, strikes = ?, evidence = COALESCE(?, evidence),"
-                    " host_id = COALESCE(?, host_id), gpu_name = COALESCE(?, gpu_name)"
-                    " WHERE machine_id = ?",
-                    (
-                        reason,
-                        keep_source,
-                        ts,
-                        _merge_expiry(old["expires_at"], expires_at),
-                        strikes,
-                        ev,
-                        host_id,
-                        gpu_name,
-                        machine_id,
-                    ),
-                )
-            row = await self._fetchone(
-                conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
-            )
-            assert row is not None
-            await self.insert_event(
-                conn,
-                "ban",
-                reason,
-                ts=ts,
-                machine_id=machine_id,
-                detail={
-                    "source": row["source"],
-                    "strikes": strikes,
-                    "expires_at": row["expires_at"],
-                    "host_id": row["host_id"],
-                    "gpu_name": row["gpu_name"],
-                },
-            )
-        return BadEntry.from_row(row)
+        row = await self._fetchone(
+            conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
+        )
+        assert row is not None
+        await self.insert_event(
+            conn,
+            "ban",
+            reason,
+            ts=ts,
+            instance_id=instance_id,
+            machine_id=machine_id,
+            detail={
+                "source": row["source"],
+                "strikes": strikes,
+                "expires_at": row["expires_at"],
+                "host_id": row["host_id"],
+                "gpu_name": row["gpu_name"],
+            },
+        )
+        return row
 
     async def remove_bad(
         self, machine_id: int, reason: str = "manual unignore", now: float | None = None
@@ -593,7 +810,7 @@ class Store(FleetOps):
             row = await self._fetchone(
                 conn, "SELECT * FROM bad_machines WHERE machine_id = ?", (machine_id,)
             )
-        return BadEntry.from_row(row) if row else None
+        return self._bad(row) if row else None
 
     async def list_bad(
         self, include_expired: bool = False, now: float | None = None
@@ -608,7 +825,7 @@ class Store(FleetOps):
         sql += " ORDER BY created_at, machine_id"
         async with self._read() as conn:
             rows = await self._fetchall(conn, sql, params)
-        return [BadEntry.from_row(r) for r in rows]
+        return [self._bad(r) for r in rows]
 
     async def bad_machine_ids(self, now: float | None = None) -> set[int]:
         """Machine ids currently banned (expired entries excluded)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vastui.store.records import EngineStatus, InstanceRecord, Strike
+from vastui.store.records import BanSpec, EngineStatus, InstanceRecord, Strike
 
 # Instance columns the engine may update piecemeal (stage moves go through set_stage).
 PROGRESS_COLUMNS = frozenset(
@@ -65,6 +65,14 @@ class LeaseHeld(Exception):
         )
 
 
+# An intent's note while pending: its request has gone out (see `mark_intent_sent`).
+INTENT_SENT = "sent"
+
+
+# A destroy intent's detail key for the ban decided with it (see Store.complete_destroy).
+BAN_KEY = "ban_record"
+
+
 @dataclass(frozen=True, slots=True)
 class Intent:
     id: int
@@ -85,6 +93,16 @@ class Intent:
         data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row needs keys()
         data["detail"] = json.loads(data["detail"]) if data["detail"] else {}
         return cls(**data)
+
+    @property
+    def ban(self) -> BanSpec | None:
+        """The ban a destroy intent carries (recorded when the destroy completes), if any."""
+        detail = self.detail if isinstance(self.detail, dict) else {}
+        return BanSpec.from_json(detail.get(BAN_KEY))
+
+    @property
+    def sent(self) -> bool:
+        return self.note == INTENT_SENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +167,7 @@ class FleetOps:
             from vastui.store.db import StoreError
 
             raise StoreError(f"no instance {vast_id}")
-        return InstanceRecord.from_row(row)
+        return self._instance(row)  # type: ignore[attr-defined,no-any-return]
 
     # -- strikes -------------------------------------------------------------------------
 
@@ -225,7 +243,7 @@ class FleetOps:
                 conn, "SELECT * FROM intents WHERE id = ?", (intent_id,)
             )
         assert row is not None
-        return Intent.from_row(row)
+        return self._decode("intents", "id", Intent, row)  # type: ignore[attr-defined,no-any-return]
 
     async def finish_intent(
         self,
@@ -243,6 +261,15 @@ class FleetOps:
                 (status, instance_id, note, _ts(now), intent_id),
             )
 
+    async def mark_intent_sent(self, intent_id: int, *, now: float | None = None) -> None:
+        """Written just before the request goes out: a pending rent intent without this mark
+        was never sent (its engine died first) and frees its slot at once on restart."""
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                "UPDATE intents SET note = ?, updated_at = ? WHERE id = ? AND status = 'pending'",
+                (INTENT_SENT, _ts(now), intent_id),
+            )
+
     async def list_intents(
         self, *, status: str | None = None, kind: str | None = None
     ) -> list[Intent]:
@@ -255,7 +282,7 @@ class FleetOps:
             params.append(kind)
         async with self._read() as conn:  # type: ignore[attr-defined]
             rows = await self._fetchall(conn, sql + " ORDER BY id", params)  # type: ignore[attr-defined]
-        return [Intent.from_row(r) for r in rows]
+        return [self._decode("intents", "id", Intent, r) for r in rows]  # type: ignore[attr-defined]
 
     # -- commands (console → engine) -----------------------------------------------------
 

@@ -78,6 +78,8 @@ def _json_list(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
     value = json.loads(text)
+    if not isinstance(value, list):  # always written as a list: anything else is damage
+        raise ValueError(f"expected a JSON list of lines, got {type(value).__name__}")
     return tuple(str(v) for v in value)
 
 
@@ -215,6 +217,60 @@ class BadEntry:
             "created_at": iso_utc(self.created_at),
             "expires_at": iso_utc(self.expires_at),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class BanSpec:
+    """A ban decided together with a destroy. It rides in the destroy intent's detail (key
+    ``"ban_record"``) so that the kill, the ban and the intent's close are one transaction
+    (:meth:`vastui.store.Store.complete_destroy`) and a crash in between loses nothing."""
+
+    machine_id: int
+    reason: str
+    source: str = "automatic"
+    host_id: int | None = None
+    gpu_name: str | None = None
+    expires_at: float | None = None  # None = forever
+    evidence: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine_id": self.machine_id,
+            "reason": self.reason,
+            "source": self.source,
+            "host_id": self.host_id,
+            "gpu_name": self.gpu_name,
+            "expires_at": self.expires_at,
+            "evidence": list(self.evidence),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> BanSpec | None:
+        """The ban an intent carries, or None when it carries none (or an unreadable one: the
+        store validates it again before recording anything)."""
+        if not isinstance(data, dict):
+            return None
+        machine_id, reason = data.get("machine_id"), data.get("reason")
+        if isinstance(machine_id, bool) or not isinstance(machine_id, int):
+            return None
+        if not isinstance(reason, str):
+            return None
+        expires_at = data.get("expires_at")
+        if expires_at is not None and (
+            isinstance(expires_at, bool) or not isinstance(expires_at, int | float)
+        ):
+            return None  # not "forever" by accident
+        host_id, gpu_name = data.get("host_id"), data.get("gpu_name")
+        evidence = data.get("evidence")
+        return cls(
+            machine_id=machine_id,
+            reason=reason,
+            source=str(data.get("source") or "automatic"),
+            host_id=host_id if isinstance(host_id, int) and not isinstance(host_id, bool) else None,
+            gpu_name=gpu_name if isinstance(gpu_name, str) else None,
+            expires_at=None if expires_at is None else float(expires_at),
+            evidence=tuple(str(x) for x in evidence) if isinstance(evidence, list) else (),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,17 @@
+"""The store's typed errors: what a caller may retry, and what ends the engine."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """A store operation failed; the message is one line, fit to show an operator."""
+
+
+class StoreFatal(StoreError):
+    """The database can no longer be trusted or written: disk full, read-only, I/O error,
+    corrupt, or its file was deleted or replaced under the running process.
+
+    The engine cannot go on deciding without a store it can record in: it must stop with this
+    one line and a non-zero status, so that systemd restarts it (and the operator sees why).
+    A busy or locked database is *not* fatal: that stays a plain :class:`StoreError`.
+    """

@@ -1,0 +1,189 @@
+"""The store's health: which SQLite failures end the engine, the file's identity, row decoding.
+
+A store that cannot record is an engine that cannot decide safely (a rent it cannot store runs
+untracked, a destroy it cannot record is done twice). So disk full, read-only, I/O errors and
+corruption are :class:`StoreFatal`, as is the file vanishing or being replaced under the open
+connection (SQLite keeps writing to the unlinked inode, and a second engine would start afresh
+on the new file). Busy/locked stay a plain, retryable :class:`StoreError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sqlite3
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from .errors import StoreError, StoreFatal
+
+# Primary result codes (https://www.sqlite.org/rescode.html); extended codes keep them in the
+# low byte, e.g. SQLITE_IOERR_WRITE = 778 = 10 | (3 << 8).
+SQLITE_PERM = 3
+SQLITE_READONLY = 8
+SQLITE_IOERR = 10
+SQLITE_CORRUPT = 11
+SQLITE_FULL = 13
+SQLITE_CANTOPEN = 14
+SQLITE_NOTADB = 26
+
+UNWRITABLE = frozenset({SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN})
+CORRUPT = frozenset({SQLITE_CORRUPT, SQLITE_NOTADB})
+_NAMES = {
+    SQLITE_PERM: "SQLITE_PERM",
+    SQLITE_READONLY: "SQLITE_READONLY",
+    SQLITE_IOERR: "SQLITE_IOERR",
+    SQLITE_CORRUPT: "SQLITE_CORRUPT",
+    SQLITE_FULL: "SQLITE_FULL",
+    SQLITE_CANTOPEN: "SQLITE_CANTOPEN",
+    SQLITE_NOTADB: "SQLITE_NOTADB",
+}
+
+
+def primary_code(exc: BaseException) -> int | None:
+    """The SQLite primary result code of an exception (Python 3.11+ sets it), else None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def is_fatal(exc: BaseException) -> bool:
+    return primary_code(exc) in UNWRITABLE | CORRUPT
+
+
+def _first_line(text: str) -> str:
+    return " ".join(str(text).split())[:300]
+
+
+def fatal_error(path: Path, exc: BaseException, *, writing: bool = True) -> StoreFatal | None:
+    """The one-line :class:`StoreFatal` for a fatal SQLite failure, or None if it is not one."""
+    code = primary_code(exc)
+    if code not in UNWRITABLE | CORRUPT:
+        return None
+    assert code is not None
+    name = getattr(exc, "sqlite_errorname", None) or _NAMES[code]
+    what = _first_line(str(exc)) or name
+    if code in CORRUPT:
+        return StoreFatal(f"database {path} is corrupt: {what} ({name})")
+    verb = "written" if writing else "read"
+    return StoreFatal(f"database {path} cannot be {verb}: {what} ({name})")
+
+
+def store_error(path: Path, exc: BaseException, doing: str, *, writing: bool = True) -> StoreError:
+    """Map an exception raised by SQLite: fatal codes to StoreFatal, the rest to StoreError."""
+    fatal = fatal_error(path, exc, writing=writing)
+    if fatal is not None:
+        return fatal
+    prefix = f"database {path}: {doing}: " if doing else f"database {path}: "
+    return StoreError(prefix + _first_line(str(exc)))
+
+
+# -- the file's identity --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileIdentity:
+    dev: int
+    ino: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileIdentity:
+        st = os.stat(path)
+        return cls(st.st_dev, st.st_ino)
+
+
+def check_identity(path: Path, expected: FileIdentity) -> None:
+    """Raise StoreFatal when the file at ``path`` is gone or is no longer the one opened."""
+    try:
+        now = FileIdentity.of(path)
+    except FileNotFoundError:
+        raise StoreFatal(
+            f"database {path} was deleted or replaced under the running engine"
+        ) from None
+    except OSError as exc:
+        raise StoreFatal(f"database {path} cannot be reached: {exc.strerror or exc}") from None
+    if now != expected:
+        raise StoreFatal(f"database {path} was deleted or replaced under the running engine")
+
+
+async def quick_check(conn: aiosqlite.Connection, path: Path) -> None:
+    """``PRAGMA quick_check`` at open: anything but "ok" is StoreFatal (first problem named)."""
+    try:
+        async with conn.execute("PRAGMA quick_check") as cur:
+            rows = await cur.fetchall()
+    except sqlite3.Error as exc:
+        if primary_code(exc) in CORRUPT:
+            name = getattr(exc, "sqlite_errorname", None) or "SQLITE_CORRUPT"
+            raise StoreFatal(
+                f"database {path} is corrupt: quick_check failed: {_first_line(str(exc))} ({name})"
+            ) from exc
+        raise store_error(path, exc, "quick_check", writing=False) from exc
+    problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise StoreFatal(
+            f"database {path} is corrupt: quick_check failed: {_first_line(problems[0])}{more}"
+        )
+
+
+# -- decoding rows --------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Column:
+    kinds: tuple[type, ...]  # the Python types SQLite may hand back for the field
+    nullable: bool
+    expected: str  # for the operator: "a number", "an integer", "text"
+
+
+@functools.cache
+def _columns(cls: type) -> dict[str, _Column]:
+    """Per dataclass field, what a row must hold. JSON-carrying fields are TEXT."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, _Column] = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        if float in args:
+            kinds, expected = (int, float), "a number"
+        elif int in args or bool in args:  # SQLite has no booleans
+            kinds, expected = (int,), "an integer"
+        else:  # str, or JSON text for tuples and dicts
+            kinds, expected = (str,), "text"
+        out[f.name] = _Column(kinds, type(None) in args, expected)
+    return out
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def decode_row(path: Path, table: str, key: str, cls: type[T], row: sqlite3.Row) -> T:
+    """``cls.from_row(row)`` with every column's type checked first; a row that does not decode
+    is StoreFatal naming the table and the row (a warning every step would change nothing)."""
+    names = row.keys()
+    where = f"database {path}: table {table} row {_describe(row[key]) if key in names else '?'}"
+    for name, column in _columns(cls).items():
+        if name not in names:
+            continue  # a column the query did not select keeps the record's default
+        value = row[name]
+        if value is None:
+            if column.nullable:
+                continue
+            raise StoreFatal(f"{where} cannot be decoded: {name} is NULL")
+        if not isinstance(value, column.kinds) or isinstance(value, bool):
+            raise StoreFatal(
+                f"{where} cannot be decoded: {name} holds {_describe(value)}"
+                f" ({type(value).__name__}), expected {column.expected}"
+            )
+    try:
+        return cls.from_row(row)  # type: ignore[attr-defined,no-any-return]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StoreFatal(f"{where} cannot be decoded: {_first_line(str(exc))}") from None
