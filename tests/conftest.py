@@ -5,12 +5,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.enginekit import World
 from vastui.store import Store
 
 # Textual reads this once, at import: it has to be set before any test imports textual.
 os.environ["TEXTUAL_ANIMATIONS"] = "none"
+
+# Property-based tests (tests/test_fuzz_*.py): "default" is fast and derandomized, so the suite
+# gives the same answer on every run and machine; HYPOTHESIS_PROFILE=long searches much wider
+# (and prints the blob that replays a failure). No example database: nothing written to the tree.
+settings.register_profile(
+    "default", max_examples=50, deadline=None, derandomize=True, database=None
+)
+settings.register_profile("long", max_examples=2000, deadline=None, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 from vastui.backend import client_for_cloud
 from vastui.sim import ManualClock, SimCloud, serve
 from vastui.vast.client import RetryPolicy, VastClient
-from vastui.vast.errors import VastAuthError, VastNotFound
+from vastui.vast.errors import VastAuthError, VastNotFound, VastUnreachable
 
 FILTER = "gpu_ram>12.5 cpu_ram>=128 num_gpus=1"
 
@@ -172,6 +172,8 @@ async def test_heavy_fault_profile_is_survived_with_bounded_retries():
 
 async def test_unreachable_server_is_one_line_error():
     async with VastClient("k", "http://127.0.0.1:9", **fast(attempts=2)) as client:
-        with pytest.raises(Exception) as info:
+        with pytest.raises(
+            VastUnreachable, match=r"^Vast API unreachable at http://127\.0\.0\.1:9: "
+        ) as info:
             await client.current_user()
-    assert "unreachable" in str(info.value) and "\n" not in str(info.value)
+    assert "\n" not in str(info.value)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.enginekit import PUBKEY, World, rent_one, result
-from vastui.engine.engine import COMMAND_TTL
+from vastui.engine.engine import COMMAND_TTL, EngineError
 from vastui.engine.labels import is_vastui_label
 from vastui.engine.ranking import from_record
 from vastui.store import Store
@@ -45,7 +45,7 @@ async def test_never_rents_bad_or_too_slow_machines(world: World, store: Store):
     offers = await engine.refresh_offers(force=True)
     best = next(r for r in offers if r.viable)
     await store.add_bad(best.offer.machine_id, "test ban")
-    with pytest.raises(Exception, match="bad list"):
+    with pytest.raises(EngineError, match=f"machine {best.offer.machine_id} is on the bad list"):
         await engine.deploy(best.offer.id)
     # A machine known to be slow for its price is not rented automatically.
     slow = next(r for r in offers if r.viable and r.offer.machine_id != best.offer.machine_id)
@@ -64,7 +64,7 @@ async def test_no_double_rent_of_one_offer(world: World, store: Store):
     engine = await world.engine(store)
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
     iid = await engine.deploy(offer.id)
-    with pytest.raises(Exception, match=f"already has live instance {iid}"):
+    with pytest.raises(EngineError, match=f"already has live instance {iid}"):
         await engine.deploy(offer.id)
     assert len(world.cloud.instances) == 1
     await engine.close()
@@ -75,7 +75,7 @@ async def test_a_rent_in_flight_blocks_its_offer_and_its_machine(world: World, s
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
     intent = await store.create_intent("rent", "auto", label="vastui-main-0123456789ab",
                                        offer_id=offer.id, machine_id=offer.machine_id)  # fmt: skip
-    with pytest.raises(Exception, match=f"in flight \\(intent {intent.id}\\); not renting twice"):
+    with pytest.raises(EngineError, match=f"in flight \\(intent {intent.id}\\); not renting twice"):
         await engine.deploy(offer.id)
     assert world.cloud.instances == {}
     await engine.close()
@@ -139,7 +139,7 @@ async def test_a_banned_machine_is_not_rented_again(world, store):
     )  # fmt: skip
     assert (await store.get_instance(rec.vast_id)).killed
     assert rec.machine_id in await store.bad_machine_ids(now=world.clock.now())
-    with pytest.raises(Exception, match="bad list"):
+    with pytest.raises(EngineError, match=f"machine {rec.machine_id} is on the bad list"):
         await engine.deploy(rec.offer_id)
     _only_machine(world, rec.machine_id, target=1)
     auto = await world.engine(store)
@@ -491,7 +491,7 @@ async def test_never_destroys_an_instance_without_vastui_label(world, store):
         await engine.step()
     assert theirs.instance_id in world.cloud.instances
     assert await store.get_instance(theirs.instance_id) is None, "not adopted either"
-    with pytest.raises(Exception, match="not one of vastui's"):
+    with pytest.raises(EngineError, match=f"instance {theirs.instance_id} is not one of vastui's"):
         await engine.destroy(theirs.instance_id)
     assert await store.list_events(kind="destroy") == []
     await engine.close()

@@ -23,8 +23,16 @@ from vastui.vast.models import Offer
 async def test_notifications_never_parse_markup(tmp_path: Path):
     app = fixed_app(tmp_path)
     async with app.run_test(size=(100, 30), notifications=True) as pilot:
-        app.notify("server said: [/b] [@click=app.quit]gotcha[/]", title="[b]x")
+        message = "server said: [/b] [@click=app.quit]gotcha[/]"
+        app.notify(message, title="[b]x", severity="error")
         await pilot.pause()
+        # Parsed as markup, the message would raise (a stray [/b]) or lose its brackets and
+        # arm a click action; shown literally, every character is on the toast.
+        (notification,) = app._notifications
+        assert (notification.message, notification.title) == (message, "[b]x")
+        assert notification.severity == "error" and notification.markup is False
+        (toast,) = app.screen.query("Toast")  # Textual's notification widget
+        assert toast.render().plain == f"[b]x\n{message}" and toast.has_class("-error")
         assert app.is_running
 
 
@@ -57,20 +65,26 @@ def test_remote_text_is_made_safe_at_the_model_boundary():
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "words"),
     [
-        ["bad", "add", "99999999999999999999999", "--reason", "r"],
-        ["--api-url", "http://[::1", "offers"],
-        ["--api-url", "ftp://x", "offers"],
+        (
+            ["bad", "add", "99999999999999999999999", "--reason", "r"],
+            ["machine_id", "positive 64-bit integer", "'99999999999999999999999'"],
+        ),
+        (["--api-url", "http://[::1", "offers"], ["--api-url", "'http://[::1'", "not a valid URL"]),
+        (["--api-url", "ftp://x", "offers"], ["--api-url", "'ftp://x'", "http(s)://host"]),
     ],
 )
-def test_cli_bad_inputs_are_one_line(argv, capsys, tmp_path: Path):
+def test_cli_bad_inputs_are_one_line(argv, words, capsys, tmp_path: Path):
     try:
         code = main([*argv, "--db", str(tmp_path / "x.db")])
     except SystemExit as exc:  # argparse refuses it before main's handler
         code = exc.code
-    err = capsys.readouterr().err
-    assert code == 2 and "Traceback" not in err
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    # Exactly one line: one trailing newline and none inside, naming the input and what is wrong.
+    assert err.endswith("\n") and "\n" not in err[:-1], err
+    assert err.startswith("vastui: error: ") and all(word in err for word in words), err
 
 
 def test_explicit_db_in_a_missing_directory_is_refused(capsys, tmp_path: Path):

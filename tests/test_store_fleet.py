@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vastui.store import InstanceRecord, Store
+from vastui.store import InstanceRecord, Store, StoreError
 from vastui.store.fleet import LeaseHeld
 
 T0 = 1_790_000_000.0
@@ -40,7 +40,7 @@ async def test_intents_round_trip_and_label_is_unique(store: Store):
     intent = await store.create_intent("rent", "auto", label="vastui-main-a", offer_id=9, now=T0)
     assert intent.status == "pending" and intent.detail == {}
     assert [i.id for i in await store.list_intents(status="pending")] == [intent.id]
-    with pytest.raises(Exception, match="UNIQUE"):
+    with pytest.raises(StoreError, match=r"cannot store: UNIQUE constraint failed: intents\.label"):
         await store.create_intent("rent", "auto", label="vastui-main-a", now=T0)
     await store.finish_intent(intent.id, "done", instance_id=1234, now=T0 + 1)
     [done] = await store.list_intents(kind="rent")

@@ -874,3 +874,8 @@ def test_shellcheck_and_hadolint() -> None:
         [_tool("hadolint"), str(WORKER / "Dockerfile")], capture_output=True, text=True
     )
     assert res.returncode == 0 and res.stdout == "", res.stdout + res.stderr
+
+
+def test_a_missing_linter_fails_instead_of_skipping() -> None:
+    with pytest.raises(AssertionError, match="no-such-linter not installed"):
+        _tool("no-such-linter")

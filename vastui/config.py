@@ -7,7 +7,9 @@ message names the file, the key and what was expected. The Vast API key never co
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
 import os
 import re
@@ -131,6 +133,19 @@ class Config:
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+# Integers end up in SQLite and in the workers' environment: 64-bit signed at most.
+_INT_LIMIT = 2**63
+# Control characters (C0, DEL, C1) have no place in a name, address or path; the offers filter
+# may span lines (a TOML multi-line string), so it keeps tab, newline and carriage return.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_SPACE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_MULTILINE_KEYS = frozenset({"offers.filter"})
+
+
+def _quote(key: str) -> str:
+    """A key from the file as it goes in a one-line message: quoted, never raw controls."""
+    short = key if len(key) <= 80 else key[:79] + "…"
+    return f"'{short}'" if short.isprintable() else ascii(short)
 
 
 def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
@@ -138,22 +153,32 @@ def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
     if origin is dict:
         _, value_type = typing.get_args(expected)
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: key '{key}': expected a table, got {describe_value(value)}")
+            raise ConfigError(
+                f"{path}: key {_quote(key)}: expected a table, got {describe_value(value)}"
+            )
         return {k: _check_value(path, f"{key}.{k}", value_type, v) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
         raise AssertionError("unions are not used in config sections")
     if expected is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             if not math.isfinite(value):
-                raise ConfigError(f"{path}: key '{key}': expected a finite number")
+                raise ConfigError(f"{path}: key {_quote(key)}: expected a finite number")
             return float(value)
     elif expected is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not -_INT_LIMIT <= value < _INT_LIMIT:
+                raise ConfigError(f"{path}: key {_quote(key)}: expected a 64-bit integer")
             return value
     elif isinstance(value, expected):
+        if isinstance(value, str):
+            controls = _CONTROL_BUT_SPACE if key in _MULTILINE_KEYS else _CONTROL
+            if controls.search(value) or _CONTROL.search(key):
+                raise ConfigError(
+                    f"{path}: key {_quote(key)}: expected a string without control characters"
+                )
         return value
     raise ConfigError(
-        f"{path}: key '{key}': expected {_TYPE_NAMES[expected]}, got {describe_value(value)}"
+        f"{path}: key {_quote(key)}: expected {_TYPE_NAMES[expected]}, got {describe_value(value)}"
     )
 
 
@@ -174,7 +199,7 @@ def describe_value(value: Any) -> str:
 def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(
-            f"{path}: key '{name}': expected a table [{name}], got {describe_value(data)}"
+            f"{path}: key {_quote(name)}: expected a table [{name}], got {describe_value(data)}"
         )
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
@@ -182,21 +207,28 @@ def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
     for key, value in data.items():
         if key not in known:
             raise ConfigError(
-                f"{path}: unknown key '{name}.{key}' (known: {', '.join(sorted(known))})"
+                f"{path}: unknown key {_quote(f'{name}.{key}')} (known: {', '.join(sorted(known))})"
             )
         kwargs[key] = _check_value(path, f"{name}.{key}", hints[key], value)
     return cls(**kwargs)
 
 
 _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
-    ("fleet.max_cost_per_proof", lambda c: c.fleet.max_cost_per_proof > 0, "a number > 0"),
+    # min_rate = ceil($/h ÷ this): a tiny divisor overflows it (vastui/pricing.py).
+    (
+        "fleet.max_cost_per_proof",
+        lambda c: 1e-6 <= c.fleet.max_cost_per_proof <= 100,
+        "a number > 0 (from 0.000001 to 100 $/proof)",
+    ),
     ("fleet.disk_gb", lambda c: c.fleet.disk_gb >= 10, "a number >= 10"),
     ("fleet.target_workers", lambda c: c.fleet.target_workers >= 0, "an integer >= 0"),
     ("fleet.max_total_dph", lambda c: c.fleet.max_total_dph >= 0, "a number >= 0"),
     ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
     ("fleet.auto_ban_days", lambda c: c.fleet.auto_ban_days >= 0, "a number >= 0"),
     ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
-    ("fleet.name", lambda c: c.fleet.name.replace("-", "").isalnum(), "letters, digits and -"),
+    # The name is part of every label (vastui/engine/labels.py matches [A-Za-z0-9-]): a name the
+    # label pattern does not match would leave rented instances unrecognised as vastui's own.
+    ("fleet.name", lambda c: _is_fleet_name(c.fleet.name), "letters, digits and - (1-32)"),
     (
         "vast.api_url",
         lambda c: c.vast.api_url.startswith(("http://", "https://")),
@@ -230,8 +262,14 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
 ]
 
 
+# ASCII digits only: \d and str.isdigit() take other scripts' digits (and "²", which int()
+# refuses), and these values go to curio's config and to socket addresses.
 def _is_duration(text: str) -> bool:
-    return re.fullmatch(r"(\d+h)?(\d+m)?(\d+s)?", text) is not None and text != ""
+    return re.fullmatch(r"([0-9]+h)?([0-9]+m)?([0-9]+s)?", text) is not None and text != ""
+
+
+def _is_fleet_name(text: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,31}", text) is not None
 
 
 def _is_word(text: str) -> bool:
@@ -246,7 +284,9 @@ def _is_addr(text: str, empty: bool = False) -> bool:
     if text == "":
         return empty
     host, _, port = text.rpartition(":")
-    return bool(re.fullmatch(r"[A-Za-z0-9.\-]+", host)) and port.isdigit() and 0 < int(port) < 65536
+    if not re.fullmatch(r"[A-Za-z0-9.\-]+", host) or not re.fullmatch(r"[0-9]{1,5}", port):
+        return False
+    return 0 < int(port) < 65536
 
 
 def default_config_path() -> Path:
@@ -268,9 +308,11 @@ def load_config(path: Path | None = None) -> Config:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: not valid TOML: {' '.join(str(exc).split())}") from None
+    except RecursionError:  # tomllib recurses per nesting level of arrays and inline tables
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
+        raise ConfigError(f"{path}: cannot read: {' '.join(str(exc).split())}") from None
     sections = {f.name: f for f in dataclasses.fields(Config) if f.name != "path"}
     hints = typing.get_type_hints(Config)
     kwargs: dict[str, Any] = {}
@@ -281,9 +323,8 @@ def load_config(path: Path | None = None) -> Config:
                 "set VAST_API_KEY or ~/.config/vastai/vast_api_key"
             )
         if name not in sections:
-            raise ConfigError(
-                f"{path}: unknown key '{name}' (known sections: {', '.join(sorted(sections))})"
-            )
+            known = ", ".join(sorted(sections))
+            raise ConfigError(f"{path}: unknown key {_quote(name)} (known sections: {known})")
         kwargs[name] = _build_section(path, name, hints[name], value)
     config = Config(**kwargs, path=path)
     for key, ok, expected in _VALIDATORS:
@@ -363,3 +404,137 @@ def state_dir() -> Path:
 
 def default_db_path(demo: bool = False) -> Path:
     return state_dir() / ("demo.db" if demo else "vastui.db")
+
+
+# -- private files: every file vastui writes is 0600, in 0700 directories -------------------
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+_files_log = logging.getLogger("vastui.files")
+_warned: set[str] = set()
+
+
+def _warn_once(path: Path, text: str) -> None:
+    if str(path) not in _warned:
+        _warned.add(str(path))
+        _files_log.warning("%s", text)
+
+
+def make_private_dir(path: Path, existing: str = "keep") -> Path:
+    """Create ``path`` and its missing parents with mode 0700, whatever the umask.
+
+    ``existing`` says what to do with a directory that already exists and is open to group or
+    others: ``"tighten"`` (vastui's own: chmod 0700 with a one-line warning), ``"warn"`` (one
+    line, no chmod: the operator chose it) or ``"keep"`` (someone else's, e.g. /tmp).
+    """
+    path = Path(path)
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue  # created meanwhile by someone else: theirs
+        os.chmod(directory, PRIVATE_DIR_MODE)  # the umask may have taken bits away
+    if not missing and existing != "keep":
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077 and existing == "tighten" and path.stat().st_uid == os.geteuid():
+            os.chmod(path, PRIVATE_DIR_MODE)
+            _warn_once(path, f"{path} was open to other users (mode {mode:04o}); now 0700")
+        elif mode & 0o077:
+            _warn_once(path, f"{path} is open to other users (mode {mode:04o}); chmod 700 it")
+    return path
+
+
+def ensure_state_dir(*parts: str) -> Path:
+    """The state directory (and ``parts`` below it) as 0700 directories.
+
+    The default one (under XDG_STATE_HOME) and every subdirectory are vastui's own: a looser
+    mode left by an older vastui is tightened. A ``VASTUI_STATE_DIR`` the operator chose is
+    only warned about.
+    """
+    base = state_dir()
+    make_private_dir(base, "warn" if os.environ.get("VASTUI_STATE_DIR") else "tighten")
+    path = base
+    for part in parts:
+        path = make_private_dir(path / part, "tighten")
+    return path
+
+
+def ensure_parent_dir(path: Path) -> Path:
+    """The directory of a file vastui is about to write: the state directory (tightened, see
+    :func:`ensure_state_dir`), or another one created 0700 when missing (an existing one is the
+    operator's: left alone)."""
+    parent = Path(path).parent
+    try:
+        in_state = parent.absolute() == state_dir().absolute()
+    except OSError:
+        in_state = False
+    return ensure_state_dir() if in_state else make_private_dir(parent)
+
+
+def private_fd(fd: int, path: Path, *, created: bool) -> int:
+    """Make an open file private. One just created is set to exactly 0600 (the umask may have
+    taken owner bits too); an existing one loses its group/other bits with a one-line warning
+    (never gains any: a file made read-only stays read-only)."""
+    mode = os.fstat(fd).st_mode & 0o777
+    if created:
+        if mode != PRIVATE_FILE_MODE:
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+        return fd
+    if mode & 0o077:
+        try:
+            os.fchmod(fd, mode & 0o700)
+        except PermissionError:
+            _warn_once(path, f"{path} is open to other users (mode {mode:04o}); chmod 600 it")
+        else:
+            _warn_once(
+                path, f"{path} was open to other users (mode {mode:04o}); now {mode & 0o700:04o}"
+            )
+    return fd
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` creating ``path`` with mode 0600 whatever the umask; an existing file with a
+    looser mode is tightened. The caller owns the returned descriptor."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+        created = True
+    except FileExistsError:
+        fd = os.open(path, flags & ~os.O_CREAT)
+        created = False
+    try:
+        return private_fd(fd, Path(path), created=created)
+    except OSError:
+        os.close(fd)
+        raise
+
+
+def tighten_private(path: Path) -> None:
+    """Take group/other bits off an existing file (no-op when absent or a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        private_fd(fd, Path(path), created=False)
+    finally:
+        os.close(fd)
+
+
+def write_private(path: Path, data: bytes | str) -> None:
+    """Replace ``path`` atomically with ``data``, mode 0600 (its directory must exist)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -38,8 +38,8 @@ def sanitize_line(text: str | bytes | None, max_len: int = MAX_LINE) -> str:
         text = text.decode("utf-8", errors="replace")
     text = _ESCAPES.sub("", text)
     text = _CONTROLS.sub(" ", text.replace("\r\n", "\n"))
-    if len(text) > max_len:
-        text = text[: max_len - 1] + "…"
+    if len(text) > max_len:  # the ellipsis counts: never longer than max_len, even for 0 or 1
+        text = text[: max_len - 1] + "…" if max_len >= 1 else ""
     return text
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 from textual.app import App
 from textual.color import Color, ColorParseError
+from textual.css.tokenize import tokenize_values
+from textual.css.tokenizer import TokenError
 from textual.theme import Theme
 
 import vastui
@@ -57,6 +59,12 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def _quote(key: str) -> str:
+    """A field name from the file for a one-line message: quoted, never raw controls."""
+    short = key if len(key) <= 80 else key[:79] + "…"
+    return f"'{short}'" if short.isprintable() else ascii(short)
+
+
 def _colour(path: Path, key: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ThemeError(
@@ -69,12 +77,25 @@ def _colour(path: Path, key: str, value: Any) -> str:
     return value
 
 
+def _css_value(path: Path, key: str, value: str) -> None:
+    """Textual tokenizes every theme variable into its stylesheet when the theme is applied: a
+    value it cannot read ("}", "red; x: y", an escape) would stop the console mid-start."""
+    try:
+        tokenize_values({key: value})
+    except TokenError:
+        raise ThemeError(
+            f"{path}: field 'variables.{key}': not a CSS value: {value[:40]!r}"
+        ) from None
+
+
 def load_theme_file(path: Path) -> Theme:
     """Read and validate one theme file; any problem is a one-line `ThemeError`."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ThemeError(f"{path}: not valid TOML: {_one_line(exc)}") from None
+    except RecursionError:  # tomllib recurses per nesting level of arrays and inline tables
+        raise ThemeError(f"{path}: not valid TOML: nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ThemeError(f"{path}: cannot read: {_one_line(exc)}") from None
 
@@ -111,13 +132,14 @@ def load_theme_file(path: Path) -> Theme:
     for key, value in variables.items():
         if not VARIABLE_RE.fullmatch(key):
             raise ThemeError(
-                f"{path}: field 'variables.{key}': "
+                f"{path}: field {_quote(f'variables.{key}')}: "
                 "expected a name of lowercase letters, digits and '-'"
             )
         if not isinstance(value, str):
             raise ThemeError(
                 f"{path}: field 'variables.{key}': expected a string, got {describe_value(value)}"
             )
+        _css_value(path, key, value)
 
     return Theme(name=name, dark=dark, variables=dict(variables), **colours)
 

@@ -46,6 +46,12 @@ _CLOSE_GRACE = 10.0
 _STDERR_TAIL = 10
 
 
+def refuse_json_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (Python's json takes them): a worker's line with one is
+    not an answer, as no number a worker reports may be infinite."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 class ConnState(StrEnum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
@@ -742,7 +748,7 @@ class WorkerConnection:
 
     def parse_json(self, text: str, what: str) -> Any:
         try:
-            return sanitize_json(json.loads(text))
+            return sanitize_json(json.loads(text, parse_constant=refuse_json_constant))
         except (ValueError, RecursionError) as e:
             snippet = sanitize_line(text.strip(), 80) or "(empty)"
             reason = e.msg if isinstance(e, json.JSONDecodeError) else type(e).__name__

@@ -21,12 +21,28 @@ from .connection import (
     SshConnectionLost,
     WorkerConnection,
     WorkerProtocolError,
+    refuse_json_constant,
     sanitize_json,
 )
 
 log = logging.getLogger("vastui.ssh")
 
 LOG_SOURCES: tuple[str, ...] = ("setup", "paramfetch", "benchmark", "cuzk", "curio")
+
+
+MAX_EVENT_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (iterative: no recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def workerctl(*args: object) -> str:
@@ -118,7 +134,13 @@ class Worker:
             log.warning("instance %s: skipping over-long event line %d", self.instance_id, line_no)
             return None
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=refuse_json_constant)
+            if isinstance(value, dict):
+                # json.loads nests ~1000 levels; the sanitiser, and the engine's own walks of an
+                # event (json.dumps of a result), recurse too: an event is shallow or nothing.
+                if _depth(value) > MAX_EVENT_DEPTH:
+                    raise ValueError(f"nested deeper than {MAX_EVENT_DEPTH} levels")
+                return sanitize_json(value)
         except (ValueError, RecursionError):
             log.warning(
                 "instance %s: skipping non-JSON event line %d: %s",
@@ -127,15 +149,13 @@ class Worker:
                 sanitize_line(text, 120),
             )
             return None
-        if not isinstance(value, dict):
-            log.warning(
-                "instance %s: skipping event line %d: JSON %s, expected an object",
-                self.instance_id,
-                line_no,
-                type(value).__name__,
-            )
-            return None
-        return sanitize_json(value)
+        log.warning(
+            "instance %s: skipping event line %d: JSON %s, expected an object",
+            self.instance_id,
+            line_no,
+            type(value).__name__,
+        )
+        return None
 
     async def logs(self, source: str, follow: bool = True, tail: int = 200) -> AsyncIterator[str]:
         """Sanitised lines of one worker log; with ``follow`` it runs until closed."""
