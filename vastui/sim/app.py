@@ -106,9 +106,15 @@ def _route(method: str, parts: list[str]) -> tuple[str, bool, Handler] | _Resp:
     elif parts == ["v1", "instances"]:
         table = {"GET": ("list", True, _h_list_v1)}
     elif parts == ["v0", "instances"]:
-        table = {"GET": ("list", True, _h_list_v0)}
+        table = {
+            "GET": ("list", True, _h_list_v0),
+            "PUT": ("manage", True, _h_manage_bulk),
+            "DELETE": ("destroy", True, _h_destroy_bulk),
+        }
     elif parts[:3] == ["v0", "instances", "request_logs"] and n == 4:
         table = {"PUT": ("logs", True, _h_logs), "POST": ("logs", True, _h_logs)}
+    elif parts[:3] == ["v0", "instances", "reboot"] and n == 4:
+        table = {"PUT": ("reboot", True, _h_reboot)}
     elif parts[:2] == ["v0", "instances"] and n == 3:
         table = {
             "GET": ("show", True, _h_show),
@@ -212,6 +218,30 @@ def _h_destroy(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
     iid = _int_id(parts[2])
     req.json_body()  # validate
     return cloud.destroy(iid)
+
+
+def _h_destroy_bulk(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
+    try:
+        body = json.loads(req.raw_body or b"{}")
+    except ValueError:
+        raise ApiError(
+            400, {"success": False, "error": "invalid_args", "msg": "invalid request format"}
+        ) from None
+    return cloud.destroy_many(body)
+
+
+def _h_manage_bulk(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
+    return cloud.manage_many(req.json_body())
+
+
+def _h_reboot(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
+    if not parts[3].isdigit():
+        # OAS reboot instance: 400 {"error": "invalid_args", "msg": "invalid instance_id"}
+        raise ApiError(
+            400, {"success": False, "error": "invalid_args", "msg": "invalid instance_id"}
+        )
+    req.json_body()  # validate
+    return cloud.reboot(int(parts[3]))
 
 
 def _h_inst_ssh_list(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:

@@ -38,6 +38,12 @@ MAX_LABEL = 1024
 PAGE_MAX = 25
 # Simulated seconds after running when a host under maintenance goes offline.
 MAINTENANCE_AFTER = (5400.0, 14400.0)
+# A reboot (docker stop, then start) takes this long, simulated seconds: stopping ...
+REBOOT_STOP = (5.0, 15.0)
+# ... then starting the container again (no image pull).
+REBOOT_START = (5.0, 20.0)
+QUEUED_MSG = "Required resources are currently unavailable, state change queued."
+BULK_MAX = 64  # ids per bulk start/stop (vast-api.md §7: "chunk length of N > 64")
 FORCEABLE = frozenset({"exited", "offline", "unknown", "running", "loading"})
 
 # Columns of the instance table that v1 `select_filters`/`order_by` accept; everything
@@ -124,6 +130,17 @@ class SimInstance:
     extra_log: list[tuple[float, str]] = field(default_factory=list)
     start_unavailable: bool = False
     stopped_at: float | None = None
+    # The offer's GPUs are this instance's (False: created stopped while another tenant held
+    # them; destroying it then gives nothing back to the market).
+    holds_offer: bool = True
+    queued: bool = False  # created stopped, its start queued until the offer's GPUs are free
+    rebooting_until: float | None = None  # a reboot: "rebooting" until then, then loading
+    rebooted: bool = False
+    # Proxy first, direct later (SimCloud direct_ssh_after): the direct port, reported this
+    # many simulated seconds after running; None: no direct port (proxy only).
+    split_ssh: bool = False
+    direct_port: int | None = None
+    direct_after: float = 0.0
 
 
 def _iso(epoch: float) -> str:
@@ -219,6 +236,7 @@ class SimCloud:
         world_seed: int | None = None,
         instance_ids_after: int | None = None,
         host_maintenance: float = 0.0,
+        direct_ssh_after: tuple[float, float] | None = None,
     ) -> None:
         """``seed`` alone: the whole world of that seed is on the market at its own prices.
         With ``world_seed``: the machines (ids, hardware, hidden speed and faults) are that
@@ -227,7 +245,12 @@ class SimCloud:
 
         ``instance_ids_after``: every instance id is above it (real ids only grow: a demo
         passes the highest id its database already holds). ``host_maintenance``: the chance
-        that a new instance's host goes offline for maintenance some time after it runs."""
+        that a new instance's host goes offline for maintenance some time after it runs.
+
+        ``direct_ssh_after``: as Vast does, a running instance shows its SSH proxy endpoint
+        (``ssh_host``:``ssh_port``) at once and its direct port (``public_ipaddr`` +
+        ``ports["22/tcp"]``) only this many simulated seconds later (a range to draw from), on
+        a port of its own. None: one port, reported both ways as soon as it runs."""
         self.seed = seed
         self.world_seed = seed if world_seed is None else world_seed
         self.clock: SimClock = clock if clock is not None else ScaledClock(speed)
@@ -237,6 +260,7 @@ class SimCloud:
         self.on_running = on_running
         self.rng = random.Random(seed * 31 + 5)
         self.host_maintenance = host_maintenance
+        self.direct_ssh_after = direct_ssh_after
         self.machines: list[Machine] = generate_market(
             self.world_seed, hosts=hosts, clock_now=self.clock.now()
         )
@@ -314,12 +338,18 @@ class SimCloud:
             return "running", f"success, running {_runmsg(inst)}"
         if inst.forced_status is not None:
             return inst.forced_status, _forced_msg(inst.forced_status)
+        if inst.queued:
+            return "stopped", QUEUED_MSG
         if inst.intended == "stopped" or inst.cur_state == "stopped":
             return "exited", "Instance stopped."
         if inst.fail is not None and now >= inst.t_running + inst.fail[1]:
             return inst.fail[0], _forced_msg(inst.fail[0])
+        if inst.rebooting_until is not None and now < inst.rebooting_until:
+            return "rebooting", "Rebooting: stopping container"
         if now < inst.t_loading:
             return None, None
+        if now < inst.t_running and inst.rebooted:
+            return "loading", "Starting container"
         if now < inst.t_running:
             frac = (now - inst.t_loading) / max(1e-9, inst.t_running - inst.t_loading)
             image = inst.image or "template image"
@@ -335,6 +365,7 @@ class SimCloud:
     async def tick(self) -> None:
         """Evaluate lifecycles: bill usage and fire ``on_running`` for new runners."""
         now = self.now()
+        self._start_queued(now)
         for inst in list(self.instances.values()):
             status, _ = self.status_of(inst, now)
             self._bill(inst, status, now)
@@ -372,17 +403,24 @@ class SimCloud:
             raise _err(
                 404, "no_such_ask", f"No ask by id {offer_id} is available.", ask_id=offer_id
             )
+        # The offer's GPUs rented by another (here: by another instance of this account): with
+        # cancel_unavail false Vast creates the instance stopped, its start queued (vast-api.md
+        # §4, AUTO); absent, the ask is simply gone (404), true asks for the 410.
+        queued = False
         if offer_id not in self.available:
-            if body.get("cancel_unavail"):
+            if self.offers[offer_id].get("rented") and body.get("cancel_unavail") is False:
+                queued = True
+            elif body.get("cancel_unavail"):
                 raise _err(
                     410,
                     "no_such_ask",
                     f"Instance type {offer_id} is no longer available.",
                     ask_id=offer_id,
                 )
-            raise _err(
-                404, "no_such_ask", f"No ask by id {offer_id} is available.", ask_id=offer_id
-            )
+            else:
+                raise _err(
+                    404, "no_such_ask", f"No ask by id {offer_id} is available.", ask_id=offer_id
+                )
         image = body.get("image")
         template = body.get("template_hash_id")
         if not image and not template:
@@ -471,11 +509,70 @@ class SimCloud:
             inst.intended = inst.cur_state = inst.next_state = "stopped"
             inst.stopped_at = now
         inst.fail = self.faults.instance_failure(fault_hint) or self._maintenance()
+        self._plan_ssh(inst, offer)
         self.instances[iid] = inst
-        self.available.discard(offer_id)
+        if not queued:
+            self._claim_offer(inst)
+            return {"success": True, "new_contract": iid, "instance_api_key": inst.api_key}
+        inst.holds_offer = False
+        if inst.intended == "running":
+            inst.queued = True
+            inst.cur_state = "stopped"
+        # AUTO: HTTP 200 with the new contract and success false when it was left stopped.
+        return {
+            "success": False,
+            "new_contract": iid,
+            "instance_api_key": inst.api_key,
+            "error": "resources_unavailable",
+            "msg": QUEUED_MSG,
+        }
+
+    def _plan_ssh(self, inst: SimInstance, offer: dict[str, Any]) -> None:
+        """Proxy first, direct later: a direct port of its own when the runtype asks for one
+        ("ssh_direc") and the machine has direct ports."""
+        if self.direct_ssh_after is None:
+            return
+        inst.split_ssh = True
+        if "direc" in inst.runtype and int(offer.get("direct_port_count") or 0) > 0:
+            inst.direct_port = int(self.alloc_port())
+            inst.direct_after = self.rng.uniform(*self.direct_ssh_after)
+
+    def _claim_offer(self, inst: SimInstance) -> None:
+        offer = self.offers[inst.offer_id]
+        self.available.discard(inst.offer_id)
         offer["rentable"] = False
         offer["rented"] = True
-        return {"success": True, "new_contract": iid, "instance_api_key": inst.api_key}
+        inst.holds_offer = True
+
+    def _release_offer(self, inst: SimInstance) -> None:
+        if not inst.holds_offer:
+            return
+        offer = self.offers[inst.offer_id]
+        offer["rentable"] = True
+        offer["rented"] = False
+        self.available.add(inst.offer_id)
+        inst.holds_offer = False
+
+    def _boot(self, inst: SimInstance, now: float) -> None:
+        """Start the container from stopped: loading, then running (``on_running`` again)."""
+        inst.intended = inst.cur_state = inst.next_state = "running"
+        inst.queued = False
+        inst.forced_status = None
+        inst.fail = None
+        inst.stopped_at = None
+        inst.rebooting_until = None
+        inst.rebooted = False
+        inst.notified_running = False
+        inst.t_loading = now + self.rng.uniform(2, 10)
+        inst.t_running = inst.t_loading + self.rng.uniform(10, 40)
+
+    def _start_queued(self, now: float) -> None:
+        """A queued start goes ahead once its offer's GPUs are free again (oldest first)."""
+        for inst in sorted(self.instances.values(), key=lambda i: i.id):
+            if inst.queued and inst.offer_id in self.available:
+                self._bill(inst, "stopped", now)
+                self._claim_offer(inst)
+                self._boot(inst, now)
 
     def _maintenance(self) -> tuple[str, float] | None:
         """Now and then a host goes offline for maintenance while it works for us (hours of
@@ -493,6 +590,7 @@ class SimCloud:
         o = inst.offer
         running = status == "running"
         port = inst.ssh_port if running else None
+        ports, direct = self._ports(inst, running, now)
         d: dict[str, Any] = {
             "id": inst.id,
             "machine_id": o["machine_id"],
@@ -519,11 +617,9 @@ class SimCloud:
             "machine_dir_ssh_port": port,
             "public_ipaddr": "127.0.0.1" if running else None,
             "local_ipaddrs": f"10.{inst.id % 250}.0.2 172.17.0.1 \n",
-            "ports": {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]}
-            if running
-            else None,
-            "direct_port_start": -1,
-            "direct_port_end": -1,
+            "ports": ports,
+            "direct_port_start": direct or -1,
+            "direct_port_end": direct or -1,
             "direct_port_count": o["direct_port_count"],
             "static_ip": o["static_ip"],
             "num_gpus": o["num_gpus"],
@@ -573,6 +669,22 @@ class SimCloud:
         }
         d.update(inst.metrics)
         return d
+
+    @staticmethod
+    def _ports(
+        inst: SimInstance, running: bool, now: float
+    ) -> tuple[dict[str, Any] | None, int | None]:
+        """``ports`` and the direct port reported: none until running; then, with split SSH,
+        the direct port only once its delay has passed (a map without 22/tcp before)."""
+        if not running:
+            return None, None
+        if not inst.split_ssh:
+            return {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(inst.ssh_port)}]}, None
+        if inst.direct_port is None or now < inst.t_running + inst.direct_after:
+            return {}, None
+        return {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(inst.direct_port)}]}, (
+            inst.direct_port
+        )
 
     def instances_snapshot(self) -> list[dict[str, Any]]:
         now = self.now()
@@ -684,10 +796,64 @@ class SimCloud:
         status, _ = self.status_of(inst)
         self._bill(inst, status, self.now())
         del self.instances[instance_id]
-        offer = self.offers[inst.offer_id]
-        offer["rentable"] = True
-        offer["rented"] = False
-        self.available.add(inst.offer_id)
+        self._release_offer(inst)
+        return {"success": True}
+
+    def destroy_many(self, body: Any) -> dict[str, Any]:
+        """Bulk destroy, ``DELETE /api/v0/instances/`` ``{"instance_ids": [...]}`` (vastai
+        api/instances.py destroy_instance with a list; answers from AUTO
+        auto_delete_api_v0_instances_b2998f.yaml): the account's instances among the ids are
+        destroyed; 404 only when none is."""
+        ids = body.get("instance_ids") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not ids:
+            raise _err(400, "invalid_args", "instance_ids array is required")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise _err(400, "invalid_args", "invalid request format")
+        found = [i for i in dict.fromkeys(ids) if i in self.instances]
+        if not found:
+            raise _err(404, "instances_not_found", f"Instances {ids} not found.")
+        for iid in found:
+            self.destroy(iid)
+        return {"success": True}
+
+    def manage_many(self, body: Any) -> dict[str, Any]:
+        """Bulk start/stop, ``PUT /api/v0/instances/`` ``{"ids": [...], "state": ...}``
+        (vastai api/instances.py start_instance/stop_instance with a list)."""
+        ids = body.get("ids") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not ids:
+            raise _err(400, "invalid_args", "ids list required")
+        if len(ids) > BULK_MAX:
+            raise _err(400, "invalid_args", f"chunk length of {len(ids)} > {BULK_MAX}")
+        if body.get("state") not in ("running", "stopped"):
+            raise _err(400, "invalid_args", "Invalid target state")
+        for iid in ids:
+            if isinstance(iid, int) and not isinstance(iid, bool) and iid in self.instances:
+                self.manage(iid, {"state": body["state"]})
+        return {"success": True}
+
+    def reboot(self, instance_id: int) -> dict[str, Any]:
+        """``PUT /api/v0/instances/reboot/{id}/`` (vastai api/instances.py reboot_instance): a
+        docker stop and start on the same machine, GPUs kept. The instance shows "rebooting",
+        then "loading" ("Starting container", no pull), then "running" again; the container
+        starts afresh, so its onstart runs again (the sandbox is restarted by ``on_running``).
+        A host that is offline or silent cannot act on it: accepted, nothing changes. A
+        stopped instance is refused (the sim's choice; Vast's answer is not documented)."""
+        inst = self._get(instance_id)
+        now = self.now()
+        status, _ = self.status_of(inst, now)
+        if inst.queued or inst.intended == "stopped" or inst.cur_state == "stopped":
+            raise _err(400, "invalid_args", f"Instance {instance_id} is stopped: start it instead.")
+        if status in ("offline", "unknown"):
+            return {"success": True}
+        self._bill(inst, status, now)
+        inst.forced_status = None
+        if status == "exited":
+            inst.fail = None  # the container that exited starts again
+        inst.rebooting_until = now + self.rng.uniform(*REBOOT_STOP)
+        inst.t_loading = inst.rebooting_until
+        inst.t_running = inst.t_loading + self.rng.uniform(*REBOOT_START)
+        inst.rebooted = True
+        inst.notified_running = False
         return {"success": True}
 
     def manage(self, instance_id: int, body: Any) -> dict[str, Any]:
@@ -711,26 +877,22 @@ class SimCloud:
                     status, _ = self.status_of(inst, now)
                     self._bill(inst, status, now)
                 inst.intended = inst.cur_state = inst.next_state = "stopped"
+                inst.queued = False
                 inst.stopped_at = now
             elif inst.intended == "stopped" or inst.cur_state == "stopped":
                 if self.user["credit"] <= 0:
                     raise _err(400, "missing_billing", "You lack credit, see the billing page.")
-                if inst.start_unavailable:
+                gpus_taken = not inst.holds_offer and inst.offer_id not in self.available
+                if inst.start_unavailable or gpus_taken:
                     inst.intended = "running"
                     inst.next_state = "running"
-                    return {
-                        "success": False,
-                        "error": "resources_unavailable",
-                        "msg": "Required resources are currently unavailable, state change queued.",
-                    }
+                    inst.queued = gpus_taken
+                    return {"success": False, "error": "resources_unavailable", "msg": QUEUED_MSG}
                 status, _ = self.status_of(inst, now)
                 self._bill(inst, status, now)
-                inst.intended = inst.cur_state = inst.next_state = "running"
-                inst.forced_status = None
-                inst.fail = None
-                inst.stopped_at = None
-                inst.t_loading = now + self.rng.uniform(2, 10)
-                inst.t_running = inst.t_loading + self.rng.uniform(10, 40)
+                if not inst.holds_offer:
+                    self._claim_offer(inst)
+                self._boot(inst, now)
         return {"success": True}
 
     # ------------------------------------------------------------------ hooks

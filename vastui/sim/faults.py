@@ -47,10 +47,23 @@ THRESHOLDS = {
     "instance_ssh": "2",
     "logs": "2",
     "user": "2",
+    "reboot": "1.0",  # OAS reboot instance: "API requests too frequent endpoint threshold=1.0"
 }
 
 ENDPOINTS = frozenset(
-    {"search", "create", "list", "show", "manage", "destroy", "logs", "ssh", "instance_ssh", "user"}
+    {
+        "search",
+        "create",
+        "list",
+        "show",
+        "manage",
+        "destroy",
+        "reboot",
+        "logs",
+        "ssh",
+        "instance_ssh",
+        "user",
+    }
 )
 
 KINDS = frozenset(
@@ -114,7 +127,7 @@ class Faults:
         """Queue ``kinds`` for the next requests matching ``target``.
 
         ``target`` is an endpoint name (one of :data:`ENDPOINTS`: search, create, list,
-        show, manage, destroy, logs, ssh, instance_ssh, user) or a regex searched in
+        show, manage, destroy, reboot, logs, ssh, instance_ssh, user) or a regex searched in
         ``"METHOD /path"``. Each matching request consumes one kind; ``None``/``"ok"``
         entries let a request through untouched.
         """

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
+import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 
+from vastui.config import write_private
 from vastui.sim.app import make_app
 from vastui.sim.cloud import SimCloud
 
@@ -40,18 +45,30 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own SIGINT/SIGTERM capture (uvicorn/server.py ``capture_signals``,
+    which re-raises a caught signal after serving): stopping is the caller's business, e.g.
+    :func:`run_server`, which must finish its clean-up undisturbed."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
 async def serve(
     cloud: SimCloud,
     host: str = "127.0.0.1",
     port: int = 0,
     *,
     ready: Callable[[int], None] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve ``cloud`` until cancelled. ``ready(port)`` is called once listening.
 
-    Raises :class:`ListenError` if ``host:port`` cannot be bound.
+    Raises :class:`ListenError` if ``host:port`` cannot be bound. ``sock``: already bound (by
+    :func:`listen_socket`); it is closed on return either way.
     """
-    sock = listen_socket(host, port)
+    sock = sock or listen_socket(host, port)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(
         make_app(cloud),
@@ -61,7 +78,7 @@ async def serve(
         access_log=False,
         lifespan="on",
     )
-    server = uvicorn.Server(config)
+    server = _Uvicorn(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -81,23 +98,110 @@ async def serve(
         sock.close()
 
 
-def run_server(
-    port: int,
-    seed: int = 0,
-    speed: float = 1.0,
-    api_key: str = "sim-key",
-    faults: str = "none",
-    host: str = "127.0.0.1",
+@dataclass
+class ServeOptions:
+    """`vastui sim serve`: where, and the worker side."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    workers: bool = True  # sandboxes, SSH servers and the controller's stand-ins
+    machine_fault_rate: float = 1.0
+    write_config: Path | None = None  # a vastui config for an engine against this cloud
+
+
+def engine_config(api_url: str, addrs: dict[str, str]) -> str:
+    """A vastui config (TOML) pointing an engine at a served cloud and its stand-ins. The API
+    key is never in it: vastui reads $VAST_API_KEY (or the vastai key file)."""
+    lines = [
+        "# Written by `vastui sim serve`: an engine against the served simulated cloud.",
+        "# Run it with VAST_API_KEY set to the --api-key the cloud was served with.",
+        "[vast]",
+        f"api_url = {json.dumps(api_url)}",
+    ]
+    if addrs:
+        lines.append("")
+        lines.append("[ssh]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in sorted(addrs.items())]
+    return "\n".join(lines) + "\n"
+
+
+def sim_clock_env(cloud: SimCloud) -> str | None:
+    """What an engine needs to read this cloud's simulated clock (``VASTUI_SIM_CLOCK``):
+    deadlines then run on the same time as the instances; None on a clock that is not scaled."""
+    clock = cloud.clock
+    wall0, start, speed = (getattr(clock, k, None) for k in ("wall0", "start", "speed"))
+    if wall0 is None or start is None or speed is None:
+        return None
+    return f"{wall0!r},{start!r},{speed!r}"
+
+
+async def serve_cloud(
+    cloud: SimCloud, opts: ServeOptions, say: Callable[[str], None] = print
 ) -> None:
-    """Blocking entry point of ``vastui sim serve`` (never prints the API key)."""
-    cloud = SimCloud(seed=seed, speed=speed, api_key=api_key, faults=faults)
+    """Serve ``cloud`` over HTTP with its worker hosts until cancelled; then stop every
+    sandbox and remove it. Says (one line each, never the API key) the API URL and the
+    addresses an engine's `[ssh]` needs."""
+    sock = listen_socket(opts.host, opts.port)  # a taken port fails before anything starts
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(sock.close)
+        addrs: dict[str, str] = {}
+        if opts.workers:
+            from vastui.sim.hosting import worker_hosts
 
-    def announce(bound: int) -> None:
-        print(
-            f"vastui sim: serving simulated Vast API on http://{host}:{bound} "
-            f"(seed {seed}, speed {speed:g}, faults {faults})",
-            flush=True,
-        )
+            hosts = await stack.enter_async_context(
+                worker_hosts(cloud, speed=cloud.speed, machine_fault_rate=opts.machine_fault_rate)
+            )
+            addrs = hosts.controller_addrs()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(cloud, host, port, ready=announce))
+        def ready(bound: int) -> None:
+            where = f"[{opts.host}]" if ":" in opts.host else opts.host
+            api_url = f"http://{where}:{bound}"
+            say(
+                f"vastui sim: serving simulated Vast API on {api_url} (seed {cloud.seed}, "
+                f"speed {cloud.speed:g}, faults {cloud.faults.profile})"
+            )
+            for key, value in sorted(addrs.items()):
+                say(f"vastui sim: ssh.{key} = {value}")
+            clock = sim_clock_env(cloud)
+            if clock is not None:
+                say(f"vastui sim: VASTUI_SIM_CLOCK={clock}")
+            if opts.write_config is not None:
+                opts.write_config.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                write_private(opts.write_config, engine_config(api_url, addrs))
+                env = f"VASTUI_SIM_CLOCK={clock} " if clock is not None else ""
+                say(
+                    f"vastui sim: wrote {opts.write_config}; an engine: {env}"
+                    f"VAST_API_KEY=<the --api-key> vastui --config {opts.write_config} "
+                    "--engine-only"
+                )
+
+        await serve(cloud, opts.host, opts.port, ready=ready, sock=sock)
+
+
+def run_server(cloud: SimCloud, opts: ServeOptions) -> None:
+    """Blocking entry point of ``vastui sim serve``: SIGTERM and SIGINT end it cleanly (every
+    sandbox's processes killed, the sandboxes removed)."""
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        stopping: list[int] = []
+
+        def stop(signum: int) -> None:
+            if not stopping:  # a second signal must not cut the clean-up short
+                stopping.append(signum)
+                task.cancel()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop, signum)
+        try:
+            await serve_cloud(cloud, opts, say)
+        except asyncio.CancelledError:
+            if not stopping:
+                raise
+
+    asyncio.run(main())

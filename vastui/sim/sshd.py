@@ -76,11 +76,12 @@ class SandboxSshd:
         self.env = dict(env)
         self._authorized_keys = authorized_keys
         self.host_key = host_key
-        self.server: asyncssh.SSHAcceptor | None = None
+        self.servers: list[asyncssh.SSHAcceptor] = []
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.processes: set[asyncio.subprocess.Process] = set()
         self._forwards: dict[asyncssh.SSHServerConnection, dict[int, int]] = {}
-        self.port: int | None = None
+        self.port: int | None = None  # the first port (Vast's proxy endpoint)
+        self.ports: list[int] = []
 
     def key_allowed(self, key: asyncssh.SSHKey) -> bool:
         wanted = key.public_data
@@ -92,19 +93,28 @@ class SandboxSshd:
                 continue
         return False
 
-    async def start(self, port: int, host: str = "127.0.0.1") -> int:
-        self.server = await asyncssh.create_server(
-            lambda: _Server(self),
-            host,
-            port,
-            server_host_keys=[self.host_key],
-            process_factory=self._handle,
-            encoding=None,
-            allow_scp=False,
-            agent_forwarding=False,
-            x11_forwarding=False,
-        )
-        self.port = self.server.sockets[0].getsockname()[1]
+    async def start(self, port: int, host: str = "127.0.0.1", also: tuple[int, ...] = ()) -> int:
+        """Listen on ``port`` and the ``also`` ports: one server, one host key, as Vast's SSH
+        proxy and an instance's direct port both reach the same container's sshd."""
+        try:
+            for each in (port, *also):
+                server = await asyncssh.create_server(
+                    lambda: _Server(self),
+                    host,
+                    each,
+                    server_host_keys=[self.host_key],
+                    process_factory=self._handle,
+                    encoding=None,
+                    allow_scp=False,
+                    agent_forwarding=False,
+                    x11_forwarding=False,
+                )
+                self.servers.append(server)
+                self.ports.append(server.sockets[0].getsockname()[1])
+        except BaseException:
+            await self.stop()  # no half-started server left listening
+            raise
+        self.port = self.ports[0]
         return self.port
 
     # -- tunnel ------------------------------------------------------------------------
@@ -180,11 +190,11 @@ class SandboxSshd:
 
     async def stop(self) -> None:
         """Like the machine going away: drop connections, kill commands."""
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers:
+            server.close()
             with contextlib.suppress(Exception):
-                await self.server.wait_closed()
-            self.server = None
+                await server.wait_closed()
+        self.servers = []
         for conn in list(self.connections):
             conn.abort()
         procs = list(self.processes)

@@ -100,6 +100,11 @@ class SimWorkerHost:
         self.sandboxes: dict[int, Sandbox] = {}
         self._monitor: asyncio.Task[None] | None = None
         self._starting: dict[int, asyncio.Task[None]] = {}
+        # A container keeps its host key across restarts (a reboot, a stop and start).
+        self._host_keys: dict[int, asyncssh.SSHKey] = {}
+        # One start or stop of an instance's sandbox at a time: a stop still killing the old
+        # container's processes must not kill the next start's.
+        self._locks: dict[int, asyncio.Lock] = {}
 
     def attach(self) -> None:
         """Hook into the cloud: real free ports for SSH, sandboxes on first `running`."""
@@ -130,9 +135,14 @@ class SimWorkerHost:
         return fault
 
     async def _on_running(self, inst: dict[str, Any]) -> None:
+        """The cloud saw the instance's container start (first run, or again after a reboot or
+        a stop and start): a sandbox already there is the old container, restarted."""
         iid = int(inst["id"])
-        if iid not in self.sandboxes and iid not in self._starting:
+        if iid not in self._starting:
             self._starting[iid] = asyncio.create_task(self._start(iid))
+
+    def _lock(self, iid: int) -> asyncio.Lock:
+        return self._locks.setdefault(iid, asyncio.Lock())
 
     async def wait_started(self, instance_id: int) -> Sandbox:
         task = self._starting.get(instance_id)
@@ -142,29 +152,38 @@ class SimWorkerHost:
 
     async def _start(self, iid: int) -> None:
         try:
-            sim_inst = self.cloud.instance(iid)
-            if sim_inst is None:
-                return
-            root = self.root / f"instance-{iid}"
-            profile = self._profile(sim_inst)
-            env = self._environment(sim_inst, root)
-            self._lay_out(root, profile)
-            host_key = asyncssh.generate_private_key("ssh-ed25519")
-            sshd = SandboxSshd(root, env, lambda: self.cloud.authorized_keys(iid), host_key)
-            await sshd.start(sim_inst.ssh_port)
-            box = Sandbox(iid, root, sshd, env, profile=profile)
-            self.sandboxes[iid] = box
-            if sim_inst.onstart:
-                box.onstart = await asyncio.create_subprocess_exec(
-                    "/bin/bash", "-c", sim_inst.onstart, cwd=root, env=env,
-                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-                )  # fmt: skip
-            log.info("instance %s: sandbox %s, ssh on %s", iid, root, sshd.port)
+            async with self._lock(iid):
+                await self._stop_locked(iid)
+                await self._start_locked(iid)
         except Exception:
             log.exception("instance %s: sandbox failed to start", iid)
         finally:
             self._starting.pop(iid, None)
+
+    async def _start_locked(self, iid: int) -> None:
+        sim_inst = self.cloud.instance(iid)
+        if sim_inst is None:
+            return
+        root = self.root / f"instance-{iid}"
+        profile = self._profile(sim_inst)
+        env = self._environment(sim_inst, root)
+        self._lay_out(root, profile)
+        host_key = self._host_keys.get(iid)
+        if host_key is None:
+            host_key = self._host_keys[iid] = asyncssh.generate_private_key("ssh-ed25519")
+        sshd = SandboxSshd(root, env, lambda: self.cloud.authorized_keys(iid), host_key)
+        # Vast's SSH proxy and, when it has one, the instance's direct port: the same sshd.
+        direct = () if sim_inst.direct_port is None else (sim_inst.direct_port,)
+        await sshd.start(sim_inst.ssh_port, also=direct)
+        box = Sandbox(iid, root, sshd, env, profile=profile)
+        self.sandboxes[iid] = box
+        if sim_inst.onstart:
+            box.onstart = await asyncio.create_subprocess_exec(
+                "/bin/bash", "-c", sim_inst.onstart, cwd=root, env=env,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        log.info("instance %s: sandbox %s, ssh on %s", iid, root, sshd.ports)
 
     def _profile(self, inst: Any) -> dict[str, Any]:
         machine = inst.machine
@@ -205,6 +224,8 @@ class SimWorkerHost:
             "CUZK_LISTEN": f"127.0.0.1:{free_port()}",
             "CUZK_STATUS_ADDR": f"127.0.0.1:{free_port()}",
             "VAST_CONTAINERLABEL": f"C.{inst.id}",
+            # Vast tells a container the external port of its internal port 22 (direct SSH).
+            **({"VAST_TCP_PORT_22": str(inst.direct_port)} if inst.direct_port else {}),
             "CONTAINER_ID": str(inst.id),
             "PYTHONDONTWRITEBYTECODE": "1",
             MARKER: str(root),
@@ -249,11 +270,22 @@ class SimWorkerHost:
                 log.exception("sim worker monitor")
 
     async def stop_instance(self, iid: int) -> None:
+        async with self._lock(iid):
+            await self._stop_locked(iid)
+        inst = self.cloud.instance(iid)
+        if inst is None:  # destroyed: nothing will start it again
+            self._host_keys.pop(iid, None)
+            self._locks.pop(iid, None)
+
+    async def _stop_locked(self, iid: int) -> None:
         box = self.sandboxes.pop(iid, None)
         if box is None:
             return
         await box.sshd.stop()
         kill_sandbox_processes(box.root)
+        if box.onstart is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(box.onstart.wait(), 5.0)  # reaped, not a zombie
         log.info("instance %s: sandbox stopped", iid)
 
     async def close(self) -> None:

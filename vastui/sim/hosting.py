@@ -1,0 +1,117 @@
+"""The worker side of a simulated cloud, one code path for the demo and `vastui sim serve`.
+
+When the cloud reports an instance running, a sandbox runs the real worker-image scripts behind
+an SSH server on the ports the API reports (the proxy endpoint at once, the direct port later,
+as Vast does), with the account's keys. On the controller's side stand a Lotus API and curio's
+cluster database, which the workers reach through the SSH tunnel the engine opens (config
+`ssh.lotus_api`, `ssh.curio_db`, `ssh.curio_db_cql`).
+
+Sandboxes live in `<state dir>/sim/vastui-sim-<owner pid>-*`: the owner's pid lets a later run
+stop the workers of one that died without cleaning up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from vastui.config import state_dir
+from vastui.sim.cloud import SimCloud
+from vastui.sim.harmonydb import SIM_CHAIN_TOKEN, FakeHarmonyDb
+from vastui.sim.lotus import FakeLotus
+from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
+
+log = logging.getLogger("vastui.sim.hosting")
+
+# The chance that an instance's host goes offline for maintenance some hours after it runs, per
+# unit of machine_fault_rate. The engine lets it go and, the machine being free again, rents it
+# back on its measured rate: learning, shown.
+HOST_MAINTENANCE = 0.35
+# Simulated seconds after running until an instance's direct SSH port is reported; until then
+# only Vast's proxy endpoint (ssh_host:ssh_port) is.
+DIRECT_SSH_AFTER = (20.0, 120.0)
+
+
+def host_maintenance(machine_fault_rate: float) -> float:
+    return min(1.0, HOST_MAINTENANCE * machine_fault_rate)
+
+
+def sandbox_parent() -> Path:
+    path = state_dir() / "sim"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+@dataclass
+class WorkerHosts:
+    """A cloud's running worker hosts and the controller-side stand-ins."""
+
+    cloud: SimCloud
+    host: SimWorkerHost
+    lotus: FakeLotus
+    db: FakeHarmonyDb
+    sandbox_root: Path
+
+    def controller_addrs(self) -> dict[str, str]:
+        """The engine's `[ssh]` addresses of the stand-ins, by config key."""
+        return {
+            "lotus_api": f"127.0.0.1:{self.lotus.port}",
+            "curio_db": f"127.0.0.1:{self.db.port}",
+            "curio_db_cql": f"127.0.0.1:{self.db.cql_port}",
+        }
+
+
+@asynccontextmanager
+async def worker_hosts(
+    cloud: SimCloud,
+    *,
+    speed: float,
+    machine_fault_rate: float = 1.0,
+    poll_interval: float = 0.5,
+    parent: Path | None = None,
+) -> AsyncIterator[WorkerHosts]:
+    """Run ``cloud``'s worker hosts until the block ends; then every sandbox process is killed
+    and the sandboxes removed. Call before any instance is created (the proxy-then-direct SSH
+    endpoints are decided at create)."""
+    parent = parent or sandbox_parent()
+    reaped = reap_stale_sandboxes(parent)
+    if reaped:
+        log.info("stopped %d worker processes left by a simulated cloud that died", reaped)
+    if cloud.direct_ssh_after is None:
+        cloud.direct_ssh_after = DIRECT_SSH_AFTER
+    async with contextlib.AsyncExitStack() as stack:
+        # The owner's pid in the name lets a later run clean up if this one dies uncleanly.
+        root = Path(tempfile.mkdtemp(prefix=f"vastui-sim-{os.getpid()}-", dir=parent))
+        stack.callback(shutil.rmtree, root, True)
+        host = SimWorkerHost(
+            cloud, root, speed=speed, machine_fault_rate=machine_fault_rate,
+            poll_interval=poll_interval,
+        )  # fmt: skip
+        host.attach()
+        stack.push_async_callback(host.close)
+        lotus = FakeLotus(token=SIM_CHAIN_TOKEN)
+        await lotus.start()
+        stack.push_async_callback(lotus.stop)
+        # curio's cluster database, whose base layer names the chain node as the controller
+        # sees it
+        db = FakeHarmonyDb(chain_addr=f"127.0.0.1:{lotus.port}")
+        await db.start()
+        stack.push_async_callback(db.stop)
+        yield WorkerHosts(cloud, host, lotus, db, root)
+
+
+__all__ = [
+    "DIRECT_SSH_AFTER",
+    "HOST_MAINTENANCE",
+    "WorkerHosts",
+    "host_maintenance",
+    "sandbox_parent",
+    "worker_hosts",
+]
