@@ -102,3 +102,34 @@ def test_parse_duration_rejects(text):
 def test_bad_duration_is_one_line(tmp_path: Path, capsys):
     assert main(["--engine-only", "--demo", "--db", str(tmp_path / "x.db"), "--for", "soon"]) == 2
     assert "bad duration 'soon'" in capsys.readouterr().err
+
+
+def test_a_deleted_database_stops_the_engine_non_zero_with_its_reason(tmp_path: Path):
+    """systemd must see a failure (and restart it), not a healthy service that decides nothing."""
+    db = tmp_path / "e.db"
+    env = dict(os.environ, VASTUI_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vastui", "--engine-only", "--demo", "--db", str(db), "--dry-run",
+         "--speed", "50"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for _ in range(300):  # up to 30 s for start-up on a loaded machine
+            if db.exists() and asyncio.run(lease_of(db)) is not None:
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)  # polling for a condition, bounded above
+        assert proc.poll() is None, "engine exited early"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("vastui: engine stopped: database ")
+    assert "deleted or replaced" in last
+    assert "lease lost" not in err and "Traceback" not in err

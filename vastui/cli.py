@@ -241,19 +241,46 @@ def cmd_locate(opts: Options, args: argparse.Namespace) -> int:
 
 
 def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
-    from vastui.sim.server import ListenError, run_server
+    """A whole simulated cloud over HTTP: the demo's world and market (``--seed``), worker
+    hosts as the demo runs them, the controller's stand-ins (vastui/sim/hosting.py)."""
+    from vastui.backend import make_demo_cloud
+    from vastui.sim.hosting import host_maintenance
+    from vastui.sim.server import ListenError, ServeOptions, run_server
 
+    cloud = make_demo_cloud(
+        args.seed, args.speed, api_key=args.api_key, faults=args.faults,
+        host_maintenance=host_maintenance(args.machine_fault_rate) if args.workers else 0.0,
+    )  # fmt: skip
+    serve = ServeOptions(
+        port=args.port,
+        workers=args.workers,
+        machine_fault_rate=args.machine_fault_rate,
+        write_config=args.write_config,
+    )
     try:
-        run_server(
-            port=args.port,
-            seed=args.seed,
-            speed=args.speed,
-            api_key=args.api_key,
-            faults=args.faults,
-        )
+        run_server(cloud, serve)
     except ListenError as exc:  # e.g. the port is taken: one line, not uvicorn's traceback
         raise CliError(str(exc)) from None
+    except FileNotFoundError as exc:  # no worker-image scripts beside the package
+        raise CliError(f"{exc} (serve the API alone with --no-workers)") from None
     return 0
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a number >= 0: {text!r}")
+    return value
+
+
+def _speed(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0: {text!r}")
+    return value
 
 
 def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
@@ -277,7 +304,7 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
 
         try:
             return run_headless(opts, _run_options(args, "headless"), duration)
-        except LeaseHeld as exc:
+        except (LeaseHeld, StoreError, ValueError) as exc:  # held, a dead store, a bad knob
             raise CliError(str(exc)) from None
     from vastui.console.app import run_console
     from vastui.console.themes import ThemeError
@@ -422,12 +449,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sim", help="the simulated Vast cloud")
     sim = p.add_subparsers(dest="sim_cmd", metavar="ACTION", required=True)
-    ss = sim.add_parser("serve", help="serve the simulated Vast API over HTTP")
+    ss = sim.add_parser(
+        "serve",
+        help="serve a simulated Vast cloud over HTTP, with its worker hosts",
+        description="The Vast REST API over HTTP, and worker hosts as the demo runs them: each "
+        "running instance a sandbox with the real worker scripts behind an SSH server on the "
+        "ports the API reports, with the account's SSH keys; the Lotus API and curio's "
+        "database stand in on the controller's side. SIGTERM or SIGINT stops it cleanly.",
+    )
     ss.add_argument("--port", type=_port, default=8642, help="0: any free port")
-    ss.add_argument("--seed", type=int, default=7)
-    ss.add_argument("--speed", type=float, default=1.0)
-    ss.add_argument("--api-key", default="sim-key")
+    ss.add_argument("--seed", type=int, default=7, help="the market's seed (the demo's world)")
+    ss.add_argument("--speed", type=_speed, default=1.0, help="simulated seconds per second")
+    ss.add_argument("--api-key", default="sim-key", help="the key clients must send")
     ss.add_argument("--faults", choices=["none", "light", "heavy"], default="none")
+    ss.add_argument(
+        "--machine-fault-rate", type=_non_negative, default=1.0,
+        help="machine faults and host maintenance, scaled (1: the demo's; 0: none)",
+    )  # fmt: skip
+    ss.add_argument(
+        "--write-config", type=Path, metavar="PATH",
+        help="write a vastui config (0600) for an engine against this cloud",
+    )  # fmt: skip
+    ss.add_argument(
+        "--no-workers", dest="workers", action="store_false",
+        help="serve the API alone: no sandboxes, SSH servers or stand-ins",
+    )  # fmt: skip
     ss.set_defaults(func=cmd_sim_serve)
     return parser
 

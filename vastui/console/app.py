@@ -29,7 +29,7 @@ from textual.dom import DOMNode
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from vastui.backend import Options
-from vastui.config import state_dir
+from vastui.config import ensure_state_dir, state_dir, write_private
 from vastui.console.bridge import FleetBridge, Snapshot
 from vastui.console.detail import DetailScreen
 from vastui.console.dialogs import QuitScreen
@@ -325,9 +325,7 @@ class VastuiApp(App[int]):
 
     def save_ui_state(self) -> None:
         with contextlib.suppress(OSError):
-            path = state_dir() / "ui.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.ui_state))
+            write_private(ensure_state_dir() / "ui.json", json.dumps(self.ui_state))
 
     def show_pane(self, pane: str) -> None:
         self.query_one("#panes", TabbedContent).active = pane

@@ -218,6 +218,10 @@ class FleetBridge:
     # -- the engine we attach to: gone within seconds, not after its lease lapses ---------
 
     def _observe_engine(self, lease: Lease | None) -> None:
+        engine = self.engine
+        if self.mode == "engine" and engine is not None and engine.fatal is not None:
+            self._gone(f"this console's engine stopped: {engine.fatal}")
+            return
         if self.mode != "attached":
             return
         if lease is None:
@@ -241,8 +245,9 @@ class FleetBridge:
 
     @property
     def detached(self) -> bool:
-        """Attached to an engine that no longer runs: nothing would carry out a command."""
-        return self.mode == "attached" and self.detached_reason is not None
+        """Attached to an engine that no longer runs, or our own engine stopped itself (its
+        store dead, its lease lost): nothing would carry out a command."""
+        return self.mode in ("attached", "engine") and self.detached_reason is not None
 
     def now(self) -> float:
         """The fleet's clock: our engine's (simulated time in the demo), else the wall clock,

@@ -15,9 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 from vastui.backend import Options
-from vastui.config import state_dir
+from vastui.config import ensure_parent_dir, load_api_key, state_dir
 from vastui.engine.runtime import RunOptions, engine_runtime
-from vastui.logfmt import ClockFormatter
+from vastui.logfmt import ClockFormatter, PrivateFileHandler
+from vastui.redact import SecretFilter
 from vastui.sanitize import sanitize_line
 from vastui.store import Store
 
@@ -33,17 +34,27 @@ class _SafeText(logging.Filter):
         return True
 
 
+def _api_key() -> str:
+    try:
+        return load_api_key()[0] or ""
+    except Exception:  # no key (the demo), or a bad key file: the client says so itself
+        return ""
+
+
 def setup_logging(path: Path, level: int = logging.INFO) -> ClockFormatter:
-    """Log to stderr and `path`; the formatter returned takes the engine's clock once built."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Log to stderr and `path` (0600 in a 0700 directory); the formatter returned takes the
+    engine's clock once built."""
+    ensure_parent_dir(path)
     fmt = ClockFormatter()
     root = logging.getLogger()
     root.setLevel(level)
     for old in [h for h in root.handlers if getattr(h, "vastui", False)]:
         root.removeHandler(old)
         old.close()
-    for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(path)):
+    secrets = SecretFilter([_api_key()])  # in any message, from any library: never the key
+    for handler in (logging.StreamHandler(sys.stderr), PrivateFileHandler(path)):
         handler.setFormatter(fmt)
+        handler.addFilter(secrets)
         handler.addFilter(_SafeText())
         handler.vastui = True  # type: ignore[attr-defined]
         root.addHandler(handler)
@@ -55,7 +66,9 @@ def setup_logging(path: Path, level: int = logging.INFO) -> ClockFormatter:
 
 async def run_engine(
     opts: Options, run: RunOptions, duration: float | None, fmt: ClockFormatter | None = None
-) -> dict[str, int]:
+) -> tuple[dict[str, int], str | None]:
+    """Run until stopped (SIGTERM/SIGINT, ``duration``) or until the engine stops itself; the
+    fleet's counts and, when it stopped itself, why (one line)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -74,8 +87,11 @@ async def run_engine(
             ", dry-run" if run.dry_run else "",
         )
         await rt.engine.run(stop)
+        fatal = rt.engine.fatal
         log.info("stopping after %.0fs", time.monotonic() - started)
-    return await summarize(opts.db_path)
+    if fatal is not None:
+        return {}, fatal  # the store may be the cause: no summary from it
+    return await summarize(opts.db_path), None
 
 
 async def summarize(db_path: Path) -> dict[str, int]:
@@ -93,8 +109,13 @@ async def summarize(db_path: Path) -> dict[str, int]:
 
 
 def run_headless(opts: Options, run: RunOptions, duration: float | None) -> int:
+    """0 after a clean stop; 1 when the engine stopped itself (its store dead, its lease lost):
+    one line on stderr, and systemd's Restart=on-failure starts it again."""
     name = "engine-demo.log" if opts.demo else "engine.log"
     fmt = setup_logging(state_dir() / name)
-    counts = asyncio.run(run_engine(opts, run, duration, fmt))
+    counts, fatal = asyncio.run(run_engine(opts, run, duration, fmt))
+    if fatal is not None:
+        print(f"vastui: engine stopped: {sanitize_line(fatal, 300)}", file=sys.stderr)
+        return 1
     log.info("fleet: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
     return 0

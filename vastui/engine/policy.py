@@ -14,6 +14,7 @@ nothing.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -151,6 +152,28 @@ def unhealthy_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | No
     )
 
 
+def reconcile_kill(
+    rec: InstanceRecord, now: float, config: Config, bad_reason: str | None
+) -> Kill | None:
+    """What the reconcile pass does with one live worker: its machine on the bad list
+    (``bad_reason``, "" when none is recorded), unhealthy on Vast past the grace, or stuck past
+    its stage's deadline; None keeps it."""
+    if bad_reason is not None:
+        return Kill(
+            "bad_machine",
+            f"machine {rec.machine_id} is on the bad list"
+            + (f": {bad_reason}" if bad_reason else ""),
+        )
+    return unhealthy_kill(rec, now, config) or deadline_kill(rec, now, config)
+
+
+def strike_ban(count: int, strikes_to_ban: int, last_reason: str) -> str | None:
+    """The ban a machine's strikes lead to (its reason), or None while below the threshold."""
+    if strikes_to_ban <= 0 or count < strikes_to_ban:
+        return None
+    return f"{count} strikes, the last: {last_reason}"[:300]
+
+
 def benchmark_kill(result: dict[str, Any], min_rate: float | None) -> Kill | None:
     """The benchmark gate. None means: passed, keep it."""
     outcome = str(result.get("outcome") or "error")
@@ -214,12 +237,22 @@ def benchmark_strike(result: dict[str, Any]) -> str | None:
     return f"{failed} of {total} benchmark proofs failed: {telling}"[:300]
 
 
+_DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
 def _num(value: Any) -> float | None:
+    """A number a worker reported, or None: finite, plain decimal notation only (Python's
+    float() would take "1_0", "inf" and "nan" from an untrusted worker)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+    if isinstance(value, str):
+        value = value.strip()
+        if not _DECIMAL.fullmatch(value):
+            return None
+    if not isinstance(value, int | float | str):
         return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return out if math.isfinite(out) else None

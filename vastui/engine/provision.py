@@ -162,7 +162,18 @@ class Decision:
 def gate(view: FleetView) -> Decision | None:
     """The decision when it does not depend on the market (no search needed), else None."""
     if view.target <= 0:
-        return Decision(None, Reason("target_zero", "target is 0 workers: nothing is rented"))
+        return Decision(
+            None,
+            Reason("target_zero", "target is 0 workers: manual mode, nothing is rented or shrunk"),
+        )
+    if view.workers > view.target:
+        return Decision(
+            None,
+            Reason(
+                "at_target",
+                f"above target: {view.workers}/{view.target} workers; the surplus is destroyed",
+            ),
+        )
     if view.workers >= view.target:
         return Decision(
             None, Reason("at_target", f"at target: {view.workers}/{view.target} workers")
@@ -214,6 +225,17 @@ def decide(view: FleetView, offers: Sequence[RankedOffer]) -> Decision:
     return Decision(None, _no_viable(view, open_offers))
 
 
+def manual_rent_refusal(view: FleetView) -> str | None:
+    """Why a rent by hand is refused: at the target it would only be destroyed as surplus.
+    With a target of 0 (manual mode) the operator rents freely."""
+    if view.target > 0 and view.workers >= view.target:
+        return (
+            f"at target: {view.workers}/{view.target} workers; a worker rented by hand would be "
+            "surplus (raise fleet.target_workers, or destroy one first)"
+        )
+    return None
+
+
 def rent_reason(view: FleetView, ranked: RankedOffer) -> str:
     """Why this rent: recorded on its intent and logged (a dry run logs it as "would rent")."""
     best = Candidate.of(ranked, view.max_cost_per_proof)
@@ -248,3 +270,56 @@ def _no_viable(view: FleetView, open_offers: Sequence[RankedOffer]) -> Reason:
     # The ranking puts the lowest expected $/proof first (unknown rates last).
     best = Candidate.of(open_offers[0], view.max_cost_per_proof)
     return Reason("no_viable_offer", f"no viable offer: best {best.describe()}", best)
+
+
+# -- shrinking: the target honoured downwards ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A live vastui worker as the shrinking decision sees it."""
+
+    vast_id: int
+    state: str  # one of policy.LIVE_STAGES
+    created_at: float
+    cost_per_proof: float | None = None  # measured (production, else benchmark); None unknown
+
+
+# Surplus order: first the workers that deliver nothing yet, least advanced stage first (the
+# least sunk into them), then proving workers by their measured $/proof, worst first (unknown
+# counts as worst: nothing shows it earns its price); ties go to the newest.
+_STAGE_ORDER = {stage: i for i, stage in enumerate(PIPELINE_STAGES)}
+
+
+def surplus(workers: Sequence[Worker], target: int, pending_rents: int = 0) -> list[Worker]:
+    """The workers to destroy so that live + rents in flight come down to the target.
+
+    A rent in flight cannot be destroyed yet; it counts, so a lowered target is reached once
+    it lands (and then it may be the surplus). A target of 0 is manual mode: the engine rents
+    nothing and destroys nothing for the target (the operator deploys by hand)."""
+    if target <= 0:
+        return []
+    excess = len(workers) + pending_rents - target
+    if excess <= 0:
+        return []
+    return sorted(workers, key=_surplus_key)[: min(excess, len(workers))]
+
+
+def _surplus_key(w: Worker) -> tuple[int, float, float, int]:
+    if w.state in _STAGE_ORDER:
+        return (0, float(_STAGE_ORDER[w.state]), -w.created_at, -w.vast_id)
+    cost = w.cost_per_proof if w.cost_per_proof is not None else math.inf
+    return (1, -cost, -w.created_at, -w.vast_id)
+
+
+def surplus_reason(count: int, target: int, w: Worker) -> str:
+    what = (
+        f"not proving yet ({w.state})"
+        if w.state in _STAGE_ORDER
+        else (
+            f"proving at ${w.cost_per_proof:.4f}/proof"
+            if w.cost_per_proof is not None
+            else "proving, rate not measured yet"
+        )
+    )
+    return f"above target: {count} workers > target {target}; chosen as surplus: {what}"

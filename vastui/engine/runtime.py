@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
-import shutil
 import socket
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,11 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
-from vastui.config import Config, FleetSection, load_curio_db_password, state_dir
+from vastui.config import Config, FleetSection, load_curio_db_password
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
+from vastui.sanitize import sanitize_line
 from vastui.ssh import RemoteForward, SshPool, StorePins
-from vastui.store import Store
+from vastui.store import Store, StoreError
+from vastui.store.errors import StoreFatal
 from vastui.store.fleet import LeaseHeld
 
 if TYPE_CHECKING:
@@ -48,12 +49,6 @@ class RunOptions:
     dry_run: bool = False
     mode: str = "headless"  # or "console"
     machine_fault_rate: float = 1.0  # demo only: about one machine in six has a fault
-
-
-# Demo: the chance that an instance's host goes offline for maintenance some hours after it
-# runs, per unit of machine_fault_rate. The engine lets it go and, the machine being free again,
-# rents it back on its measured rate: learning, shown.
-HOST_MAINTENANCE = 0.35
 
 
 def parse_duration(text: str) -> float:
@@ -104,7 +99,7 @@ async def engine_runtime(
         await store.acquire_lease(
             owner, pid=os.getpid(), hostname=socket.gethostname(), mode=run.mode, ttl=LEASE_TTL
         )
-        stack.push_async_callback(store.release_lease, owner)
+        stack.push_async_callback(_release, store, owner)
         key_path, public_key = ensure_ssh_key(config)
         load_curio_db_password()  # a bad password file is a one-line error now, not at a rent
         settings = EngineSettings(dry_run=run.dry_run)
@@ -122,9 +117,12 @@ async def engine_runtime(
                 connect_timeout=config.ssh.connect_timeout_s,
                 forwards=tunnels(config),
             )
+            clock = sim_clock()
+            if clock is not None:  # a served simulator running fast: its time, its cadence
+                scale_settings(settings, config, clock[1])
             engine = Engine(
                 config, store, client, ssh=pool, public_key=public_key, settings=settings,
-                on_change=on_change,
+                on_change=on_change, clock=clock[0] if clock else time.time,
             )  # fmt: skip
         stack.push_async_callback(engine.close)
         heartbeat = asyncio.create_task(_heartbeat(store, owner, engine))
@@ -149,31 +147,13 @@ async def _demo_parts(
     settings: EngineSettings,
     on_change: Callable[[str], Awaitable[None] | None] | None,
 ) -> tuple[Engine, Any]:
-    from vastui.sim.harmonydb import SIM_CHAIN_TOKEN, FakeHarmonyDb
-    from vastui.sim.lotus import FakeLotus
-    from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
+    from vastui.sim.hosting import worker_hosts
 
     cloud = await open_demo_cloud(store, run)
-    parent = _sandbox_parent()
-    reaped = reap_stale_sandboxes(Path(parent))
-    if reaped:
-        log.info("stopped %d worker processes left by a demo that died", reaped)
-    # The owner's pid in the name lets a later demo clean up if this one dies uncleanly.
-    sandbox_root = Path(tempfile.mkdtemp(prefix=f"vastui-sim-{os.getpid()}-", dir=parent))
-    stack.callback(shutil.rmtree, sandbox_root, True)
-    host = SimWorkerHost(
-        cloud, sandbox_root, speed=run.speed, machine_fault_rate=run.machine_fault_rate,
-        poll_interval=0.5,
-    )  # fmt: skip
-    host.attach()
-    stack.push_async_callback(host.close)
-    lotus = FakeLotus(token=SIM_CHAIN_TOKEN)
-    await lotus.start()
-    stack.push_async_callback(lotus.stop)
-    # curio's cluster database, whose base layer names the chain node as the controller sees it
-    db = FakeHarmonyDb(chain_addr=f"127.0.0.1:{lotus.port}")
-    await db.start()
-    stack.push_async_callback(db.stop)
+    # The worker hosts and the controller's stand-ins, as `vastui sim serve` runs them.
+    hosts = await stack.enter_async_context(
+        worker_hosts(cloud, speed=run.speed, machine_fault_rate=run.machine_fault_rate)
+    )
     client = client_for_cloud(cloud, pacing={})
     stack.push_async_callback(client.aclose)
     pool = SshPool(
@@ -181,32 +161,54 @@ async def _demo_parts(
         pins=StorePins(store),
         connect_timeout=5.0,
         backoff=(0.2, 2.0, 2.0),
-        forwards=tunnels(config, {
-            "lotus_api": f"127.0.0.1:{lotus.port}",
-            "curio_db": f"127.0.0.1:{db.port}",
-            "curio_db_cql": f"127.0.0.1:{db.cql_port}",
-        }),
-    )  # fmt: skip
-    # Deadlines and offer refreshes run on simulated time; polls stay quick in real time.
-    settings.poll_interval = 0.5
-    settings.offers_refresh = max(2.0, 300.0 / run.speed)
-    # Each read runs workerctl (and cuzk-bench status) on the worker: keep it light in real time.
-    settings.prove_poll = max(3.0, config.proving.poll_s / run.speed)
+        forwards=tunnels(config, hosts.controller_addrs()),
+    )
+    scale_settings(settings, config, run.speed)
     engine = Engine(
         config, store, client, ssh=pool, public_key=public_key, clock=cloud.clock.now,
         settings=settings, on_change=on_change,
     )  # fmt: skip
-    return engine, host
+    return engine, hosts.host
+
+
+def scale_settings(settings: EngineSettings, config: Config, speed: float) -> None:
+    """Cadences for a simulated cloud running ``speed`` times faster than real time.
+    Deadlines and offer refreshes run on simulated time; polls stay quick in real time."""
+    settings.poll_interval = 0.5
+    settings.offers_refresh = max(2.0, 300.0 / speed)
+    # Each read runs workerctl (and cuzk-bench status) on the worker: keep it light in real time.
+    settings.prove_poll = max(3.0, config.proving.poll_s / speed)
+
+
+SIM_CLOCK_ENV = "VASTUI_SIM_CLOCK"
+
+
+def sim_clock() -> tuple[Callable[[], float], float] | None:
+    """The clock of a served simulator (``vastui sim serve`` prints ``VASTUI_SIM_CLOCK=wall0,
+    start,speed``), so that an engine against it times deadlines on the instances' time.
+    Only for the simulator: a real Vast account runs on the wall clock."""
+    text = os.environ.get(SIM_CLOCK_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        wall0, start, speed = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{SIM_CLOCK_ENV} must be wall0,start,speed; got {text[:60]!r}") from None
+    if not (math.isfinite(wall0) and math.isfinite(start) and 0 < speed < 1e6):
+        raise ValueError(f"{SIM_CLOCK_ENV}: not a usable clock: {text[:60]!r}")
+    return (lambda: start + (time.time() - wall0) * speed), speed
 
 
 async def open_demo_cloud(store: Store, run: RunOptions) -> SimCloud:
     """The demo's simulated cloud for this database: the market of ``run.seed`` (logged, so
     the run can be reproduced), ids and simulated time that carry on from earlier runs."""
+    from vastui.sim.hosting import host_maintenance
+
     last_id, last_ts = await demo_history(store)
     cloud = make_demo_cloud(
         run.seed, run.speed, start=max(time.time(), last_ts + 60.0),
         instance_ids_after=last_id,
-        host_maintenance=min(1.0, HOST_MAINTENANCE * run.machine_fault_rate),
+        host_maintenance=host_maintenance(run.machine_fault_rate),
     )  # fmt: skip
     log.info(
         "demo market seed %d (run it again with --seed %d); instance ids above %d",
@@ -248,28 +250,54 @@ def tunnels(config: Config, targets: dict[str, str] | None = None) -> list[Remot
     return out
 
 
-def _sandbox_parent() -> str:
-    path = state_dir() / "sim"
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+async def _release(store: Store, owner: str) -> None:
+    """Give the lease back on exit; a dead store cannot, and must not hide why the engine
+    stopped (the lease lapses by itself, and a dead holder's lease is taken over at once)."""
+    try:
+        await store.release_lease(owner)
+    except StoreError as exc:
+        log.warning("could not release the engine lease: %s", exc)
 
 
 async def _heartbeat(store: Store, owner: str, engine: Engine) -> None:
-    """Renew the lease; once it is lost, halt: another engine may already own the fleet."""
+    """Renew the lease; stop the engine once it is lost (another engine may own the fleet) or
+    cannot be renewed (the store is dead: say so, not "another engine took over")."""
     last_renewed = time.monotonic()
+    last_error: str | None = None
     while True:
         await asyncio.sleep(HEARTBEAT_EVERY)
         try:
+            await store.check_health()  # a deleted or replaced file: stop within a second
             renewed = await store.renew_lease(owner, ttl=LEASE_TTL)
-        except Exception:
-            log.exception("lease heartbeat failed")
+        except StoreFatal as exc:
+            engine.stop_fatal(str(exc))
+            return
+        except Exception as exc:  # busy, locked: retried until the lease would lapse
+            last_error = sanitize_line(str(exc), 200)
+            log.warning("lease heartbeat failed: %s", last_error)
             renewed = None
         if renewed:
             last_renewed = time.monotonic()
             continue
-        if renewed is False or time.monotonic() - last_renewed > LEASE_TTL:
-            engine.halt("engine lease lost: another engine took over this database")
+        if renewed is False:
+            holder = await _holder(store)
+            engine.stop_fatal(f"engine lease lost: {holder} took over this database")
             return
+        if time.monotonic() - last_renewed > LEASE_TTL:
+            engine.stop_fatal(
+                f"engine lease could not be renewed for {LEASE_TTL:.0f} s: {last_error}"
+            )
+            return
+
+
+async def _holder(store: Store) -> str:
+    try:
+        lease = await store.lease_holder()
+    except Exception:
+        return "another engine"
+    if lease is None:
+        return "another engine (the lease row is gone)"
+    return f"another engine (pid {lease.pid} on {sanitize_line(lease.hostname, 80)})"
 
 
 __all__ = ["LeaseHeld", "RunOptions", "engine_runtime", "parse_duration"]

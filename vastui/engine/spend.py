@@ -77,9 +77,12 @@ def instance_cost(rec: InstanceRecord, now: float, since: float | None = None) -
     return max(0.0, end - start) / 3600.0 * rec.dph_total
 
 
+SURPLUS_KIND = "surplus"  # destroyed because the target was lowered (provision.surplus)
+
+
 def is_rejected(rec: InstanceRecord) -> bool:
     """Killed before it proved, or killed by the gate (see the module's definition)."""
-    if not rec.killed:
+    if not rec.killed or rec.kill_kind == SURPLUS_KIND:  # released, not rejected
         return False
     if rec.proving_at is None:
         return True

@@ -1,0 +1,439 @@
+"""The engine's hands: the only code that rents, destroys, bans and strikes.
+
+Every act is an intent first, written before the request goes out, and completes only when
+everything it decided is recorded: a rent is done once its instance is stored; a destroy once
+the kill, its event and the ban or strike it carries are stored. A crash at any point leaves a
+pending intent the next start finishes (a rent resolved by its label, a destroy carried out or
+completed again: destroys, bans and strikes are idempotent). Crash points (``crash_point``)
+mark the moments the crash trials kill the engine at.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vastui.config import Config, load_curio_db_password
+from vastui.engine import policy
+from vastui.engine.crashpoints import crash_point
+from vastui.engine.labels import fleet_of, new_label
+from vastui.sanitize import sanitize_line
+from vastui.store import BanSpec, InstanceRecord, Store
+from vastui.store.fleet import BAN_KEY, Intent
+from vastui.vast.client import VastClient
+from vastui.vast.errors import CreateOutcomeUnknown, VastError
+from vastui.vast.models import Offer
+
+log = logging.getLogger("vastui.engine")
+
+ONSTART = 'nohup entrypoint.sh > "${WORKER_ROOT:-}/var/log/entrypoint.log" 2>&1 &'
+
+
+class EngineError(Exception):
+    """A command could not be carried out; one line for the operator."""
+
+
+@dataclass
+class ActSettings:
+    dry_run: bool
+    worker_env: dict[str, str]
+
+
+class Acts:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        client: VastClient,
+        *,
+        clock: Callable[[], float],
+        settings: ActSettings,
+        public_key: str | None,
+        stopping: Callable[[], bool],
+        forget_worker: Callable[[int], Awaitable[None]],
+        offers_changed: Callable[[int | None], None],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.client = client
+        self.clock = clock
+        self.settings = settings
+        self.public_key = public_key
+        self.stopping = stopping  # a stop was asked: nothing new goes out
+        self.forget_worker = forget_worker  # stop following a worker that is being destroyed
+        self.offers_changed = offers_changed  # re-rank (None), or drop one offer id
+        self.inflight_labels: set[str] = set()
+        self.dry_offers: dict[int, float] = {}  # offers this dry run would rent → $/h
+        self._dry_decided: set[tuple[str, int]] = set()
+        self._destroy_retry: dict[int, tuple[int, float]] = {}  # vast_id → (failures, not before)
+        self._key_on_account = False
+        self.last_error: str | None = None
+
+    def ours(self, label: str | None) -> bool:
+        """Carries this fleet's label: the only instances this engine adopts or destroys."""
+        return fleet_of(label) == self.config.fleet.name
+
+    # -- rent ---------------------------------------------------------------------------
+
+    async def rent(self, offer: Offer, reason: str) -> int | None:
+        """Rent one offer: the instance id, or None (a dry run, or an outcome not known yet)."""
+        await self.check_rentable(offer)
+        now = self.clock()
+        min_rate = self.config.min_rate_for(offer.dph_total)
+        label = new_label(self.config.fleet.name)
+        detail = {"offer": offer.to_json(), "min_rate": min_rate, "image": self.config.fleet.image}
+        if self.settings.dry_run:
+            await self._dry_rent(offer, label, min_rate, detail, reason, now)
+            return None
+        if self.stopping():
+            raise EngineError(f"not renting offer {offer.id}: the engine is stopping")
+        await self._ensure_key_on_account()
+        intent = await self.store.create_intent(
+            "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
+            detail=detail, now=now,
+        )  # fmt: skip
+        crash_point("rent.before_send")
+        if self.stopping():  # asked while the intent was written: it never goes out
+            await self.store.finish_intent(intent.id, "failed", note="engine stopping", now=now)
+            raise EngineError(f"not renting offer {offer.id}: the engine is stopping")
+        env = {
+            "MIN_RATE": f"{min_rate:.1f}",
+            "BENCH_PROOFS": str(self.config.fleet.bench_proofs),
+            "VASTUI_IMAGE": self.config.fleet.image,
+            **worker_curio_env(self.config),
+            **self.settings.worker_env,
+        }
+        self.inflight_labels.add(label)
+        try:
+            await self.store.mark_intent_sent(intent.id, now=now)
+            result = await self.client.create_instance(
+                offer.id, label=label, image=self.config.fleet.image,
+                disk_gb=self.config.fleet.disk_gb, env=env, onstart=ONSTART,
+            )  # fmt: skip
+        except CreateOutcomeUnknown as exc:
+            log.warning("%s", exc)  # stays pending: resolved by label on later steps
+            return None
+        except VastError as exc:
+            await self.store.finish_intent(intent.id, "failed", note=str(exc)[:300], now=now)
+            self.offers_changed(offer.id)
+            raise EngineError(f"rent of offer {offer.id} failed: {exc}") from exc
+        finally:
+            self.inflight_labels.discard(label)
+        crash_point("rent.answered")
+        await self.record_rent(detail, result.instance_id, label, now)
+        await self.store.finish_intent(intent.id, "done", instance_id=result.instance_id, now=now)
+        return result.instance_id
+
+    async def _dry_rent(
+        self, offer: Offer, label: str, min_rate: float, detail: dict[str, Any], reason: str,
+        now: float,
+    ) -> None:  # fmt: skip
+        self.dry_offers[offer.id] = offer.dph_total
+        await self.store.create_intent(
+            "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
+            detail=detail, status="dry_run", now=now,
+        )  # fmt: skip
+        what = (
+            f"offer {offer.id} ({offer.gpu_name} x{offer.num_gpus}, "
+            f"${offer.dph_total:.3f}/h, min_rate {min_rate:.0f})"
+        )
+        await self.store.add_event(
+            "rent",
+            f"[dry-run] would rent {what}",
+            machine_id=offer.machine_id,
+            detail={"dry_run": True, "offer_id": offer.id, "reason": reason},
+            now=now,
+        )
+        log.info("dry-run: would rent %s: %s", what, reason)
+
+    async def check_rentable(self, offer: Offer) -> None:
+        """Only a rent in flight blocks an offer, and a live worker keeps its machine busy. An
+        offer rented before may be rented again: a machine that failed is kept off by the bad
+        list (and its strikes), a slow one by its measured rate, never by its offer id."""
+        if offer.machine_id in await self.store.bad_machine_ids(now=self.clock()):
+            raise EngineError(f"machine {offer.machine_id} is on the bad list")
+        for intent in await self.store.list_intents(status="pending", kind="rent"):
+            if intent.offer_id == offer.id or intent.machine_id == offer.machine_id:
+                raise EngineError(
+                    f"offer {offer.id}: a rent on machine {intent.machine_id} is in flight "
+                    f"(intent {intent.id}); not renting twice"
+                )
+        for rec in await self.store.list_instances(include_killed=False):
+            if rec.source == "vastui" and rec.machine_id == offer.machine_id:
+                raise EngineError(
+                    f"offer {offer.id}: machine {offer.machine_id} already has live instance "
+                    f"{rec.vast_id}"
+                )
+        if self.settings.dry_run and offer.id in self.dry_offers:
+            raise EngineError(f"dry-run: offer {offer.id} was already chosen in this run")
+
+    async def record_rent(
+        self, detail: dict[str, Any], instance_id: int, label: str, now: float
+    ) -> InstanceRecord:
+        offer = detail.get("offer") or {}
+        rec = InstanceRecord(
+            vast_id=instance_id,
+            label=label,
+            offer_id=offer.get("id"),
+            machine_id=offer.get("machine_id"),
+            host_id=offer.get("host_id"),
+            gpu_name=offer.get("gpu_name"),
+            num_gpus=offer.get("num_gpus"),
+            dph_total=offer.get("dph_total"),
+            cpu_ram_gb=offer.get("cpu_ram_gb"),
+            geolocation=offer.get("geolocation"),
+            image=detail.get("image"),
+            state="loading",
+            min_rate=detail.get("min_rate"),
+            created_at=now,
+            loading_at=now,
+        )
+        rec = await self.store.upsert_instance(rec, now=now)
+        await self.store.add_event(
+            "rent",
+            f"rented offer {offer.get('id')} ({offer.get('gpu_name')} x{offer.get('num_gpus')}, "
+            f"${offer.get('dph_total')}/h, min_rate {detail.get('min_rate')})",
+            instance_id=instance_id,
+            machine_id=offer.get("machine_id"),
+            detail={"label": label},
+            now=now,
+        )
+        log.info("rented %s on machine %s (%s)", instance_id, rec.machine_id, label)
+        return rec
+
+    async def _ensure_key_on_account(self) -> None:
+        if self._key_on_account or not self.public_key:
+            return
+        await self.client.ensure_ssh_key(self.public_key)
+        self._key_on_account = True
+
+    # -- destroy --------------------------------------------------------------------------
+
+    async def kill(
+        self, rec: InstanceRecord, kill: policy.Kill, *, intent_id: int | None = None
+    ) -> bool:
+        """Destroy with a typed reason (and ban the machine when the fault is the machine's).
+
+        True once destroyed and recorded; False if refused, dry-run, or to be retried.
+        """
+        if not self.ours(rec.label):
+            log.error("refusing to destroy instance %s: label %r is not this fleet's",
+                      rec.vast_id, sanitize_line(rec.label, 80))  # fmt: skip
+            return False
+        now = self.clock()
+        if self.settings.dry_run:
+            await self._dry_kill(rec, kill, now)
+            return False
+        if intent_id is None:
+            pending = [
+                i
+                for i in await self.store.list_intents(status="pending", kind="destroy")
+                if i.instance_id == rec.vast_id
+            ]
+            if pending:  # a destroy already decided is being retried: keep its reason
+                intent_id = pending[0].id
+                kill = policy.Kill.from_detail(pending[0].reason, pending[0].detail)
+            else:
+                intent = await self.store.create_destroy_intent(
+                    rec.vast_id, kill.reason, machine_id=rec.machine_id,
+                    detail=kill.to_detail(), ban=self._ban_spec(rec, kill, now), now=now,
+                )  # fmt: skip
+                intent_id = intent.id
+        if not self._retry_due(rec.vast_id):
+            return False
+        crash_point("destroy.before_send")
+        try:
+            existed = await self.client.destroy_instance(rec.vast_id)
+        except VastError as exc:
+            self._note_destroy_failure(rec.vast_id, exc)
+            self.last_error = sanitize_line(f"destroy {rec.vast_id}: {exc}", 300)
+            return False
+        crash_point("destroy.answered")
+        self._destroy_retry.pop(rec.vast_id, None)
+        await self.forget_worker(rec.vast_id)
+        await self.complete_destroy(rec, kill, intent_id, already_gone=not existed)
+        log.info("destroyed %s (%s): %s", rec.vast_id, kill.kind, kill.reason)
+        return True
+
+    async def complete_destroy(
+        self, rec: InstanceRecord, kill: policy.Kill, intent_id: int, *, already_gone: bool
+    ) -> None:
+        """Record a destroy Vast confirmed: the strike it carries (idempotent: once per instance
+        and kind), then in one transaction the kill, its event, the ban it carries and the
+        intent's close. Run again by recovery after a crash anywhere in between."""
+        if kill.strike and not kill.ban:
+            await self.strike(rec, kill.kind, kill.reason, skip_destroy=rec.vast_id)
+        _, bad = await self.store.complete_destroy(
+            intent_id,
+            kill.kind,
+            kill.reason,
+            failed_stage=kill.stage if kill.stage in policy.LIVE_STAGES else None,
+            bench_outcome=kill.bench_outcome,
+            error_lines=[sanitize_line(x, 500) for x in kill.error_lines] or None,
+            detail={**kill.detail, "already_gone": already_gone},
+            now=self.clock(),
+        )
+        if bad is not None:
+            self.offers_changed(None)  # re-rank: the bad flag changed
+            await self._kill_machine(bad.machine_id, bad.reason, skip=rec.vast_id)
+
+    async def finish_recovered_destroy(
+        self, rec: InstanceRecord | None, kill: policy.Kill, intent: Intent
+    ) -> None:
+        """A pending destroy whose instance is already recorded as killed (or has no row): the
+        engine died between Vast's answer and the record. Complete it now."""
+        legacy_ban = kill.ban and BAN_KEY not in intent.detail  # from before bans rode in it
+        if (
+            legacy_ban
+            and rec is not None
+            and rec.machine_id
+            and rec.machine_id not in await self.store.bad_machine_ids(now=self.clock())
+        ):
+            await self.ban(
+                rec.machine_id, str(kill.ban), "automatic", host_id=rec.host_id,
+                gpu_name=rec.gpu_name, evidence=list(kill.error_lines)[-10:],
+                skip_destroy=rec.vast_id,
+            )  # fmt: skip
+        if rec is None:
+            await self.store.complete_destroy(intent.id, kill.kind, intent.reason, now=self.clock())
+            return
+        await self.complete_destroy(rec, kill, intent.id, already_gone=True)
+
+    def _ban_spec(self, rec: InstanceRecord, kill: policy.Kill, now: float) -> BanSpec | None:
+        if not kill.ban or not rec.machine_id:
+            return None
+        days = self.config.fleet.auto_ban_days
+        return BanSpec(
+            rec.machine_id, kill.ban, "automatic", host_id=rec.host_id, gpu_name=rec.gpu_name,
+            expires_at=now + days * 86400 if days > 0 else None,
+            evidence=tuple(kill.error_lines[-10:]),
+        )  # fmt: skip
+
+    async def _dry_kill(self, rec: InstanceRecord, kill: policy.Kill, now: float) -> None:
+        key = (kill.kind, rec.vast_id)
+        if key in self._dry_decided:
+            return
+        self._dry_decided.add(key)
+        await self.store.add_event(
+            "destroy",
+            f"[dry-run] {kill.reason}",
+            instance_id=rec.vast_id,
+            machine_id=rec.machine_id,
+            detail={"kind": kill.kind, "dry_run": True},
+            now=now,
+        )
+
+    async def destroy_again(self, rec: InstanceRecord) -> None:
+        """Recorded as destroyed, yet still listed: destroy again (idempotent, no new record)."""
+        if self.settings.dry_run or not self._retry_due(rec.vast_id):
+            return
+        try:
+            await self.client.destroy_instance(rec.vast_id)
+            self._destroy_retry.pop(rec.vast_id, None)
+            log.warning("instance %s was still listed after its destroy; destroyed again",
+                        rec.vast_id)  # fmt: skip
+        except VastError as exc:
+            self._note_destroy_failure(rec.vast_id, exc)
+
+    def _retry_due(self, vast_id: int) -> bool:
+        failures = self._destroy_retry.get(vast_id)
+        return failures is None or time.monotonic() >= failures[1]
+
+    def _note_destroy_failure(self, vast_id: int, exc: Exception) -> None:
+        count = self._destroy_retry.get(vast_id, (0, 0.0))[0] + 1
+        delay = min(300.0, 5.0 * 2 ** (count - 1))
+        self._destroy_retry[vast_id] = (count, time.monotonic() + delay)
+        log.warning("destroy %s failed (%d), retry in %.0fs: %s", vast_id, count, delay, exc)
+
+    # -- bans and strikes -----------------------------------------------------------------
+
+    async def ban(
+        self,
+        machine_id: int,
+        reason: str,
+        source: str,
+        *,
+        host_id: int | None = None,
+        gpu_name: str | None = None,
+        evidence: list[str] | None = None,
+        skip_destroy: int | None = None,
+    ) -> None:
+        """Put a machine on the bad list; its live instances are destroyed."""
+        if host_id is None or gpu_name is None:
+            for rec in await self.store.list_instances():
+                if rec.machine_id == machine_id:
+                    host_id = host_id or rec.host_id
+                    gpu_name = gpu_name or rec.gpu_name
+        now = self.clock()  # the engine's clock, like every other decision it records
+        expires = None
+        if source == "automatic" and self.config.fleet.auto_ban_days > 0:
+            expires = now + self.config.fleet.auto_ban_days * 86400
+        await self.store.add_bad(
+            machine_id, reason, source=source, host_id=host_id, gpu_name=gpu_name,
+            expires_at=expires, evidence=evidence, now=now,
+        )  # fmt: skip
+        self.offers_changed(None)  # re-rank: the bad flag changed
+        await self._kill_machine(machine_id, reason, skip=skip_destroy)
+
+    async def _kill_machine(self, machine_id: int, reason: str, *, skip: int | None) -> None:
+        """A banned machine loses its live instances."""
+        for rec in await self.store.list_instances(include_killed=False):
+            if rec.machine_id == machine_id and rec.vast_id != skip:
+                await self.kill(
+                    rec, policy.Kill("bad_machine", f"machine {machine_id} ignored: {reason}")
+                )
+
+    async def strike(
+        self, rec: InstanceRecord, kind: str, reason: str, *, skip_destroy: int | None = None
+    ) -> None:
+        """A mark against the machine (once per instance and kind); enough of them within
+        auto_ban_days ban it (policy.strike_ban)."""
+        if not rec.machine_id:
+            return
+        now = self.clock()
+        days = self.config.fleet.auto_ban_days
+        since = now - days * 86400 if days > 0 else None
+        strikes = await self.store.list_strikes(rec.machine_id)
+        if any(s.instance_id == rec.vast_id and s.kind == kind for s in strikes):
+            count = sum(1 for s in strikes if since is None or s.ts >= since)
+        else:
+            count = await self.store.add_strike(
+                rec.machine_id, kind, reason, instance_id=rec.vast_id, since=since, now=now
+            )
+            log.info("strike %d on machine %s (%s): %s", count, rec.machine_id, kind, reason)
+        ban = policy.strike_ban(count, self.config.proving.strikes_to_ban, reason)
+        if ban is not None and rec.machine_id not in await self.store.bad_machine_ids(now=now):
+            await self.ban(
+                rec.machine_id, ban, "automatic", host_id=rec.host_id, gpu_name=rec.gpu_name,
+                skip_destroy=skip_destroy,
+            )  # fmt: skip
+
+    async def record_rate(self, rec: InstanceRecord, rate: float, now: float) -> None:
+        """A measured rate into the machine's performance record (ranking reads last_rate)."""
+        if rec.machine_id and rec.gpu_name:
+            await self.store.record_benchmark(
+                rec.machine_id, rec.gpu_name, rec.num_gpus or 1, rate,
+                cpu_ram_gb=rec.cpu_ram_gb, host_id=rec.host_id, now=now,
+            )  # fmt: skip
+        self.offers_changed(None)  # the ranking must see this measurement before the next rent
+
+
+def worker_curio_env(config: Config) -> dict[str, str]:
+    """How the worker runs curio (worker-image/entrypoint.sh). The database password, when set,
+    goes to Vast in the instance's environment and nowhere else: not logged, not stored."""
+    c = config.curio
+    env = {
+        "CUZK_MAX_PENDING": str(c.max_pending),
+        "CUZK_PROVE_TIMEOUT": c.prove_timeout,
+        "CURIO_EXTRA_LAYERS": c.layers,
+        "CURIO_PROOFSHARE": "1" if c.proofshare else "0",
+        "CURIO_DB_NAME": c.db_name,
+        "CURIO_DB_USER": c.db_user,
+    }
+    password = load_curio_db_password()
+    if password:
+        env["CURIO_DB_PASSWORD"] = password
+    return env

@@ -1,0 +1,138 @@
+"""Following the workers over SSH: one task per live worker reading its events, one per proving
+worker reading its cuzk counters. Followers only observe: every event and every reading goes to
+the engine's handlers, which decide (under the engine's lock) and act."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from vastui.engine import production
+from vastui.sanitize import sanitize_line
+from vastui.ssh import SshError, SshPool
+from vastui.store import InstanceRecord, Store
+
+log = logging.getLogger("vastui.engine")
+
+EventHandler = Callable[..., Awaitable[bool]]  # (vast_id, event, position=) → still live
+CountersHandler = Callable[[int, "production.Reading | None"], Awaitable[bool]]
+
+
+class Followers:
+    def __init__(
+        self,
+        ssh: SshPool | None,
+        store: Store,
+        *,
+        on_event: EventHandler,
+        on_counters: CountersHandler,
+        prove_poll: Callable[[], float],
+        on_crash: Callable[[BaseException], None],
+    ) -> None:
+        self.ssh = ssh
+        self.store = store
+        self.on_event = on_event
+        self.on_counters = on_counters
+        self.prove_poll = prove_poll
+        self.on_crash = on_crash  # a follower's unexpected error: the engine judges it
+        self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._monitors: dict[int, asyncio.Task[None]] = {}
+
+    def ensure(self, rec: InstanceRecord) -> None:
+        """A watcher for every reachable live worker, a monitor for every proving one."""
+        if self.ssh is None or rec.ssh_host is None:
+            return
+        endpoint = (rec.ssh_host, int(rec.ssh_port or 22))
+        if rec.state != "loading":
+            self._start(self._watchers, rec.vast_id, self._watch(rec.vast_id, endpoint), "watch")
+        if rec.state == "proving":
+            self._start(
+                self._monitors, rec.vast_id, self._monitor(rec.vast_id, endpoint), "monitor"
+            )
+
+    def _start(
+        self, tasks: dict[int, asyncio.Task[None]], vast_id: int, coro: Any, name: str
+    ) -> None:
+        task = tasks.get(vast_id)
+        if task is not None and not task.done():
+            coro.close()
+            return
+        tasks[vast_id] = asyncio.create_task(coro, name=f"{name}-{vast_id}")
+
+    async def stop(self, vast_id: int) -> None:
+        """Stop following one worker and close its SSH connection (it is being destroyed)."""
+        for tasks in (self._watchers, self._monitors):
+            task = tasks.pop(vast_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        if self.ssh is not None:
+            await self.ssh.close_instance(vast_id)
+
+    async def close(self) -> None:
+        tasks = [*self._watchers.values(), *self._monitors.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._watchers.clear()
+        self._monitors.clear()
+        if self.ssh is not None:
+            await self.ssh.close_all()
+
+    async def _watch(self, vast_id: int, endpoint: tuple[str, int]) -> None:
+        """Follow one worker's events; each is decided as it arrives."""
+        assert self.ssh is not None
+        worker = self.ssh.worker(vast_id, endpoint)
+        try:
+            try:
+                status = await worker.status()
+                image = status.get("image") if isinstance(status.get("image"), dict) else {}
+                digest = image.get("digest") if isinstance(image, dict) else None
+                if isinstance(digest, str) and digest:
+                    await self.store.update_instance(
+                        vast_id, image_digest=sanitize_line(digest, 200)
+                    )
+            except SshError as exc:
+                log.info("instance %s: status unavailable yet: %s", vast_id, exc)
+            rec = await self.store.get_instance(vast_id)
+            if rec is None or rec.killed:
+                return
+            async for position, event in worker.positioned_events(after=rec.events_seen):
+                if not await self.on_event(vast_id, event, position=position):
+                    return
+        except asyncio.CancelledError:
+            raise
+        except SshError as exc:
+            log.info("instance %s: worker stream ended: %s", vast_id, exc)
+        except Exception as exc:
+            self.on_crash(exc)
+        finally:
+            if self._watchers.get(vast_id) is asyncio.current_task():
+                self._watchers.pop(vast_id, None)
+
+    async def _monitor(self, vast_id: int, endpoint: tuple[str, int]) -> None:
+        """Read a proving worker's cuzk counters on a fixed cadence and decide on each."""
+        assert self.ssh is not None
+        worker = self.ssh.worker(vast_id, endpoint)
+        try:
+            while True:
+                try:
+                    raw = await worker.cuzk_counters()
+                    reading: production.Reading | None = production.Reading.parse(raw)
+                except SshError as exc:
+                    log.info("instance %s: cuzk counters unavailable: %s", vast_id, exc)
+                    reading = None
+                if not await self.on_counters(vast_id, reading):
+                    return
+                await asyncio.sleep(self.prove_poll())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.on_crash(exc)
+        finally:
+            if self._monitors.get(vast_id) is asyncio.current_task():
+                self._monitors.pop(vast_id, None)
