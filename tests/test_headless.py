@@ -23,6 +23,17 @@ async def lease_of(db: Path):
         return await store.lease_holder()
 
 
+def wait_for_lease(proc: subprocess.Popen[str], db: Path) -> None:
+    """Until the engine holds its lease (up to 30 s on a loaded machine): it is running."""
+    for _ in range(300):
+        if db.exists() and asyncio.run(lease_of(db)) is not None:
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)  # polling for a condition, bounded above
+    assert proc.poll() is None, "engine exited early"
+
+
 def test_dry_run_demo_for_a_few_seconds(tmp_path: Path, capsys):
     db = tmp_path / "e.db"
     argv = ["--engine-only", "--demo", "--db", str(db), "--for", "2s", "--speed", "200",
@@ -67,13 +78,7 @@ def test_sigterm_stops_cleanly_and_imports_no_textual(tmp_path: Path):
         env=env, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        for _ in range(300):  # up to 30 s for start-up on a loaded machine
-            if db.exists() and asyncio.run(lease_of(db)) is not None:
-                break
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)  # polling for a condition, bounded above
-        assert proc.poll() is None, "engine exited early"
+        wait_for_lease(proc, db)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -114,13 +119,7 @@ def test_a_deleted_database_stops_the_engine_non_zero_with_its_reason(tmp_path: 
         env=env, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        for _ in range(300):  # up to 30 s for start-up on a loaded machine
-            if db.exists() and asyncio.run(lease_of(db)) is not None:
-                break
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)  # polling for a condition, bounded above
-        assert proc.poll() is None, "engine exited early"
+        wait_for_lease(proc, db)
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
         _, err = proc.communicate(timeout=60)

@@ -16,8 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import asyncssh
 import httpx
 import pytest
 
+from tests.helpers import wait_for
 from vastui.backend import client_for_cloud
 from vastui.sim import ManualClock, SimCloud, make_app
 from vastui.sim.hosting import worker_hosts
@@ -41,18 +41,6 @@ WAIT = 20.0
 # The container's onstart, as Vast runs it at every container start: it counts the starts.
 ONSTART = 'echo boot >> "$WORKER_ROOT/boots"'
 BOTH = "ssh_direc ssh_proxy"  # what vastui and `vastai create instance --ssh --direct` ask
-
-
-def wait_for(cond: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Poll ``cond`` until truthy; ``timeout`` is an upper bound, never a timing assumption."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- the API, in process, on a ManualClock -----------------------------------------------------
@@ -365,7 +353,7 @@ class Served:
                 return None
             return inst if (self.sandbox(iid) / "boots").exists() else None
 
-        return wait_for(ready, f"instance {iid} running")
+        return wait_for(ready, WAIT, f"instance {iid} running")
 
     def ssh(self, host: str, port: int, command: str, known_hosts: str = "/dev/null",
             check: str = "no") -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -416,7 +404,7 @@ def start_served(base: Path, *extra: str) -> Served:
             "ssh.lotus_api" in ln for ln in lines
         )
 
-    wait_for(announced, "sim serve to listen")
+    wait_for(announced, WAIT, "sim serve to listen")
     url = next(ln for ln in lines if "serving" in ln).split(" on ")[1].split()[0]
     served = Served(proc, url, lines, home, state, key_file, "")
     served.public_key = key.export_public_key("openssh").decode().strip()
@@ -463,7 +451,7 @@ def test_openssh_reaches_the_instance_by_proxy_and_by_direct_port(served: Served
         raw = served.show(iid)
         return raw if raw and (raw.get("ports") or {}).get("22/tcp") else None
 
-    raw = wait_for(direct, "the direct port to be reported")
+    raw = wait_for(direct, WAIT, "the direct port to be reported")
     endpoint = (raw["public_ipaddr"], int(raw["ports"]["22/tcp"][0]["HostPort"]))
     assert endpoint != proxy and raw["ssh_port"] == proxy[1]
     assert Instance.from_api(raw).ssh_endpoint() == endpoint  # what vastui picks once both are
@@ -511,7 +499,7 @@ def test_vastai_cli_reboot_restarts_the_container(served: Served, tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"Rebooting instance {iid}." in done.stdout
     # Vast runs onstart at every container start: a second boot, on the same machine and port.
-    wait_for(lambda: len(boots.read_text().splitlines()) == 2, "the container's second start")
+    wait_for(lambda: len(boots.read_text().splitlines()) == 2, WAIT, "the container's second start")
     served.running(iid)
 
     def status() -> subprocess.CompletedProcess[str] | None:
@@ -519,7 +507,7 @@ def test_vastai_cli_reboot_restarts_the_container(served: Served, tmp_path: Path
         done = served.ssh("127.0.0.1", inst["ssh_port"], "workerctl status", known, check="yes")
         return done if done.returncode == 0 else None
 
-    again = wait_for(status, "ssh after the reboot")
+    again = wait_for(status, WAIT, "ssh after the reboot")
     assert json.loads(again.stdout)["state"] == "pending"  # the same host key: accepted
 
 
@@ -533,7 +521,7 @@ def test_sigterm_stops_every_sandbox_and_removes_it(tmp_path: Path):
         # A process the instance's user left running: it must not outlive the cloud.
         sleeper = served.ssh("127.0.0.1", port, "nohup sleep 600 >/dev/null 2>&1 & echo started")
         assert sleeper.stdout.strip() == "started", sleeper.stderr
-        wait_for(lambda: sandbox_pids(root), "the sandbox's background process")
+        wait_for(lambda: sandbox_pids(root), WAIT, "the sandbox's background process")
     finally:
         code = stop_served(served)
     assert code == 0

@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -55,6 +55,7 @@ from vastui.vast.models import (
 )
 from vastui.vast.query import build_search_body
 
+_T = TypeVar("_T")
 log = logging.getLogger("vastui.vast")
 # Defence in depth: whatever this module logs is redacted of every client's key.
 _LOG_FILTER = SecretFilter()
@@ -394,6 +395,21 @@ class VastClient:
     def _unreachable(self, detail: str) -> VastUnreachable:
         return VastUnreachable(self._redact(self.base_url), self._redact(detail))
 
+    def _valid(
+        self, items: list[Any], parse: Callable[[Any], _T], what: str
+    ) -> tuple[list[_T], list[str]]:
+        """The records that can be true, and why the others were skipped (one reason per
+        record id, logged once: models.py is the boundary)."""
+        out: list[_T] = []
+        reasons: dict[str, str] = {}
+        for item in items:
+            try:
+                out.append(parse(item))
+            except ModelError as exc:
+                reasons.setdefault(_record_key(item), self._redact(str(exc)))
+        self._report_skipped(what, reasons)
+        return out, list(reasons.values())
+
     def _report_skipped(self, what: str, reasons: Mapping[str, str]) -> None:
         """One warning line per listing for bad records not seen before (bounded memory); the
         same bad offer on every refresh is a debug line, not a flood."""
@@ -434,15 +450,7 @@ class VastClient:
         raw_offers = data.get("offers") if isinstance(data, dict) else None
         if not isinstance(raw_offers, list):
             raise VastProtocolError("search offers: answer has no 'offers' list")
-        offers: list[Offer] = []
-        reasons: dict[str, str] = {}  # one per offer id: a repeated bad offer is one entry
-        for raw in raw_offers:
-            try:
-                offers.append(Offer.from_api(raw))
-            except ModelError as exc:
-                reasons.setdefault(_record_key(raw), self._redact(str(exc)))
-        self._report_skipped("search offers", reasons)
-        return SearchResult(offers, list(reasons.values()))
+        return SearchResult(*self._valid(raw_offers, Offer.from_api, "search offers"))
 
     # -- instances -----------------------------------------------------------------------
 
@@ -563,15 +571,7 @@ class VastClient:
             raw = data.get("instances") if isinstance(data, dict) else None
             if not isinstance(raw, list):
                 raise VastProtocolError("list instances: answer has no 'instances' list") from None
-        instances = []
-        reasons: dict[str, str] = {}
-        for item in raw:
-            try:
-                instances.append(Instance.from_api(item))
-            except ModelError as exc:
-                reasons.setdefault(_record_key(item), self._redact(str(exc)))
-        self._report_skipped("list instances", reasons)
-        return instances
+        return self._valid(raw, Instance.from_api, "list instances")[0]
 
     async def _list_v1(self) -> list[Any]:
         """Pages of 25 as the vastai CLI reads them (vastai/api/instances.py show_instances:
@@ -670,15 +670,7 @@ class VastClient:
         data = await self._request("GET", "/ssh/", endpoint="ssh")
         if not isinstance(data, list):
             raise VastProtocolError("list ssh keys: answer is not a JSON array")
-        keys = []
-        reasons: dict[str, str] = {}
-        for item in data:
-            try:
-                keys.append(SshKey.from_api(item))
-            except ModelError as exc:
-                reasons.setdefault(_record_key(item), self._redact(str(exc)))
-        self._report_skipped("list ssh keys", reasons)
-        return keys
+        return self._valid(data, SshKey.from_api, "list ssh keys")[0]
 
     async def add_ssh_key(self, public_key: str) -> SshKey:
         data = await self._request(
