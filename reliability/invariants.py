@@ -1,0 +1,528 @@
+"""The invariants of a fleet under trial, as pure functions of what was observed.
+
+Two views are compared: the cloud as the official vastai CLI lists it (:class:`VastRow`, the
+source of truth for what exists and pays rent) and the engine's store, read read-only
+(:class:`StoreView`, what vastui decided). Each check returns :class:`Violation` s; the drivers
+(``reliability/soak.py``, ``reliability/crash.py``) take the snapshots and fold the checks that
+need time (orphans, target) over them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vastui.engine.labels import fleet_of, is_vastui_label
+from vastui.engine.policy import gpu_errors
+
+# invariant → what it promises (the report prints these)
+INVARIANTS: dict[str, str] = {
+    "double_rent": "no two rentals for one intent (one instance per label, ever)",
+    "orphan": "no instance of ours paying rent untracked (or tracked as killed) beyond the bound",
+    "foreign_touched": "nothing without our label touched, adopted or recorded",
+    "destroy_unrecorded": "every destroy has its destroy event and reason in the store",
+    "ban_missing": "every machine fault banned (machine_id on the bad list)",
+    "integrity": "PRAGMA integrity_check is ok",
+    "over_target": "never more of ours alive than the target",
+    "below_target": "the target reached when offers allow",
+    "engine_exit": "the engine runs until told to stop (no crash, no silent exit)",
+    "restart_refused": "an engine restarted after a SIGKILL takes the lease at once",
+    "unclean_stop": "SIGTERM stops the engine within seconds with status 0",
+    "file_mode": "the files the engine writes are private (0600) under the unit's UMask",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    subject: str  # what it is about: "instance 3100001", "label vastui-x-…", "window 2"
+    detail: str
+    at: float | None = None  # wall time of the observation that showed it
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """One report per invariant and subject, however many observations show it."""
+        return (self.invariant, self.subject)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- the cloud, as the official CLI lists it -------------------------------------------
+
+
+@dataclass(frozen=True)
+class VastRow:
+    id: int
+    label: str | None
+    status: str | None  # actual_status
+    machine_id: int | None = None
+
+
+def vast_rows(raw: Any) -> list[VastRow]:
+    """`vastai show instances --raw` (a JSON list of instance objects) → rows.
+
+    Raises ValueError on anything else: an observation that cannot be read is no observation.
+    """
+    if isinstance(raw, dict) and isinstance(raw.get("instances"), list):
+        raw = raw["instances"]
+    if not isinstance(raw, list):
+        raise ValueError(f"expected a list of instances, got {type(raw).__name__}")
+    rows = []
+    for obj in raw:
+        if not isinstance(obj, dict) or not _is_int(obj.get("id")):
+            raise ValueError(f"instance without an integer id: {str(obj)[:120]}")
+        label = obj.get("label")
+        status = obj.get("actual_status")
+        machine = obj.get("machine_id")
+        rows.append(
+            VastRow(
+                id=obj["id"],
+                label=label if isinstance(label, str) else None,
+                status=status if isinstance(status, str) else None,
+                machine_id=machine if _is_int(machine) else None,
+            )
+        )
+    return rows
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def ours(rows: Iterable[VastRow], fleet: str) -> list[VastRow]:
+    return [r for r in rows if fleet_of(r.label) == fleet]
+
+
+# -- the store, read read-only ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreInstance:
+    vast_id: int
+    label: str | None
+    state: str
+    machine_id: int | None = None
+    kill_kind: str | None = None
+    kill_reason: str | None = None
+    bench_outcome: str | None = None
+    error_lines: tuple[str, ...] = ()
+    source: str = "vastui"
+
+    @property
+    def killed(self) -> bool:
+        return self.state == "killed"
+
+
+@dataclass(frozen=True)
+class StoreEvent:
+    kind: str
+    instance_id: int | None
+    machine_id: int | None
+    reason: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoreIntent:
+    id: int
+    kind: str  # rent | destroy
+    status: str  # pending | done | failed | dry_run
+    label: str | None = None
+    instance_id: int | None = None
+    machine_id: int | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoreView:
+    instances: tuple[StoreInstance, ...] = ()
+    events: tuple[StoreEvent, ...] = ()
+    intents: tuple[StoreIntent, ...] = ()
+    banned: frozenset[int] = frozenset()  # machine ids with a bad-list row (any source)
+    strikes: Mapping[int, int] = field(default_factory=dict)  # machine id → strikes
+    integrity: tuple[str, ...] = ("ok",)
+
+    def by_id(self) -> dict[int, StoreInstance]:
+        return {i.vast_id: i for i in self.instances}
+
+
+def json_detail(text: str | None) -> dict[str, Any]:
+    """An event's or intent's detail column; damage reads as empty (the checks then say so)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# -- no two rentals for one intent ---------------------------------------------------------
+
+
+def labels_seen(
+    before: Mapping[str, frozenset[int]], rows: Iterable[VastRow]
+) -> dict[str, frozenset[int]]:
+    """Every instance id ever listed under each vastui label (fold over observations)."""
+    out = dict(before)
+    for row in rows:
+        if row.label and is_vastui_label(row.label):
+            out[row.label] = out.get(row.label, frozenset()) | {row.id}
+    return out
+
+
+def double_rents(seen: Mapping[str, frozenset[int]], store: StoreView) -> list[Violation]:
+    """A label is one rent intent: more than one instance under it is a double rental."""
+    ids: dict[str, set[int]] = {label: set(v) for label, v in seen.items()}
+    for inst in store.instances:
+        if inst.label and is_vastui_label(inst.label):
+            ids.setdefault(inst.label, set()).add(inst.vast_id)
+    return [
+        Violation("double_rent", f"label {label}", f"instances {sorted(found)} share one label")
+        for label, found in sorted(ids.items())
+        if len(found) > 1
+    ]
+
+
+def double_rents_ledger(created: Mapping[str, int]) -> list[Violation]:
+    """The cloud's own count of creates per label (``/_sim/stats`` ``labels_created``, when the
+    served cloud keeps one): exact, where polling may miss an instance created and destroyed
+    between two observations."""
+    return [
+        Violation("double_rent", f"label {label}", f"the cloud created {count} instances under it")
+        for label, count in sorted(created.items())
+        if is_vastui_label(label) and isinstance(count, int) and count > 1
+    ]
+
+
+# -- orphans ----------------------------------------------------------------------------------
+
+
+def untracked(rows: Iterable[VastRow], store: StoreView, fleet: str) -> dict[int, str]:
+    """Ours on the cloud, paying, that the store does not follow: id → why."""
+    known = store.by_id()
+    out: dict[int, str] = {}
+    for row in ours(rows, fleet):
+        rec = known.get(row.id)
+        if rec is None:
+            out[row.id] = "not in the store"
+        elif rec.killed:
+            out[row.id] = f"recorded as killed ({rec.kill_kind}) but still listed"
+    return out
+
+
+@dataclass(frozen=True)
+class OrphanWatch:
+    """Since when (wall time) each untracked instance of ours has been seen untracked."""
+
+    since: Mapping[int, float] = field(default_factory=dict)
+
+
+def orphans(
+    watch: OrphanWatch,
+    at: float,
+    rows: Sequence[VastRow],
+    store: StoreView,
+    fleet: str,
+    engine_up_since: float | None,
+    bound: float,
+) -> tuple[OrphanWatch, list[Violation]]:
+    """Fold one observation. An orphan is counted only while an engine runs (from when it came
+    back, if later than first seen): it is a violation once older than ``bound`` seconds."""
+    now_untracked = untracked(rows, store, fleet)
+    since = {iid: watch.since.get(iid, at) for iid in now_untracked}
+    found = []
+    if engine_up_since is not None:
+        for iid, why in sorted(now_untracked.items()):
+            age = at - max(since[iid], engine_up_since)
+            if age > bound:
+                found.append(
+                    Violation(
+                        "orphan",
+                        f"instance {iid}",
+                        f"{why} for {age:.0f}s with the engine up (bound {bound:.0f}s)",
+                        at,
+                    )
+                )
+    return OrphanWatch(since), found
+
+
+# -- nothing without our label touched --------------------------------------------------------
+
+
+def foreign_touched(
+    foreign: frozenset[int], rows: Sequence[VastRow] | None, store: StoreView, fleet: str
+) -> list[Violation]:
+    """The harness's foreign instances stay listed; the store never records or adopts anything
+    without this fleet's label. ``rows`` None: this observation of the cloud failed."""
+    found = []
+    if rows is not None:
+        listed = {r.id for r in rows}
+        for iid in sorted(foreign - listed):
+            found.append(
+                Violation("foreign_touched", f"instance {iid}", "foreign instance no longer listed")
+            )
+    for inst in store.instances:
+        if inst.vast_id in foreign or fleet_of(inst.label) != fleet:
+            found.append(
+                Violation(
+                    "foreign_touched",
+                    f"instance {inst.vast_id}",
+                    f"the store tracks it (label {inst.label!r}, state {inst.state})",
+                )
+            )
+    for ev in store.events:
+        if ev.instance_id in foreign:
+            found.append(
+                Violation(
+                    "foreign_touched",
+                    f"instance {ev.instance_id}",
+                    f"a {ev.kind} event names it: {ev.reason[:120]}",
+                )
+            )
+    for intent in store.intents:
+        if intent.instance_id in foreign:
+            found.append(
+                Violation(
+                    "foreign_touched",
+                    f"instance {intent.instance_id}",
+                    f"{intent.kind} intent {intent.id} names it",
+                )
+            )
+    return found
+
+
+# -- every destroy recorded ---------------------------------------------------------------------
+
+
+def destroys_unrecorded(store: StoreView, *, allow_vanished: bool = False) -> list[Violation]:
+    """Each killed instance has a kind, a reason and its destroy event; in a trial nothing but
+    the engine destroys our instances, so a "vanished" one is a destroy whose record was lost."""
+    destroyed = {
+        ev.instance_id for ev in store.events if ev.kind == "destroy" and ev.reason.strip()
+    }
+    found = []
+    for inst in store.instances:
+        if not inst.killed:
+            continue
+        subject = f"instance {inst.vast_id}"
+        if not (inst.kill_kind and inst.kill_reason and inst.kill_reason.strip()):
+            found.append(Violation("destroy_unrecorded", subject, "killed without kind or reason"))
+        elif inst.kill_kind == "vanished":
+            if not allow_vanished:
+                found.append(
+                    Violation(
+                        "destroy_unrecorded",
+                        subject,
+                        "recorded as vanished: it was destroyed without its reason",
+                    )
+                )
+        elif inst.vast_id not in destroyed:
+            found.append(
+                Violation(
+                    "destroy_unrecorded",
+                    subject,
+                    f"killed ({inst.kill_kind}) without a destroy event",
+                )
+            )
+    return found
+
+
+def gone_unrecorded(
+    ever_ours: Iterable[int], rows: Sequence[VastRow], store: StoreView
+) -> list[Violation]:
+    """Ours that were listed once and are gone now must be recorded as killed (end check)."""
+    listed = {r.id for r in rows}
+    known = store.by_id()
+    found = []
+    for iid in sorted(set(ever_ours) - listed):
+        rec = known.get(iid)
+        if rec is None:
+            found.append(
+                Violation(
+                    "destroy_unrecorded", f"instance {iid}", "gone from the cloud, never recorded"
+                )
+            )
+        elif not rec.killed:
+            found.append(
+                Violation(
+                    "destroy_unrecorded",
+                    f"instance {iid}",
+                    f"gone from the cloud, still {rec.state} in the store",
+                )
+            )
+    return found
+
+
+# -- every machine fault banned ---------------------------------------------------------------
+
+
+def ban_worthy(inst: StoreInstance) -> str | None:
+    """Why a killed instance's machine must be banned (engine/policy.py's rule), or None: a
+    stuck image load, a benchmark that errored, GPU errors in its lines."""
+    if not inst.killed or not inst.machine_id:
+        return None
+    if inst.kill_kind == "deadline_loading":
+        return "stuck image load"
+    if inst.kill_kind == "bench_error" and inst.bench_outcome == "error":
+        return "benchmark error"
+    gpu = gpu_errors(inst.error_lines)
+    if gpu:
+        return f"GPU error: {gpu[-1][:80]}"
+    return None
+
+
+def _intent_ban(intent: StoreIntent) -> int | None:
+    """The machine a completed destroy intent decided to ban (its ``ban_record``, or the older
+    ``ban`` reason with the intent's machine), else None."""
+    if intent.kind != "destroy" or intent.status != "done":
+        return None
+    record = intent.detail.get("ban_record")
+    if isinstance(record, dict) and _is_int(record.get("machine_id")):
+        return int(record["machine_id"])
+    if intent.detail.get("ban") and intent.machine_id:
+        return intent.machine_id
+    return None
+
+
+def bans_missing(store: StoreView, strikes_to_ban: int) -> list[Violation]:
+    need: dict[int, str] = {}
+    for inst in store.instances:
+        why = ban_worthy(inst)
+        if why and inst.machine_id:
+            need.setdefault(inst.machine_id, f"instance {inst.vast_id}: {why}")
+    for intent in store.intents:
+        machine = _intent_ban(intent)
+        if machine:
+            need.setdefault(machine, f"destroy intent {intent.id} decided a ban")
+    if strikes_to_ban > 0:
+        for machine, count in store.strikes.items():
+            if count >= strikes_to_ban:
+                need.setdefault(machine, f"{count} strikes (ban at {strikes_to_ban})")
+    return [
+        Violation("ban_missing", f"machine {machine}", f"not on the bad list; {why}")
+        for machine, why in sorted(need.items())
+        if machine not in store.banned
+    ]
+
+
+# -- the store's file -----------------------------------------------------------------------
+
+
+def integrity(store: StoreView) -> list[Violation]:
+    if list(store.integrity) == ["ok"]:
+        return []
+    return [Violation("integrity", "database", "; ".join(store.integrity)[:300])]
+
+
+# -- the target ------------------------------------------------------------------------------
+
+
+def target_at(timeline: Sequence[tuple[float, int]], at: float) -> int | None:
+    """The target in effect at ``at``: the last (time, target) at or before it."""
+    current = None
+    for since, target in timeline:
+        if since <= at:
+            current = target
+    return current
+
+
+def allowed_alive(timeline: Sequence[tuple[float, int]], at: float, grace: float) -> int | None:
+    """The most of ours allowed at ``at``: a lowered target gets ``grace`` seconds to shrink."""
+    values = [t for since, t in timeline if at - grace < since <= at]
+    before = target_at(timeline, at - grace)  # in effect when the grace began
+    if before is not None:
+        values.append(before)
+    return max(values) if values else None
+
+
+def over_target(
+    at: float,
+    rows: Sequence[VastRow],
+    fleet: str,
+    timeline: Sequence[tuple[float, int]],
+    grace: float,
+) -> list[Violation]:
+    """Every listed instance of ours pays (a stopped or exited one pays its storage)."""
+    allowed = allowed_alive(timeline, at, grace)
+    alive = ours(rows, fleet)
+    if allowed is None or len(alive) <= allowed:
+        return []
+    ids = ", ".join(str(r.id) for r in alive)
+    return [
+        Violation(
+            "over_target",
+            f"t={at:.0f}",
+            f"{len(alive)} of ours listed ({ids}), allowed {allowed}",
+            at,
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    alive: int  # ours listed on the cloud
+    target: int
+    excused: bool = False  # no viable offer the engine could have rented (checked apart)
+
+
+def below_target(samples: Sequence[Sample], window: float, start: float) -> list[Violation]:
+    """Each whole ``window`` from ``start`` must see the target reached once, unless the
+    market was shown to offer nothing viable in it."""
+    found: list[Violation] = []
+    if not samples or window <= 0:
+        return found
+    end = samples[-1].at
+    index = 0
+    lo = start
+    while lo + window <= end:
+        hi = lo + window
+        inside = [s for s in samples if lo <= s.at < hi]
+        reached = any(s.alive >= s.target for s in inside)
+        if inside and not reached and not any(s.excused for s in inside):
+            best = max(s.alive for s in inside)
+            found.append(
+                Violation(
+                    "below_target",
+                    f"window {index}",
+                    f"at most {best} of target {inside[-1].target} alive from t={lo:.0f} "
+                    f"to t={hi:.0f} with viable offers",
+                    hi,
+                )
+            )
+        lo, index = hi, index + 1
+    return found
+
+
+# -- all at once -------------------------------------------------------------------------------
+
+
+def snapshot_checks(
+    rows: Sequence[VastRow] | None,
+    store: StoreView,
+    *,
+    fleet: str,
+    foreign: frozenset[int],
+    strikes_to_ban: int,
+) -> list[Violation]:
+    """The checks that need one observation only (the drivers add the folded ones)."""
+    found = foreign_touched(foreign, rows, store, fleet)
+    found += destroys_unrecorded(store)
+    found += bans_missing(store, strikes_to_ban)
+    found += integrity(store)
+    return found
+
+
+def dedupe(violations: Iterable[Violation]) -> list[Violation]:
+    """The first report of each (invariant, subject)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for v in violations:
+        if v.key not in seen:
+            seen.add(v.key)
+            out.append(v)
+    return out

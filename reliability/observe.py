@@ -1,0 +1,249 @@
+"""The observer: the cloud through the official vastai CLI, the store read read-only.
+
+Neither view goes through vastui's own client or store code: a bug there must not hide itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from reliability.invariants import (
+    StoreEvent,
+    StoreInstance,
+    StoreIntent,
+    StoreView,
+    VastRow,
+    json_detail,
+    vast_rows,
+)
+
+CLI_TIMEOUT = 30.0  # seconds for one vastai CLI call
+
+
+@dataclass(frozen=True)
+class Cli:
+    """The official vastai CLI against the served cloud (vastai/cli/main.py: --url, --api-key,
+    --raw, --retry are global options, given before the verb)."""
+
+    vastai: Path
+    url: str
+    api_key: str
+    env: dict[str, str]
+
+    def run(self, *args: str, timeout: float = CLI_TIMEOUT) -> Any | None:
+        """One verb with ``--raw``; its JSON, or None if it failed (an error, a fault, junk)."""
+        cmd = [str(self.vastai), "--url", self.url, "--api-key", self.api_key, "--retry", "2"]
+        cmd += ["--raw", *args]
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env=self.env, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return None
+        if done.returncode != 0:
+            return None
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            return None
+
+    def instances(self) -> list[VastRow] | None:
+        raw = self.run("show", "instances")
+        if raw is None:
+            return None
+        try:
+            return vast_rows(raw)
+        except ValueError:
+            return None
+
+    def offers(self, query: str) -> list[dict[str, Any]] | None:
+        raw = self.run("search", "offers", query)
+        if isinstance(raw, dict):
+            raw = raw.get("offers")
+        return [o for o in raw if isinstance(o, dict)] if isinstance(raw, list) else None
+
+    def create(self, offer_id: int, label: str) -> int | None:
+        raw = self.run(
+            "create", "instance", str(offer_id), "--image", "ubuntu:22.04", "--disk", "10",
+            "--label", label, "--cancel-unavail",
+        )  # fmt: skip
+        if isinstance(raw, dict) and isinstance(raw.get("new_contract"), int):
+            return int(raw["new_contract"])
+        return None
+
+
+def create_foreign(cli: Cli, label: str, attempts: int = 12) -> frozenset[int]:
+    """An instance that is not vastui's, rented with the official CLI; the ids under ``label``.
+
+    Under faults a create may be performed while its answer is lost: the label is looked up
+    before each new attempt, and every instance under it counts as foreign.
+    """
+    for _ in range(attempts):
+        rows = cli.instances()
+        if rows is not None:
+            found = frozenset(r.id for r in rows if r.label == label)
+            if found:
+                return found
+        offers = cli.offers("rentable=true") or []
+        # The dearest offer: the engine, renting by $/proof, is least likely to want it.
+        offers.sort(key=lambda o: -float(o.get("dph_total") or 0))
+        if offers and isinstance(offers[0].get("id"), int):
+            cli.create(int(offers[0]["id"]), label)
+    rows = cli.instances() or []
+    return frozenset(r.id for r in rows if r.label == label)
+
+
+# -- the store ------------------------------------------------------------------------------
+
+STORE_EVENT_KINDS = ("destroy", "kill", "ban", "unban", "adopt", "rent")
+
+
+class StoreUnreadable(Exception):
+    """The database cannot be read at all (not merely busy): an integrity finding."""
+
+
+def read_store(db: Path, foreign: Sequence[int] = (), *, check: bool = False) -> StoreView | None:
+    """One consistent read of the engine's database (read-only, one transaction).
+
+    None: not there yet, or busy. ``check`` adds ``PRAGMA integrity_check``.
+    """
+    if not db.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+    conn.row_factory = sqlite3.Row
+    try:
+        conn.execute("BEGIN")
+        view = _read(conn, foreign, check)
+        conn.execute("COMMIT")
+        return view
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "no such table" in text or "locked" in text or "busy" in text:
+            return None
+        raise StoreUnreadable(text) from exc
+    except sqlite3.DatabaseError as exc:
+        raise StoreUnreadable(str(exc)) from exc
+    finally:
+        conn.close()
+
+
+def _read(conn: sqlite3.Connection, foreign: Sequence[int], check: bool) -> StoreView:
+    instances = tuple(_instance(r) for r in conn.execute("SELECT * FROM instances"))
+    marks = ",".join("?" * len(STORE_EVENT_KINDS))
+    query = f"SELECT * FROM events WHERE kind IN ({marks})"
+    params: list[Any] = list(STORE_EVENT_KINDS)
+    if foreign:
+        query += f" OR instance_id IN ({','.join('?' * len(foreign))})"
+        params += list(foreign)
+    events = tuple(
+        StoreEvent(
+            r["kind"],
+            r["instance_id"],
+            r["machine_id"],
+            r["reason"] or "",
+            json_detail(r["detail"]),
+        )
+        for r in conn.execute(query, params)
+    )
+    intents = tuple(
+        StoreIntent(
+            r["id"],
+            r["kind"],
+            r["status"],
+            r["label"],
+            r["instance_id"],
+            r["machine_id"],
+            json_detail(r["detail"]),
+        )
+        for r in conn.execute("SELECT * FROM intents")
+    )
+    banned = frozenset(r[0] for r in conn.execute("SELECT machine_id FROM bad_machines"))
+    strikes = {
+        r[0]: r[1]
+        for r in conn.execute("SELECT machine_id, COUNT(*) FROM strikes GROUP BY machine_id")
+    }
+    result = ("ok",)
+    if check:
+        result = tuple(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
+    return StoreView(instances, events, intents, banned, strikes, result)
+
+
+def _instance(r: sqlite3.Row) -> StoreInstance:
+    try:
+        lines = json.loads(r["error_lines"]) if r["error_lines"] else []
+    except ValueError:
+        lines = []
+    return StoreInstance(
+        vast_id=r["vast_id"],
+        label=r["label"],
+        state=r["state"],
+        machine_id=r["machine_id"],
+        kill_kind=r["kill_kind"],
+        kill_reason=r["kill_reason"],
+        bench_outcome=r["bench_outcome"],
+        error_lines=tuple(str(x) for x in lines) if isinstance(lines, list) else (),
+        source=r["source"],
+    )
+
+
+def engine_status(db: Path) -> dict[str, Any] | None:
+    """The engine's published status row (reason_kind, workers, target), or None."""
+    if not db.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+    conn.row_factory = sqlite3.Row
+    try:
+        row = conn.execute("SELECT * FROM engine_status WHERE id = 1").fetchone()
+        return dict(row) if row else None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def lease_pid(db: Path) -> int | None:
+    """The pid holding the engine lease, or None."""
+    if not db.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute("SELECT pid FROM lease").fetchone()
+        return int(row[0]) if row else None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def sim_counters(url: str) -> dict[str, Any] | None:
+    """The served cloud's own counters of faults injected, if it exposes them."""
+    for path in ("/_sim/stats", "/_sim/faults", "/_sim/counters"):
+        try:
+            resp = httpx.get(url.rstrip("/") + path, timeout=5.0)
+        except httpx.HTTPError:
+            return None
+        if resp.status_code == 200:
+            try:
+                data = resp.json()
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    return None

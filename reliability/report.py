@@ -1,0 +1,90 @@
+"""The trial's report: a summary table on stdout and the same as JSON."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from reliability import invariants as inv
+from reliability.trial import Trial
+
+
+def build(trial: Trial, command: str, argv: list[str], body: dict[str, Any]) -> dict[str, Any]:
+    counts = {k: v for k, v in sorted(trial.counts.items())}
+    by_invariant = {
+        name: sum(1 for v in trial.violations if v.invariant == name) for name in inv.INVARIANTS
+    }
+    return {
+        "command": command,
+        "argv": argv,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(trial.started)),
+        "wall_s": round(time.time() - trial.started, 1),
+        "machine": f"{platform.node()} {platform.machine()} python {platform.python_version()}",
+        "options": {
+            "seed": trial.opts.seed,
+            "speed": trial.opts.speed,
+            "faults": trial.opts.faults,
+            "machine_fault_rate": trial.opts.machine_fault_rate,
+            "target": trial.opts.fleet.target,
+            "fleet": trial.opts.fleet.name,
+        },
+        "result": body,
+        "observer": counts,
+        "store": trial.store_counts(),
+        "sim_counters": trial.sim_counts(),
+        "faults_met_by_engine": trial.engine_log_faults(),
+        "foreign_instances": sorted(trial.foreign),
+        "invariants": {
+            name: {"promise": text, "violations": by_invariant[name]}
+            for name, text in inv.INVARIANTS.items()
+        },
+        "violations": [v.to_json() for v in trial.violations],
+        # (seconds from the start, ours alive, target, excused): to re-judge the target windows
+        "samples": [
+            [round(x.at - trial.started, 1), x.alive, x.target, int(x.excused)]
+            for x in trial.samples
+        ],
+        "ok": not trial.violations,
+        "workdir": str(trial.wd.root) if trial.opts.keep else None,
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [f"reliability {report['command']}: {'OK' if report['ok'] else 'VIOLATIONS'}"]
+    lines.append(f"  wall time        {report['wall_s']:.0f}s   options {report['options']}")
+    store = report["store"]
+    lines.append(
+        f"  rented           {store['instances_rented']}   alive at end "
+        f"{store['instances_alive_at_end']}   banned machines {store['machines_banned']}"
+    )
+    kinds = ", ".join(f"{k} {v}" for k, v in store["destroyed_by_kind"].items()) or "none"
+    lines.append(f"  destroyed        {kinds}")
+    obs = report["observer"]
+    lines.append(
+        f"  observations     {obs.get('observations', 0)} "
+        f"(failed under faults {obs.get('observations_failed', 0)}), engine starts "
+        f"{obs.get('engine_starts', 0)}"
+    )
+    died = {k.split(":", 1)[1]: v for k, v in obs.items() if k.startswith("died_by:")}
+    if died:
+        lines.append("  SIGKILLs         " + ", ".join(f"{k} {v}" for k, v in sorted(died.items())))
+    met = report.get("faults_met_by_engine") or {}
+    if met:
+        lines.append("  faults met       " + ", ".join(f"{k} {v}" for k, v in met.items()))
+    sim = report.get("sim_counters")
+    if sim:
+        lines.append(f"  cloud faults     {json.dumps(sim, sort_keys=True)[:300]}")
+    lines.append("  invariant                          violations")
+    for name, info in report["invariants"].items():
+        lines.append(f"    {name:32s} {info['violations']}")
+    for v in report["violations"][:30]:
+        lines.append(f"  ! {v['invariant']} {v['subject']}: {v['detail']}")
+    return "\n".join(lines)
+
+
+def write(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")

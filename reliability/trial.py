@@ -1,0 +1,324 @@
+"""A fleet under trial: the served cloud, the engine (restarted as often as a trial likes), and
+the observer folding every observation through the invariants."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reliability import invariants as inv
+from reliability.observe import (
+    Cli,
+    StoreUnreadable,
+    create_foreign,
+    engine_status,
+    lease_pid,
+    read_store,
+    sim_counters,
+)
+from reliability.procs import (
+    SIM_KEY,
+    Engine,
+    FleetSpec,
+    Sim,
+    Workdir,
+    engine_command,
+    engine_config,
+    start_engine,
+    start_sim,
+    venv_bin,
+    write_config,
+)
+
+FOREIGN_LABEL = "reliability-foreign"  # not vastui's shape: the engine must never touch it
+ENGINE_POLL = 30.0  # engine.py EngineSettings.poll_interval (real seconds between steps)
+LEASE_TTL = 30.0  # engine/runtime.py LEASE_TTL
+# An orphan must be adopted or destroyed within two steps and a lease's lifetime of the engine
+# being up (a restarted engine's first step runs at once).
+ORPHAN_BOUND = 2 * ENGINE_POLL + LEASE_TTL
+# What the engine logs when it meets a fault of the cloud (vastui/vast/client.py, engine.py).
+FAULT_LINES = {
+    "rate_limited_429": re.compile(r"too frequent|\b429\b"),
+    "gateway_5xx": re.compile(
+        r"\b50[234]\b.*(Gateway|Unavailable)|(Gateway|Unavailable).*\b50[234]\b"
+    ),
+    "timeouts": re.compile(r"timed out|Timeout", re.IGNORECASE),
+    "create_outcome_unknown": re.compile(r"unknown outcome"),
+    "step_errors": re.compile(r"cannot list instances|engine step:"),
+}
+# Checks of one snapshot count once seen twice in a row: a crash leaves the store consistent,
+# but two of the engine's transactions may straddle one read.
+CONFIRM = 2
+
+
+@dataclass
+class TrialOptions:
+    seed: int = 1
+    speed: float = 100.0
+    faults: str = "heavy"
+    machine_fault_rate: float | None = 1.0
+    fleet: FleetSpec = field(default_factory=FleetSpec)
+    observe_every: float = 2.0  # wall seconds between observations
+    integrity_every: int = 10  # observations between integrity checks
+    workdir: Path | None = None
+    keep: bool = False
+    strikes_to_ban: int = 2  # config proving.strikes_to_ban (the default)
+
+
+class Trial:
+    def __init__(self, opts: TrialOptions) -> None:
+        self.opts = opts
+        root = opts.workdir or Path(tempfile.mkdtemp(prefix="vastui-reliability-"))
+        self.wd = Workdir(root)
+        self.sim: Sim | None = None
+        self.cli: Cli | None = None
+        self.engine: Engine | None = None
+        self.engine_up_since: float | None = None
+        self.foreign: frozenset[int] = frozenset()
+        self.timeline: list[tuple[float, int]] = []
+        self.samples: list[inv.Sample] = []
+        self.seen: dict[str, frozenset[int]] = {}
+        self.ever_ours: set[int] = set()
+        self.watch = inv.OrphanWatch()
+        self.pending: dict[tuple[str, str], int] = {}  # snapshot violation → times seen in a row
+        self.violations: list[inv.Violation] = []
+        self.counts: Counter[str] = Counter()
+        self.started = time.time()
+        self.last_rows: list[inv.VastRow] | None = None
+        self.last_store: inv.StoreView | None = None
+        self.log_lines: list[str] = []
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        o = self.opts
+        self.say(f"work directory {self.wd.root}")
+        self.sim = start_sim(
+            self.wd, seed=o.seed, speed=o.speed, faults=o.faults,
+            machine_fault_rate=o.machine_fault_rate,
+        )  # fmt: skip
+        self.say(f"served cloud {self.sim.url} (seed {o.seed}, speed {o.speed:g}, {o.faults})")
+        write_config(self.wd.config, engine_config(self.sim, o.fleet))
+        env = self.wd.env()
+        self.cli = Cli(venv_bin("vastai"), self.sim.url, SIM_KEY, env)
+        self.foreign = create_foreign(self.cli, FOREIGN_LABEL)
+        if not self.foreign:
+            raise SystemExit("reliability: could not rent the foreign instance with the vastai CLI")
+        self.say(f"foreign instance(s) {sorted(self.foreign)} rented with the vastai CLI")
+        self.set_target(o.fleet.target)
+
+    def set_target(self, target: int) -> None:
+        self.timeline.append((time.time(), target))
+        self.target = target
+
+    def close(self) -> None:
+        if self.engine is not None and self.engine.alive():
+            self.engine.kill(signal.SIGTERM)
+        if self.sim is not None:
+            self.sim.stop()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.sim.proc.pid, signal.SIGKILL)  # its workers, if any were left
+        if not self.opts.keep:
+            shutil.rmtree(self.wd.root, ignore_errors=True)
+
+    def say(self, line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        self.log_lines.append(f"{stamp} {line}")
+        print(f"[{stamp}] {line}", flush=True)
+
+    # -- the engine ----------------------------------------------------------------------------
+
+    def engine_cmd(self, target: int | None = None) -> list[str]:
+        assert self.sim is not None
+        return engine_command(self.wd, self.sim.url, target)
+
+    def start_engine(self, crash_points: str = "", crash_seed: int = 0) -> Engine:
+        assert self.engine is None or not self.engine.alive()
+        self.engine = start_engine(
+            self.wd, self.engine_cmd(self.target), crash_points=crash_points, crash_seed=crash_seed
+        )
+        self.engine_up_since = time.time()
+        self.counts["engine_starts"] += 1
+        return self.engine
+
+    def wait_lease(self, timeout: float = 20.0) -> bool:
+        """Whether the engine just started took the lease (and is alive) within ``timeout``."""
+        assert self.engine is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if lease_pid(self.wd.db) == self.engine.pid:
+                return True
+            if not self.engine.alive():
+                return False
+            time.sleep(0.1)
+        return False
+
+    def kill_engine(self, sig: int = signal.SIGKILL) -> int | None:
+        assert self.engine is not None
+        code = self.engine.kill(sig)
+        self.engine_up_since = None
+        return code
+
+    def engine_died(self) -> bool:
+        if self.engine is not None and not self.engine.alive() and self.engine_up_since:
+            self.engine_up_since = None
+            return True
+        return False
+
+    # -- observing ------------------------------------------------------------------------------
+
+    def observe(self, *, check_integrity: bool = False, final: bool = False) -> None:
+        """One observation of the cloud and the store, through every invariant."""
+        assert self.cli is not None
+        at = time.time()
+        self.engine_died()
+        rows = self.cli.instances()
+        self.counts["observations"] += 1
+        if rows is None:
+            self.counts["observations_failed"] += 1
+        check = (
+            check_integrity or final or self.counts["observations"] % self.opts.integrity_every == 0
+        )
+        try:
+            store = read_store(self.wd.db, sorted(self.foreign), check=check)
+        except StoreUnreadable as exc:
+            self.record([inv.Violation("integrity", "database", f"unreadable: {exc}", at)])
+            return
+        if store is None:
+            store = self.last_store or inv.StoreView()
+        self.last_store = store
+        if rows is not None:
+            self.last_rows = rows
+            self._fold_rows(at, rows, store)
+        fleet = self.opts.fleet.name
+        snap = inv.snapshot_checks(
+            rows, store, fleet=fleet, foreign=self.foreign,
+            strikes_to_ban=self.opts.strikes_to_ban,
+        )  # fmt: skip
+        snap += inv.double_rents(self.seen, store)
+        self._confirm(snap, final)
+
+    def _fold_rows(self, at: float, rows: list[inv.VastRow], store: inv.StoreView) -> None:
+        fleet = self.opts.fleet.name
+        self.seen = inv.labels_seen(self.seen, rows)
+        alive = inv.ours(rows, fleet)
+        self.ever_ours.update(r.id for r in alive)
+        self.watch, found = inv.orphans(
+            self.watch, at, rows, store, fleet, self.engine_up_since, ORPHAN_BOUND
+        )
+        found += inv.over_target(at, rows, fleet, self.timeline, grace=ORPHAN_BOUND)
+        self.record(found)
+        self.samples.append(inv.Sample(at, len(alive), self.target))
+        self.counts["max_alive"] = max(self.counts["max_alive"], len(alive))
+
+    def _confirm(self, snap: list[inv.Violation], final: bool) -> None:
+        keys = {v.key for v in snap}
+        self.pending = {k: self.pending.get(k, 0) + 1 for k in keys}
+        self.record([v for v in snap if final or self.pending[v.key] >= CONFIRM])
+
+    def record(self, found: list[inv.Violation]) -> None:
+        known = {v.key for v in self.violations}
+        for v in found:
+            if v.key not in known:
+                known.add(v.key)
+                self.violations.append(v)
+                self.say(f"VIOLATION {v.invariant} {v.subject}: {v.detail}")
+
+    def wait(self, seconds: float, until: Callable[[], bool] | None = None) -> bool:
+        """Observe every ``observe_every`` seconds for ``seconds``; True if ``until`` held."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if until is not None and until():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.observe()
+            time.sleep(max(0.0, min(self.opts.observe_every, deadline - time.monotonic())))
+
+    # -- the end -----------------------------------------------------------------------------------
+
+    def final_checks(self) -> None:
+        """With the engine up and settled: everything, once more, and what only the end shows."""
+        self.observe(final=True)
+        store = self.last_store or inv.StoreView()
+        rows = self.last_rows or []
+        self.record(inv.gone_unrecorded(self.ever_ours, rows, store))
+        self.record(inv.destroys_unrecorded(store))
+        ledger = (self.sim_counts() or {}).get("labels_created")
+        if isinstance(ledger, dict):
+            self.record(inv.double_rents_ledger(ledger))
+
+    def target_reached_check(self, window: float, start: float) -> None:
+        self.record(inv.below_target(self.samples, window, start))
+
+    def viable_offers(self) -> int:
+        """Offers the engine could rent now: on the market through its filter, not on a bad or
+        busy machine, at an expected $/proof within the maximum (vastui's own ranking, as
+        `vastui offers --json` prints it)."""
+        import json
+        import subprocess
+
+        assert self.sim is not None
+        cmd = [str(venv_bin("vastui")), "offers", "--json", "--api-url", self.sim.url]
+        cmd += ["--db", str(self.wd.db), "--config", str(self.wd.config)]
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, env=self.wd.env({"VAST_API_KEY": SIM_KEY}),
+            timeout=60, check=False,
+        )  # fmt: skip
+        busy = {r.machine_id for r in inv.ours(self.last_rows or [], self.opts.fleet.name)}
+        count = 0
+        for line in done.stdout.splitlines():
+            try:
+                offer = json.loads(line)
+            except ValueError:
+                continue
+            cost = offer.get("expected_cost_per_proof")
+            if offer.get("bad") or offer.get("machine_id") in busy or cost is None:
+                continue
+            if cost <= self.opts.fleet.max_cost_per_proof:
+                count += 1
+        return count
+
+    def store_counts(self) -> dict[str, Any]:
+        """What the store says happened: rents, destroys by kind, bans, adoptions."""
+        store = self.last_store or inv.StoreView()
+        kinds = Counter(i.kill_kind for i in store.instances if i.killed)
+        events = Counter(e.kind for e in store.events)
+        return {
+            "instances_rented": sum(1 for i in store.instances if i.source == "vastui"),
+            "instances_alive_at_end": sum(1 for i in store.instances if not i.killed),
+            "destroyed_by_kind": dict(sorted(kinds.items())),
+            "machines_banned": len(store.banned),
+            "events": dict(sorted(events.items())),
+            "intents": dict(Counter(f"{i.kind}:{i.status}" for i in store.intents)),
+        }
+
+    def engine_log_faults(self) -> dict[str, int]:
+        """The cloud's faults as the engine met them (its log, every run): rate limits and
+        gateway errors retried, creates whose answer was lost, lists that failed a step."""
+        path = self.wd.log("engine.log")
+        if not path.exists():
+            return {}
+        counts: Counter[str] = Counter()
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            for name, pattern in FAULT_LINES.items():
+                if pattern.search(line):
+                    counts[name] += 1
+        return dict(sorted(counts.items()))
+
+    def sim_counts(self) -> dict[str, Any] | None:
+        return sim_counters(self.sim.url) if self.sim is not None else None
+
+    def status(self) -> dict[str, Any] | None:
+        return engine_status(self.wd.db)
