@@ -177,6 +177,27 @@ async def test_a_sent_rent_intent_still_waits_for_its_label(world: World, store:
     await engine.close()
 
 
+async def test_a_sent_rent_vast_never_lists_frees_its_slot(world: World, store: Store):
+    """A create answered 5xx that did nothing: Vast would list the instance if it existed."""
+    engine = await world.engine(store)
+    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
+    intent = await store.create_intent(
+        "rent", "auto", label="vastui-main-0123456789ab", offer_id=offer.id,
+        machine_id=offer.machine_id, detail={"offer": offer.to_json()}, now=world.clock.now(),
+    )  # fmt: skip
+    await store.mark_intent_sent(intent.id, now=world.clock.now())
+    statuses = []
+    for _ in range(4):
+        world.clock.advance(30)
+        await engine.step()
+        (after,) = [i for i in await store.list_intents() if i.id == intent.id]
+        statuses.append(after.status)
+    assert statuses == ["pending", "pending", "failed", "failed"]
+    assert after.note == "no instance with its label in 3 instance lists"
+    assert await engine.deploy(offer.id) is not None  # the machine is free again
+    await engine.close()
+
+
 @pytest.mark.parametrize("ban_rides_in_intent", [True, False])
 async def test_a_crash_between_destroy_and_ban_keeps_the_ban(
     world: World, store: Store, ban_rides_in_intent: bool

@@ -152,3 +152,27 @@ def test_a_read_only_file_stays_read_only(tmp_path: Path) -> None:
     path.chmod(0o444)
     tighten_private(path)
     assert mode(path) == 0o400
+
+
+def test_tightening_a_file_never_opens_it(tmp_path, monkeypatch):
+    """Closing any descriptor of a file drops every POSIX lock this process holds on it: a
+    database's -shm that lost SQLite's lock is truncated by the next process to connect, and the
+    engine dies of SIGBUS. So modes are fixed by path, never through a descriptor."""
+    import os
+
+    from vastui import config as cfg
+
+    loose = tmp_path / "x.db-shm"
+    loose.write_bytes(b"\0" * 64)
+    loose.chmod(0o644)
+    opened: list[str] = []
+    real_open = os.open
+
+    def spy(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    cfg.tighten_private(loose)
+    assert (loose.stat().st_mode & 0o777) == 0o600
+    assert str(loose) not in opened

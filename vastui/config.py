@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import re
+import stat
 import tomllib
 import types
 import typing
@@ -514,15 +515,27 @@ def open_private(path: Path, flags: int) -> int:
 
 
 def tighten_private(path: Path) -> None:
-    """Take group/other bits off an existing file (no-op when absent or a symlink)."""
+    """Take group/other bits off an existing regular file (no-op when absent or a symlink),
+    with a one-line warning. By path, never by opening it: closing any descriptor of a file
+    drops every POSIX lock this process holds on it, SQLite's included, and a database whose
+    -shm lost its lock is truncated under the engine by the next process to connect (SIGBUS)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        st = os.lstat(path)
     except OSError:
         return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o077:
+        return
     try:
-        private_fd(fd, Path(path), created=False)
-    finally:
-        os.close(fd)
+        os.chmod(path, mode & 0o700)
+    except OSError:
+        _warn_once(Path(path), f"{path} is open to other users (mode {mode:04o}); chmod 600 it")
+    else:
+        _warn_once(
+            Path(path), f"{path} was open to other users (mode {mode:04o}); now {mode & 0o700:04o}"
+        )
 
 
 def write_private(path: Path, data: bytes | str) -> None:

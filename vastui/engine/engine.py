@@ -34,7 +34,7 @@ from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
 from vastui.store import EngineStatus, InstanceRecord, Store, StoreError
 from vastui.store.errors import StoreFatal
-from vastui.store.fleet import Command
+from vastui.store.fleet import Command, Intent
 from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
 from vastui.vast.models import Instance, Offer
@@ -45,6 +45,10 @@ __all__ = ["ONSTART", "Engine", "EngineError", "EngineSettings", "worker_curio_e
 # A rent intent whose create answer was lost is resolved by label; give Vast this long
 # (engine clock seconds) to show the instance before calling the intent failed.
 RENT_RECOVERY_GRACE = 600.0
+# ... but a label missing from this many good instance lists, that long (engine clock) after the
+# request went out, is a rent that did not happen: Vast lists an instance once it exists.
+RENT_MISSES = 3
+RENT_MISS_MIN_AGE = 60.0
 PUBLISHED_OFFERS = 500  # ranked offers published for attached consoles
 # A console command not picked up within this many (wall) seconds was sent while no engine ran:
 # the operator has long been told it failed, so a later engine must not carry it out.
@@ -86,6 +90,7 @@ class Engine:
         self._offers: list[RankedOffer] = []
         self._offers_at: float | None = None  # monotonic
         self._stopping = False  # a stop was asked: nothing new is rented
+        self._rent_misses: dict[int, int] = {}  # sent rent intent → lists without its label
         self.halted = False  # stopped deciding: see `fatal`
         self.fatal: str | None = None  # why the engine stopped itself (store, lease), one line
         self.follow = Followers(
@@ -441,10 +446,27 @@ class Engine:
                         intent.id, "failed", note="never sent: the engine stopped first", now=now
                     )
                     log.info("rent intent %s was never sent; its slot is free", intent.id)
-                elif now - intent.created_at > RENT_RECOVERY_GRACE:
-                    await self.store.finish_intent(
-                        intent.id, "failed", note="no instance with its label appeared", now=now
-                    )
+                else:
+                    await self._rent_not_listed(intent, now)
+
+    async def _rent_not_listed(self, intent: Intent, now: float) -> None:
+        """A sent rent whose label the instance list does not show. Vast lists an instance as
+        soon as it is created, so after RENT_MISSES good lists (and RENT_MISS_MIN_AGE) the rent
+        did not happen (a 5xx that did nothing): its slot is freed. Should it appear after all,
+        it is adopted by its label (and, above the target, destroyed as surplus)."""
+        misses = self._rent_misses.get(intent.id, 0) + 1
+        self._rent_misses[intent.id] = misses
+        age = now - intent.updated_at
+        if (misses >= RENT_MISSES and age >= RENT_MISS_MIN_AGE) or (
+            now - intent.created_at > RENT_RECOVERY_GRACE
+        ):
+            self._rent_misses.pop(intent.id, None)
+            await self.store.finish_intent(
+                intent.id, "failed",
+                note=f"no instance with its label in {misses} instance lists", now=now,
+            )  # fmt: skip
+            log.info("rent intent %s: no instance with its label appeared; its slot is free",
+                     intent.id)  # fmt: skip
 
     # -- worker events and counters (from the followers) -----------------------------------
 
