@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reliability import invariants as inv
-from reliability.trial import ENGINE_POLL, ORPHAN_BOUND, Trial
+from reliability.trial import ORPHAN_BOUND, Trial, refill_bound
 from vastui.engine.crashpoints import NAMES
 
 EXTERNAL = "external"
 SHRINK = "shrink"
 TRIAL_TIMEOUT = 15.0  # seconds an armed engine gets to reach its point before an outside kill
-NUDGE_EVERY = 2.0  # seconds between wake-ups of an armed engine
-NUDGE_MACHINE = 999_999_999  # no such machine: unignoring it fails and changes nothing
+PROVOKE_EVERY = 2.0  # seconds between looks for something of ours to destroy (armed engine)
 DESTROY_POINTS = ("destroy.before_send", "destroy.answered")
 
 
@@ -67,15 +66,6 @@ def submit_command(db: str, kind: str, args: dict[str, Any]) -> None:
         conn.commit()
     finally:
         conn.close()
-
-
-def nudge(trial: Trial) -> None:
-    """Make the engine step now rather than at its next poll (30 s): a command wakes it within
-    a second, as the console's do. This one changes nothing (the machine is on no bad list)."""
-    submit_command(
-        str(trial.wd.db), "unignore", {"machine_id": NUDGE_MACHINE, "reason": "reliability nudge"}
-    )
-    trial.counts["nudges"] += 1
 
 
 def provoke(trial: Trial, plan: str, rng: random.Random) -> str | None:
@@ -129,8 +119,7 @@ def run_one(trial: Trial, index: int, plan: str, rng: random.Random) -> TrialRes
         while engine.alive() and time.monotonic() < deadline:
             if stimulus is None:  # nothing of ours was live yet: try again
                 stimulus = provoke(trial, plan, rng)
-            nudge(trial)
-            trial.wait(NUDGE_EVERY, until=lambda: not engine.alive())
+            trial.wait(PROVOKE_EVERY, until=lambda: not engine.alive())
         if engine.alive():
             trial.kill_engine()  # the point was not reached in time: an outside kill instead
     code = engine.proc.wait()
@@ -152,22 +141,24 @@ def _alive(trial: Trial) -> int:
 
 
 def settle(trial: Trial) -> dict[str, Any]:
-    """An unarmed engine, up until the fleet is back at its target (or two steps and the
-    bound have passed); then the end checks, and a clean stop."""
+    """An unarmed engine, up until the fleet is back at its target (or the refill bound has
+    passed); then the end checks, and a clean stop."""
     trial.set_target(trial.opts.fleet.target)
     engine = trial.start_engine()
     if not trial.wait_lease():
         trial.record(
             [inv.Violation("restart_refused", "settle", "the settling engine got no lease")]
         )
-    trial.wait(2 * ENGINE_POLL + 15, until=lambda: _alive(trial) >= trial.target)
+    started = time.monotonic()
+    trial.wait(refill_bound(trial.opts.speed), until=lambda: _alive(trial) >= trial.target)
+    took = time.monotonic() - started
     trial.wait(5.0)  # a little more: the store catches up with what was just rented
     trial.final_checks()
     alive = _alive(trial)
     viable = None
     if alive < trial.target:
         viable = trial.viable_offers()
-        if viable > 0:
+        if viable != 0:  # some, or the look failed: no excuse
             trial.record(
                 [
                     inv.Violation(
@@ -177,7 +168,12 @@ def settle(trial: Trial) -> dict[str, Any]:
                     )
                 ]
             )
-    return {"alive": alive, "viable_offers_when_below": viable, "engine_pid": engine.pid}
+    return {
+        "alive": alive,
+        "target_reached_s": round(took, 1),
+        "viable_offers_when_below": viable,
+        "engine_pid": engine.pid,
+    }
 
 
 def clean_stop(trial: Trial) -> float | None:

@@ -10,6 +10,7 @@ need time (orphans, target) over them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,18 +27,19 @@ INVARIANTS: dict[str, str] = {
     "ban_missing": "every machine fault banned (machine_id on the bad list)",
     "integrity": "PRAGMA integrity_check is ok",
     "over_target": "never more of ours alive than the target",
-    "below_target": "the target reached when offers allow",
+    "below_target": "never below the target longer than a refill takes, when offers allow",
     "engine_exit": "the engine runs until told to stop (no crash, no silent exit)",
     "restart_refused": "an engine restarted after a SIGKILL takes the lease at once",
     "unclean_stop": "SIGTERM stops the engine within seconds with status 0",
     "file_mode": "the files the engine writes are private (0600) under the unit's UMask",
+    "worker_lost_to_tunnel": "no worker destroyed because the controller's own tunnel was down",
 }
 
 
 @dataclass(frozen=True)
 class Violation:
     invariant: str
-    subject: str  # what it is about: "instance 3100001", "label vastui-x-…", "window 2"
+    subject: str  # what it is about: "instance 3100001", "label vastui-x-…", "t=120"
     detail: str
     at: float | None = None  # wall time of the observation that showed it
 
@@ -409,6 +411,34 @@ def bans_missing(store: StoreView, strikes_to_ban: int) -> list[Violation]:
     ]
 
 
+# -- no worker lost to the controller's own tunnel ---------------------------------------------
+
+# A worker's curio reaches the cluster database through the engine's SSH remote forward (the
+# worker's 127.0.0.1:5433, or the port the simulator writes to run/forwards/5433:
+# worker-image/entrypoint.sh curio_env). Refused there, the tunnel was down (the engine
+# restarting, or reconnecting to a new SSH endpoint): the controller's outage, not the worker's.
+TUNNEL_REFUSED = re.compile(r"dial tcp 127\.0\.0\.1:\d+: connect: connection refused")
+
+
+def tunnel_kills(store: StoreView) -> list[Violation]:
+    """Workers destroyed for a stage failure whose error lines show the local tunnel refused."""
+    found = []
+    for inst in store.instances:
+        if not inst.killed or not (inst.kill_kind or "").endswith("_failed"):
+            continue
+        refused = [line for line in inst.error_lines if TUNNEL_REFUSED.search(line)]
+        if refused:
+            found.append(
+                Violation(
+                    "worker_lost_to_tunnel",
+                    f"instance {inst.vast_id}",
+                    f"destroyed ({inst.kill_kind}: {inst.kill_reason}); its curio found the "
+                    f"controller's tunnel closed: {refused[-1][-160:]}",
+                )
+            )
+    return found
+
+
 # -- the store's file -----------------------------------------------------------------------
 
 
@@ -470,32 +500,64 @@ class Sample:
     excused: bool = False  # no viable offer the engine could have rented (checked apart)
 
 
-def below_target(samples: Sequence[Sample], window: float, start: float) -> list[Violation]:
-    """Each whole ``window`` from ``start`` must see the target reached once, unless the
-    market was shown to offer nothing viable in it."""
-    found: list[Violation] = []
-    if not samples or window <= 0:
-        return found
-    end = samples[-1].at
-    index = 0
-    lo = start
-    while lo + window <= end:
-        hi = lo + window
-        inside = [s for s in samples if lo <= s.at < hi]
-        reached = any(s.alive >= s.target for s in inside)
-        if inside and not reached and not any(s.excused for s in inside):
-            best = max(s.alive for s in inside)
-            found.append(
-                Violation(
-                    "below_target",
-                    f"window {index}",
-                    f"at most {best} of target {inside[-1].target} alive from t={lo:.0f} "
-                    f"to t={hi:.0f} with viable offers",
-                    hi,
-                )
-            )
-        lo, index = hi, index + 1
-    return found
+@dataclass(frozen=True)
+class Stretch:
+    """Time spent below the target: from the first sample below (or from a look at the market
+    that found nothing viable) to the first sample back at the target (or the next such look,
+    or the last sample)."""
+
+    start: float
+    end: float
+    best: int  # the most of ours listed during it
+    target: int
+    after_empty_market: bool  # it starts at a look that found nothing viable
+    open: bool  # still below at the last sample
+
+    @property
+    def length(self) -> float:
+        return self.end - self.start
+
+
+def below_stretches(samples: Sequence[Sample], start: float) -> list[Stretch]:
+    """The stretches below target (from ``start``). A look at the market that found nothing
+    viable (an excused sample) ends one stretch and starts the next: the engine's time to
+    refill counts from when offers may have come back."""
+    out: list[Stretch] = []
+    run: list[Sample] = []
+    for s in (x for x in samples if x.at >= start):
+        if s.alive >= s.target:
+            if run:
+                out.append(_stretch(run, s.at, open_=False))
+                run = []
+            continue
+        if s.excused and run:
+            out.append(_stretch(run, s.at, open_=False))
+            run = []
+        run.append(s)
+    if run:
+        out.append(_stretch(run, run[-1].at, open_=True))
+    return out
+
+
+def _stretch(run: list[Sample], end: float, *, open_: bool) -> Stretch:
+    return Stretch(run[0].at, end, max(s.alive for s in run), run[-1].target, run[0].excused, open_)
+
+
+def below_target(samples: Sequence[Sample], bound: float, start: float) -> list[Violation]:
+    """The fleet may be below its target for at most ``bound`` seconds at a time (the time the
+    engine needs to replace a worker), counted from when offers may have been viable."""
+    return [
+        Violation(
+            "below_target",
+            f"t={s.start:.0f}",
+            f"at most {s.best} of target {s.target} listed for {s.length:.0f}s"
+            f"{' (still below at the end)' if s.open else ''}, bound {bound:.0f}s; the market "
+            "was not shown empty in that time",
+            s.end,
+        )
+        for s in below_stretches(samples, start)
+        if s.length > bound
+    ]
 
 
 # -- all at once -------------------------------------------------------------------------------
@@ -514,6 +576,7 @@ def snapshot_checks(
     found += destroys_unrecorded(store)
     found += bans_missing(store, strikes_to_ban)
     found += integrity(store)
+    found += tunnel_kills(store)
     return found
 
 

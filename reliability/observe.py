@@ -70,6 +70,13 @@ class Cli:
             raw = raw.get("offers")
         return [o for o in raw if isinstance(o, dict)] if isinstance(raw, list) else None
 
+    def credit(self) -> float | None:
+        """The account's credit (`vastai show user --raw`): a fleet below target with no
+        credit left is the account's state, not the engine's doing."""
+        raw = self.run("show", "user")
+        value = raw.get("credit") if isinstance(raw, dict) else None
+        return float(value) if isinstance(value, int | float) else None
+
     def create(self, offer_id: int, label: str) -> int | None:
         raw = self.run(
             "create", "instance", str(offer_id), "--image", "ubuntu:22.04", "--disk", "10",
@@ -93,8 +100,10 @@ def create_foreign(cli: Cli, label: str, attempts: int = 12) -> frozenset[int]:
             if found:
                 return found
         offers = cli.offers("rentable=true") or []
-        # The dearest offer: the engine, renting by $/proof, is least likely to want it.
-        offers.sort(key=lambda o: -float(o.get("dph_total") or 0))
+        # The cheapest offer: it pays rent all along from the account the engine rents with,
+        # and the served cloud's account holds $100 of credit (vastui/sim/cloud.py); the dearest
+        # ran it dry in 5 simulated hours. The engine loses one machine of its market.
+        offers.sort(key=lambda o: float(o.get("dph_total") or 0))
         if offers and isinstance(offers[0].get("id"), int):
             cli.create(int(offers[0]["id"]), label)
     rows = cli.instances() or []
@@ -233,17 +242,17 @@ def lease_pid(db: Path) -> int | None:
 
 
 def sim_counters(url: str) -> dict[str, Any] | None:
-    """The served cloud's own counters of faults injected, if it exposes them."""
-    for path in ("/_sim/stats", "/_sim/faults", "/_sim/counters"):
-        try:
-            resp = httpx.get(url.rstrip("/") + path, timeout=5.0)
-        except httpx.HTTPError:
-            return None
-        if resp.status_code == 200:
-            try:
-                data = resp.json()
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                return data
-    return None
+    """The served cloud's own counters (``GET /_sim/stats``, no key: vastui/sim/app.py): faults
+    injected by ``endpoint:kind`` and by client, instances created and destroyed, creates per
+    label. None if it cannot be read."""
+    try:
+        resp = httpx.get(url.rstrip("/") + "/_sim/stats", timeout=5.0)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    try:
+        data = resp.json()
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

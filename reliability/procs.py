@@ -23,6 +23,8 @@ from typing import Any, TextIO
 
 SIM_KEY = "sim-key"  # `vastui sim serve --api-key` default
 URL_LINE = re.compile(r"(https?://[^\s)]+)")
+CLOCK_LINE = re.compile(r"^vastui sim: VASTUI_SIM_CLOCK=(\S+)\s*$")
+SIM_CLOCK_ENV = "VASTUI_SIM_CLOCK"  # vastui/engine/runtime.py sim_clock()
 
 
 def venv_bin(name: str) -> Path:
@@ -87,6 +89,7 @@ def serve_flags(vastui: Path) -> set[str]:
 class Sim:
     proc: subprocess.Popen[str]
     url: str
+    clock: str  # VASTUI_SIM_CLOCK as the cloud printed it: every engine runs on its time
     lines: list[str]
     config: dict[str, Any]  # what --write-config wrote (parsed), {} if not supported
     log: Path
@@ -119,20 +122,24 @@ def start_sim(
         start_new_session=True,
     )  # fmt: skip
     lines: list[str] = []
-    url = _wait_for_url(proc, lines, timeout)
-    if "--write-config" in flags:
-        _wait_for(lambda: written.exists(), timeout=10.0)
+    url, clock = _wait_for_start(proc, lines, timeout, wrote="--write-config" in flags)
     # The rest of its output goes to its log, read by a thread so the pipe never fills.
     _drain(proc.stdout, log, lines)
     config: dict[str, Any] = {}
     if written.exists():
         config = tomllib.loads(written.read_text(encoding="utf-8"))
-    return Sim(proc, url, lines, config, log)
+    return Sim(proc, url, clock, lines, config, log)
 
 
-def _wait_for_url(proc: subprocess.Popen[str], lines: list[str], timeout: float) -> str:
+def _wait_for_start(
+    proc: subprocess.Popen[str], lines: list[str], timeout: float, *, wrote: bool
+) -> tuple[str, str]:
+    """Read the cloud's first lines (vastui/sim/server.py serve_cloud): its URL, its clock
+    (``vastui sim: VASTUI_SIM_CLOCK=wall0,start,speed``) and, when asked, the config written
+    (said last)."""
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
+    url = clock = None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
@@ -140,9 +147,15 @@ def _wait_for_url(proc: subprocess.Popen[str], lines: list[str], timeout: float)
         lines.append(line.rstrip("\n"))
         match = URL_LINE.search(line)
         if match and "serving" in line:
-            return match.group(1)
+            url = match.group(1)
+        found = CLOCK_LINE.match(line)
+        if found:
+            clock = found.group(1)
+        if url and clock and (not wrote or "wrote" in line):
+            return url, clock
     stop_process(proc)
-    raise SystemExit("reliability: `vastui sim serve` did not start:\n" + "\n".join(lines[-20:]))
+    what = "did not start" if url is None else "printed no VASTUI_SIM_CLOCK line"
+    raise SystemExit(f"reliability: `vastui sim serve` {what}:\n" + "\n".join(lines[-20:]))
 
 
 def _drain(stream: TextIO | None, path: Path, lines: list[str]) -> None:
@@ -157,15 +170,6 @@ def _drain(stream: TextIO | None, path: Path, lines: list[str]) -> None:
                 out.flush()
 
     threading.Thread(target=run, daemon=True).start()
-
-
-def _wait_for(ok: Any, timeout: float, every: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ok():
-            return True
-        time.sleep(every)
-    return bool(ok())
 
 
 # -- the engine's config --------------------------------------------------------------------
@@ -183,26 +187,25 @@ class FleetSpec:
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+# The engine's own timeout for one Vast request (config [vast] timeout_s). Shorter than the
+# default 30 s: the served cloud is local, and a create answered after the timeout (the heavy
+# profile's lost-timeout) holds the engine's step this long, hours of the cloud's time at 360x.
+VAST_TIMEOUT = 10.0
+
+
 def engine_config(sim: Sim, spec: FleetSpec) -> dict[str, dict[str, Any]]:
-    """The served cloud's written config, with the trial's fleet and the shortest deadlines
-    the config allows (minutes on the engine's wall clock, while the cloud runs fast)."""
+    """The served cloud's written config with the trial's fleet. Deadlines and proving keep
+    their defaults: the engine times them on the cloud's clock (VASTUI_SIM_CLOCK)."""
     config: dict[str, dict[str, Any]] = {k: dict(v) for k, v in sim.config.items()}
     config.setdefault("vast", {})["api_url"] = sim.url
-    config["vast"].setdefault("timeout_s", 10.0)
-    config.setdefault("offers", {}).update(refresh_s=5.0)
+    config["vast"].setdefault("timeout_s", VAST_TIMEOUT)
     config.setdefault("fleet", {}).update(
         name=spec.name,
         target_workers=spec.target,
         max_cost_per_proof=spec.max_cost_per_proof,
         max_total_dph=spec.max_total_dph,
         max_concurrent_benchmarks=spec.max_concurrent_benchmarks,
-        bench_proofs=4,
     )
-    config.setdefault("deadlines", {}).update(
-        loading_min=1.0, first_report_min=1.0, setup_min=1.0, paramfetch_min=1.0,
-        benchmark_min=1.0, exited_grace_min=0.0,
-    )  # fmt: skip
-    config.setdefault("proving", {}).update(poll_s=5.0, window_min=5.0, unresponsive_min=1.0)
     for section, values in spec.extra.items():
         config.setdefault(section, {}).update(values)
     return config
@@ -280,12 +283,15 @@ def start_engine(
     wd: Workdir,
     cmd: list[str],
     *,
+    sim_clock: str,
     crash_points: str = "",
     crash_seed: int = 0,
     extra_env: Mapping[str, str] | None = None,
     umask: int | None = None,
 ) -> Engine:
-    env = {"VAST_API_KEY": SIM_KEY, **(extra_env or {})}
+    # The cloud's clock: deadlines on the instances' time, a step every 0.5 s
+    # (vastui/engine/runtime.py sim_clock, scale_settings).
+    env = {"VAST_API_KEY": SIM_KEY, SIM_CLOCK_ENV: sim_clock, **(extra_env or {})}
     if crash_points:
         env.update(VASTUI_CRASH_POINTS=crash_points, VASTUI_CRASH_SEED=str(crash_seed))
     log = wd.log("engine.log")

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from reliability import invariants as inv
-from reliability.trial import Trial
+from reliability.trial import ORPHAN_BOUND, Trial, refill_bound
+from vastui.engine.labels import is_vastui_label
 
 
 def build(trial: Trial, command: str, argv: list[str], body: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +35,18 @@ def build(trial: Trial, command: str, argv: list[str], body: dict[str, Any]) -> 
         "result": body,
         "observer": counts,
         "store": trial.store_counts(),
-        "sim_counters": trial.sim_counts(),
+        "sim_clock": trial.sim.clock if trial.sim is not None else None,
+        "bounds": {
+            "orphan_bound_s": ORPHAN_BOUND,
+            "orphan_max_age_s": round(trial.orphan_max_age, 1),
+            "refill_bound_s": round(refill_bound(trial.opts.speed), 1),
+            "double_rent_ledger_checks": trial.ledger_checks,
+        },
+        "sim_stats": sim_summary(trial.sim_counts()),
+        "account_credit": {
+            "start": trial.credit_at_start,
+            "end": trial.cli.credit() if trial.cli is not None else None,
+        },
         "faults_met_by_engine": trial.engine_log_faults(),
         "foreign_instances": sorted(trial.foreign),
         "invariants": {
@@ -74,15 +86,47 @@ def table(report: dict[str, Any]) -> str:
     met = report.get("faults_met_by_engine") or {}
     if met:
         lines.append("  faults met       " + ", ".join(f"{k} {v}" for k, v in met.items()))
-    sim = report.get("sim_counters")
+    sim = report.get("sim_stats")
     if sim:
-        lines.append(f"  cloud faults     {json.dumps(sim, sort_keys=True)[:300]}")
+        lines.append(
+            f"  cloud stats      faults {sim['faults_total']} {json.dumps(sim['faults_by_agent'])}"
+            f", created {sim['instances_created']}, destroyed {sim['instances_destroyed']}, "
+            f"most creates under one vastui label {sim['max_creates_per_vastui_label']}"
+        )
+        lines.append(f"  faults by kind   {json.dumps(sim['faults_by_kind'], sort_keys=True)}")
+    credit = report["account_credit"]
+    lines.append(f"  account credit   ${credit['start']} at the start, ${credit['end']} at the end")
+    b = report["bounds"]
+    lines.append(
+        f"  bounds           orphan {b['orphan_max_age_s']}s of {b['orphan_bound_s']}s, "
+        f"refill {b['refill_bound_s']}s, ledger checks {b['double_rent_ledger_checks']}"
+    )
     lines.append("  invariant                          violations")
     for name, info in report["invariants"].items():
         lines.append(f"    {name:32s} {info['violations']}")
     for v in report["violations"][:30]:
         lines.append(f"  ! {v['invariant']} {v['subject']}: {v['detail']}")
     return "\n".join(lines)
+
+
+def sim_summary(stats: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``/_sim/stats`` for the report: the counters, faults folded by kind (429, 5xx, ...) over
+    endpoints, and the largest count of creates under one vastui label (1: no double rent)."""
+    if not stats:
+        return None
+    kinds: dict[str, int] = {}
+    for key, count in (stats.get("faults") or {}).items():
+        kind = key.split(":", 1)[-1].split("+", 1)[0]
+        kind = "429" if kind.startswith("429") else kind
+        kinds[kind] = kinds.get(kind, 0) + int(count)
+    labels = stats.get("labels_created") or {}
+    ours = [n for label, n in labels.items() if is_vastui_label(label)]
+    return {
+        **{k: v for k, v in stats.items() if k != "labels_created"},
+        "faults_by_kind": dict(sorted(kinds.items())),
+        "vastui_labels_created": len(ours),
+        "max_creates_per_vastui_label": max(ours, default=0),
+    }
 
 
 def write(report: dict[str, Any], path: Path) -> None:

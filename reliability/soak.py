@@ -1,34 +1,33 @@
 """`python -m reliability soak`: a simulated day at high speed against the served cloud.
 
-One engine runs the fleet for ``sim_hours`` of the cloud's time, under a fault profile; the
-observer checks every invariant all along; the target must be reached in every window unless
-the market offers nothing viable; at the end the engine is stopped with SIGTERM. If the engine
-exits on its own, that is a violation, and it is restarted (as systemd would) to go on.
-
-The engine steps every 30 s of wall time while the cloud runs hundreds of times faster, so a
-simulated day would be a dozen steps: the engine is woken every ``nudge_every`` seconds by a
-console command that changes nothing (as a console's commands wake it), compressing its idle
-time. ``--nudge 0`` leaves it to its own poll.
+One engine runs the fleet for ``sim_hours`` of the cloud's time, under a fault profile, on the
+cloud's clock (VASTUI_SIM_CLOCK: its deadlines run on the instances' time, it steps every
+0.5 s); the observer checks every invariant all along; the fleet may be below its target no
+longer than a refill takes, unless the market offers nothing viable; at the end the engine is
+stopped with SIGTERM. If the engine exits on its own, that is a violation, and it is restarted
+(as systemd would) to go on.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
 from reliability import invariants as inv
-from reliability.crash import nudge
-from reliability.trial import ENGINE_POLL, Trial
+from reliability.trial import Trial, refill_bound
 
-VIABLE_EVERY = 60.0  # wall seconds between looks at the market when below target
+VIABLE_EVERY = 20.0  # wall seconds between looks at the market while below target
+OBSERVE_SLICE = 2.0  # wall seconds of observing between checks on the engine and the market
 
 
-def run(trial: Trial, sim_hours: float, nudge_every: float = 5.0) -> dict[str, Any]:
+def run(trial: Trial, sim_hours: float) -> dict[str, Any]:
     speed = trial.opts.speed
     wall = sim_hours * 3600.0 / speed
-    window = target_window(wall, nudge_every)
+    bound = refill_bound(speed)
     trial.say(
-        f"soak: {sim_hours:g} simulated hours at {speed:g}x = {wall:.0f}s; windows {window:.0f}s"
+        f"soak: {sim_hours:g} simulated hours at {speed:g}x = {wall:.0f}s; "
+        f"below target at most {bound:.0f}s at a time"
     )
     engine = trial.start_engine()
     if not trial.wait_lease():
@@ -37,59 +36,61 @@ def run(trial: Trial, sim_hours: float, nudge_every: float = 5.0) -> dict[str, A
     end = time.monotonic() + wall
     last_viable = 0.0
     while time.monotonic() < end:
-        if nudge_every > 0 and trial.engine is not None and trial.engine.alive():
-            nudge(trial)
-        trial.wait(min(nudge_every or 10.0, end - time.monotonic()))
+        trial.wait(min(OBSERVE_SLICE, end - time.monotonic()))
         if trial.engine is not None and not trial.engine.alive():
-            code = trial.engine.proc.wait()
-            tail = trial.engine.output().strip().splitlines()[-1:] or ["no output"]
-            trial.record(
-                [
-                    inv.Violation(
-                        "engine_exit",
-                        f"t={time.time() - start:.0f}",
-                        f"status {code}: {tail[0][:200]}",
-                        time.time(),
-                    )
-                ]
-            )
-            trial.engine_died()
-            engine = trial.start_engine()  # as systemd would
-            trial.wait_lease()
-        below = trial.samples and trial.samples[-1].alive < trial.target
-        if below and time.monotonic() - last_viable > VIABLE_EVERY:
+            engine = _restart(trial, start)
+        if _below(trial) and time.monotonic() - last_viable > VIABLE_EVERY:
             last_viable = time.monotonic()
-            if trial.viable_offers() == 0:  # the market, not the engine, is short
-                trial.counts["windows_excused_no_offers"] += 1
-                trial.samples[-1] = inv.Sample(
-                    trial.samples[-1].at, trial.samples[-1].alive, trial.target, excused=True
-                )
+            _excuse_if_no_offers(trial)
     trial.final_checks()
-    trial.target_reached_check(window, start + ENGINE_POLL)  # the first step rents at once
+    trial.target_reached_check(bound, start)
+    stretches = inv.below_stretches(trial.samples, start)
     at_target = sum(1 for s in trial.samples if s.alive >= s.target)
     took = _stop(trial)
     return {
         "sim_hours": sim_hours,
         "wall_s": round(wall, 1),
-        "window_s": round(window, 1),
+        "below_target_bound_s": round(bound, 1),
+        "below_target_stretches": len(stretches),
+        "below_target_longest_s": round(max((s.length for s in stretches), default=0.0), 1),
         "samples": len(trial.samples),
         "share_of_samples_at_target": round(at_target / max(1, len(trial.samples)), 3),
         "engine_pid": engine.pid,
         "sigterm_stop_s": took,
-        "nudge_every_s": nudge_every,
     }
 
 
-def target_window(wall: float, nudge_every: float) -> float:
-    """How long the fleet may stay below its target (wall seconds): a dozen engine steps,
-    whether the engine is woken every ``nudge_every`` s or left to its own poll."""
-    step = nudge_every if nudge_every > 0 else ENGINE_POLL
-    return max(60.0, min(12 * step, wall / 2))
+def _below(trial: Trial) -> bool:
+    return bool(trial.samples) and trial.samples[-1].alive < trial.target
+
+
+def _excuse_if_no_offers(trial: Trial) -> None:
+    """Below target with nothing viable on the market: the market, not the engine, is short."""
+    if trial.viable_offers() == 0:
+        trial.counts["samples_excused_no_offers"] += 1
+        last = trial.samples[-1]
+        trial.samples[-1] = inv.Sample(last.at, last.alive, last.target, excused=True)
+
+
+def _restart(trial: Trial, start: float) -> Any:
+    assert trial.engine is not None
+    code = trial.engine.proc.wait()
+    tail = trial.engine.output().strip().splitlines()[-1:] or ["no output"]
+    trial.record(
+        [
+            inv.Violation(
+                "engine_exit", f"t={time.time() - start:.0f}", f"status {code}: {tail[0][:200]}",
+                time.time(),
+            )
+        ]
+    )  # fmt: skip
+    trial.engine_died()
+    engine = trial.start_engine()  # as systemd would
+    trial.wait_lease()
+    return engine
 
 
 def _stop(trial: Trial) -> float | None:
-    import signal
-
     assert trial.engine is not None
     started = time.monotonic()
     code = trial.kill_engine(signal.SIGTERM)

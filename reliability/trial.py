@@ -28,6 +28,7 @@ from reliability.observe import (
 )
 from reliability.procs import (
     SIM_KEY,
+    VAST_TIMEOUT,
     Engine,
     FleetSpec,
     Sim,
@@ -41,11 +42,27 @@ from reliability.procs import (
 )
 
 FOREIGN_LABEL = "reliability-foreign"  # not vastui's shape: the engine must never touch it
-ENGINE_POLL = 30.0  # engine.py EngineSettings.poll_interval (real seconds between steps)
-LEASE_TTL = 30.0  # engine/runtime.py LEASE_TTL
-# An orphan must be adopted or destroyed within two steps and a lease's lifetime of the engine
-# being up (a restarted engine's first step runs at once).
-ORPHAN_BOUND = 2 * ENGINE_POLL + LEASE_TTL
+# An engine on the served cloud's clock steps every 0.5 s and searches offers every
+# max(2, 300/speed) s (vastui/engine/runtime.py scale_settings).
+ENGINE_POLL = 0.5
+# One step may be held by one Vast call at its worst: the request's timeout (the trial's
+# [vast] timeout_s) and the client's retry budget (vastui/vast/client.py RetryPolicy).
+STEP_BOUND = VAST_TIMEOUT + 60.0
+# An orphan must be adopted (or destroyed) within two steps, one of them held that long, of the
+# engine being up (a restarted engine takes its lease at once and steps at once).
+ORPHAN_BOUND = 2 * ENGINE_POLL + STEP_BOUND
+# A rent answered 5xx that did nothing frees its slot after RENT_MISSES good lists and
+# RENT_MISS_MIN_AGE engine-clock seconds (vastui/engine/engine.py).
+RENT_MISS_MIN_AGE = 60.0
+
+
+def refill_bound(speed: float) -> float:
+    """How long (wall seconds) the fleet may stay below its target while offers allow: a step
+    held at its worst, a failed rent's slot freed, an offer search, and two more steps."""
+    offers_refresh = max(2.0, 300.0 / speed)
+    return STEP_BOUND + RENT_MISS_MIN_AGE / speed + offers_refresh + 4 * ENGINE_POLL
+
+
 # What the engine logs when it meets a fault of the cloud (vastui/vast/client.py, engine.py).
 FAULT_LINES = {
     "rate_limited_429": re.compile(r"too frequent|\b429\b"),
@@ -97,6 +114,9 @@ class Trial:
         self.last_rows: list[inv.VastRow] | None = None
         self.last_store: inv.StoreView | None = None
         self.log_lines: list[str] = []
+        self.orphan_max_age = 0.0  # the longest an instance of ours went untracked, engine up
+        self.ledger_checks = 0  # observations that checked the cloud's creates per label
+        self.credit_at_start: float | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -107,14 +127,21 @@ class Trial:
             self.wd, seed=o.seed, speed=o.speed, faults=o.faults,
             machine_fault_rate=o.machine_fault_rate,
         )  # fmt: skip
-        self.say(f"served cloud {self.sim.url} (seed {o.seed}, speed {o.speed:g}, {o.faults})")
+        self.say(
+            f"served cloud {self.sim.url} (seed {o.seed}, speed {o.speed:g}, {o.faults}); "
+            f"engines run on its clock VASTUI_SIM_CLOCK={self.sim.clock}"
+        )
         write_config(self.wd.config, engine_config(self.sim, o.fleet))
         env = self.wd.env()
         self.cli = Cli(venv_bin("vastai"), self.sim.url, SIM_KEY, env)
         self.foreign = create_foreign(self.cli, FOREIGN_LABEL)
         if not self.foreign:
             raise SystemExit("reliability: could not rent the foreign instance with the vastai CLI")
-        self.say(f"foreign instance(s) {sorted(self.foreign)} rented with the vastai CLI")
+        self.credit_at_start = self.cli.credit()
+        self.say(
+            f"foreign instance(s) {sorted(self.foreign)} rented with the vastai CLI; "
+            f"account credit ${self.credit_at_start}"
+        )
         self.set_target(o.fleet.target)
 
     def set_target(self, target: int) -> None:
@@ -144,9 +171,11 @@ class Trial:
 
     def start_engine(self, crash_points: str = "", crash_seed: int = 0) -> Engine:
         assert self.engine is None or not self.engine.alive()
+        assert self.sim is not None
         self.engine = start_engine(
-            self.wd, self.engine_cmd(self.target), crash_points=crash_points, crash_seed=crash_seed
-        )
+            self.wd, self.engine_cmd(self.target), sim_clock=self.sim.clock,
+            crash_points=crash_points, crash_seed=crash_seed,
+        )  # fmt: skip
         self.engine_up_since = time.time()
         self.counts["engine_starts"] += 1
         return self.engine
@@ -207,6 +236,14 @@ class Trial:
         )  # fmt: skip
         snap += inv.double_rents(self.seen, store)
         self._confirm(snap, final)
+        self.check_ledger()
+
+    def check_ledger(self) -> None:
+        """One instance per label, exactly: the cloud's own count of creates per label."""
+        ledger = (self.sim_counts() or {}).get("labels_created")
+        if isinstance(ledger, dict):
+            self.ledger_checks += 1
+            self.record(inv.double_rents_ledger(ledger))
 
     def _fold_rows(self, at: float, rows: list[inv.VastRow], store: inv.StoreView) -> None:
         fleet = self.opts.fleet.name
@@ -216,6 +253,10 @@ class Trial:
         self.watch, found = inv.orphans(
             self.watch, at, rows, store, fleet, self.engine_up_since, ORPHAN_BOUND
         )
+        if self.engine_up_since is not None:
+            for since in self.watch.since.values():
+                age = at - max(since, self.engine_up_since)
+                self.orphan_max_age = max(self.orphan_max_age, age)
         found += inv.over_target(at, rows, fleet, self.timeline, grace=ORPHAN_BOUND)
         self.record(found)
         self.samples.append(inv.Sample(at, len(alive), self.target))
@@ -255,27 +296,32 @@ class Trial:
         rows = self.last_rows or []
         self.record(inv.gone_unrecorded(self.ever_ours, rows, store))
         self.record(inv.destroys_unrecorded(store))
-        ledger = (self.sim_counts() or {}).get("labels_created")
-        if isinstance(ledger, dict):
-            self.record(inv.double_rents_ledger(ledger))
+        self.check_ledger()
 
-    def target_reached_check(self, window: float, start: float) -> None:
-        self.record(inv.below_target(self.samples, window, start))
+    def target_reached_check(self, bound: float, start: float) -> None:
+        self.record(inv.below_target(self.samples, bound, start))
 
-    def viable_offers(self) -> int:
+    def viable_offers(self) -> int | None:
         """Offers the engine could rent now: on the market through its filter, not on a bad or
         busy machine, at an expected $/proof within the maximum (vastui's own ranking, as
-        `vastui offers --json` prints it)."""
+        `vastui offers --json` prints it). None when the command failed (the cloud's faults):
+        no look, so no excuse."""
         import json
         import subprocess
 
         assert self.sim is not None
         cmd = [str(venv_bin("vastui")), "offers", "--json", "--api-url", self.sim.url]
         cmd += ["--db", str(self.wd.db), "--config", str(self.wd.config)]
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, env=self.wd.env({"VAST_API_KEY": SIM_KEY}),
-            timeout=60, check=False,
-        )  # fmt: skip
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, env=self.wd.env({"VAST_API_KEY": SIM_KEY}),
+                timeout=60, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            done = None
+        if done is None or done.returncode != 0:
+            self.counts["offer_looks_failed"] += 1
+            return None
         busy = {r.machine_id for r in inv.ours(self.last_rows or [], self.opts.fleet.name)}
         count = 0
         for line in done.stdout.splitlines():

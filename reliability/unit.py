@@ -118,7 +118,11 @@ def run(trial: Trial, restarts: int = 3) -> dict[str, Any]:
     starts: list[float] = []
     for attempt in range(restarts + 1):
         started = time.monotonic()
-        trial.engine = start_engine(trial.wd, cmd, extra_env=env, umask=umask)
+        # Against the served cloud, on its clock (as an EnvironmentFile= line would carry it).
+        assert trial.sim is not None
+        trial.engine = start_engine(
+            trial.wd, cmd, sim_clock=trial.sim.clock, extra_env=env, umask=umask
+        )
         trial.engine_up_since = time.time()
         starts.append(started)
         if not trial.wait_lease(timeout=20.0):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from reliability import invariants as inv
@@ -310,6 +313,28 @@ def test_bans_missing(store: StoreView, expected: list[tuple[str, str]]) -> None
     assert subjects(inv.bans_missing(store, strikes_to_ban=2)) == expected
 
 
+REFUSED = (
+    "ERROR: failed to connect to `user=yugabyte database=yugabyte`: 127.0.0.1:41519 "
+    "(127.0.0.1): dial error: dial tcp 127.0.0.1:41519: connect: connection refused"
+)
+
+
+@pytest.mark.parametrize(
+    ("inst", "lost"),
+    [
+        (killed(1, "prove_curio_failed", lines=("curio config set", REFUSED)), True),
+        (killed(1, "prove_curio_failed", lines=("ERROR: chain API not configured",)), False),
+        # the database refused a remote address: not the controller's local tunnel
+        (killed(1, "prove_curio_failed", lines=(REFUSED.replace("127.0.0.1", "10.0.0.5"),)), False),
+        (killed(1, "manual", lines=(REFUSED,)), False),  # not destroyed for the failure
+        (live(1), False),
+    ],
+)
+def test_tunnel_kills(inst: StoreInstance, lost: bool) -> None:
+    found = inv.tunnel_kills(StoreView(instances=(inst,)))
+    assert subjects(found) == ([("worker_lost_to_tunnel", "instance 1")] if lost else [])
+
+
 def test_integrity() -> None:
     assert inv.integrity(StoreView()) == []
     bad = inv.integrity(StoreView(integrity=("row 3 missing from index x",)))
@@ -348,21 +373,52 @@ def test_target_at_and_allowed() -> None:
 @pytest.mark.parametrize(
     ("alive", "excused", "expected"),
     [
-        ([0, 1, 2, 3, 3, 2, 3, 3], [False] * 8, []),
-        ([0, 1, 2, 2, 3, 3, 3, 3], [False] * 8, [("below_target", "window 0")]),
-        ([0, 1, 2, 2, 3, 3, 3, 3], [False, True] + [False] * 6, []),
-        ([3, 3, 3, 3, 0, 0, 0, 0], [False] * 8, [("below_target", "window 1")]),
+        # samples every 10 s, bound 25 s: below for 20 s at a time is fine
+        ([0, 1, 3, 3, 2, 2, 3, 3], [False] * 8, []),
+        # below from t=0 to t=30 (the first sample back at target): 30 s
+        ([0, 1, 2, 3, 3, 3, 3, 3], [False] * 8, [("below_target", "t=0")]),
+        # the same, but a look at the market at t=20 found nothing viable: 20 s, then 10 s
+        ([0, 1, 2, 3, 3, 3, 3, 3], [False, False, True] + [False] * 5, []),
+        # still below at the last sample: t=40 to t=70
+        ([3, 3, 3, 3, 2, 2, 2, 2], [False] * 8, [("below_target", "t=40")]),
+        # two short stretches are two, neither too long
+        ([2, 2, 3, 2, 2, 3, 2, 3], [False] * 8, []),
+        # a market found empty only at t=60 does not excuse the 60 s before it
+        ([1] * 8, [False] * 6 + [True, False], [("below_target", "t=0")]),
+        # a market found empty every 20 s: never 25 s without a reason
+        ([1] * 8, [False, False, True, False, True, False, True, False], []),
     ],
 )
 def test_below_target(
     alive: list[int], excused: list[bool], expected: list[tuple[str, str]]
 ) -> None:
-    # samples every 10 s, windows of 40 s: [0, 40) and [40, 80)
     samples = [
         Sample(i * 10.0, a, 3, e) for i, (a, e) in enumerate(zip(alive, excused, strict=True))
     ]
-    samples.append(Sample(80.0, 3, 3))
-    assert subjects(inv.below_target(samples, window=40.0, start=0.0)) == expected
+    assert subjects(inv.below_target(samples, bound=25.0, start=0.0)) == expected
+
+
+def test_below_stretches() -> None:
+    samples = [Sample(0, 3, 3), Sample(10, 1, 3), Sample(20, 2, 3), Sample(30, 2, 2)]
+    samples += [Sample(40, 0, 2, excused=True), Sample(50, 1, 2), Sample(60, 1, 2, excused=True)]
+    samples += [Sample(70, 1, 2)]
+    found = inv.below_stretches(samples, start=5.0)
+    assert [(s.start, s.end, s.best, s.target, s.after_empty_market, s.open) for s in found] == [
+        (10, 30, 2, 3, False, False),  # back at the (lowered) target at t=30
+        (40, 60, 1, 2, True, False),  # from one empty market to the next
+        (60, 70, 1, 2, True, True),
+    ]
+    assert found[0].length == 20
+    assert inv.below_stretches(samples, start=80.0) == []
+
+
+def test_refill_bound_follows_the_engine_cadence() -> None:
+    from reliability.trial import ORPHAN_BOUND, STEP_BOUND, refill_bound
+
+    # a step held by one call at its worst, then an offer search: minutes, not the hours of
+    # an engine on the wall clock
+    assert STEP_BOUND < refill_bound(360.0) < refill_bound(100.0) < STEP_BOUND + 6
+    assert ORPHAN_BOUND == STEP_BOUND + 1.0
 
 
 def test_snapshot_checks_and_dedupe() -> None:
@@ -418,3 +474,36 @@ def test_parse_unit_syntax() -> None:
     assert unit.get("Service.ExecStart") == "/bin/a --b"
     assert unit.all("Service.Environment") == ["A=1", "B=2"]
     assert unit.get("Service.Nope", "d") == "d"
+
+
+def _printing(text: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.stdout.write({text!r})"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_served_clouds_url_and_clock_are_read() -> None:
+    from reliability.procs import _wait_for_start
+
+    out = (
+        "vastui sim: serving simulated Vast API on http://127.0.0.1:4321 (seed 1, speed 360, "
+        "faults heavy)\nvastui sim: ssh.lotus_api = 127.0.0.1:5\n"
+        "vastui sim: VASTUI_SIM_CLOCK=1700000000.5,1700000000.5,360.0\n"
+        "vastui sim: wrote /x/sim.toml; an engine: VASTUI_SIM_CLOCK=1,1,1 VAST_API_KEY=...\n"
+    )
+    lines: list[str] = []
+    proc = _printing(out)
+    got = _wait_for_start(proc, lines, 10.0, wrote=True)
+    proc.wait()
+    assert got == ("http://127.0.0.1:4321", "1700000000.5,1700000000.5,360.0")
+    assert len(lines) == 4  # the config's line read too: the rest goes to the log
+
+
+def test_a_cloud_without_its_clock_is_refused() -> None:
+    from reliability.procs import _wait_for_start
+
+    proc = _printing("vastui sim: serving simulated Vast API on http://127.0.0.1:4321 (x)\n")
+    with pytest.raises(SystemExit, match="no VASTUI_SIM_CLOCK"):
+        _wait_for_start(proc, [], 10.0, wrote=False)

@@ -368,3 +368,36 @@ async def test_real_uvicorn_server():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_sim_stats_counts_faults_creates_and_destroys(client, cloud):
+    """GET /_sim/stats (no key): faults injected by endpoint:kind and by client, every create
+    counted under its label (a lost answer then a retry shows as two), single and bulk
+    destroys; a create refused with a 503 created nothing."""
+    first, second, third = (o["id"] for o in await offers(client, {"limit": 3}))
+    cloud.faults.script("create", ["lost-502", "503"])
+    r = await client.put(f"/api/v0/asks/{first}/", json={"image": "x", "label": "a"})
+    assert r.status_code == 502  # performed, its answer lost
+    r = await client.put(
+        f"/api/v0/asks/{second}/",
+        json={"image": "x", "label": "a"},
+        headers={"User-Agent": "vastui/0.1"},
+    )
+    assert r.status_code == 503  # not performed
+    kept = await create(client, second, label="a")  # the retry: a second instance under "a"
+    gone = await create(client, third, label="b")
+    lost = next(i for i in cloud.instances if i not in (kept, gone))
+    r = await client.request("DELETE", f"/api/v0/instances/{lost}/", json={})
+    assert r.status_code == 200
+    r = await client.request("DELETE", "/api/v0/instances/", json={"instance_ids": [gone, 7]})
+    assert r.status_code == 200
+
+    r = await client.get("/_sim/stats", headers={"Authorization": ""})
+    assert r.status_code == 200
+    stats = r.json()
+    assert stats["faults"] == {"create:503": 1, "create:lost-502": 1}
+    assert stats["faults_total"] == 2
+    assert stats["faults_by_agent"] == {"python-httpx": 1, "vastui": 1}
+    assert stats["instances_created"] == 3 and stats["instances_destroyed"] == 2
+    assert stats["labels_created"] == {"a": 2, "b": 1}
+    assert list(cloud.instances) == [kept]

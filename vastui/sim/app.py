@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -286,6 +287,9 @@ class SimApp:
 
     def __init__(self, cloud: SimCloud) -> None:
         self.cloud = cloud
+        # Faults injected per client (the User-Agent's product): a trial tells the faults its
+        # engine met from those its observer (the vastai CLI) met on the same cloud.
+        self.faults_by_agent: Counter[str] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -341,6 +345,10 @@ class SimApp:
             return _Resp(200, text.encode(), "text/plain")
         if path == "/_sim/health":
             return _json(200, {"ok": True})
+        if path == "/_sim/stats":
+            stats = self.cloud.stats()
+            stats["faults_by_agent"] = dict(sorted(self.faults_by_agent.items()))
+            return _json(200, stats)
         if not path.startswith("/api/"):
             return _error(404, "not_found", "Unknown API endpoint.")
         parts = [p for p in path[len("/api/") :].split("/") if p]
@@ -355,6 +363,7 @@ class SimApp:
         kind = self.cloud.faults.decide(endpoint, method, path)
         lost = False
         if kind is not None:
+            self.faults_by_agent[_agent(req.headers.get("user-agent", ""))] += 1
             base = kind.split("+", 1)[0]
             if base == "slow":
                 await asyncio.sleep(self.cloud.faults.slow_delay)
@@ -382,6 +391,12 @@ class SimApp:
             if canned is not None:
                 return _from_fault(canned)
         return resp
+
+
+def _agent(header: str) -> str:
+    """A User-Agent's product name ("vastui/0.1" → "vastui"), short and printable."""
+    name = header.split("/", 1)[0].strip()[:40]
+    return name if name.isprintable() and name else "unknown"
 
 
 def _from_fault(f: FaultResponse) -> _Resp:

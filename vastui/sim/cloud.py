@@ -16,6 +16,7 @@ import logging
 import random
 import re
 import shlex
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -301,6 +302,12 @@ class SimCloud:
         self._next_key_id = self.rng.randint(40_000, 49_000)
         self._logs: dict[str, dict[str, Any]] = {}
         self._log_counter = 0
+        # What happened, for /_sim/stats: a trial checks "one instance per label" exactly here
+        # (polling the list misses an instance created and destroyed between two looks).
+        self.instances_created = 0
+        self.instances_destroyed = 0
+        self.labels_created: Counter[str] = Counter()
+        self.instance_faults_planned: Counter[str] = Counter()  # "exited"/"offline" drawn
 
     def _open_market(self, seed: int) -> None:
         """This run's market: the listed machines' offers, at this run's prices."""
@@ -511,6 +518,7 @@ class SimCloud:
         inst.fail = self.faults.instance_failure(fault_hint) or self._maintenance()
         self._plan_ssh(inst, offer)
         self.instances[iid] = inst
+        self._count_created(inst)
         if not queued:
             self._claim_offer(inst)
             return {"success": True, "new_contract": iid, "instance_api_key": inst.api_key}
@@ -525,6 +533,26 @@ class SimCloud:
             "instance_api_key": inst.api_key,
             "error": "resources_unavailable",
             "msg": QUEUED_MSG,
+        }
+
+    def _count_created(self, inst: SimInstance) -> None:
+        self.instances_created += 1
+        if inst.label is not None:
+            self.labels_created[inst.label] += 1
+        if inst.fail is not None:
+            self.instance_faults_planned[inst.fail[0]] += 1
+
+    def stats(self) -> dict[str, Any]:
+        """``GET /_sim/stats``: the faults injected so far (by ``endpoint:kind``) and the
+        instances created and destroyed, creates counted per label."""
+        faults = Counter(f"{endpoint}:{kind}" for endpoint, kind in self.faults.injected)
+        return {
+            "faults": dict(sorted(faults.items())),
+            "faults_total": len(self.faults.injected),
+            "instances_created": self.instances_created,
+            "instances_destroyed": self.instances_destroyed,
+            "labels_created": dict(sorted(self.labels_created.items())),
+            "instance_faults_planned": dict(sorted(self.instance_faults_planned.items())),
         }
 
     def _plan_ssh(self, inst: SimInstance, offer: dict[str, Any]) -> None:
@@ -796,6 +824,7 @@ class SimCloud:
         status, _ = self.status_of(inst)
         self._bill(inst, status, self.now())
         del self.instances[instance_id]
+        self.instances_destroyed += 1
         self._release_offer(inst)
         return {"success": True}
 
