@@ -711,12 +711,12 @@ async def test_pool_one_connection_per_instance(fake, sleeps) -> None:
         assert (await pool.worker(2, ("127.0.0.1", fake.port)).status())["stage"] == "proving"
         assert b.state == ConnState.CONNECTED
 
-        # A moved endpoint re-points the same connection.
+        # A moved endpoint re-points the same connection; a live one (its tunnels) is kept.
         await a.connect()
         other = free_port()
         assert pool.get_or_create(1, ("127.0.0.1", other)) is a
         assert (a.host, a.port) == ("127.0.0.1", other)
-        assert a.state == ConnState.DISCONNECTED
+        assert a.state == ConnState.CONNECTED
 
         assert await pool.close_instance(1) is True
         assert await pool.close_instance(1) is False
@@ -726,3 +726,21 @@ async def test_pool_one_connection_per_instance(fake, sleeps) -> None:
     finally:
         await pool.close_all()
     assert len(pool) == 0 and b.closed
+
+
+async def test_a_new_endpoint_keeps_a_live_connection_and_its_tunnels(fake, make_conn) -> None:
+    """Vast reports the direct port after the proxy: the live connection (the worker's tunnels)
+    is kept; only a later connect goes to the new endpoint."""
+    conn = make_conn()
+    await conn.connect()
+    live = conn._alive()
+    assert live is not None
+    other = free_port()
+    conn.set_endpoint("127.0.0.1", other)
+    assert conn._alive() is live and (conn.host, conn.port) == ("127.0.0.1", other)
+    result = await conn.run("nasty", timeout=WAIT)  # over the kept connection
+    assert result.exit_status == 0 and conn._alive() is live
+    await conn.close()
+    fresh = make_conn()
+    fresh.set_endpoint("127.0.0.1", other)  # not connected: the next connect goes there
+    assert fresh._alive() is None and fresh.port == other

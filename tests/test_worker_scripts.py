@@ -610,6 +610,30 @@ def test_entrypoint_tunnel_missing(sandbox: Sandbox) -> None:
     )
 
 
+def test_a_tunnel_down_when_proving_starts_is_waited_for(
+    sandbox: Sandbox, controller: Controller
+) -> None:
+    """The controller's tunnel can be down for a moment (its engine restarting, or moving to
+    the direct port Vast reported): a worker that just passed its benchmark waits for the
+    cluster database instead of failing `curio config set`."""
+    controller.tunnel_files(sandbox.path("run"))
+    forward = sandbox.path("run/forwards/5433")
+    forward.write_text(f"127.0.0.1:{free_port()}\n")  # nothing listens: the tunnel is down
+    start_entrypoint(sandbox, BENCH_PROOFS="2", PARAMFETCH_PROGRESS_INTERVAL="0")
+    prove_log = sandbox.path("var/log/vastui/prove.log")
+    wait_for(
+        lambda: prove_log.exists() and "not answering (tunnel down?)" in prove_log.read_text(),
+        what="the prove stage waiting for the database",
+    )
+    forward.write_text(controller.db_addr + "\n")  # the engine reconnected
+    wait_for(
+        lambda: any(e.get("detail") == "running" for e in sandbox.events()),
+        what="prove stage running",
+    )
+    assert not [e for e in sandbox.events() if e["event"] == "fail"]
+    assert "curio database answers through the tunnel" in prove_log.read_text()
+
+
 def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: Controller) -> None:
     proc = start_entrypoint(
         sandbox,

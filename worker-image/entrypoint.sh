@@ -351,6 +351,33 @@ curio_env() {
   fi
 }
 
+# The cluster database through the controller's tunnel, before curio needs it. The tunnel is
+# the controller's SSH connection: an engine that restarts, or reconnects to the direct port Vast
+# reported after the proxy, leaves it down for a moment, and one refused `curio config set`
+# would otherwise end a worker that has just passed its benchmark. Waits like setup's Lotus
+# check (SETUP_TUNNEL_WAIT), re-reading the forward's address on every attempt.
+wait_curio_db() {
+  local addr deadline attempt=0
+  now_s
+  deadline=$((NOW_S + SETUP_TUNNEL_WAIT))
+  while :; do
+    attempt=$((attempt + 1))
+    addr=$(forward_addr 5433 "${CURIO_DB_HOST:-127.0.0.1}:${CURIO_DB_PORT:-5433}")
+    # shellcheck disable=SC2016 # $1 and $2 are the inner shell's arguments
+    if timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${addr%:*}" "${addr##*:}" 2>/dev/null; then
+      ((attempt == 1)) || slog prove "curio database answers through the tunnel at $addr"
+      return 0
+    fi
+    slog prove "attempt $attempt: curio database at $addr not answering (tunnel down?)"
+    now_s
+    if ((NOW_S >= deadline)); then
+      fail_plain "curio database unreachable through tunnel" \
+        "[$(json_str "error: connect $addr refused for ${SETUP_TUNNEL_WAIT} s")]"
+    fi
+    nap 1
+  done
+}
+
 # The layer that points curio at this worker's daemon, stored in the cluster database the way
 # curio users do it: `curio config set --title NAME FILE` (cmd/curio/config.go:60-122).
 curio_layer() {
@@ -381,6 +408,7 @@ stage_prove() {
   prove_daemon
   printf '%s\n' "$CUZK_STATUS_ADDR" >"$RUN_DIR/cuzk-status-addr"
   printf '%s\n' "$CUZK_LISTEN" >"$RUN_DIR/cuzk-listen-addr"
+  wait_curio_db
   curio_env
   curio_layer
   layers="${CURIO_EXTRA_LAYERS:+$CURIO_EXTRA_LAYERS,}$CURIO_CUZK_LAYER"

@@ -391,28 +391,29 @@ class WorkerConnection:
         await self._sleep(self.backoff_delay(retry))
 
     def set_endpoint(self, host: str, port: int) -> None:
-        """Point at a new endpoint (Vast may move an instance's SSH port).
+        """Point at a new endpoint (Vast reports the direct port after the proxy, and may move
+        an instance's SSH port).
 
-        The current connection, if any, is dropped; the next call connects to the new endpoint
-        and must still present the pinned host key. A blocked connection stays blocked.
+        A live connection is kept: it carries the worker's tunnels, and dropping it would cut the
+        controller's Lotus and database away from a worker that needs them at that moment (one
+        refused connection can end a worker that just passed its benchmark). The next connect
+        goes to the new endpoint and must still present the pinned host key. A blocked
+        connection stays blocked.
         """
         if (host, port) == (self.host, self.port):
             return
         log.info(
-            "instance %s: ssh endpoint %s:%s -> %s:%s",
+            "instance %s: ssh endpoint %s:%s -> %s:%s%s",
             self.instance_id,
             self.host,
             self.port,
             host,
             port,
+            " (at the next connect)" if self._alive() is not None else "",
         )
         self.host, self.port = host, port
-        conn, self._conn = self._conn, None
-        self._listeners = {}
-        if conn is not None:
-            conn.close()
-            if self._state == ConnState.CONNECTED:
-                self._set_state(ConnState.DISCONNECTED, "endpoint changed")
+        if self._alive() is None:
+            self._conn, self._listeners = None, {}
 
     def _check_usable(self) -> None:
         if self._closed:
