@@ -159,12 +159,15 @@ def settle(trial: Trial) -> dict[str, Any]:
     if alive < trial.target:
         viable = trial.viable_offers()
         if viable != 0:  # some, or the look failed: no excuse
+            status = trial.status() or {}
+            why = f"; the engine says: {status.get('reason_kind')}: {status.get('reason')}"
             trial.record(
                 [
                     inv.Violation(
                         "below_target",
                         "settle",
-                        f"{alive} of target {trial.target} after settling, {viable} viable offers",
+                        f"{alive} of target {trial.target} after settling, {viable} viable "
+                        f"offers{why}",
                     )
                 ]
             )
