@@ -49,8 +49,8 @@ demo: $(STAMP)
 STANDINS := $(addprefix vastui/sim/standins/,cuzk-daemon cuzk-bench curio nvidia-smi)
 
 lint: $(STAMP)
-	$(BIN)/ruff check vastui tests reliability $(STANDINS)
-	$(BIN)/ruff format --check vastui tests reliability $(STANDINS)
+	$(BIN)/ruff check vastui tests reliability bench $(STANDINS)
+	$(BIN)/ruff format --check vastui tests reliability bench $(STANDINS)
 	$(BIN)/shellcheck worker-image/*.sh worker-image/workerctl
 	$(BIN)/hadolint worker-image/Dockerfile
 
@@ -58,8 +58,8 @@ test: lint
 	$(BIN)/pytest
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix vastui tests reliability $(STANDINS)
-	$(BIN)/ruff format vastui tests reliability $(STANDINS)
+	$(BIN)/ruff check --fix vastui tests reliability bench $(STANDINS)
+	$(BIN)/ruff format vastui tests reliability bench $(STANDINS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

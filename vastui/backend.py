@@ -6,22 +6,21 @@ real client at any Vast-compatible server (a served simulator or console.vast.ai
 
 from __future__ import annotations
 
-import secrets
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from vastui.config import Config, default_db_path, load_api_key
-from vastui.store import Store
-from vastui.vast.client import RetryPolicy, VastClient
 
+# httpx, the client and the store are imported where they are used: `vastui --help`, `locate`
+# or `status` must not pay for what they never touch (bench/startup.py).
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from vastui.sim import SimCloud
+    from vastui.store import Store
+    from vastui.vast.client import VastClient
 
 DEMO_SEED = 7
 # The demo's world: its machines (ids, hardware, hidden speed and faults) are the same in every
@@ -51,6 +50,8 @@ DEMO_HOSTS = 400  # ~2,400 offers, ~200 through the default filter
 
 def new_demo_seed() -> int:
     """A market seed for a demo run given none: small enough to type back with --seed."""
+    import secrets
+
     return secrets.randbelow(999_999) + 1
 
 
@@ -69,13 +70,18 @@ def make_demo_cloud(
 
 def client_for_cloud(cloud: SimCloud, **kwargs: Any) -> VastClient:
     """A real VastClient talking to an in-process simulated cloud through ASGI."""
+    import httpx
+
     from vastui.sim import make_app
+    from vastui.vast.client import VastClient
 
     transport = httpx.ASGITransport(app=make_app(cloud))
     return VastClient(cloud.api_key, DEMO_BASE_URL, transport=transport, **kwargs)
 
 
 def make_client(opts: Options, cloud: SimCloud | None = None) -> VastClient:
+    from vastui.vast.client import RetryPolicy, VastClient
+
     cfg = opts.config
     retry = RetryPolicy(max_attempts=cfg.vast.max_attempts)
     if opts.demo:
@@ -89,6 +95,8 @@ def make_client(opts: Options, cloud: SimCloud | None = None) -> VastClient:
 
 @asynccontextmanager
 async def open_store(opts: Options) -> AsyncIterator[Store]:
+    from vastui.store import Store
+
     store = await Store.open(opts.db_path)
     try:
         yield store

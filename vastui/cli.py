@@ -7,37 +7,26 @@ nothing is lost. A reader that leaves early (`vastui offers | head -1`) ends the
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import select
 import sys
 import time
+import types
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
-
-import httpx
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from vastui import __version__
-from vastui.backend import Options, open_client, open_store
-from vastui.config import (
-    ApiKeyError,
-    ConfigError,
-    default_config_path,
-    load_api_key,
-    load_config,
-    state_dir,
-)
-from vastui.engine.keys import SshKeyError
-from vastui.engine.ranking import rank_offers
-from vastui.engine.runtime import RunOptions, parse_duration
 from vastui.sanitize import sanitize_line
-from vastui.store import EVENT_KINDS, StoreError, import_legacy
-from vastui.store.fleet import LeaseHeld
-from vastui.vast.errors import VastError
-from vastui.vast.query import QueryError
+
+# Each verb imports what it needs, in its own function: httpx, the store (aiosqlite), the
+# engine (asyncssh) and the console (Textual) cost a `vastui offers` or `vastui --help` most
+# of its start-up otherwise (bench/startup.py measures it).
+if TYPE_CHECKING:
+    from vastui.backend import Options
+    from vastui.engine.runtime import RunOptions
 
 EXIT_ERROR = 2
 # 128 + SIGPIPE: what a shell reports for a program the closed pipe killed (`set -o pipefail`
@@ -106,6 +95,9 @@ OFFER_HEADERS = {
 
 
 async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_client, open_store
+    from vastui.engine.ranking import rank_offers
+
     query = args.filter if args.filter is not None else opts.config.offers.filter
     async with open_client(opts) as client, open_store(opts) as store:
         result = await client.search_offers(
@@ -136,6 +128,8 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
 
 
 async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_store
+
     async with open_store(opts) as store:
         records = await store.list_instances(include_killed=not args.live_only)
     rows = [r.to_json() for r in records]
@@ -148,6 +142,8 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
 
 
 async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_store
+
     async with open_store(opts) as store:
         if args.bad_cmd == "add":
             if args.machine_id <= 0:
@@ -174,6 +170,8 @@ async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
 
 
 async def cmd_perf(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_store
+
     async with open_store(opts) as store:
         rows = [p.to_json() for p in await store.list_perf()]
     columns = [
@@ -185,6 +183,9 @@ async def cmd_perf(opts: Options, args: argparse.Namespace) -> int:
 
 
 async def cmd_events(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_store
+    from vastui.store import EVENT_KINDS
+
     async with open_store(opts) as store:
         events = await store.list_events(limit=args.limit, kind=args.kind)
     # A kind in the log counts even if EVENT_KINDS misses it (written by a newer vastui).
@@ -202,6 +203,7 @@ async def cmd_status(opts: Options, args: argparse.Namespace) -> int:
     from datetime import UTC
 
     from vastui import status as fleet_status
+    from vastui.backend import open_store
     from vastui.engine.spend import local_midnight
 
     async with open_store(opts) as store:
@@ -218,6 +220,9 @@ async def cmd_status(opts: Options, args: argparse.Namespace) -> int:
 
 
 async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_store
+    from vastui.store import import_legacy
+
     async with open_store(opts) as store:
         report = await import_legacy(store, Path(args.path))
     print(report.summary())
@@ -225,6 +230,8 @@ async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
 
 
 def cmd_locate(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.config import ApiKeyError, default_config_path, load_api_key, state_dir
+
     try:
         _, key_source = load_api_key()
     except ApiKeyError:
@@ -284,6 +291,8 @@ def _speed(text: str) -> float:
 
 
 def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
+    from vastui.engine.runtime import RunOptions
+
     return RunOptions(
         speed=args.speed,
         seed=args.seed,
@@ -294,6 +303,10 @@ def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
 
 
 def cmd_console(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.engine.runtime import parse_duration
+    from vastui.store import StoreError
+    from vastui.store.fleet import LeaseHeld
+
     opts.seed, opts.speed = args.seed, args.speed
     try:
         duration = parse_duration(args.for_) if args.for_ else None
@@ -322,6 +335,8 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
 
 
 def _check_url(url: str) -> None:
+    import httpx  # the client's own URL rules; any verb given --api-url talks to it anyway
+
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError) as exc:
@@ -360,6 +375,17 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         hint = f"(see {self.prog} --help)"
         self.exit(EXIT_ERROR, f"vastui: error: {sanitize_line(message, 500)} {hint}\n")
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if _EVENT_KINDS in text:  # the list lives in the store: imported only for this help
+            from vastui.store import EVENT_KINDS
+
+            text = text.replace(_EVENT_KINDS, ", ".join(EVENT_KINDS))
+        return text
+
+
+_EVENT_KINDS = "<event kinds>"  # in help text: replaced by the list when the help is shown
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -437,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("events", parents=[shared], help="the event log")
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=_positive_int)
-    p.add_argument("--kind", help=f"only this kind: {', '.join(EVENT_KINDS)}")
+    p.add_argument("--kind", help=f"only this kind: {_EVENT_KINDS}")
     p.set_defaults(func=cmd_events)
 
     p = sub.add_parser("import-legacy", parents=[shared], help="import vast-manager's state.db")
@@ -479,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from vastui.backend import Options
+    from vastui.config import load_config
+
     parser = build_parser()
     args = parser.parse_args(argv)
     with contextlib.suppress(AttributeError, ValueError):
@@ -501,7 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         func: Callable[..., int | Coroutine[Any, Any, int]] = args.func
         result = func(opts, args)
-        if asyncio.iscoroutine(result):
+        if isinstance(result, types.CoroutineType):
+            import asyncio
+
             result = asyncio.run(result)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
         return int(result or 0)
@@ -510,20 +541,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _reader_left()
         _error(exc)  # a pipe or socket of our own broke: that is an error
         return EXIT_ERROR
-    except (
-        ConfigError,
-        ApiKeyError,
-        VastError,
-        StoreError,
-        QueryError,
-        CliError,
-        SshKeyError,
-        OSError,
-    ) as exc:
+    except Exception as exc:
+        if not _expected_error(exc):
+            raise
         _error(exc)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+# The errors that are one line and exit 2, by module: a class can only have been raised if its
+# module was imported, so only those are looked at (importing them all would load the store,
+# the client and asyncssh for every verb).
+_EXPECTED_ERRORS = (
+    ("vastui.config", "ConfigError"),
+    ("vastui.config", "ApiKeyError"),
+    ("vastui.vast.errors", "VastError"),
+    ("vastui.store.errors", "StoreError"),
+    ("vastui.vast.query", "QueryError"),
+    ("vastui.engine.keys", "SshKeyError"),
+)
+
+
+def _expected_error(exc: Exception) -> bool:
+    if isinstance(exc, CliError | OSError):
+        return True
+    for module_name, class_name in _EXPECTED_ERRORS:
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(exc, getattr(module, class_name)):
+            return True
+    return False
 
 
 def _error(exc: BaseException) -> None:

@@ -72,14 +72,7 @@ class RankedOffer:
         )
 
     def sort_key(self) -> tuple[int, float, int, float]:
-        cost = self.expected_cost_per_proof
-        return (
-            0 if cost is not None else 1,
-            cost if cost is not None else 0.0,
-            # At an equal expected $/proof a machine's own measured record beats an estimate.
-            0 if self.known_rate is not None else 1,
-            self.offer.dph_total,
-        )
+        return _sort_key(self.expected_cost_per_proof, self.known_rate, self.offer.dph_total)
 
     def to_json(self) -> dict[str, object]:
         row: dict[str, object] = dict(self.offer.to_json())
@@ -93,6 +86,19 @@ class RankedOffer:
             bad=self.bad,
         )
         return row
+
+
+def _sort_key(
+    cost: float | None, known_rate: float | None, dph_total: float
+) -> tuple[int, float, int, float]:
+    """Cheapest expected $/proof first, unknown last; at an equal expected $/proof a machine's
+    own measured record beats an estimate; then the lower price."""
+    return (
+        0 if cost is not None else 1,
+        cost if cost is not None else 0.0,
+        0 if known_rate is not None else 1,
+        dph_total,
+    )
 
 
 def to_record(ranked: RankedOffer) -> dict[str, object]:
@@ -156,15 +162,19 @@ class RateModel:
                 per_gpu
             )
             models.setdefault(rec.gpu_name, []).append(per_gpu)
-        self._peer_median = {k: (statistics.median(v), len(v)) for k, v in peers.items()}
-        self._model_median = {k: (statistics.median(v), len(v)) for k, v in models.items()}
+        # (median per-GPU rate, the source's label): labels made once, not once per offer.
+        self._peer_median = {
+            k: (statistics.median(v), f"peers({len(v)})") for k, v in peers.items()
+        }
+        self._model_median = {
+            k: (statistics.median(v), f"model({len(v)})") for k, v in models.items()
+        }
 
     def known_rate(self, offer: Offer) -> float | None:
-        records = [
-            r
-            for r in self.by_machine.get(offer.machine_id, [])
-            if r.gpu_name == offer.gpu_name and r.last_rate is not None
-        ]
+        mine = self.by_machine.get(offer.machine_id)
+        if not mine:  # most offers: a machine never measured
+            return None
+        records = [r for r in mine if r.gpu_name == offer.gpu_name and r.last_rate is not None]
         if not records:
             return None
         exact = [r for r in records if r.num_gpus == offer.num_gpus]
@@ -175,16 +185,20 @@ class RateModel:
         return newest.last_rate / newest.num_gpus * offer.num_gpus
 
     def prior(self, offer: Offer) -> tuple[float | None, str]:
-        klass = ram_class(offer.cpu_ram_gb, offer.num_gpus)
-        peer = self._peer_median.get((offer.gpu_name, klass))
+        return self._prior(
+            offer.gpu_name, offer.num_gpus, ram_class(offer.cpu_ram_gb, offer.num_gpus)
+        )
+
+    def _prior(self, gpu_name: str, num_gpus: int, klass: str) -> tuple[float | None, str]:
+        peer = self._peer_median.get((gpu_name, klass))
         if peer is not None:
-            return peer[0] * offer.num_gpus, f"peers({peer[1]})"
-        model = self._model_median.get(offer.gpu_name)
+            return peer[0] * num_gpus, peer[1]
+        model = self._model_median.get(gpu_name)
         if model is not None:
-            return model[0] * offer.num_gpus * RAM_FACTORS.get(klass, 0.7), f"model({model[1]})"
-        default = DEFAULT_GPU_RATES.get(offer.gpu_name)
+            return model[0] * num_gpus * RAM_FACTORS.get(klass, 0.7), model[1]
+        default = DEFAULT_GPU_RATES.get(gpu_name)
         if default is not None:
-            return default * offer.num_gpus * RAM_FACTORS.get(klass, 0.7), "model-default"
+            return default * num_gpus * RAM_FACTORS.get(klass, 0.7), "model-default"
         return None, "unknown"
 
 
@@ -197,13 +211,24 @@ def rank_offers(
     """Annotate and sort offers, cheapest expected $/proof first (unknown last)."""
     model = RateModel(perf)
     bad_reasons: Mapping[int, str | None] = bad if isinstance(bad, Mapping) else dict.fromkeys(bad)
+    # The prior depends only on (GPU model, count, RAM class): thousands of offers share a few
+    # hundred of those, so each is worked out once (bench/offers.py).
+    priors: dict[tuple[str, int, str], tuple[float | None, str]] = {}
     ranked: list[RankedOffer] = []
+    keys: list[tuple[int, float, int, float]] = []
     for offer in offers:
         known = model.known_rate(offer)
-        prior, source = model.prior(offer)
+        peers = (offer.gpu_name, offer.num_gpus, ram_class(offer.cpu_ram_gb, offer.num_gpus))
+        found = priors.get(peers)
+        if found is None:
+            found = priors[peers] = model._prior(*peers)
+        prior, source = found
         expected = known if known is not None else prior
         if known is not None:
             source = "measured"
+        dph = offer.dph_total
+        cost = dph / expected if expected and expected > 0 else None
+        machine = offer.machine_id
         ranked.append(
             RankedOffer(
                 offer=offer,
@@ -211,13 +236,13 @@ def rank_offers(
                 prior_rate=prior,
                 rate_source=source,
                 expected_rate=expected,
-                required_rate=required_rate(offer.dph_total, max_cost_per_proof),
-                expected_cost_per_proof=(
-                    offer.dph_total / expected if expected and expected > 0 else None
-                ),
-                bad=offer.machine_id in bad_reasons,
-                bad_reason=bad_reasons.get(offer.machine_id),
+                required_rate=required_rate(dph, max_cost_per_proof),
+                expected_cost_per_proof=cost,
+                bad=machine in bad_reasons,
+                bad_reason=bad_reasons.get(machine),
             )
         )
-    ranked.sort(key=RankedOffer.sort_key)
-    return ranked
+        keys.append(_sort_key(cost, known, dph))
+    # Sorting indices by precomputed keys (stable, as sorting by RankedOffer.sort_key is).
+    order = sorted(range(len(ranked)), key=keys.__getitem__)
+    return [ranked[i] for i in order]

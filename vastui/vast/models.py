@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain, compress
 from typing import Any
 
 from vastui.sanitize import sanitize_line
@@ -59,6 +60,11 @@ class ModelError(VastProtocolError):
 
 def parse_number(value: Any) -> float | None:
     """A finite float from a JSON number or a plain numeric string; None for anything else."""
+    kind = type(value)  # exact types first: what json.loads makes (bench/offers.py: hot path)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value) if -_FLOAT_INT_MAX <= value <= _FLOAT_INT_MAX else None
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -96,12 +102,16 @@ def parse_int(value: Any) -> int | None:
 
 def valid_id(value: Any) -> int | None:
     """A Vast id: an integer from 1 to 2^63-1 (it must fit SQLite's INTEGER)."""
+    if type(value) is int:  # the usual case, without parse_int's checks for text
+        return value if 1 <= value <= INT64_MAX else None
     number = parse_int(value)
     return number if number is not None and 1 <= number <= INT64_MAX else None
 
 
 def valid_price(value: Any) -> float | None:
     """A $/h price: finite, MIN_DPH..MAX_DPH. 0, "-0", negative, NaN, inf and 1e308 are not."""
+    if type(value) is float:  # NaN fails both comparisons, inf the upper one
+        return value if MIN_DPH <= value <= MAX_DPH else None
     number = parse_number(value)
     return number if number is not None and MIN_DPH <= number <= MAX_DPH else None
 
@@ -124,8 +134,14 @@ def _num(raw: Mapping[str, Any], key: str) -> float | None:
 
 def _qty(raw: Mapping[str, Any], key: str, upper: float = MAX_QUANTITY) -> float | None:
     """An optional non-negative quantity; out of range is unknown, not an error."""
-    value = parse_number(raw.get(key))
-    return value if value is not None and 0 <= value <= upper else None
+    value = raw.get(key)
+    kind = type(value)  # exact types first: the usual cases, without parse_number's checks
+    if kind is float:  # NaN fails the comparison, inf the upper bound
+        return value if 0.0 <= value <= upper else None
+    if kind is int:  # upper is far below 2^53: the float is exact
+        return float(value) if 0 <= value <= upper else None
+    number = parse_number(value)
+    return number if number is not None and 0 <= number <= upper else None
 
 
 def _int(raw: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
@@ -139,7 +155,10 @@ def _opt_id(raw: Mapping[str, Any], key: str) -> int | None:
 
 
 def _req_id(raw: Mapping[str, Any], key: str, what: str) -> int:
-    value = valid_id(raw.get(key))
+    value = raw.get(key)
+    if type(value) is int and 1 <= value <= INT64_MAX:  # the usual case, in one step
+        return value
+    value = valid_id(value)
     if value is None:
         raise ModelError(
             f"{what} {describe(raw.get('id'))}: field '{key}' is missing or not an id "
@@ -154,11 +173,19 @@ def _str(raw: Mapping[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return sanitize_line(value, 1024)
+        return _text(value, 1024)
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = parse_number(value)
         return None if number is None else str(value)
     return None
+
+
+def _text(value: str, max_len: int) -> str:
+    """`sanitize_line`, skipped for short printable ASCII: nothing in it to remove (no ESC, no
+    control, no C1, bidi or separator character), so the answer would be the text itself."""
+    if len(value) <= max_len and value.isascii() and value.isprintable():
+        return value
+    return sanitize_line(value, max_len)
 
 
 def _bool(raw: Mapping[str, Any], key: str) -> bool | None:
@@ -281,6 +308,8 @@ def _offer_gpus(raw: Mapping[str, Any], offer_id: int) -> int:
     value = raw.get("num_gpus")
     if value is None:
         return 1
+    if type(value) is int and 1 <= value <= MAX_GPUS:  # the usual case, in one step
+        return value
     count = parse_int(value)
     if count is None or not 1 <= count <= MAX_GPUS:
         raise ModelError(
@@ -504,8 +533,18 @@ def parse_json(data: bytes | str, endpoint: str = "") -> Any:
     """Decode an answer's JSON with bounds: nesting at most MAX_JSON_DEPTH, integers of at most
     64 digits (longer ones read as null), NaN/Infinity as null. Any failure is one typed line
     (`VastMalformedResponse`), never a RecursionError or a ValueError traceback."""
+    # A Python call per integer (the parse_int hook) costs a quarter of json.loads on an offers
+    # answer; only bytes holding a run of more than 64 digits can need it (bench/offers.py).
+    careful = (
+        not isinstance(data, bytes)
+        or json.detect_encoding(data) not in _ASCII_DIGITS  # UTF-16/32: NULs between digits
+        or _LONG_DIGITS in data.translate(_DIGIT_MARKS)
+    )
     try:
-        value = json.loads(data, parse_int=_json_int, parse_constant=_json_constant)
+        if careful:
+            value = json.loads(data, parse_int=_json_int, parse_constant=_json_constant)
+        else:
+            value = json.loads(data, parse_constant=_json_constant)
     except RecursionError:
         raise VastMalformedResponse(endpoint, "JSON nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -515,22 +554,29 @@ def parse_json(data: bytes | str, endpoint: str = "") -> Any:
     return value
 
 
+# Every digit → "0", every other byte → " ": a run of _MAX_JSON_INT_DIGITS + 1 zeros then marks
+# a digit run that may be an integer too long to read (or is text: then only slower, not wrong).
+_DIGIT_MARKS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_DIGITS = b"0" * (_MAX_JSON_INT_DIGITS + 1)
+_ASCII_DIGITS = frozenset(("utf-8", "utf-8-sig"))  # encodings whose digits are single bytes
+_CONTAINERS = frozenset((dict, list))
+
+
 def _first_line(exc: Exception) -> str:
     return sanitize_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120)
 
 
 def _depth_exceeds(value: Any, limit: int) -> bool:
-    """Iterative (no recursion to exhaust): True when containers nest deeper than `limit`."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
+    """True when containers nest deeper than `limit`. Level by level (no recursion to exhaust),
+    each level's values typed in bulk by C iterators: an answer of 10,000 offers holds a
+    million values, and a Python step per value cost two thirds of json.loads (exact types:
+    json.loads makes only dict and list)."""
+    level = [value] if type(value) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        values = list(chain.from_iterable(n.values() if type(n) is dict else n for n in level))
+        level = list(compress(values, map(_CONTAINERS.__contains__, map(type, values))))
     return False
