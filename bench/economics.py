@@ -1,0 +1,236 @@
+"""Policy economics (issue 11, item 6): vastui's policy against the original's over a simulated
+week on the same seeded market, and how the result moves with the market's share of faulty
+and slow machines.
+
+The world is the demo's (vastui.sim.market, 400 hosts, world seed 7): machines with a hidden
+speed and fault drawn from the seed, each day's listings and prices drawn from the run's seed.
+vastui's fleet is run by its real decision functions (bench/economics_vastui.py); the
+original's by its rules (bench/economics_original.py); both rent from the same listings, with
+the same worker timings (bench/economics_worker.py) and the same dice per machine and rental.
+Money is vastui/engine/spend.py's: dph_total × billed time, rejected = killed before proving
+or by the gate.
+
+`python -m bench.economics [--quick]` runs it alone; `python -m bench` runs it with the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bench.common import Goal, progress
+from bench.economics_fleet import Outcome
+from bench.economics_original import OPERATOR_CHECK_S, OriginalPolicy
+from bench.economics_vastui import VastuiPolicy
+from bench.economics_world import Market, Scenario
+from vastui.config import Config
+
+WORLD_SEED = 7  # vastui.backend.DEMO_WORLD_SEED
+HOSTS = 400  # vastui.backend.DEMO_HOSTS: ~2,400 offers, ~150 through the default filter
+TARGET_WORKERS = 10
+DAYS = 7
+SEEDS_FULL = (7, 8, 11)
+SEEDS_QUICK = (7,)
+HEADLINE = "demo"
+SENSITIVITY_CHECK_MIN = (15, 240)  # the operator's look every 15 min, every 4 h
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("clean", 0.0, 0.0),  # no machine faults, no maintenance, no slow surprises
+    Scenario("demo", 1.0, 0.0),  # the demo's world: ~1 machine in 6 faulty, 35% maintenance
+    Scenario("rough", 1.5, 0.15),
+    Scenario("harsh", 2.0, 0.30),
+)
+GOALS = [
+    Goal("economics.cost_per_proof_ratio", "<=", 0.75, "vastui $/proof ÷ the original's"),
+    Goal("economics.rejected_spend_ratio", "<=", 0.5, "vastui $ on rejected ÷ the original's"),
+]
+Policy = Callable[[Market, Config], Outcome]
+
+
+def config(target: int = TARGET_WORKERS, **fleet: Any) -> Config:
+    """vastui's defaults (max $0.008/proof, 2 benchmarks at once, $5/h cap, the deadlines),
+    with the fleet's target."""
+    base = Config()
+    return replace(base, fleet=replace(base.fleet, target_workers=target, **fleet))
+
+
+def policies(hours: float, sensitivity: bool = False) -> dict[str, Policy]:
+    runners: dict[str, Policy] = {
+        "vastui": lambda m, c: VastuiPolicy(m, c).run(hours),
+        "original": lambda m, c: OriginalPolicy(m, c).run(hours),
+        # The original with a human who presses Ignore on every machine that failed: how much
+        # of the difference is memory alone.
+        "original_ignore": lambda m, c: OriginalPolicy(m, c, ignore_failed=True).run(hours),
+    }
+    if sensitivity:  # how much the original's result owes to its operator's cadence
+        for minutes in SENSITIVITY_CHECK_MIN:
+            runners[f"original_check_{minutes}min"] = lambda m, c, s=minutes * 60.0: OriginalPolicy(
+                m, c, check_s=s
+            ).run(hours)
+    return runners
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """One policy over several seeds: sums, and the per-seed results for the spread."""
+
+    runs: tuple[Outcome, ...]
+
+    @property
+    def spent(self) -> float:
+        return sum(r.spent for r in self.runs)
+
+    @property
+    def rejected_spent(self) -> float:
+        return sum(r.rejected_spent for r in self.runs)
+
+    @property
+    def proofs(self) -> int:
+        return sum(r.proofs for r in self.runs)
+
+    @property
+    def cost_per_proof(self) -> float:
+        return self.spent / self.proofs if self.proofs else math.inf
+
+    @property
+    def hours_to_target(self) -> float:
+        """The median over seeds; inf when most never reached it."""
+        return statistics.median(
+            math.inf if r.target_hours is None else r.target_hours for r in self.runs
+        )
+
+    def figures(self, prefix: str, horizon_h: float) -> dict[str, Any]:
+        n = len(self.runs)
+        hours = self.hours_to_target
+        return {
+            f"{prefix}.usd_per_1000_proofs": _per_1000(self.cost_per_proof),
+            f"{prefix}.spent_usd": round(self.spent / n, 2),
+            f"{prefix}.rejected_usd": round(self.rejected_spent / n, 2),
+            f"{prefix}.rejected_share": _ratio(self.rejected_spent, self.spent),
+            f"{prefix}.proofs": round(self.proofs / n),
+            f"{prefix}.hours_to_target": round(hours, 1)
+            if math.isfinite(hours)
+            else f"not reached in {horizon_h:g} h",
+            f"{prefix}.rentals": round(sum(r.rentals for r in self.runs) / n, 1),
+            f"{prefix}.rejected_workers": round(sum(r.rejected for r in self.runs) / n, 1),
+            f"{prefix}.machines_banned": round(sum(r.bans for r in self.runs) / n, 1),
+        }
+
+
+def simulate(
+    scenario: Scenario,
+    seeds: Sequence[int],
+    runners: dict[str, Policy],
+    cfg: Config,
+    days: int = DAYS,
+) -> dict[str, Totals]:
+    """Every policy on the market of every seed (one market per seed, shared)."""
+    runs: dict[str, list[Outcome]] = {name: [] for name in runners}
+    for seed in seeds:
+        market = Market(
+            world_seed=WORLD_SEED, seed=seed, hosts=HOSTS, scenario=scenario, config=cfg, days=days
+        )
+        for name, run in runners.items():
+            runs[name].append(run(market, cfg))
+    return {name: Totals(tuple(r)) for name, r in runs.items()}
+
+
+def compare(vastui: Totals, other: Totals) -> dict[str, float | None]:
+    """The ratios the goals read (vastui ÷ the other), with the spread over seeds."""
+    per_seed = [
+        _ratio(a.cost_per_proof, b.cost_per_proof)
+        for a, b in zip(vastui.runs, other.runs, strict=True)
+    ]
+    known = [r for r in per_seed if r is not None]
+    return {
+        "cost_per_proof_ratio": _ratio(vastui.cost_per_proof, other.cost_per_proof),
+        "cost_per_proof_ratio_worst_seed": max(known) if known else None,
+        "rejected_spend_ratio": _ratio(vastui.rejected_spent, other.rejected_spent),
+        "proofs_ratio": _ratio(vastui.proofs, other.proofs),
+        "spend_ratio": _ratio(vastui.spent, other.spent),
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    seeds = SEEDS_QUICK if quick else SEEDS_FULL
+    hours = DAYS * 24.0
+    cfg = config()
+    figures: dict[str, Any] = {
+        "economics.days": DAYS,
+        "economics.seeds": len(seeds),
+        "economics.target_workers": TARGET_WORKERS,
+        "economics.hosts": HOSTS,
+        "economics.operator_check_min": OPERATOR_CHECK_S / 60.0,
+    }
+    scenarios = [s for s in SCENARIOS if s.name == HEADLINE] if quick else list(SCENARIOS)
+    for scenario in scenarios:
+        progress(f"economics: {scenario.name} market, {len(seeds)} seed(s), {DAYS} days")
+        headline = scenario.name == HEADLINE
+        totals = simulate(scenario, seeds, policies(hours, headline and not quick), cfg)
+        ratios = compare(totals["vastui"], totals["original"])
+        sweep = f"economics.sweep.{scenario.name}"
+        figures[f"{sweep}.fault_rate"] = scenario.fault_rate
+        figures[f"{sweep}.slow_share"] = scenario.slow_share
+        for key, value in ratios.items():
+            figures[f"{sweep}.{key}"] = value
+        vs_ignore = compare(totals["vastui"], totals["original_ignore"])
+        figures[f"{sweep}.cost_per_proof_ratio_vs_ignore"] = vs_ignore["cost_per_proof_ratio"]
+        for name in ("vastui", "original"):
+            figures[f"{sweep}.{name}_usd_per_1000_proofs"] = _per_1000(totals[name].cost_per_proof)
+            figures[f"{sweep}.{name}_proofs"] = round(totals[name].proofs / len(seeds))
+        if headline:
+            figures.update({f"economics.{k}": v for k, v in ratios.items()})
+            figures.update({f"economics.{k}_vs_ignore": v for k, v in vs_ignore.items()})
+            for name, total in totals.items():
+                if name.startswith("original_check_"):
+                    prefix = f"economics.sensitivity.{name}"
+                    figures[f"{prefix}.usd_per_1000_proofs"] = _per_1000(total.cost_per_proof)
+                    figures[f"{prefix}.proofs"] = round(total.proofs / len(seeds))
+                    for key in ("cost_per_proof_ratio", "rejected_spend_ratio"):
+                        figures[f"{prefix}.{key}"] = compare(totals["vastui"], total)[key]
+                else:
+                    figures.update(total.figures(f"economics.{name}", hours))
+            if not quick:
+                figures.update(_uncapped(scenario, seeds, hours))
+    return figures
+
+
+def _uncapped(scenario: Scenario, seeds: Sequence[int], hours: float) -> dict[str, Any]:
+    """Time to target when vastui benchmarks its whole target at once (as the demo does)."""
+    cfg = config(max_concurrent_benchmarks=TARGET_WORKERS)
+    totals = simulate(scenario, seeds, {"v": policies(hours)["vastui"]}, cfg)["v"]
+    out = totals.figures("economics.vastui_bench_cap_at_target", hours)
+    keep = ("hours_to_target", "usd_per_1000_proofs", "rejected_usd", "proofs")
+    return {k: v for k, v in out.items() if k.rsplit(".", 1)[1] in keep}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    if not b or not math.isfinite(a) or not math.isfinite(b) or b <= 0:
+        return None
+    return round(a / b, 3)
+
+
+def _per_1000(cost_per_proof: float) -> float | None:
+    """$ per 1,000 proofs: the table shows three decimals, a proof costs fractions of a cent."""
+    return round(cost_per_proof * 1000, 3) if math.isfinite(cost_per_proof) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.economics", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="the demo market, one seed")
+    args = parser.parse_args(argv)
+    figures = run(args.quick)
+    for key, value in figures.items():
+        print(f"{key:60s} {value}")
+    for goal in GOALS:
+        print(f"goal {goal.figure} {goal.op} {goal.limit:g}: {json.dumps(goal.check(figures))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

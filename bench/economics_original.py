@@ -1,0 +1,138 @@
+"""The original's policy on the same market, as issue 11 defines it (original-system.md §1.6,
+§1.7, §3): an operator deploys the cheapest $/h offers that pass the default filter, with
+min_rate = ceil($/h ÷ max $/proof) (the deploy dialog's formula: ``pricing.required_rate``);
+every worker runs the full benchmark and posts its rate to /bench-done, which destroys it below
+min_rate; a monitor every 60 s destroys instances past the param fetch (90 min) and benchmark
+(45 min) timeouts. No performance memory, no automatic bans: a machine that failed is as
+rentable as any other.
+
+The operator (ASSUMPTION, generous): every ``check_s`` they look at the dashboard, destroy the
+workers that visibly stopped (host offline on Vast, cuzk dead or hung: GPU at 0%) and deploy the
+cheapest offers again up to the target (Bulk Deploy). Between looks, nothing replaces a worker.
+With ``ignore_failed`` they also press Ignore on every machine whose worker failed its benchmark
+or a timeout (the bad-hosts list by hand): the original with a human's memory, for comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bench.economics_fleet import Clock, Fleet, Outcome, Worker
+from bench.economics_worker import PROVE_START_S, Production, original_bench
+from bench.economics_world import Market
+from vastui.config import Config
+from vastui.pricing import required_rate
+
+MONITOR_FIRST_S = 10.0  # runMonitor: first cycle after 10 s, then every 60 s
+MONITOR_S = 60.0
+PARAM_TIMEOUT_S = 90 * 60.0
+BENCH_TIMEOUT_S = 45 * 60.0
+OPERATOR_CHECK_S = 3600.0
+
+
+class OriginalPolicy:
+    def __init__(
+        self,
+        market: Market,
+        config: Config,
+        *,
+        check_s: float = OPERATOR_CHECK_S,
+        ignore_failed: bool = False,
+    ) -> None:
+        self.config = config
+        self.check_s = check_s
+        self.ignore_failed = ignore_failed
+        self.ignored: set[int] = set()
+        self.clock = Clock()
+        self.fleet = Fleet(market, config, self.clock)
+
+    def run(self, hours: float) -> Outcome:
+        self.clock.every(MONITOR_FIRST_S, MONITOR_S, self.monitor)
+        self.clock.every(0.0, self.check_s, self.operator)
+        self.clock.run_until(hours * 3600.0)
+        return self.fleet.figures(self.clock.now).with_bans(len(self.ignored))
+
+    # -- the operator ------------------------------------------------------------------------
+
+    def operator(self) -> None:
+        now = self.clock.now
+        for w in self.fleet.live:
+            if self._visibly_stopped(w, now):
+                self.fleet.mark_killed(
+                    w, "manual", "operator: worker stopped (offline or idle GPU)"
+                )
+        if self.ignore_failed:
+            self.ignored |= {
+                w.offer.machine_id
+                for w in self.fleet.workers.values()
+                if w.rec.kill_kind
+                in ("bench_below_min", "deadline_paramfetch", "deadline_benchmark")
+            }
+        self._deploy(now)
+
+    def _visibly_stopped(self, w: Worker, now: float) -> bool:
+        if now >= w.rental.running and not w.rental.alive_at(now):
+            return True  # Vast shows the host offline
+        p = w.production
+        return w.rec.state == "proving" and p is not None and now >= p.stopped_at()
+
+    def _deploy(self, now: float) -> None:
+        """Bulk Deploy of the cheapest offers (the offers table sorts by $/h), up to target."""
+        missing = self.config.fleet.target_workers - len(self.fleet.live)
+        if missing <= 0:
+            return
+        offers = [o for o in self.fleet.available(now) if o.machine_id not in self.ignored]
+        cheapest = sorted(offers, key=lambda o: (o.dph_total, o.id))
+        for offer in cheapest[:missing]:
+            min_rate = required_rate(offer.dph_total, self.config.fleet.max_cost_per_proof)
+            self._schedule(self.fleet.rent(offer, min_rate))
+
+    # -- the worker and the controller's API ---------------------------------------------
+
+    def _schedule(self, w: Worker) -> None:
+        r = w.rental
+        self._at(w, r.paramfetch_start, self._register)  # /register, then paramfetch
+        if r.paramfetch_end is None:
+            return
+        self._at(w, r.paramfetch_end, self._param_done)
+        w.bench = original_bench(r, self.config.fleet.bench_proofs)
+        self._at(w, r.paramfetch_end + w.bench.duration, self._bench_done)
+
+    def _at(self, w: Worker, t: float, fn: Callable[[Worker], None]) -> None:
+        if w.rental.alive_at(t):
+            self.clock.at(t, fn, w)
+
+    def _register(self, w: Worker) -> None:
+        if w.live:
+            self.fleet.set_stage(w, "paramfetch")  # state registered: fetching params
+
+    def _param_done(self, w: Worker) -> None:
+        if w.live:
+            self.fleet.set_stage(w, "benchmark")  # state params_done: benchmarking
+
+    def _bench_done(self, w: Worker) -> None:
+        """/bench-done: passed = rate >= min_rate; a failure is destroyed at once."""
+        if not w.live or w.bench is None or w.bench.rate is None:
+            return
+        rate, min_rate = w.bench.rate, w.rec.min_rate or 0.0
+        if rate < min_rate:
+            reason = f"bench_rate {rate:.1f} below min_rate {min_rate:.1f}"
+            self.fleet.mark_killed(w, "bench_below_min", reason)
+            return
+        self.fleet.set_stage(w, "proving")
+        r = w.rental
+        w.production = Production(
+            self.clock.now + PROVE_START_S, r.interval, r.fill, r.hidden, r.offline
+        )
+
+    # -- the monitor ---------------------------------------------------------------------
+
+    def monitor(self) -> None:
+        """runMonitor steps 2 and 3: the param fetch and benchmark timeouts."""
+        now = self.clock.now
+        for w in self.fleet.live:
+            rec = w.rec
+            if rec.state == "paramfetch" and now - (rec.paramfetch_at or now) > PARAM_TIMEOUT_S:
+                self.fleet.mark_killed(w, "deadline_paramfetch", "param fetch timeout (90min)")
+            elif rec.state == "benchmark" and now - (rec.benchmark_at or now) > BENCH_TIMEOUT_S:
+                self.fleet.mark_killed(w, "deadline_benchmark", "benchmark timeout (45min)")

@@ -1,0 +1,294 @@
+"""vastui's policy on the simulated market: the engine's loop (vastui/engine/engine.py) played
+on a discrete-event clock, every decision taken by the real pure functions.
+
+What is real here: the ranking (``ranking.rank_offers`` over the performance record it learns),
+provisioning (``provision.gate``/``decide``, one rent per step, the benchmark concurrency and
+$/h caps), the reconcile kills (``policy.reconcile_kill``: deadlines, offline/exited grace), the
+benchmark gate (``policy.benchmark_kill``, ``benchmark_strike``), worker failures
+(``policy.failure_kill``), strikes and bans (``policy.strike_ban``), production measured from
+cuzk's counters (``production.fold``/``measure``/``verdict``), the required rate
+(``pricing.required_rate``) and the spend (``spend``). What is played: the engine's glue (its
+store writes, ``acts.kill``/``strike``/``ban``/``record_rate``), without I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from bench.economics_fleet import Clock, Fleet, Outcome, Worker
+from bench.economics_worker import PROVE_START_S, Production, vastui_bench
+from bench.economics_world import Market
+from vastui.config import Config
+from vastui.engine import policy, production, provision
+from vastui.engine.ranking import RankedOffer, rank_offers
+from vastui.pricing import required_rate
+from vastui.store.records import PerfRecord
+
+ENGINE_STEP_S = 30.0  # EngineSettings.poll_interval
+EVENT_DELAY_S = 1.0  # a worker's event reaches the engine over SSH (follow.py)
+DAEMON_PID = 4242
+
+
+class VastuiPolicy:
+    def __init__(self, market: Market, config: Config) -> None:
+        self.config = config
+        self.clock = Clock()
+        self.fleet = Fleet(market, config, self.clock)
+        self.perf: dict[tuple[int, str, int], PerfRecord] = {}
+        self.bad: dict[int, str] = {}
+        self.strikes: dict[int, list[tuple[float, int, str]]] = {}
+        self.prod: dict[int, production.ProdState] = {}
+        self.buffered: dict[int, list[dict[str, Any]]] = {}
+        self._ranked: list[RankedOffer] = []
+        self._ranked_key: tuple[Any, ...] | None = None
+        self._version = 0  # bumped when the performance record or the bad list changes
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, hours: float) -> Outcome:
+        self.clock.every(0.0, ENGINE_STEP_S, self.step)
+        self.clock.run_until(hours * 3600.0)
+        return self.fleet.figures(self.clock.now).with_bans(len(self.bad))
+
+    def step(self) -> None:
+        """Engine.step: reconcile every live instance, then provision."""
+        for w in self.fleet.live:
+            self._reconcile(w)
+        self._provision()
+
+    def _reconcile(self, w: Worker) -> None:
+        now = self.clock.now
+        status = self._vast_status(w, now)
+        since = (w.rec.unhealthy_since or now) if status in policy.UNHEALTHY else None
+        if (status, since) != (w.rec.vast_status, w.rec.unhealthy_since):  # replace() is dear
+            w.rec = replace(w.rec, vast_status=status, unhealthy_since=since)
+        if w.rec.state == "loading" and status == "running":
+            self.fleet.set_stage(w, "setup")
+        kill = policy.reconcile_kill(w.rec, now, self.config, self.bad.get(w.offer.machine_id))
+        if kill is not None:
+            self._kill(w, kill)
+            return
+        for event in self.buffered.pop(w.rec.vast_id, []):  # follow.ensure: events stream
+            if w.live:
+                self._on_event(w, event)
+
+    @staticmethod
+    def _vast_status(w: Worker, now: float) -> str:
+        r = w.rental
+        if now < r.running:
+            return "loading"
+        return "running" if r.alive_at(now) else "offline"
+
+    # -- provisioning ------------------------------------------------------------------------
+
+    def _view(self) -> provision.FleetView:
+        live = self.fleet.live
+        fleet = self.config.fleet
+        stages = Counter(w.rec.state for w in live)
+        return provision.FleetView(
+            target=fleet.target_workers,
+            max_concurrent_benchmarks=fleet.max_concurrent_benchmarks,
+            max_cost_per_proof=fleet.max_cost_per_proof,
+            by_stage={st: n for st in policy.LIVE_STAGES if (n := stages[st])},
+            busy_machines=frozenset(w.offer.machine_id for w in live),
+            bad_machines=frozenset(self.bad),
+            dph_in_use=sum(w.rec.dph_total or 0.0 for w in live),
+            max_total_dph=fleet.max_total_dph,
+        )
+
+    def _provision(self) -> None:
+        view = self._view()
+        decision = provision.gate(view)
+        if decision is None:
+            decision = provision.decide(view, self._offers())
+        if decision.rent is not None:
+            offer = decision.rent.offer
+            min_rate = required_rate(offer.dph_total, self.config.fleet.max_cost_per_proof)
+            self._schedule(self.fleet.rent(offer, min_rate))
+
+    def _offers(self) -> list[RankedOffer]:
+        """Engine.refresh_offers: the search ranked with the record (re-ranked when a
+        measurement, a ban or the market changed)."""
+        now = self.clock.now
+        offers = self.fleet.available(now)
+        key = (self._version, tuple(o.id for o in offers))
+        if key != self._ranked_key:
+            self._ranked = rank_offers(
+                offers, self.perf.values(), self.bad, self.config.fleet.max_cost_per_proof
+            )
+            self._ranked_key = key
+        return self._ranked
+
+    # -- the worker's events -----------------------------------------------------------------
+
+    def _schedule(self, w: Worker) -> None:
+        """The worker's own progress (worker-image/entrypoint.sh), event by event."""
+        r = w.rental
+        self._event_at(w, r.running + 2.0, {"event": "start", "stage": "setup"})
+        self._event_at(w, r.paramfetch_start, {"event": "start", "stage": "paramfetch"})
+        if r.paramfetch_end is None:
+            return
+        self._event_at(w, r.paramfetch_end, {"event": "start", "stage": "benchmark"})
+        w.bench = vastui_bench(r, w.rec.min_rate or 0.0, self.config.fleet.bench_proofs)
+        done = r.paramfetch_end + w.bench.duration
+        self._event_at(w, done, {"event": "result", "stage": "benchmark", "result": w.bench.result})
+        if w.bench.passed:
+            self._event_at(w, done + 1.0, {"event": "start", "stage": "prove"})
+            w.production = Production(done + PROVE_START_S, r.interval, r.fill, r.hidden, r.offline)
+            death = w.production.death()
+            if death is not None:
+                at, reason, tail = death
+                fail = {"event": "fail", "stage": "prove", "reason": reason, "error_tail": tail}
+                self._event_at(w, at, fail)
+
+    def _event_at(self, w: Worker, t: float, event: dict[str, Any]) -> None:
+        if w.rental.alive_at(t):  # a host offline says nothing more
+            self.clock.at(t + EVENT_DELAY_S, self._deliver, w, event)
+
+    def _deliver(self, w: Worker, event: dict[str, Any]) -> None:
+        if not w.live:
+            return
+        if w.rec.state == "loading":  # not followed yet: the next step sees it running
+            self.buffered.setdefault(w.rec.vast_id, []).append(event)
+            return
+        self._on_event(w, event)
+
+    def _on_event(self, w: Worker, event: dict[str, Any]) -> None:
+        """Engine._on_event."""
+        now = self.clock.now
+        if w.rec.first_report_at is None:
+            w.rec = replace(w.rec, first_report_at=now)
+        stage = policy.WORKER_STAGE.get(str(event.get("stage")))
+        kind = event.get("event")
+        if kind == "start" and stage is not None and stage != w.rec.state:
+            self.fleet.set_stage(w, stage)
+            if stage == "proving":
+                self.clock.at(now + self.config.proving.poll_s, self._poll, w)
+        elif kind == "result":
+            self._on_benchmark(w, event["result"])
+        elif kind == "fail":
+            self._kill(w, policy.failure_kill(event))
+
+    def _on_benchmark(self, w: Worker, result: dict[str, Any]) -> None:
+        """Engine._on_benchmark: the rate into the record, the gate, a strike for failures."""
+        rate = policy._num(result.get("rate_per_hour"))
+        w.rec = replace(
+            w.rec,
+            bench_rate=rate,
+            bench_outcome=str(result.get("outcome")),
+            bench_failed=result.get("proofs_failed"),
+        )
+        if rate is not None and rate > 0:
+            self._record_rate(w, rate)
+        kill = policy.benchmark_kill(result, w.rec.min_rate)
+        if kill is not None:
+            self._kill(w, kill)
+            return
+        strike = policy.benchmark_strike(result)
+        if strike is not None:
+            self._strike(w, "bench_failed_proofs", strike)
+
+    # -- production --------------------------------------------------------------------------
+
+    def _poll(self, w: Worker) -> None:
+        """Followers' counters read every proving.poll_s, then Engine.handle_counters."""
+        if not w.live or w.rec.state != "proving":
+            return
+        now = self.clock.now
+        cfg = self.config
+        window = cfg.proving.window_min * 60.0
+        state = self.prod.get(w.rec.vast_id) or production.ProdState()
+        reading = self._reading(w, now)
+        if reading is not None and reading.alive and reading.completed is not None:
+            bench = production.baseline_from_bench(w.bench.result if w.bench else None)
+            state = production.fold(state, reading, now, window, bench)
+        elif state.silent_since is None:
+            state = production.silent(state, now)
+        self.prod[w.rec.vast_id] = state
+        kill = production.verdict(state, reading, now, w.rec.min_rate, cfg)
+        # The engine stores measure()'s rate as prod_rate every read; only this kill reads it,
+        # and its detail carries the same measure (one measure per read instead of two).
+        rate = kill.detail.get("rate") if kill is not None else None
+        if kill is not None and kill.kind == "prove_below_min" and rate:
+            w.rec = replace(w.rec, prod_rate=rate)
+            self._record_rate(w, rate)
+        if kill is not None:
+            self._kill(w, kill)
+            return
+        self.clock.at(now + cfg.proving.poll_s, self._poll, w)
+
+    def _reading(self, w: Worker, now: float) -> production.Reading | None:
+        """What `workerctl cuzk-counters` answers: None when the host is unreachable."""
+        p = w.production
+        if p is None or not w.rental.alive_at(now):
+            return None
+        result = w.bench.result if w.bench else {}
+        done, failed = p.counts(now)
+        death = p.death()
+        dead = death is not None and now >= death[0]
+        return production.Reading(
+            pid=DAEMON_PID,
+            alive=not dead,
+            exit_status=(134 if w.rental.hidden.fault == "cuda_abort" else 137) if dead else None,
+            signal=None,
+            completed=int(result.get("daemon_completed", 0)) + done,
+            failed=int(result.get("daemon_failed", 0)) + failed,
+            uptime=now - w.rental.created,
+            busy=True,  # the Snark market never runs dry (an assumption, both policies)
+            error_tail=death[2] if dead and death else (),
+        )
+
+    # -- acts: kill, strike, ban, record ---------------------------------------------------
+
+    def _kill(self, w: Worker, kill: policy.Kill) -> None:
+        """acts.kill + complete_destroy: the strike it carries, the kill, the ban."""
+        if not w.live:
+            return
+        if kill.strike and not kill.ban:
+            self._strike(w, kill.kind, kill.reason, skip=w)
+        if not w.live:
+            return
+        stage = kill.stage if kill.stage in policy.LIVE_STAGES else None
+        self.fleet.mark_killed(w, kill.kind, kill.reason, stage)
+        if kill.ban:
+            self._ban(w.offer.machine_id, kill.ban, skip=w)
+
+    def _strike(self, w: Worker, kind: str, reason: str, skip: Worker | None = None) -> None:
+        """acts.strike: once per instance and kind; enough within auto_ban_days ban."""
+        now = self.clock.now
+        mid = w.offer.machine_id
+        marks = self.strikes.setdefault(mid, [])
+        if not any(iid == w.rec.vast_id and k == kind for _, iid, k in marks):
+            marks.append((now, w.rec.vast_id, kind))
+        since = now - self.config.fleet.auto_ban_days * 86400.0
+        count = sum(1 for ts, _, _ in marks if ts >= since)
+        ban = policy.strike_ban(count, self.config.proving.strikes_to_ban, reason)
+        if ban is not None and mid not in self.bad:
+            self._ban(mid, ban, skip=skip)
+
+    def _ban(self, machine_id: int, reason: str, skip: Worker | None = None) -> None:
+        """acts.ban: on the bad list (auto_ban_days outlast the run); its live workers go."""
+        self.bad[machine_id] = reason
+        self._version += 1
+        for other in self.fleet.live:
+            if other.offer.machine_id == machine_id and other is not skip:
+                self._kill(other, policy.Kill("bad_machine", f"machine {machine_id}: {reason}"))
+
+    def _record_rate(self, w: Worker, rate: float) -> None:
+        """Store.record_benchmark: best = max, last = this one, samples + 1."""
+        key = (w.offer.machine_id, w.offer.gpu_name, w.offer.num_gpus)
+        old = self.perf.get(key)
+        self.perf[key] = PerfRecord(
+            machine_id=key[0],
+            gpu_name=key[1],
+            num_gpus=key[2],
+            best_rate=rate if old is None else max(old.best_rate, rate),
+            last_rate=rate,
+            samples=1 if old is None else old.samples + 1,
+            measured_at=self.clock.now,
+            cpu_ram_gb=w.offer.cpu_ram_gb,
+            host_id=w.offer.host_id,
+        )
+        self._version += 1

@@ -1,0 +1,281 @@
+"""The economics bench's pure parts: the world's hidden faults (as the simulator draws them),
+benchmark.sh's rate and early abort, the benchmark outcomes the real policy then judges,
+production counts, the event clock, and both policies on a small world (deterministic, no
+timing asserted)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.economics import config
+from bench.economics_fleet import Clock
+from bench.economics_original import OriginalPolicy
+from bench.economics_vastui import VastuiPolicy
+from bench.economics_worker import (
+    BENCH_TIMEOUT_S,
+    Production,
+    Rental,
+    _failing_between,
+    early_abort,
+    lsq_rate,
+    original_bench,
+    vastui_bench,
+)
+from bench.economics_world import Hidden, Market, Scenario, machine_fault
+from vastui.engine import policy
+from vastui.sim import ManualClock, SimCloud
+from vastui.sim.workers import SimWorkerHost
+
+H = 3600.0
+NO_FAULT = Hidden()
+
+
+def rental(rate: float, hidden: Hidden = NO_FAULT, *, cores: float = 64.0) -> Rental:
+    interval = 3600.0 / rate
+    return Rental(
+        created=0.0,
+        running=100.0,
+        paramfetch_start=130.0,
+        paramfetch_end=500.0,
+        offline=None,
+        interval=interval,
+        fill=1.5 * interval,
+        cores=cores,
+        hidden=hidden,
+        jitter=(1.0,) * 16,
+    )
+
+
+# -- the world ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rate", [0.0, 1.0, 3.0])
+def test_machine_faults_are_the_simulators(tmp_path: Path, rate: float) -> None:
+    cloud = SimCloud(seed=5, world_seed=7, clock=ManualClock(), hosts=60)
+    host = SimWorkerHost(cloud, tmp_path, speed=1.0, machine_fault_rate=rate)
+    for machine in cloud.machines:
+        expected = host.fault_for(machine.machine_id)
+        got = machine_fault(7, machine.machine_id, rate)
+        assert got.fault == expected["fault"]
+        if got.fault != "none":
+            assert (got.fault_after, got.fault_every) == (
+                expected["fault_after"],
+                expected["fault_every"],
+            )
+
+
+def test_the_market_is_the_same_for_the_same_seed_and_moves_by_day() -> None:
+    cfg = config(target=2)
+    a = Market(world_seed=7, seed=3, hosts=60, scenario=Scenario("x", 1, 0.2), config=cfg, days=1)
+    b = Market(world_seed=7, seed=3, hosts=60, scenario=Scenario("x", 1, 0.2), config=cfg, days=1)
+    day0 = [(o.id, o.dph_total) for o in a.listed(0.0)]
+    assert day0 == [(o.id, o.dph_total) for o in b.listed(0.0)]
+    assert day0 != [(o.id, o.dph_total) for o in a.listed(86400.0)]
+    assert a.hidden == b.hidden
+    assert all(o.dph_total <= 0.9 for o in a.listed(0.0))  # the default filter's dph<=0.9
+
+
+# -- benchmark.sh's arithmetic ----------------------------------------------------------------
+
+
+def test_lsq_rate_is_the_pace_of_finishes() -> None:
+    times = [100.0 + 120.0 * i for i in range(12)]
+    assert lsq_rate(times, list(range(1, 13))) == pytest.approx(30.0)
+    assert lsq_rate([0.0, 360.0], [1, 2]) == pytest.approx(10.0)
+    assert lsq_rate([5.0], [1]) is None
+    # a failed proof (no completion) counts its time
+    assert lsq_rate(times, [1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]) < 30.0
+
+
+@pytest.mark.parametrize(
+    ("pace_rate", "min_rate", "aborts"),
+    [(10.0, 30.0, True), (30.0, 30.0, False), (26.0, 30.0, False), (20.0, 30.0, True)],
+)
+def test_early_abort_allows_a_quarter_better_pace(
+    pace_rate: float, min_rate: float, aborts: bool
+) -> None:
+    step = 3600.0 / pace_rate
+    times = [step * i for i in range(1, 4)]
+    assert early_abort(times, [1, 2, 3], 12, min_rate) is aborts
+    assert early_abort(times[:2], [1, 2], 12, min_rate) is False  # two gaps needed
+
+
+# -- benchmark outcomes, judged by the real policy ----------------------------------------------
+
+
+def test_a_fast_clean_machine_passes_at_its_rate() -> None:
+    bench = vastui_bench(rental(60.0), min_rate=30.0)
+    assert bench.passed
+    assert bench.result["rate_per_hour"] == pytest.approx(60.0, rel=1e-6)
+    assert policy.benchmark_kill(bench.result, 30.0) is None
+    assert bench.duration < BENCH_TIMEOUT_S
+
+
+def test_a_slow_machine_is_aborted_early_without_a_ban() -> None:
+    bench = vastui_bench(rental(20.0), min_rate=40.0)
+    kill = policy.benchmark_kill(bench.result, 40.0)
+    assert kill is not None and kill.kind == "bench_aborted_early"
+    assert kill.ban is None and not kill.strike
+
+
+def test_a_machine_too_slow_for_the_timeout_times_out_with_a_strike() -> None:
+    # 24 proofs/h passes a min of 18, but 12 proofs after the warmup do not fit in 2400 s.
+    bench = vastui_bench(rental(24.0), min_rate=18.0)
+    assert bench.result["outcome"] == "timeout"
+    assert bench.duration == BENCH_TIMEOUT_S
+    kill = policy.benchmark_kill(bench.result, 18.0)
+    assert kill is not None and kill.kind == "bench_timeout" and kill.strike
+
+
+@pytest.mark.parametrize(
+    ("hidden", "outcome", "banned"),
+    [
+        (Hidden("cuda_abort", 3, 4), "error", True),
+        (Hidden("host_oom", 5, 4), "error", True),
+        (Hidden("gpu_panic", 2, 3), "error", True),  # 2, 5, 8, 11: more than 2 failed
+        (Hidden("gpu_oom", 0, 3), "error", True),
+        (Hidden("no_cuda", 0, 3), "error", True),
+        (Hidden("hang", 4, 3), "timeout", False),
+        (Hidden("cuda_abort", 30, 4), "pass", False),  # strikes later, in production
+    ],
+)
+def test_faults_end_the_benchmark_as_the_worker_reports_them(
+    hidden: Hidden, outcome: str, banned: bool
+) -> None:
+    bench = vastui_bench(rental(60.0, hidden), min_rate=30.0)
+    assert bench.result["outcome"] == outcome
+    kill = policy.benchmark_kill(bench.result, 30.0)
+    assert (kill is not None and kill.ban is not None) is banned
+
+
+def test_a_pass_with_failed_proofs_is_a_strike() -> None:
+    bench = vastui_bench(rental(60.0, Hidden("gpu_panic", 8, 6)), min_rate=30.0)
+    assert bench.passed and bench.result["proofs_failed"] == 1
+    assert policy.benchmark_strike(bench.result) is not None
+
+
+def test_the_original_benchmark_runs_everything_and_crashes_post_nothing() -> None:
+    clean = original_bench(rental(60.0))
+    assert clean.rate == pytest.approx(60.0, rel=1e-6)
+    assert clean.duration > vastui_bench(rental(60.0), 30.0).duration  # the restart
+    slow = original_bench(rental(10.0))
+    assert slow.rate == pytest.approx(10.0, rel=1e-6)  # no early abort: all 12 proofs
+    assert slow.duration > 45 * 60  # the monitor's timeout comes first
+    for fault in ("cuda_abort", "hang", "no_cuda", "gpu_oom"):
+        crashed = original_bench(rental(60.0, Hidden(fault, 3, 4)))
+        assert crashed.rate is None and math.isinf(crashed.duration)
+
+
+# -- production -------------------------------------------------------------------------------
+
+
+def test_production_counts_finishes_failures_and_stops() -> None:
+    p = Production(start=0.0, interval=60.0, fill=90.0, hidden=Hidden(), offline=None)
+    assert p.counts(149.0) == (0, 0)
+    assert p.counts(150.0) == (1, 0)
+    assert p.counts(90.0 + 60.0 * 10) == (10, 0)
+    assert p.death() is None and math.isinf(p.stopped_at())
+
+    panic = replace(p, hidden=Hidden("gpu_panic", 8, 5))  # indexes 13, 18, 23, ... fail
+    assert panic.counts(90.0 + 60.0 * 11) == (8, 3)  # 13..23: 13, 18 and 23 failed
+
+    dies = replace(p, hidden=Hidden("cuda_abort", 20, 4))  # the 8th production proof
+    at, reason, tail = dies.death() or (0.0, "", ())
+    assert dies.counts(1e6) == (7, 0)
+    assert at == pytest.approx(90.0 + 7 * 60.0 + 30.0)
+    assert "SIGABRT" in reason and policy.gpu_errors(tail)
+
+    offline = replace(p, offline=400.0)
+    assert offline.counts(1e6) == offline.counts(400.0) == (5, 0)
+
+
+def test_failing_between_matches_counting() -> None:
+    rng = random.Random(1)
+    for _ in range(200):
+        h = Hidden("gpu_panic", rng.randint(0, 40), rng.randint(1, 6))
+        lo, hi = rng.randint(0, 50), rng.randint(0, 80)
+        brute = sum(
+            1
+            for i in range(lo, hi + 1)
+            if i >= h.fault_after and (i - h.fault_after) % h.fault_every == 0
+        )
+        assert _failing_between(h, lo, hi) == brute
+
+
+# -- the clock --------------------------------------------------------------------------------
+
+
+def test_clock_runs_in_time_order_ties_first_in_first_out() -> None:
+    clock = Clock()
+    seen: list[tuple[float, str]] = []
+    clock.at(5.0, lambda: seen.append((clock.now, "b")))
+    clock.at(5.0, lambda: seen.append((clock.now, "c")))
+    clock.at(1.0, lambda: seen.append((clock.now, "a")))
+    clock.at(math.inf, lambda: seen.append((clock.now, "never")))
+    clock.every(0.0, 4.0, lambda: seen.append((clock.now, "tick")))
+    clock.run_until(8.0)
+    assert seen == [(0.0, "tick"), (1.0, "a"), (4.0, "tick"), (5.0, "b"), (5.0, "c"), (8.0, "tick")]
+    assert clock.now == 8.0
+
+
+# -- both policies on a small world -------------------------------------------------------------
+
+
+def small_market(seed: int = 3) -> Market:
+    return Market(
+        world_seed=7, seed=seed, hosts=120, scenario=Scenario("clean", 0, 0), config=config(2),
+        days=1,
+    )  # fmt: skip
+
+
+def first_machine(fleet_policy: VastuiPolicy | OriginalPolicy) -> int:
+    return next(iter(fleet_policy.fleet.workers.values())).offer.machine_id
+
+
+def test_runs_are_deterministic() -> None:
+    a = VastuiPolicy(small_market(), config(2)).run(24)
+    b = VastuiPolicy(small_market(), config(2)).run(24)
+    assert a == b and a.rentals > 0
+    c = OriginalPolicy(small_market(), config(2)).run(24)
+    d = OriginalPolicy(small_market(), config(2)).run(24)
+    assert c == d and c.rentals > 0
+
+
+def test_vastui_bans_a_failing_machine_the_original_rents_it_again() -> None:
+    market = small_market()
+    vastui = VastuiPolicy(market, config(2))
+    vastui.run(24)
+    original = OriginalPolicy(market, config(2))
+    original.run(24)
+    for mid in (first_machine(vastui), first_machine(original)):
+        market.hidden[mid] = Hidden("cuda_abort", 3, 4)  # an error in every benchmark
+
+    again = VastuiPolicy(market, config(2))
+    out = again.run(24)
+    mid = first_machine(vastui)
+    assert mid in again.bad
+    assert sum(1 for w in again.fleet.workers.values() if w.offer.machine_id == mid) == 1
+    assert out.rejected_spent > 0
+
+    blind = OriginalPolicy(market, config(2))
+    blind.run(24)
+    mid = first_machine(original)
+    rents = [w for w in blind.fleet.workers.values() if w.offer.machine_id == mid]
+    assert len(rents) > 3  # no memory: the cheapest machine is deployed every check
+    assert all(w.rec.kill_kind == "deadline_benchmark" for w in rents[:-1])
+
+
+def test_spend_is_billed_time_by_price() -> None:
+    vastui = VastuiPolicy(small_market(), config(2))
+    out = vastui.run(24)
+    by_hand = sum(
+        ((w.rec.killed_at or 24 * H) - (w.rec.created_at or 0.0)) / H * (w.rec.dph_total or 0.0)
+        for w in vastui.fleet.workers.values()
+    )
+    assert out.spent == pytest.approx(by_hand)
+    assert 0 <= out.rejected_spent <= out.spent
