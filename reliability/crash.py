@@ -155,6 +155,12 @@ def settle(trial: Trial) -> dict[str, Any]:
     trial.wait(5.0)  # a little more: the store catches up with what was just rented
     trial.final_checks()
     alive = _alive(trial)
+    if alive < trial.target:
+        # A worker may have just been killed (a deadline on the cloud's clock) and replaced
+        # after the last observation, or that observation failed under the faults: judge the
+        # target on fresh looks, within one more refill bound.
+        trial.wait(refill_bound(trial.opts.speed), until=lambda: _alive(trial) >= trial.target)
+        alive = _alive(trial)
     viable = None
     if alive < trial.target:
         viable = trial.viable_offers()
