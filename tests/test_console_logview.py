@@ -497,3 +497,81 @@ def test_wide_characters_wrap_by_cells() -> None:
     assert "".join(entry[2][start:end] for _, start, end in rows) == entry[2]
     assert all(cell_len(entry[2][start:end]) <= 5 for _, start, end in rows)
     assert _wrap_entry((2, "setup", ""), 5) == [((2, "setup", ""), 0, 0)]
+
+
+# ---------------------------------------------------------------- batches (append, the pane)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["plain", "ascii"],
+        ["tab\there", "ctrl\x07bell", "nl\ninside"],  # the per-line backstop
+        ["wide 日本語", "x" * 300],
+    ],
+)
+async def test_append_cleans_and_measures_as_line_by_line(lines: list[str]) -> None:
+    from vastui.console.logview import _clean, _text_width
+
+    app = LogApp()
+    async with app.run_test(size=(80, 12)):
+        view = _view(app)
+        view.append("cuzk", lines)
+        assert view.lines == [_clean(line) for line in lines]
+        assert view._max_width == max(_text_width(_clean(line)) for line in lines)
+
+
+class _StreamApp(App[None]):
+    """A LogsPane on its own: `queue_lines` as its streams call it."""
+
+    def compose(self) -> ComposeResult:
+        from vastui.console.panes.logs import LogsPane
+
+        yield LogsPane(id="logs")
+
+
+async def test_the_pane_appends_queued_batches_in_one_go_in_order() -> None:
+    from vastui.console.panes.logs import LogsPane
+
+    app = _StreamApp()
+    async with app.run_test(size=(80, 12)) as pilot:
+        pane = app.query_one(LogsPane)
+        pane.source = "cuzk"
+        view = pane.query_one(LogView)
+        appends: list[int] = []
+        append = view.append
+        view.append = lambda source, lines: (appends.append(len(lines)), append(source, lines))  # type: ignore[method-assign]
+        for n in range(5):
+            pane.queue_lines(pane.token, "cuzk", _numbered(f"b{n}", 3))
+        pane.queue_lines(pane.token - 1, "cuzk", ["from a stopped stream"])
+        await pilot.pause()
+        assert appends == [15]  # one append for the five batches; the stale one never shown
+        assert view.lines == [line for n in range(5) for line in _numbered(f"b{n}", 3)]
+
+
+async def test_the_pane_says_how_many_lines_it_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vastui.console.panes import logs
+    from vastui.ssh import LogBatch
+
+    monkeypatch.setattr(logs, "PENDING_LIMIT", 50)
+    app = _StreamApp()
+    async with app.run_test(size=(80, 12)) as pilot:
+        pane = app.query_one(logs.LogsPane)
+        pane.source = "cuzk"
+        view = pane.query_one(LogView)
+        pane.queue_lines(pane.token, "cuzk", LogBatch(["newest"], skipped=1234, ahead=True))
+        await pilot.pause()
+        assert view.lines == [
+            "[1,234 lines skipped: the log came faster than the screen can show]",
+            "newest",
+        ]
+        # A backlog beyond PENDING_LIMIT before the pane's turn: the oldest go, said so.
+        view.clear()
+        pane.queue_lines(pane.token, "cuzk", _numbered("old", 10))
+        pane.queue_lines(pane.token, "cuzk", _numbered("new", 50))
+        await pilot.pause()
+        assert view.lines == [
+            "[10 lines skipped: the log came faster than the screen can show]",
+            *_numbered("new", 50),
+        ]
+        assert pane.skipped_total == 1234 + 10

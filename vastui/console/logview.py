@@ -27,6 +27,7 @@ import zlib
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from operator import itemgetter
 from typing import ClassVar, Literal, Self
 
@@ -100,6 +101,7 @@ _PALETTE = ("#56b6c2", "#c678dd", "#61afef", "#98c379", "#d19a66", "#e5c07b", "#
 
 # Control characters (bar tab) would corrupt the terminal; callers sanitise, this is the backstop.
 _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SEQ = itemgetter(0)
 
 
@@ -132,6 +134,23 @@ def _clean(text: str) -> str:
     if "\t" in text:
         text = text.expandtabs(8)
     return _CONTROLS.sub(" ", text)
+
+
+def _clean_all(lines: Sequence[str]) -> tuple[list[str], int]:
+    """`_clean` of every line and the widest one's width, per batch where it can be: lines that
+    arrive sanitised (the usual case) need nothing, which one scan of the batch shows."""
+    block = "\n".join(lines)
+    if (
+        "\t" not in block
+        and block.count("\n") == len(lines) - 1
+        and _CONTROLS_BUT_NEWLINE.search(block) is None
+    ):
+        texts = list(lines)
+    else:
+        texts = [_clean(text) for text in lines]
+    if block.isascii():
+        return texts, max(map(len, texts))
+    return texts, max(map(_text_width, texts))
 
 
 def _text_width(text: str) -> int:
@@ -392,11 +411,12 @@ class LogView(Widget):
             self._seq += count - self._max_lines
             lines = lines[count - self._max_lines :]
         base = self._seq
-        entries = [(base + i, source, _clean(text)) for i, text in enumerate(lines, 1)]
+        texts, width = _clean_all(lines)
+        entries = list(zip(range(base + 1, base + len(texts) + 1), repeat(source), texts))
         self._seq = base + len(entries)
         self._buffer.extend(entries)
         shown = self._visible is None or source in self._visible
-        self._after_ingest(entries if shown else [], {source})
+        self._after_ingest(entries if shown else [], {source}, width)
 
     def reset(self, lines: list[tuple[str, str]]) -> None:
         """Replace everything with `(source, text)` lines, oldest first (e.g. a ring buffer)."""
@@ -559,14 +579,19 @@ class LogView(Widget):
         self.current_match = -1
         self.line_count = 0
 
-    def _after_ingest(self, shown: list[Entry], sources: set[str]) -> None:
+    def _after_ingest(
+        self, shown: list[Entry], sources: set[str], width: int | None = None
+    ) -> None:
+        """Account for freshly buffered entries (`width`: the widest one's, when known)."""
         if not sources <= self._seen_sources:
             self._seen_sources |= sources
             self._update_prefix()
         removed_rows = self._trim_to_buffer()
         if shown:
             self._view.extend(shown)
-            self._max_width = max(self._max_width, max(_text_width(e[2]) for e in shown))
+            if width is None:
+                width = max(_text_width(e[2]) for e in shown)
+            self._max_width = max(self._max_width, width)
             if self.wrap and self._rows_width:
                 width = self._rows_width
                 for entry in shown:

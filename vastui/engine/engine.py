@@ -89,6 +89,7 @@ class Engine:
         self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
         self._offers: list[RankedOffer] = []
         self._offers_at: float | None = None  # monotonic
+        self._offers_gen = 0  # bumped when the ranking goes stale (a measurement, a ban)
         self._stopping = False  # a stop was asked: nothing new is rented
         self._rent_misses: dict[int, int] = {}  # sent rent intent → lists without its label
         self.halted = False  # stopped deciding: see `fatal`
@@ -197,6 +198,7 @@ class Engine:
         """Re-rank before the next rent (a measurement, a ban); or drop an offer that failed."""
         if dropped is None:
             self._offers_at = None
+            self._offers_gen += 1
         else:
             self._offers = [r for r in self._offers if r.offer.id != dropped]
 
@@ -213,9 +215,13 @@ class Engine:
             await self.store.check_health()  # deleted or replaced under us: stop, not limp
             async with self._lock:
                 await self._run_commands()
-                vast = await self._observe_vast()
-                if vast is not None:
-                    await self._reconcile(vast)
+            # Vast's list (paced pages: seconds for a big fleet) is read without the lock, so
+            # worker events are decided meanwhile; the reconcile then reads the store afresh.
+            observed_at = self.clock()
+            vast = await self._observe_vast()
+            if vast is not None:
+                async with self._lock:
+                    await self._reconcile(vast, observed_at)
         except Exception as exc:
             self._step_failed(exc)
         # Even after a failed observation: the status must say why nothing is rented.
@@ -317,9 +323,13 @@ class Engine:
         self.vast_seen_at = time.time()
         return {inst.id: inst for inst in listed}
 
-    async def _reconcile(self, vast: dict[int, Instance]) -> None:
+    async def _reconcile(self, vast: dict[int, Instance], observed_at: float) -> None:
+        """Reconcile the store with Vast's list, read at ``observed_at`` (engine clock): what
+        the engine did after that (a kill on an event, a rent by hand) the list cannot show."""
         now = self.clock()
         by_label = {inst.label: inst for inst in vast.values() if inst.label}
+        # A rent by hand while the list was read is done (or, its answer lost, one miss of the
+        # RENT_MISSES it takes to give up on it) by now: intents need no guard.
         await self._recover_intents(by_label, now)
         known = {rec.vast_id: rec for rec in await self.store.list_instances()}
         # Adopt our own labelled instances that the store does not know (after a crash).
@@ -331,8 +341,8 @@ class Engine:
                 adopted = await self._isolated(inst.id, self._adopt(inst, now))
                 if adopted is not None:
                     known[inst.id] = adopted
-            elif rec.killed and rec.source == "vastui":
-                await self.acts.destroy_again(rec)
+            elif rec.killed and rec.source == "vastui" and (rec.killed_at or 0.0) <= observed_at:
+                await self.acts.destroy_again(rec)  # (not one killed since the list was read)
         bad = {e.machine_id: e.reason or "" for e in await self.store.list_bad(now=now)}
         for rec in list(known.values()):
             if not rec.killed and rec.source == "vastui":
@@ -620,6 +630,7 @@ class Engine:
         if fresh and not force:
             return self._offers
         cfg = self.config.offers
+        generation = self._offers_gen
         result = await self.client.search_offers(
             cfg.filter, order=cfg.order, limit=cfg.limit,
             allocated_storage=self.config.fleet.disk_gb,  # price the disk we will rent
@@ -628,7 +639,8 @@ class Engine:
         self._offers = rank_offers(
             result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof
         )
-        self._offers_at = time.monotonic()
+        # A ban or a measurement while this search ran: ranked on stale records, re-rank soon.
+        self._offers_at = time.monotonic() if generation == self._offers_gen else None
         # Attached consoles show these: what this engine would rent, not a search of their own.
         rows = [to_record(r) for r in self._offers[:PUBLISHED_OFFERS]]
         await self.store.put_engine_offers(cfg.filter, rows, self.clock())
@@ -675,16 +687,24 @@ class Engine:
             view = await self._fleet_view()
             if view.workers > view.target > 0 and not view.api_error:
                 view = await self._shrink(view)
-            decision = provision.gate(view)
-            offers: list[RankedOffer] = []
-            if decision is None:
-                try:
-                    offers = await self.refresh_offers()
-                except VastError as exc:
-                    self._cycle_error = sanitize_line(f"offer search: {exc}", 300)
-                    log.warning("%s", self._cycle_error)
-                    view = replace(view, api_error=self._cycle_error)
-                decision = provision.decide(view, offers)
+            wants_market = provision.gate(view) is None
+        # The search (seconds for a big market, paced) and the ranking are not under the lock:
+        # worker events are decided meanwhile. The decision then takes a fresh view.
+        search_error = None
+        if wants_market:
+            try:
+                await self.refresh_offers()
+            except VastError as exc:
+                search_error = self._cycle_error = sanitize_line(f"offer search: {exc}", 300)
+                log.warning("%s", self._cycle_error)
+        async with self._lock:
+            view = await self._fleet_view()
+            if search_error is not None:
+                view = replace(view, api_error=search_error)
+            # The market as this step saw it; none if it did not look (the view changed since
+            # the gate said no search was needed): the next step looks.
+            offers = self._offers if wants_market and search_error is None else []
+            decision = provision.decide(view, offers)
             if decision.rent is not None and not (self._stopping or self.halted):
                 view, decision = await self._rent_one(view, decision, offers)
             await self._publish(view, decision)

@@ -18,6 +18,7 @@ from typing import Any
 from vastui.sanitize import sanitize_line
 
 from .connection import (
+    LogBatch,
     SshConnectionLost,
     WorkerConnection,
     WorkerProtocolError,
@@ -157,8 +158,13 @@ class Worker:
         )
         return None
 
-    async def logs(self, source: str, follow: bool = True, tail: int = 200) -> AsyncIterator[str]:
-        """Sanitised lines of one worker log; with ``follow`` it runs until closed."""
+    async def log_batches(
+        self, source: str, follow: bool = True, tail: int = 200, *, keep: int | None = None
+    ) -> AsyncIterator[LogBatch]:
+        """Sanitised lines of one worker log, a list per read (a console appends each list at
+        once); with ``follow`` it runs until closed. ``keep``: read ahead, and a batch holds at
+        most the newest ``keep`` lines of what came since the last (``batch.skipped`` counts
+        the others): a reader slower than the log skips lines instead of falling behind."""
         if source not in LOG_SOURCES:
             raise ValueError(f"unknown log source {source!r}; expected one of {LOG_SOURCES}")
         if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
@@ -166,6 +172,14 @@ class Worker:
         args: list[object] = ["logs", source, "--tail", tail]
         if follow:
             args.append("--follow")
-        async with contextlib.aclosing(self.conn.follow(workerctl(*args))) as lines:
-            async for line in lines:
-                yield line
+        lines = self.conn.follow_batches(workerctl(*args), keep=keep)
+        async with contextlib.aclosing(lines) as batches:
+            async for batch in batches:
+                yield batch
+
+    async def logs(self, source: str, follow: bool = True, tail: int = 200) -> AsyncIterator[str]:
+        """Sanitised lines of one worker log; with ``follow`` it runs until closed."""
+        async with contextlib.aclosing(self.log_batches(source, follow, tail)) as batches:
+            async for batch in batches:
+                for line in batch:
+                    yield line

@@ -23,11 +23,20 @@ from textual.widgets import Static
 from vastui.console.logview import LogView
 from vastui.console.messages import LogLines
 from vastui.console.panes.base import ConsoleHost
+from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES
 from vastui.store import InstanceRecord
 
 LOG_CHOICES = ("all", *LOG_SOURCES, "engine")
 MERGE_LIMIT = 20_000  # lines kept for the time-ordered merge of "all"
+# Lines waiting for the pane's next turn beyond this are dropped, oldest first (and said so):
+# a stream faster than the screen must not grow memory without bound. The view keeps 20,000.
+PENDING_LIMIT = 50_000
+# A stream read ahead (a LogBatch with `ahead`: FleetBridge.stream_logs asks for it) hands the
+# pane at most a batch a frame; meanwhile its SSH reader keeps the newest lines: a log faster
+# than the screen is skipped through (and said so), never lagged behind, and the screen owes
+# it a few appends a second.
+FRAME_S = 1 / 30
 _STAMP = re.compile(r"^\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)(Z|[+-]\d\d:?\d\d)?")
 
 
@@ -79,6 +88,11 @@ class MergedLog:
         return [(source, text) for _, _, source, text in self.entries]
 
 
+def _skipped_note(count: int) -> str:
+    noun = "line" if count == 1 else "lines"
+    return f"[{count:,} {noun} skipped: the log came faster than the screen can show]"
+
+
 class LogsPane(Vertical):
     PANE = "logs"
     BINDINGS: ClassVar[list[Binding]] = [
@@ -95,6 +109,12 @@ class LogsPane(Vertical):
         self.token = 0
         self.streams = 0  # SSH log streams open now (each one a channel)
         self.merged = MergedLog()
+        # Batches waiting for the pane's next turn: (token, source, lines), arrival order.
+        self._pending: list[tuple[int, str, list[str]]] = []
+        self._pending_lines = 0
+        self._skipped = 0  # lines dropped from a backlog the pane could not keep up with
+        self.skipped_total = 0  # lines skipped unshown since the pane opened (each said so)
+        self._flush_posted = False
 
     def compose(self):  # type: ignore[no-untyped-def]
         yield Static(id="logs-header")
@@ -143,6 +163,7 @@ class LogsPane(Vertical):
         """Stop the old streams (their SSH channels close) and start the new ones."""
         self.token += 1
         self.workers.cancel_group(self, "logs")
+        self._drop_pending()
         self.merged = MergedLog()
         self.view.clear()
         self.render_header()
@@ -159,6 +180,11 @@ class LogsPane(Vertical):
     def stop(self) -> None:
         self.token += 1
         self.workers.cancel_group(self, "logs")
+        self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        """Lines of streams now stopped are never shown."""
+        self._pending, self._pending_lines, self._skipped = [], 0, 0
 
     @work(exit_on_error=False, group="logs")
     async def stream(self, token: int, rec: InstanceRecord, source: str) -> None:
@@ -167,22 +193,69 @@ class LogsPane(Vertical):
             async for batch in self.host.bridge.stream_logs(rec, source):
                 if token != self.token:
                     return
-                self.post_message(LogLines(token, source, batch))
+                self.queue_lines(token, source, batch)
+                if getattr(batch, "ahead", False):  # read ahead meanwhile: a batch a frame
+                    await asyncio.sleep(FRAME_S)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             if token == self.token:
-                self.post_message(LogLines(token, source, [f"[log stream ended: {exc}]"]))
+                self.queue_lines(token, source, [sanitize_line(f"[log stream ended: {exc}]")])
         finally:
             self.streams -= 1
+
+    def queue_lines(self, token: int, source: str, lines: list[str]) -> None:
+        """Lines wait for the pane's next turn: however many batches arrive meanwhile, the view
+        takes them in one append per source and run (a stream at thousands of lines a second
+        costs the screen a few appends a frame, not one per read off the channel)."""
+        skipped = getattr(lines, "skipped", 0)  # the SSH reader kept only the newest
+        if skipped and token == self.token:
+            self.skipped_total += skipped
+            lines = [_skipped_note(skipped), *lines]
+        pending = self._pending
+        if pending and pending[-1][:2] == (token, source):
+            pending[-1][2].extend(lines)
+        else:
+            pending.append((token, source, list(lines)))
+        self._pending_lines += len(lines)
+        if self._pending_lines > PENDING_LIMIT:
+            self._trim_pending(self._pending_lines - PENDING_LIMIT)
+        if not self._flush_posted:
+            self._flush_posted = True
+            self.post_message(LogLines(token, source, []))
+
+    def _trim_pending(self, excess: int) -> None:
+        pending = self._pending
+        while excess > 0 and pending:
+            token, _source, lines = pending[0]
+            cut = min(excess, len(lines))
+            del lines[:cut]
+            self._pending_lines -= cut
+            excess -= cut
+            if token == self.token:
+                self._skipped += cut
+                self.skipped_total += cut
+            if not lines:
+                pending.pop(0)
 
     @on(LogLines)
     def _lines(self, message: LogLines) -> None:
         message.stop()
-        if message.token != self.token:
-            return
-        if self.source != "all" or self.merged.add(message.source, message.lines):
-            self.view.append(message.source, message.lines)
+        self._flush_posted = False
+        batches, self._pending, self._pending_lines = self._pending, [], 0
+        if message.lines:  # lines posted directly, not queued
+            batches.append((message.token, message.source, message.lines))
+        if self._skipped:
+            skipped, self._skipped = self._skipped, 0
+            source = batches[0][1] if batches else "all"
+            batches.insert(0, (self.token, source, [_skipped_note(skipped)]))
+        for token, source, lines in batches:
+            if token == self.token:
+                self._show(source, lines)
+
+    def _show(self, source: str, lines: list[str]) -> None:
+        if self.source != "all" or self.merged.add(source, lines):
+            self.view.append(source, lines)
         else:
             # an older backlog arrived after newer lines: show the merge in time order
             self.view.reset(self.merged.lines())

@@ -1,0 +1,291 @@
+"""Log streaming: lines per second from a simulated instance over SSH into the console's log
+pane, as a ratio to a bare asyncssh reader of the same stream.
+
+    .venv/bin/python -m bench.logstream [--quick] [--lines N] [--profile]
+
+One simulated instance (a `vastui.sim.cheap` worker in a cloud process of its own) answers
+`workerctl logs cuzk --tail 500 --follow` with N ANSI-coloured cuzk lines as fast as SSH takes
+them, then ends. Both readers run in this process, one after the other, on the same command:
+
+- bare: `asyncssh.connect` + `create_process`, stdout read in 64 KiB chunks, newlines counted;
+- console: the console's own path: `SshPool` → `Worker.logs` (split, sanitise) →
+  `FleetBridge.stream_logs` (batches) → `LogsPane` (its `LogLines` messages) → `LogView` in a
+  Textual app under `App.run_test()` (headless: the compositor still renders each frame).
+
+Also: the resident set before and after the console's million lines (the view keeps 20,000),
+and the frames the app rendered while streaming (lines are appended per batch, not per line:
+a frame must not be owed to every line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import statistics
+import sys
+import time
+from typing import Any
+
+import asyncssh
+
+from bench.common import Goal, progress, ratio, rss_mb
+from bench.fleet import API_KEY, Cloud
+from vastui.console.bridge import FleetBridge
+from vastui.console.logview import LogLines as LogViewport
+from vastui.console.logview import LogView
+from vastui.console.panes.logs import LogsPane
+from vastui.ssh import MemoryPins, SshPool, workerctl
+from vastui.store import InstanceRecord
+from vastui.vast.client import VastClient
+
+GOALS = [
+    Goal("logstream.ratio_vs_asyncssh", ">=", 0.5, "console lines/s over bare asyncssh lines/s"),
+    Goal("logstream.rss_growth_mb", "<=", 50.0, "memory bounded over the stream"),
+]
+
+SOURCE = "cuzk"
+TAIL = 500  # what the console asks for (FleetBridge.stream_logs)
+
+
+class _Bridge:
+    """What `LogsPane` asks of the app's bridge; the stream is the console's own code."""
+
+    def __init__(self, pool: SshPool) -> None:
+        self.pool = pool
+
+    def _worker(self, rec: InstanceRecord) -> Any:
+        return self.pool.worker(rec.vast_id, (rec.ssh_host or "", int(rec.ssh_port or 22)))
+
+    stream_logs = FleetBridge.stream_logs
+
+
+class _Snapshot:
+    def __init__(self, rec: InstanceRecord) -> None:
+        self.instances = [rec]
+
+
+def _app(pool: SshPool, rec: InstanceRecord) -> Any:
+    from textual.app import App, ComposeResult
+
+    class StreamApp(App[None]):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bridge = _Bridge(pool)
+            self.snapshot = _Snapshot(rec)
+            self.animation_level = "none"
+
+        def compose(self) -> ComposeResult:
+            yield LogsPane(id="logs")
+
+    return StreamApp()
+
+
+async def _instance(url: str, key: asyncssh.SSHKey) -> InstanceRecord:
+    """One running instance of the simulated cloud, with our key on it."""
+    client = VastClient(API_KEY, url, pacing={})
+    try:
+        await client.add_ssh_key(key.export_public_key().decode().strip())
+        offer = (await client.search_offers("verified=any external=any", limit=5)).offers[0]
+        label = "vastui-bench-0123456789ab"
+        iid = (
+            await client.create_instance(offer.id, label=label, image="img", disk_gb=10)
+        ).instance_id
+        for _ in range(200):
+            inst = await client.show_instance(iid)
+            endpoint = inst.ssh_endpoint() if inst is not None else None
+            if inst is not None and inst.actual_status == "running" and endpoint:
+                await asyncio.sleep(0.5)  # its SSH server starts on the cloud's next tick
+                return InstanceRecord(
+                    vast_id=iid, label=label, state="proving", ssh_host=endpoint[0],
+                    ssh_port=endpoint[1],
+                )  # fmt: skip
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"instance {iid} did not run")
+    finally:
+        await client.aclose()
+
+
+async def _bare(rec: InstanceRecord, key: asyncssh.SSHKey) -> tuple[int, float]:
+    """A bare asyncssh reader: lines and seconds."""
+    command = workerctl("logs", SOURCE, "--tail", TAIL, "--follow")
+    async with asyncssh.connect(
+        rec.ssh_host, rec.ssh_port, username="root", client_keys=[key], known_hosts=None,
+        config=None, agent_path=None,
+    ) as conn:  # fmt: skip
+        started = time.perf_counter()
+        process = await conn.create_process(command, encoding=None)
+        lines = 0
+        while chunk := await process.stdout.read(65536):
+            lines += chunk.count(b"\n")
+        elapsed = time.perf_counter() - started
+        process.close()
+    return lines, elapsed
+
+
+async def _console(pool: SshPool, rec: InstanceRecord, lines: int, profile: bool) -> dict[str, Any]:
+    """The console's path into a LogsPane under run_test: lines/s, frames, RSS."""
+    app = _app(pool, rec)
+    frames = 0
+    render_line = LogViewport.render_line
+
+    def counting(self: LogViewport, y: int) -> Any:
+        nonlocal frames
+        frames += y == 0
+        return render_line(self, y)
+
+    LogViewport.render_line = counting  # type: ignore[method-assign]
+    try:
+        async with app.run_test(size=(200, 50)) as pilot:
+            pane = app.query_one(LogsPane)
+            view = pane.query_one(LogView)
+            await pilot.pause()
+            gc.collect()
+            rss_before = rss_mb()
+            profiler = _profiler(profile)
+            frames = 0
+            received = 0
+            queue_lines = pane.queue_lines
+
+            def counting_queue(token: int, source: str, lines: list[str]) -> None:
+                nonlocal received
+                received += len(lines) + getattr(lines, "skipped", 0)
+                queue_lines(token, source, lines)
+
+            pane.queue_lines = counting_queue  # type: ignore[method-assign]
+            started, cpu0 = time.perf_counter(), time.process_time()
+            pane.source = SOURCE
+            pane.show_instance(rec)
+            await asyncio.sleep(0.05)
+            # Done: the stream ended (the worker sent its last line) and the pane showed it all.
+            while pane.streams or pane._pending or pane._flush_posted:
+                await asyncio.sleep(0.02)
+                if time.perf_counter() - started > 600:
+                    raise RuntimeError(f"only {view.total_received:,} of {lines:,} lines shown")
+            elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu0
+            _profile_report(profiler)
+            await pilot.pause()
+            gc.collect()
+            return {
+                "console_lines": received,  # shown, or skipped through (and said so)
+                "skipped": pane.skipped_total,
+                "console_s": elapsed,
+                "cpu_s": cpu,
+                "frames": frames,
+                "buffered": view.buffered,
+                "rss_before": rss_before,
+                "rss_after": rss_mb(),
+            }
+    finally:
+        LogViewport.render_line = render_line  # type: ignore[method-assign]
+
+
+def _profiler(enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from pyinstrument import Profiler
+
+    profiler = Profiler(async_mode="disabled")
+    profiler.start()
+    return profiler
+
+
+def _profile_report(profiler: Any) -> None:
+    if profiler is not None:
+        profiler.stop()
+        print(profiler.output_text(unicode=True, color=False), file=sys.stderr)
+
+
+async def _firehose(lines: int, rounds: int, profile: bool) -> dict[str, Any]:
+    """Bare reader and console, alternately (a burst of load hits both alike): medians."""
+    cloud = Cloud(20, progress_every=0, log_total=lines, log_rate=0)
+    pool: SshPool | None = None
+    try:
+        key = asyncssh.generate_private_key("ssh-ed25519")
+        rec = await _instance(cloud.url, key)
+        pool = SshPool(client_key=key, pins=MemoryPins())
+        bare_rates, console_rates, runs = [], [], []
+        for n in range(rounds):
+            bare_lines, bare_s = await _bare(rec, key)
+            console = await _console(pool, rec, lines, profile and n == 0)
+            bare_rates.append(bare_lines / bare_s)
+            console_rates.append(console["console_lines"] / console["console_s"])
+            runs.append(console)
+            progress(f"logstream: bare {bare_rates[-1]:,.0f} lines/s, console "
+                     f"{console_rates[-1]:,.0f} lines/s ({console['frames']} frames)")  # fmt: skip
+        last = runs[-1]
+        bare_rate, console_rate = statistics.median(bare_rates), statistics.median(console_rates)
+        return {
+            "logstream.lines": lines,
+            "logstream.rounds": rounds,
+            "logstream.bare_lines_per_s": round(bare_rate),
+            "logstream.console_lines_per_s": round(console_rate),
+            "logstream.ratio_vs_asyncssh": ratio(console_rate, bare_rate),
+            "logstream.frames_per_s": round(last["frames"] / last["console_s"], 1),
+            "logstream.shown_share": round(1 - last["skipped"] / last["console_lines"], 3),
+            "logstream.lines_kept": last["buffered"],
+            "logstream.rss_before_mb": last["rss_before"],
+            "logstream.rss_after_mb": last["rss_after"],
+            "logstream.rss_growth_mb": round(last["rss_after"] - last["rss_before"], 1),
+        }
+    finally:
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.close_all()
+        cloud.stop()
+
+
+async def _paced(rate: int, seconds: float) -> dict[str, Any]:
+    """A log at `rate` lines/s (the issue's key test streams 5,000): what the console spends."""
+    lines = int(rate * seconds)
+    cloud = Cloud(20, progress_every=0, log_total=lines, log_rate=rate)
+    pool: SshPool | None = None
+    try:
+        key = asyncssh.generate_private_key("ssh-ed25519")
+        rec = await _instance(cloud.url, key)
+        pool = SshPool(client_key=key, pins=MemoryPins())
+        console = await _console(pool, rec, lines, False)
+        return {
+            "logstream.paced_lines_per_s": rate,
+            "logstream.paced_cpu_share": round(console["cpu_s"] / console["console_s"], 3),
+            "logstream.paced_frames_per_s": round(console["frames"] / console["console_s"], 1),
+            "logstream.paced_shown_share": round(
+                1 - console["skipped"] / max(1, console["console_lines"]), 3
+            ),
+        }
+    finally:
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.close_all()
+        cloud.stop()
+
+
+async def _measure(lines: int, rounds: int, paced_s: float, profile: bool) -> dict[str, Any]:
+    figures = await _firehose(lines, rounds, profile)
+    if paced_s > 0:
+        figures |= await _paced(5_000, paced_s)
+    return figures
+
+
+def run(quick: bool) -> dict[str, Any]:
+    if quick:
+        return asyncio.run(_measure(200_000, rounds=2, paced_s=3.0, profile=False))
+    return asyncio.run(_measure(1_000_000, rounds=3, paced_s=8.0, profile=False))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--lines", type=int)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    lines = args.lines or (200_000 if args.quick else 1_000_000)
+    rounds, paced = (2, 3.0) if args.quick else (3, 8.0)
+    for key, value in asyncio.run(_measure(lines, rounds, paced, args.profile)).items():
+        print(f"{key:36} {value}")
+
+
+if __name__ == "__main__":
+    main()
