@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord
 
 PANE_IDS = ("offers", "instances", "logs", "bad")
+FRAME_SWITCH_INTERVAL = 0.001  # seconds: see on_mount
 
 
 class VastuiCommands(Provider):
@@ -126,6 +128,8 @@ class VastuiApp(App[int]):
         self.handover = False  # set when the operator chose to hand the fleet to a headless engine
         self._offers_seen: int | None = None
         self._detached_told = False
+        self._switch_interval = sys.getswitchinterval()
+        self._gc_thresholds = gc.get_threshold()
 
     def notify(  # type: ignore[override]
         self,
@@ -168,6 +172,11 @@ class VastuiApp(App[int]):
         return self.query_one(f"#{name}-pane")
 
     async def on_mount(self) -> None:
+        # Textual writes each frame from a writer thread, which must take the GIL from the
+        # busy event loop: at Python's 5 ms switch interval a finished frame waited 10-20 ms
+        # to reach the terminal (bench/keys.py); at 1 ms, about 2.
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(FRAME_SWITCH_INTERVAL)
         register_themes(self, self.themes)
         self.theme = resolve_theme_name(self, self.theme_choice)
         if self.opts.config.ui.keymap:
@@ -202,6 +211,9 @@ class VastuiApp(App[int]):
         self.refresh_offers()
 
     async def on_unmount(self) -> None:
+        sys.setswitchinterval(self._switch_interval)
+        gc.unfreeze()  # what settle_heap froze is the garbage collector's again
+        gc.set_threshold(*self._gc_thresholds)
         with contextlib.suppress(NoMatches):
             self.pane("logs").stop()
         with contextlib.suppress(Exception):
@@ -256,11 +268,14 @@ class VastuiApp(App[int]):
         with contextlib.suppress(NoMatches):
             self.pane("offers").refill()
             self.refresh_titles()
+        self.call_after_refresh(settle_heap)
 
     def refresh_titles(self) -> None:
         tabs = self.query_one("#panes", TabbedContent)
-        tabs.get_tab("offers").label = self.pane("offers").title()
-        tabs.get_tab("bad").label = self.pane("bad").title()
+        for pane in ("offers", "bad"):
+            tab, title = tabs.get_tab(pane), self.pane(pane).title()
+            if str(tab.label) != title:  # a new label lays the tab bar out again
+                tab.label = title
 
     def _pump_engine_log(self) -> None:
         with contextlib.suppress(NoMatches):
@@ -444,6 +459,24 @@ class VastuiApp(App[int]):
                 self.exit()
 
         self.push_screen(QuitScreen(body, can_hand_over=can), done)
+
+
+def settle_heap() -> None:
+    """Take the long-lived objects (10,000 offers, the widgets) out of the garbage collector's
+    way. A full collection walks every object: with them it took 150-300 ms, about every
+    second under a fast log stream, stalling keys (bench/keys.py). Unfreezing and collecting
+    first means nothing stays frozen once it is garbage; this runs when a new offers list
+    arrives (minutes apart), so its one full pass replaces hundreds."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+# Young collections 14x rarer than Python's default (700, 10, 10): most of Textual's cyclic
+# garbage (strips, caches, layout maps; ~5,000 objects/s under a log stream) then dies before
+# a collection would promote it, so full collections come seconds apart, not every 0.4 s.
+GC_THRESHOLDS = (10_000, 10, 10)
 
 
 def _load_ui_state() -> dict[str, Any]:

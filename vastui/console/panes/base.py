@@ -8,15 +8,16 @@ Panes reach the rest of the console through `ConsoleHost` (the app), never throu
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import DataTable
+
+from vastui.console.rowtable import RowDoesNotExist, RowTable
 
 if TYPE_CHECKING:
     from vastui.backend import Options
@@ -58,11 +59,14 @@ SORT_BINDINGS = [
     Binding("S", "sort_reverse", "Reverse", id="sort-reverse", tooltip="Reverse the sort order"),
 ]
 
-Row = tuple[str, Sequence[Text], Any]  # key, cells, the record behind them (for sorting)
+# key, cells (None: made when the row is drawn, by `row_cells`), the record behind them
+Row = tuple[str, Sequence[Text] | None, Any]
+T = TypeVar("T")
 
 
 class TablePane(Vertical):
-    """A pane around one DataTable. Subclasses set COLUMNS and build rows."""
+    """A pane around one RowTable. Subclasses set COLUMNS and build rows; a row's cells may be
+    left to `row_cells`, made only when the row is drawn (10,000 offers, ~45 on screen)."""
 
     COLUMNS: ClassVar[tuple[Column, ...]] = ()
     PANE: ClassVar[str] = ""
@@ -70,11 +74,12 @@ class TablePane(Vertical):
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.table: DataTable = DataTable(
-            id=f"{self.PANE}-table", cursor_type="row", zebra_stripes=True
+        self.table = RowTable(
+            id=f"{self.PANE}-table", cursor_type="row", zebra_stripes=True, cells=self._cells
         )
         self._rows: list[Row] = []
-        self._signature: int | None = None
+        self._shown: list[Row] = []
+        self._shown_version: Any = None
         self._headers: tuple[str | None, bool] | None = None
 
     def compose(self):  # type: ignore[no-untyped-def]
@@ -100,10 +105,16 @@ class TablePane(Vertical):
 
     SORT_VALUES: ClassVar[dict[str, Callable[[Any], Any]]] = {}  # column → the value it sorts by
 
+    def sort_getter(self, column: str) -> Callable[[Any], Any]:
+        """record → the value a column sorts by (None sorts last)."""
+        getter = self.SORT_VALUES.get(column)
+        if getter is None:
+            return lambda _record: None
+        return lambda record: None if record is None else getter(record)
+
     def sort_value(self, record: Any, column: str) -> Any:
         """The value a column sorts by; None sorts last."""
-        getter = self.SORT_VALUES.get(column)
-        return None if getter is None or record is None else getter(record)
+        return self.sort_getter(column)(record)
 
     def action_sort(self) -> None:
         keys = [c.key for c in self.COLUMNS]
@@ -119,13 +130,19 @@ class TablePane(Vertical):
         self.refill()
 
     def _sorted(self, rows: list[Row]) -> list[Row]:
+        return self.sort_items(rows, itemgetter(2))
+
+    def sort_items(self, items: list[T], record_of: Callable[[T], Any]) -> list[T]:
+        """Items in the pane's sort order (by their record's value; the unknown last either
+        way), each value made once."""
         key = self.sort_key
         if key is None:
-            return list(reversed(rows)) if self.sort_reverse else rows
-        present = [r for r in rows if self.sort_value(r[2], key) is not None]
-        missing = [r for r in rows if self.sort_value(r[2], key) is None]
-        present.sort(key=lambda r: self.sort_value(r[2], key), reverse=self.sort_reverse)
-        return present + missing  # the unknown stay at the bottom either way
+            return list(reversed(items)) if self.sort_reverse else items
+        getter = self.sort_getter(key)
+        valued = [(getter(record_of(item)), item) for item in items]
+        present = [pair for pair in valued if pair[0] is not None]
+        present.sort(key=itemgetter(0), reverse=self.sort_reverse)
+        return [item for _, item in present] + [item for v, item in valued if v is None]
 
     def _set_headers(self) -> None:
         """Columns with the sorted one marked ▲ (ascending) or ▼ (descending)."""
@@ -133,20 +150,30 @@ class TablePane(Vertical):
         if state == self._headers:
             return
         self._headers = state
-        keep = self.cursor_key()
-        self.table.clear(columns=True)
+        columns = []
         for col in self.COLUMNS:
             label = col.label
             if col.key == self.sort_key:
                 label += " ▼" if self.sort_reverse else " ▲"
-            self.table.add_column(label, width=max(col.width, len(label)), key=col.key)
-        self._signature = None
-        self._fill(self._rows, keep)
+            columns.append((col.key, label, max(col.width, len(label))))
+        self.table.set_columns(columns)
 
     # -- rows ------------------------------------------------------------------------------
 
     def build_rows(self) -> list[Row]:
         raise NotImplementedError
+
+    def row_cells(self, record: Any) -> Sequence[Text]:
+        """A row's cells, for rows built without them."""
+        raise NotImplementedError
+
+    def rows_version(self) -> Any:
+        """Changes when rows built lazily would show something else for the same records
+        (the instances' uptime moves with the clock)."""
+        return None
+
+    def _cells(self, row: Row) -> Sequence[Text]:
+        return row[1] if row[1] is not None else self.row_cells(row[2])
 
     def refill(self) -> None:
         """Rebuild the rows from the app's data and show them."""
@@ -155,32 +182,39 @@ class TablePane(Vertical):
         self._fill(self._rows, self.cursor_key())
 
     def _fill(self, rows: list[Row], keep: str | None) -> None:
-        """Replace the rows, keeping the cursor on the same key; skip if nothing changed
-        (refilling throws away the table's render cache, and data arrives every second)."""
+        """Show the rows sorted, keeping the cursor on the same key; skip if nothing changed
+        (showing new rows throws away the table's render cache, and data arrives every
+        second)."""
         shown = self._sorted(rows)
-        signature = hash(tuple((key, tuple(str(c) for c in cells)) for key, cells, _ in shown))
-        if signature == self._signature:
+        version = self.rows_version()
+        if version == self._shown_version and _same_rows(shown, self._shown):
             return
-        self._signature = signature
-        self.table.clear()
-        for key, cells, _ in shown:
-            self.table.add_row(*cells, key=key)
-        if keep is not None:
-            with contextlib.suppress(Exception):
-                self.table.move_cursor(row=self.table.get_row_index(keep), animate=False)
+        self._shown, self._shown_version = shown, version
+        self.table.set_rows([r[0] for r in shown], shown)
+        if keep is None or keep == self.table.key_at(self.table.cursor_row):
+            return
+        try:
+            index = self.table.get_row_index(keep)
+        except RowDoesNotExist:
+            index = 0  # its row is gone (filtered out): back to the top
+        self.table.move_cursor(row=index, animate=False)
 
     def cursor_key(self) -> str | None:
-        if self.table.row_count == 0:
-            return None
-        with contextlib.suppress(Exception):
-            row_key, _ = self.table.coordinate_to_cell_key(self.table.cursor_coordinate)
-            return str(row_key.value)
-        return None
+        return self.table.key_at(self.table.cursor_row)
 
     def selected(self) -> Any:
         """The record under the cursor, or None."""
-        key = self.cursor_key()
-        return next((rec for k, _, rec in self._rows if k == key), None)
+        try:
+            return self.table.record_at(self.table.cursor_row)[2]
+        except IndexError:
+            return None
 
     def focus_table(self) -> None:
         self.table.focus()
+
+
+def _same_rows(a: list[Row], b: list[Row]) -> bool:
+    """The same keys, records (the same objects) and cells, in the same order."""
+    return len(a) == len(b) and all(
+        x[0] == y[0] and x[2] is y[2] and x[1] == y[1] for x, y in zip(a, b, strict=True)
+    )

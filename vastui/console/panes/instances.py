@@ -77,39 +77,41 @@ class InstancesPane(TablePane):
         "image": lambda r: r.image,
     }
 
-    def sort_value(self, record: Any, column: str) -> Any:
-        if column == "spent" and isinstance(record, InstanceRecord):
-            return self.host.spent(record)  # needs the clock
-        return super().sort_value(record, column)
+    def sort_getter(self, column: str) -> Callable[[Any], Any]:
+        if column == "spent":
+            spent = self.host.spent  # needs the clock
+            return lambda rec: spent(rec) if isinstance(rec, InstanceRecord) else None
+        return super().sort_getter(column)
 
     def build_rows(self) -> list[Row]:
+        recs = sorted(self.host.snapshot.instances, key=lambda r: (r.killed, -(r.created_at or 0)))
+        return [(str(rec.vast_id), None, rec) for rec in recs[:MAX_ROWS]]
+
+    def rows_version(self) -> Any:
+        return self.host.clock()  # uptime and spend move with it
+
+    def row_cells(self, record: Any) -> list[Text]:
+        rec: InstanceRecord = record
         host = self.host
-        now = host.clock()
-        current_image = host.opts.config.fleet.image
-        recs = sorted(host.snapshot.instances, key=lambda r: (r.killed, -(r.created_at or 0)))
-        rows: list[Row] = []
-        for rec in recs[:MAX_ROWS]:
-            image = Text(sanitize_line(_short_image(rec.image), 60))
-            if rec.image and rec.image != current_image:
-                image.append(" old", style="bold yellow")
-            cpp, estimated = cost_per_proof(rec)
-            cells = [
-                t(rec.vast_id),
-                stage_text(rec),
-                t(f"{rec.gpu_name or '?'} x{rec.num_gpus or 1}"),
-                t(fmt(rec.bench_rate, ".1f")),
-                _measured_rate(rec),
-                _proofs(rec),
-                t(fmt(rec.dph_total, ".3f")),
-                t("-", "dim") if cpp is None else
-                t(f"~{cpp:.4f}", "dim") if estimated else t(f"{cpp:.4f}", "bold"),
-                t(money(host.spent(rec))),
-                t(_uptime(rec, now)),
-                t(rec.label),
-                image,
-            ]  # fmt: skip
-            rows.append((str(rec.vast_id), cells, rec))
-        return rows
+        image = Text(sanitize_line(_short_image(rec.image), 60))
+        if rec.image and rec.image != host.opts.config.fleet.image:
+            image.append(" old", style="bold yellow")
+        cpp, estimated = cost_per_proof(rec)
+        return [
+            t(rec.vast_id),
+            stage_text(rec),
+            t(f"{rec.gpu_name or '?'} x{rec.num_gpus or 1}"),
+            t(fmt(rec.bench_rate, ".1f")),
+            _measured_rate(rec),
+            _proofs(rec),
+            t(fmt(rec.dph_total, ".3f")),
+            t("-", "dim") if cpp is None else
+            t(f"~{cpp:.4f}", "dim") if estimated else t(f"{cpp:.4f}", "bold"),
+            t(money(host.spent(rec))),
+            t(_uptime(rec, host.clock())),
+            t(rec.label),
+            image,
+        ]  # fmt: skip
 
     def selected_instance(self) -> InstanceRecord | None:
         rec = self.selected()

@@ -23,6 +23,8 @@ from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
 from vastui.vast.query import QueryError, build_search_body
 
+CELL_CACHE = 2_000  # offers whose cells are kept (made when drawn; 10,000 offers, ~45 shown)
+
 
 class OffersPane(TablePane):
     PANE = "offers"
@@ -83,6 +85,15 @@ class OffersPane(TablePane):
         super().__init__(**kw)  # type: ignore[arg-type]
         self.show_bad = False
         self.row_filter = ""
+        # Made once per offers list, not per keystroke: each offer's row and the text a find
+        # searches, the rows in the sort order, each row's cells (only for rows drawn).
+        self._base_of: list[RankedOffer] | None = None
+        self._base: list[tuple[Row, str]] = []
+        self._bad = 0
+        self._order_state: tuple[Any, ...] | None = None
+        self._order: list[tuple[Row, str]] = []
+        self._cells_of: list[RankedOffer] | None = None
+        self._cell_cache: dict[int, tuple[RankedOffer, list[Text]]] = {}
 
     def compose(self):  # type: ignore[no-untyped-def]
         yield self.table
@@ -97,18 +108,49 @@ class OffersPane(TablePane):
     # -- rows ------------------------------------------------------------------------------
 
     def build_rows(self) -> list[Row]:
-        rows: list[Row] = []
+        """The offers shown, already in the sort order (`_sorted` keeps it)."""
+        show_bad = self.show_bad
         needle = self.row_filter.lower()
-        for ranked in self.host.offers:
-            if ranked.bad and not self.show_bad:
-                continue
-            if needle and needle not in _haystack(ranked):
-                continue
-            rows.append((str(ranked.offer.id), offer_cells(ranked), ranked))
-        return rows
+        return [
+            row
+            for row, hay in self._ordered()
+            if (show_bad or not row[2].bad) and (not needle or needle in hay)
+        ]
+
+    def _ordered(self) -> list[tuple[Row, str]]:
+        """Every offer's row with its haystack, sorted: once per offers list and sort, so a
+        keystroke in the find input only filters."""
+        offers = self.host.offers
+        if self._base_of is not offers:
+            self._base_of = offers
+            self._base = [((str(r.offer.id), None, r), _haystack(r)) for r in offers]
+            self._bad = sum(r.bad for r in offers)
+            self._order_state = None
+        state = (self.sort_key, self.sort_reverse)
+        if self._order_state != state:
+            self._order_state = state
+            self._order = self.sort_items(self._base, lambda pair: pair[0][2])
+        return self._order
+
+    def _sorted(self, rows: list[Row]) -> list[Row]:
+        return rows  # build_rows made them in order
+
+    def row_cells(self, record: Any) -> list[Text]:
+        offers = self.host.offers
+        if self._cells_of is not offers:  # a new list: its offers are new objects
+            self._cells_of, self._cell_cache = offers, {}
+        hit = self._cell_cache.get(id(record))
+        if hit is not None and hit[0] is record:
+            return hit[1]
+        cells = offer_cells(record)
+        if len(self._cell_cache) >= CELL_CACHE:  # the oldest out: rows drawn long ago
+            del self._cell_cache[next(iter(self._cell_cache))]
+        self._cell_cache[id(record)] = (record, cells)
+        return cells
 
     def title(self) -> str:
-        hidden = 0 if self.show_bad else sum(o.bad for o in self.host.offers)
+        self._ordered()  # counts the bad ones of this offers list
+        hidden = 0 if self.show_bad else self._bad
         shown = len(self._rows)
         return f"1 Offers ({shown}{f', {hidden} bad hidden' if hidden else ''})"
 

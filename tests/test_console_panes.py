@@ -1,0 +1,119 @@
+"""The table panes on RowTable: rows are kept per offers list and sort, a find only filters, the
+cursor stays on its row, rows made lazily follow the clock, and the heap is settled when a new
+offers list arrives (bench/keys.py measures why)."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tests.test_console import settle
+from vastui.console.app import GC_THRESHOLDS, VastuiApp, settle_heap
+from vastui.console.fixtures import FixedBridge, fixed_app
+from vastui.console.messages import OffersLoaded, SnapshotLoaded
+from vastui.console.panes.offers import _haystack
+from vastui.console.rowtable import RowTable
+
+
+def shown(app: VastuiApp, pane: str) -> list[str]:
+    table = app.query_one(f"#{pane}-table", RowTable)
+    return [str(table.key_at(i)) for i in range(table.row_count)]
+
+
+def expected_offers(app: VastuiApp, needle: str = "", column: str = "cpp") -> list[str]:
+    """The offers pane's rows, computed the plain way: bad hidden, found, sorted, unknown last."""
+    getter = app.pane("offers").SORT_VALUES[column]
+    rows = [r for r in app.offers if not r.bad and needle in _haystack(r)]
+    known = sorted((r for r in rows if getter(r) is not None), key=getter)
+    return [str(r.offer.id) for r in known + [r for r in rows if getter(r) is None]]
+
+
+async def loaded(pilot: Any) -> None:
+    app = pilot.app
+    await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
+
+
+async def test_find_filters_the_sorted_rows_and_keeps_the_cursors_row(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        assert shown(app, "offers") == expected_offers(app)
+        table = app.query_one("#offers-table", RowTable)
+        target = next(r for r in app.offers if not r.bad and "rtx" in _haystack(r))
+        keep = str(target.offer.id)
+        table.move_cursor(row=table.get_row_index(keep))
+        await pilot.press("slash", "r", "t", "x")
+        await pilot.pause()
+        assert shown(app, "offers") == expected_offers(app, "rtx")
+        assert app.pane("offers").cursor_key() == keep  # still on its row
+        await pilot.press("enter", "s")  # back to the table, sort: the found rows, re-sorted
+        await pilot.pause()
+        assert app.pane("offers").sort_key == "req"
+        assert shown(app, "offers") == expected_offers(app, "rtx", "req")
+        await pilot.press("slash", "escape")  # esc in the find input clears it
+        await pilot.pause()
+        assert shown(app, "offers") == expected_offers(app, "", "req")
+
+
+async def test_a_find_that_hides_the_cursors_row_goes_to_the_top(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        table = app.query_one("#offers-table", RowTable)
+        table.move_cursor(row=5)
+        hidden = app.pane("offers").cursor_key()
+        needle = next(
+            c for c in "abcdefghijklmnopqrstuvwxyz"
+            if expected_offers(app, c) and hidden not in expected_offers(app, c)
+        )  # fmt: skip
+        await pilot.press("slash", needle)
+        await pilot.pause()
+        assert table.cursor_row == 0
+        assert app.pane("offers").cursor_key() == expected_offers(app, needle)[0]
+
+
+async def test_a_new_offers_list_is_found_and_sorted_afresh(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await pilot.press("slash", "u", "s")
+        await pilot.pause()
+        before = shown(app, "offers")
+        fewer = [r for r in app.offers if r.offer.id % 2 == 0]
+        app.post_message(OffersLoaded(fewer))
+        await pilot.pause()
+        assert shown(app, "offers") == expected_offers(app, "us")
+        assert set(shown(app, "offers")) < set(before)
+
+
+async def test_instance_rows_follow_the_clock_with_the_same_records(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        table = app.query_one("#instances-table", RowTable)
+        await settle(pilot, app, lambda: table.row_count > 0)
+        uptime = list(dict(table.columns)).index("up")
+        first = str(table.get_row_at(0)[uptime])
+        bridge = app.bridge
+        assert isinstance(bridge, FixedBridge)
+        later = bridge.now() + 7200
+        bridge.now = lambda: later  # type: ignore[method-assign]
+        app.post_message(SnapshotLoaded(replace(app.snapshot)))  # the very same records
+        await pilot.pause()
+        assert str(table.get_row_at(0)[uptime]) != first
+
+
+def test_settle_heap_freezes_what_lives_and_keeps_full_collections_rare() -> None:
+    before = gc.get_threshold()
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == GC_THRESHOLDS
+        settle_heap()  # again: the first freeze is undone before the collection
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
