@@ -40,6 +40,7 @@ from vastui.store.records import EngineStatus
 from vastui.vast.client import VastClient
 
 log = logging.getLogger("vastui.console")
+LOG_KEEP = 5_000  # lines a log stream hands the pane per batch at most (the newest)
 
 ENGINE_LOG_LINES = 5_000
 HEARTBEAT_STALE = 4.0  # seconds without a lease heartbeat before the engine counts as gone
@@ -394,39 +395,13 @@ class FleetBridge:
         worker = self._worker(rec)
         if worker is None:
             raise ConnectionError(f"instance {rec.vast_id} has no SSH endpoint (yet)")
-        batch: list[str] = []
-        queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=50_000)
-
-        async def pump() -> None:
-            try:
-                async for line in worker.logs(source, follow=True, tail=tail):
-                    await queue.put(line)
-            finally:
-                await queue.put(None)
-
-        task = asyncio.create_task(pump())
-        try:
-            while True:
-                line = await queue.get()
-                if line is None:
-                    if batch:
-                        yield batch
-                    task.result()  # surface the SSH error, if any
-                    return
-                batch.append(line)
-                # Coalesce: hand over what has arrived so far in one batch.
-                while not queue.empty() and len(batch) < 5000:
-                    nxt = queue.get_nowait()
-                    if nxt is None:
-                        queue.put_nowait(None)
-                        break
-                    batch.append(nxt)
+        # Batches read ahead of the pane, sanitised a read at a time (Worker.log_batches); a
+        # pane slower than the log gets the newest LOG_KEEP lines of what came since its last
+        # batch (batch.skipped counts the rest): it skips through a firehose, never lags.
+        lines = worker.log_batches(source, follow=True, tail=tail, keep=LOG_KEEP)
+        async with contextlib.aclosing(lines) as batches:
+            async for batch in batches:
                 yield batch
-                batch = []
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         worker = self._worker(rec)
