@@ -87,6 +87,19 @@ class Cli:
         return None
 
 
+def _read_only(db: Path) -> sqlite3.Connection | None:
+    """The store opened read-only by SQLite (never by a descriptor of ours: see config.py's
+    tighten_private), or None when it is not there yet or busy."""
+    if not db.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return None
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
 def create_foreign(cli: Cli, label: str, attempts: int = 12) -> frozenset[int]:
     """An instance that is not vastui's, rented with the official CLI; the ids under ``label``.
 
@@ -124,13 +137,9 @@ def read_store(db: Path, foreign: Sequence[int] = (), *, check: bool = False) ->
 
     None: not there yet, or busy. ``check`` adds ``PRAGMA integrity_check``.
     """
-    if not db.exists():
+    conn = _read_only(db)
+    if conn is None:
         return None
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
-    except sqlite3.Error:
-        return None
-    conn.row_factory = sqlite3.Row
     try:
         conn.execute("BEGIN")
         view = _read(conn, foreign, check)
@@ -208,13 +217,9 @@ def _instance(r: sqlite3.Row) -> StoreInstance:
 
 def engine_status(db: Path) -> dict[str, Any] | None:
     """The engine's published status row (reason_kind, workers, target), or None."""
-    if not db.exists():
+    conn = _read_only(db)
+    if conn is None:
         return None
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
-    except sqlite3.Error:
-        return None
-    conn.row_factory = sqlite3.Row
     try:
         row = conn.execute("SELECT * FROM engine_status WHERE id = 1").fetchone()
         return dict(row) if row else None

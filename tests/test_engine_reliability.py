@@ -143,14 +143,20 @@ async def test_a_manual_rent_at_a_positive_target_is_refused(world: World, store
 # -- acts cut short by a crash ------------------------------------------------------------
 
 
-async def test_a_rent_intent_never_sent_frees_its_slot_at_once(world: World, store: Store):
+async def _pending_rent(world: World, store: Store):
+    """An engine, the best viable offer, and a pending rent intent for it (not marked sent)."""
     engine = await world.engine(store)
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    # The engine died between writing the intent and sending the request.
     intent = await store.create_intent(
         "rent", "auto", label="vastui-main-0123456789ab", offer_id=offer.id,
         machine_id=offer.machine_id, detail={"offer": offer.to_json()}, now=world.clock.now(),
     )  # fmt: skip
+    return engine, offer, intent
+
+
+async def test_a_rent_intent_never_sent_frees_its_slot_at_once(world: World, store: Store):
+    # The engine died between writing the intent and sending the request.
+    engine, offer, intent = await _pending_rent(world, store)
     assert not intent.sent
     world.clock.advance(1)
     await engine.step()
@@ -161,12 +167,7 @@ async def test_a_rent_intent_never_sent_frees_its_slot_at_once(world: World, sto
 
 
 async def test_a_sent_rent_intent_still_waits_for_its_label(world: World, store: Store):
-    engine = await world.engine(store)
-    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    intent = await store.create_intent(
-        "rent", "auto", label="vastui-main-0123456789ab", offer_id=offer.id,
-        machine_id=offer.machine_id, detail={"offer": offer.to_json()}, now=world.clock.now(),
-    )  # fmt: skip
+    engine, offer, intent = await _pending_rent(world, store)
     await store.mark_intent_sent(intent.id, now=world.clock.now())
     world.clock.advance(1)
     await engine.step()
@@ -179,12 +180,7 @@ async def test_a_sent_rent_intent_still_waits_for_its_label(world: World, store:
 
 async def test_a_sent_rent_vast_never_lists_frees_its_slot(world: World, store: Store):
     """A create answered 5xx that did nothing: Vast would list the instance if it existed."""
-    engine = await world.engine(store)
-    offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    intent = await store.create_intent(
-        "rent", "auto", label="vastui-main-0123456789ab", offer_id=offer.id,
-        machine_id=offer.machine_id, detail={"offer": offer.to_json()}, now=world.clock.now(),
-    )  # fmt: skip
+    engine, offer, intent = await _pending_rent(world, store)
     await store.mark_intent_sent(intent.id, now=world.clock.now())
     statuses = []
     for _ in range(4):
