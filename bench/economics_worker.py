@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.economics_world import Hidden
+from vastui.engine import policy
 from vastui.sim.standins import _simlib as simlib
 
 # vastui/sim/cloud.py create(): loading after U(20, 60) s, running U(60, 180) s later.
@@ -40,7 +41,7 @@ SYNTH_SHARE = 1.5  # a proof's synthesis, in units of I; then I of GPU
 SRS_GIB, PCE_GIB, PROOF_SYNTH_GIB, MARGIN_GIB = 44.0, 25.0, 70.0, 5.0
 JITTER = (0.97, 1.03)  # per proof (_simlib.jitter)
 # worker-image/benchmark.sh defaults.
-BENCH_TIMEOUT_S = 2400.0
+BENCH_TIMEOUT_S = 2400.0  # the floor; vastui sets it per worker (policy.bench_timeout_s)
 BENCH_MAX_FAILED = 2
 BENCH_INDEXES = 13  # the warmup (index 0) and 12 timed proofs: production starts at 13
 # From a passed benchmark to proofs flowing in production: curio starts and takes work
@@ -223,6 +224,7 @@ def vastui_bench(r: Rental, min_rate: float, proofs: int = 12) -> Bench:
     """worker-image/benchmark.sh on this machine: warmup, PCE wait, the timed run with
     early abort, its failure and time limits."""
     h = r.hidden
+    limit = float(policy.bench_timeout_s(min_rate, proofs))  # what the engine sets
     if h.fault == "no_cuda":
         t = DAEMON_READY_S + 1.0
         return Bench(t, _result("error", "warmup", None, failed=1, tail=TAILS["no_cuda"]), None)
@@ -231,8 +233,8 @@ def vastui_bench(r: Rental, min_rate: float, proofs: int = 12) -> Bench:
         t = warm - r.interval * EXTRACTION_SLOWDOWN
         return Bench(t, _result("error", "warmup", None, failed=1, tail=TAILS["gpu_oom"]), None)
     start = max(warm, pce)
-    if start >= BENCH_TIMEOUT_S:
-        return Bench(BENCH_TIMEOUT_S, _result("timeout", "pce", None, completed=0), None)
+    if start >= limit:
+        return Bench(limit, _result("timeout", "pce", None, completed=0), None)
     times: list[float] = []
     done: list[int] = []
     completed = failed = 0
@@ -246,10 +248,10 @@ def vastui_bench(r: Rental, min_rate: float, proofs: int = 12) -> Bench:
                 "error", "timed_run", lsq_rate(times, done), completed=completed, failed=failed,
                 tail=TAILS[h.fault],
             )  # fmt: skip
-            return Bench(min(at, BENCH_TIMEOUT_S), res, None)
+            return Bench(min(at, limit), res, None)
         if h.fault == "hang" and index == h.fault_after:
             continue  # never finishes: the others go on, the deadline ends it
-        if t >= BENCH_TIMEOUT_S:
+        if t >= limit:
             break
         if _fails(h, index):
             failed += 1
@@ -270,7 +272,7 @@ def vastui_bench(r: Rental, min_rate: float, proofs: int = 12) -> Bench:
     rate = lsq_rate(times, done)
     if len(times) < proofs or rate is None:
         res = _result("timeout", "timed_run", rate, completed=completed, failed=failed)
-        return Bench(BENCH_TIMEOUT_S, res, None)
+        return Bench(limit, res, None)
     outcome = "pass" if rate >= min_rate else "below_min"
     tail = TAILS["gpu_panic"] if failed else ()
     extra = {"daemon_pid": 4242, "daemon_completed": completed + 1, "daemon_failed": failed}

@@ -123,12 +123,21 @@ def test_a_slow_machine_is_aborted_early_without_a_ban() -> None:
     assert kill.ban is None and not kill.strike
 
 
-def test_a_machine_too_slow_for_the_timeout_times_out_with_a_strike() -> None:
-    # 24 proofs/h passes a min of 18, but 12 proofs after the warmup do not fit in 2400 s.
+def test_a_slow_machine_that_pays_gets_the_time_its_proofs_take() -> None:
+    # 24 proofs/h passes a min of 18, but 12 proofs after the warmup did not fit in a fixed
+    # 2400 s: the budget now follows min_rate (policy.bench_timeout_s), so it passes.
     bench = vastui_bench(rental(24.0), min_rate=18.0)
+    assert bench.result["outcome"] == "pass", bench.result
+    assert BENCH_TIMEOUT_S < bench.duration < policy.bench_timeout_s(18.0, 12)
+    assert policy.benchmark_kill(bench.result, 18.0) is None
+
+
+@pytest.mark.parametrize("min_rate", [13.0, 29.0, 60.0])
+def test_a_hung_proof_still_ends_at_the_budget_with_a_strike(min_rate: float) -> None:
+    bench = vastui_bench(rental(2 * min_rate, Hidden("hang", 4, 3)), min_rate=min_rate)
     assert bench.result["outcome"] == "timeout"
-    assert bench.duration == BENCH_TIMEOUT_S
-    kill = policy.benchmark_kill(bench.result, 18.0)
+    assert bench.duration == policy.bench_timeout_s(min_rate, 12)
+    kill = policy.benchmark_kill(bench.result, min_rate)
     assert kill is not None and kill.kind == "bench_timeout" and kill.strike
 
 

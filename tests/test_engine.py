@@ -5,6 +5,7 @@ end-to-end tests); the cloud runs on a ManualClock shared with the engine."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.enginekit import PUBKEY, World, rent_one, result
+from vastui.engine import policy
 from vastui.engine.engine import COMMAND_TTL, EngineError
 from vastui.engine.labels import is_vastui_label
 from vastui.engine.ranking import from_record
@@ -34,6 +36,8 @@ async def test_auto_provisioning_rents_viable_offers_up_to_limits(world: World, 
         sim = world.cloud.instances[rec.vast_id]
         assert sim.env["MIN_RATE"] == f"{rec.min_rate:.1f}"
         assert rec.min_rate == world.config.min_rate_for(rec.dph_total)
+        bench = policy.bench_timeout_s(rec.min_rate, world.config.fleet.bench_proofs)
+        assert sim.env["BENCH_TIMEOUT"] == str(bench)
     assert len({r.machine_id for r in live}) == 2
     assert [e.kind for e in await store.list_events(kind="rent")] == ["rent", "rent"]
     assert PUBKEY.split()[1] in str(world.cloud.ssh_keys), "key put on the account before renting"
@@ -403,11 +407,15 @@ async def test_setup_failure_names_the_missing_tunnel(world, store):
 
 @pytest.mark.parametrize(
     ("stage", "minutes", "kind"),
-    [("paramfetch", 91, "deadline_paramfetch"), ("benchmark", 46, "deadline_benchmark")],
+    [("paramfetch", 91, "deadline_paramfetch"), ("benchmark", None, "deadline_benchmark")],
 )
 async def test_stage_deadlines(world, store, stage, minutes, kind):
     engine, iid = await rent_one(world, store)
     await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    if minutes is None:  # the benchmark's deadline follows the worker's min_rate
+        rec = await store.get_instance(iid)
+        assert rec.min_rate is not None
+        minutes = math.ceil(policy.bench_deadline_s(rec, engine.config) / 60) + 1
     world.clock.advance((minutes - 2) * 60)
     await engine.step()
     assert (await store.get_instance(iid)).state == stage

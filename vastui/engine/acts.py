@@ -102,6 +102,7 @@ class Acts:
         env = {
             "MIN_RATE": f"{min_rate:.1f}",
             "BENCH_PROOFS": str(self.config.fleet.bench_proofs),
+            "BENCH_TIMEOUT": str(policy.bench_timeout_s(min_rate, self.config.fleet.bench_proofs)),
             "VASTUI_IMAGE": self.config.fleet.image,
             **worker_curio_env(self.config),
             **self.settings.worker_env,

@@ -38,6 +38,15 @@ WORKER_STAGE = {
     "benchmark": "benchmark",
     "prove": "proving",
 }
+# The benchmark's own time limit (benchmark.sh BENCH_TIMEOUT) scales with the rate the price
+# requires: a cheap machine may be slow and still pay, and a fixed 2400 s cut such machines off
+# before their last proof (bench/README.md, economics). Stalls are caught sooner by the
+# script's per-stage limits (ready 300 s, PCE 900 s, a proof 1800 s) and the early abort.
+BENCH_TIMEOUT_FLOOR_S = 2400  # the script's default, kept for fast machines
+BENCH_SETUP_S = 1200  # cuzk-daemon ready (<= 300 s) + warmup and PCE extraction (<= 900 s)
+BENCH_PACE_SLACK = 1.5  # the timed run's allowance over its length at exactly min_rate
+BENCH_DEADLINE_GRACE_S = 300  # the engine's deadline waits this much past the script's limit
+BENCH_TIMEOUT_CAP_S = 6 * 3600  # no benchmark is worth more than this; min_rate >= 1 anyway
 BENCH_KILL_KIND = {
     "below_min": "bench_below_min",
     "aborted_early": "bench_aborted_early",
@@ -88,6 +97,25 @@ def gpu_errors(lines: Sequence[str]) -> list[str]:
     return [line for line in lines if GPU_ERROR.search(line)]
 
 
+def bench_timeout_s(min_rate: float | None, proofs: int) -> int:
+    """Seconds benchmark.sh is given: its set-up, then `proofs` at `min_rate` with slack.
+
+    29 p/h and 12 proofs: 1200 + 1.5 x 1490 = 3435 s; 13 p/h ($0.10/h at $0.008/proof): 6185 s,
+    where a fixed 2400 s cut it off about halfway though every proof it made would pay."""
+    if min_rate is None or not math.isfinite(min_rate) or min_rate <= 0 or proofs < 1:
+        return BENCH_TIMEOUT_FLOOR_S
+    run = proofs * 3600.0 / min_rate * BENCH_PACE_SLACK
+    budget = BENCH_SETUP_S + math.ceil(min(run, float(BENCH_TIMEOUT_CAP_S)))
+    return min(max(BENCH_TIMEOUT_FLOOR_S, budget), BENCH_TIMEOUT_CAP_S)
+
+
+def bench_deadline_s(rec: InstanceRecord, config: Config) -> float:
+    """How long the engine lets the benchmark stage run: the configured deadline, or the
+    script's own limit for this worker's min_rate plus a grace, whichever is longer."""
+    script = bench_timeout_s(rec.min_rate, config.fleet.bench_proofs) + BENCH_DEADLINE_GRACE_S
+    return max(config.deadlines.benchmark_min * 60.0, float(script))
+
+
 def deadline_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | None:
     """A live instance stuck past its stage's deadline."""
     d = config.deadlines
@@ -125,10 +153,11 @@ def deadline_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | Non
             )
     elif rec.state == "benchmark":
         since = rec.benchmark_at
-        if since is not None and now - since > d.benchmark_min * minutes:
+        limit = bench_deadline_s(rec, config)
+        if since is not None and now - since > limit:
             return Kill(
                 "deadline_benchmark",
-                f"benchmark timeout ({d.benchmark_min:g} min)",
+                f"benchmark timeout ({round(limit / minutes, 1):g} min)",
                 "benchmark",
                 strike=True,
             )
