@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vastui.pricing import required_rate
+from vastui.pricing import required_rate_at
 from vastui.store.records import PerfRecord
-from vastui.vast.models import ModelError, Offer
+from vastui.vast.models import ModelError, Offer, unchecked_constructor
 
 # Per-GPU proofs/hour with ample RAM and CPU; used only until a machine of that model is measured.
 DEFAULT_GPU_RATES: dict[str, float] = {
@@ -102,9 +102,10 @@ def _sort_key(
 
 
 def to_record(ranked: RankedOffer) -> dict[str, object]:
-    """What the engine publishes for attached consoles: Vast's own offer row and the ranking."""
+    """What the engine publishes for attached consoles: the offer as a Vast row that reads back
+    exactly (`Offer.to_api`), and the ranking."""
     return {
-        "raw": dict(ranked.offer.raw),
+        "offer": ranked.offer.to_api(),
         "known_rate": ranked.known_rate,
         "prior_rate": ranked.prior_rate,
         "rate_source": ranked.rate_source,
@@ -117,9 +118,11 @@ def to_record(ranked: RankedOffer) -> dict[str, object]:
 
 
 def from_record(row: Mapping[str, Any]) -> RankedOffer | None:
-    """A published row back to a RankedOffer (None if it does not parse: skip it)."""
+    """A published row back to a RankedOffer (None if it does not parse: skip it). The offer
+    goes through the same strict reader as a search answer; rows published before offers kept
+    only their own fields hold Vast's whole row under "raw", read the same way."""
     try:
-        offer = Offer.from_api(row["raw"])
+        offer = Offer.from_api(row["offer"] if "offer" in row else row["raw"])
         return RankedOffer(
             offer=offer,
             known_rate=_opt(row.get("known_rate")),
@@ -210,39 +213,52 @@ def rank_offers(
 ) -> list[RankedOffer]:
     """Annotate and sort offers, cheapest expected $/proof first (unknown last)."""
     model = RateModel(perf)
+    measured = model.by_machine
     bad_reasons: Mapping[int, str | None] = bad if isinstance(bad, Mapping) else dict.fromkeys(bad)
+    required = required_rate_at(max_cost_per_proof)  # the budget validated once, not per offer
     # The prior depends only on (GPU model, count, RAM class): thousands of offers share a few
-    # hundred of those, so each is worked out once (bench/offers.py).
+    # hundred of those, so each is worked out once, and looked up by the offer's RAM itself
+    # (machines of one kind often report the same RAM: no ram_class call then).
     priors: dict[tuple[str, int, str], tuple[float | None, str]] = {}
+    by_ram: dict[tuple[str, int, float | None], tuple[float | None, str]] = {}
     ranked: list[RankedOffer] = []
     keys: list[tuple[int, float, int, float]] = []
     for offer in offers:
-        known = model.known_rate(offer)
-        peers = (offer.gpu_name, offer.num_gpus, ram_class(offer.cpu_ram_gb, offer.num_gpus))
-        found = priors.get(peers)
+        machine = offer.machine_id
+        known = model.known_rate(offer) if machine in measured else None
+        like = (offer.gpu_name, offer.num_gpus, offer.cpu_ram_gb)
+        found = by_ram.get(like)
         if found is None:
-            found = priors[peers] = model._prior(*peers)
+            peers = (like[0], like[1], ram_class(like[2], like[1]))
+            found = priors.get(peers)
+            if found is None:
+                found = priors[peers] = model._prior(*peers)
+            by_ram[like] = found
         prior, source = found
         expected = known if known is not None else prior
         if known is not None:
             source = "measured"
         dph = offer.dph_total
         cost = dph / expected if expected and expected > 0 else None
-        machine = offer.machine_id
         ranked.append(
-            RankedOffer(
-                offer=offer,
-                known_rate=known,
-                prior_rate=prior,
-                rate_source=source,
-                expected_rate=expected,
-                required_rate=required_rate(dph, max_cost_per_proof),
-                expected_cost_per_proof=cost,
-                bad=machine in bad_reasons,
-                bad_reason=bad_reasons.get(machine),
+            _build_ranked(
+                offer,
+                known,
+                prior,
+                source,
+                expected,
+                required(dph),
+                cost,
+                machine in bad_reasons,
+                bad_reasons.get(machine),
             )
         )
         keys.append(_sort_key(cost, known, dph))
     # Sorting indices by precomputed keys (stable, as sorting by RankedOffer.sort_key is).
     order = sorted(range(len(ranked)), key=keys.__getitem__)
     return [ranked[i] for i in order]
+
+
+# RankedOffer(...) without the frozen __init__'s object.__setattr__ per field: rank_offers
+# builds 10,000 at a time from values it just computed (positional, in field order).
+_build_ranked = unchecked_constructor(RankedOffer)

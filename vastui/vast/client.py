@@ -317,7 +317,9 @@ class VastClient:
     def _success_body(self, answer: _Answer, where: str, endpoint: str) -> Any:
         if not answer.complete:
             raise VastResponseTooLarge(where, self._body_limit(endpoint))
-        return parse_json(answer.content, where)
+        # A search answer's offers are read for scalars and dropped (models.Offer): nesting
+        # inside them cannot reach anything recursive, so the walk skips them.
+        return parse_json(answer.content, where, scalar_records=endpoint == "search")
 
     def _http_retry_delay(
         self, answer: _Answer, error: VastHTTPError, attempt: int, started: float

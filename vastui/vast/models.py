@@ -16,13 +16,17 @@ value out of range is unknown (None); a required one makes the record a `ModelEr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, compress
-from typing import Any
+from operator import itemgetter
+from typing import Any, TypeVar
+
+import orjson
 
 from vastui.sanitize import sanitize_line
 from vastui.vast.errors import VastMalformedResponse, VastProtocolError
@@ -42,7 +46,11 @@ MAX_EPOCH = 1e11  # year ~5100: a start date beyond is not a date
 # JSON nesting deeper than this is not a Vast answer (offers are 2-3 levels deep).
 MAX_JSON_DEPTH = 64
 _MAX_NUMBER_TEXT = 64  # characters; a longer "number" is not one
-_MAX_JSON_INT_DIGITS = 64
+# JSON integers are exact within 64 bits (signed or not), as orjson reads them; beyond, they
+# read as the nearest float (null past the float range), so no integer is ever thousands of
+# digits long (int() of those is slow, and refused past 4300 digits).
+_JSON_INT_MIN = -(2**63)
+_JSON_INT_MAX = 2**64 - 1
 
 # Plain decimal or exponent notation only. Python's float()/int() also accept "1_0", "inf",
 # "nan", and non-ASCII digits; none of those is a number in a Vast answer.
@@ -134,7 +142,10 @@ def _num(raw: Mapping[str, Any], key: str) -> float | None:
 
 def _qty(raw: Mapping[str, Any], key: str, upper: float = MAX_QUANTITY) -> float | None:
     """An optional non-negative quantity; out of range is unknown, not an error."""
-    value = raw.get(key)
+    return _quantity(raw.get(key), upper)
+
+
+def _quantity(value: Any, upper: float = MAX_QUANTITY) -> float | None:
     kind = type(value)  # exact types first: the usual cases, without parse_number's checks
     if kind is float:  # NaN fails the comparison, inf the upper bound
         return value if 0.0 <= value <= upper else None
@@ -169,7 +180,10 @@ def _req_id(raw: Mapping[str, Any], key: str, what: str) -> int:
 
 def _str(raw: Mapping[str, Any], key: str) -> str | None:
     """Remote text, made display-safe here, once, for every consumer (CLI, console, logs)."""
-    value = raw.get(key)
+    return _text_value(raw.get(key))
+
+
+def _text_value(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -189,7 +203,10 @@ def _text(value: str, max_len: int) -> str:
 
 
 def _bool(raw: Mapping[str, Any], key: str) -> bool | None:
-    value = raw.get(key)
+    return _bool_value(raw.get(key))
+
+
+def _bool_value(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -200,8 +217,17 @@ def _bool(raw: Mapping[str, Any], key: str) -> bool | None:
 
 
 def _gb(raw: Mapping[str, Any], key: str) -> float | None:
-    mb = _qty(raw, key)
+    return _gb_value(raw.get(key))
+
+
+def _gb_value(value: Any) -> float | None:
+    mb = _quantity(value)
     return None if mb is None else mb / MB_PER_GB
+
+
+def _verified(verification: Any) -> bool | None:
+    text = _text_value(verification)
+    return None if text is None else text == "verified"
 
 
 def country_code(geolocation: str | None) -> str | None:
@@ -214,6 +240,10 @@ def country_code(geolocation: str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Offer:
+    """A validated offer. Only these fields are kept, never Vast's row: nothing nested from a
+    search answer outlives its parse (parse_json's `scalar_records`), and 10,000 rows of ~90
+    fields would cost the engine ~70 MB."""
+
     id: int
     machine_id: int
     host_id: int | None
@@ -233,10 +263,10 @@ class Offer:
     cuda_max_good: float | None
     verified: bool | None
     rentable: bool | None
-    raw: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # However an Offer is made, it can be rented and priced: valid ids, a real price.
+        # (from_api validates as it reads, and builds without coming here: `_build_offer`.)
         if valid_id(self.id) != self.id or valid_id(self.machine_id) != self.machine_id:
             raise ModelError(f"offer {describe(self.id)}: id or machine_id out of range")
         if valid_price(self.dph_total) != self.dph_total:
@@ -246,44 +276,85 @@ class Offer:
 
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> Offer:
-        if not isinstance(raw, Mapping):
+        """Read one offer row strictly. Each field's usual exact JSON type is checked inline
+        (a Python call per field cost more than the check); anything else goes through its
+        careful reader, which gives the same for the usual case (tests/test_offer_pipeline.py)."""
+        if type(raw) is dict:
+            try:
+                values = _offer_values(raw)
+            except KeyError:  # a field missing reads as null, as raw.get gives
+                values = tuple(map(raw.get, _OFFER_KEYS))
+        elif isinstance(raw, Mapping):
+            values = tuple(map(raw.get, _OFFER_KEYS))
+        else:
             raise ModelError(f"offer is not a JSON object: {type(raw).__name__}")
-        offer_id = _req_id(raw, "id", "offer")
-        dph = valid_price(raw.get("dph_total"))
-        if dph is None:
-            raise ModelError(
-                f"offer {offer_id}: field 'dph_total' is missing or not a price "
-                f"(a number from {MIN_DPH:g} to {MAX_DPH:g} $/h): {describe(raw.get('dph_total'))}"
-            )
-        cores = _qty(raw, "cpu_cores_effective")
-        if cores is None:
-            cores = _qty(raw, "cpu_cores")
-        reliability = _qty(raw, "reliability2", upper=1.0)
-        if reliability is None:
-            reliability = _qty(raw, "reliability", upper=1.0)
-        verification = _str(raw, "verification")
-        return cls(
-            id=offer_id,
-            machine_id=_req_id(raw, "machine_id", "offer"),
-            host_id=_opt_id(raw, "host_id"),
-            gpu_name=_str(raw, "gpu_name") or "unknown",
-            num_gpus=_offer_gpus(raw, offer_id),
-            gpu_ram_gb=_gb(raw, "gpu_ram"),
-            cpu_ram_gb=_gb(raw, "cpu_ram"),
-            cpu_cores=cores,
-            cpu_name=_str(raw, "cpu_name"),
-            dph_total=dph,
-            disk_space_gb=_qty(raw, "disk_space"),
-            inet_down=_qty(raw, "inet_down"),
-            inet_up=_qty(raw, "inet_up"),
-            pcie_bw=_qty(raw, "pcie_bw"),
-            reliability=reliability,
-            geolocation=_str(raw, "geolocation"),
-            cuda_max_good=_qty(raw, "cuda_max_good", upper=1000.0),
-            verified=None if verification is None else verification == "verified",
-            rentable=_bool(raw, "rentable"),
-            raw=raw,
+        (offer_id, machine, host, gpu, gpus, gpu_ram, cpu_ram, cores, cores_all, cpu, dph, disk,
+         down, up, pcie, rel, rel_old, geo, cuda, verification, rentable) = values  # fmt: skip
+        if not (type(offer_id) is int and 1 <= offer_id <= INT64_MAX):
+            offer_id = _req_id(raw, "id", "offer")
+        if not (type(dph) is float and MIN_DPH <= dph <= MAX_DPH):
+            dph = _offer_price(dph, offer_id)
+        if not (type(machine) is int and 1 <= machine <= INT64_MAX):
+            machine = _req_id(raw, "machine_id", "offer")
+        if not (type(host) is int and 1 <= host <= INT64_MAX):
+            host = valid_id(host)
+        if not (type(gpus) is int and 1 <= gpus <= MAX_GPUS):
+            gpus = _offer_gpus(gpus, offer_id)
+        if not (type(cores) is float and 0.0 <= cores <= MAX_QUANTITY):
+            cores = _quantity(cores)
+            if cores is None:
+                cores = _quantity(cores_all)
+        if not (type(rel) is float and 0.0 <= rel <= 1.0):
+            rel = _quantity(rel, 1.0)
+            if rel is None:
+                rel = _quantity(rel_old, 1.0)
+        return _build_offer(
+            offer_id,
+            machine,
+            host,
+            gpu if _plain_text(gpu) and gpu else (_text_value(gpu) or "unknown"),
+            gpus,
+            gpu_ram / MB_PER_GB if _plain_mb(gpu_ram) else _gb_value(gpu_ram),
+            cpu_ram / MB_PER_GB if _plain_mb(cpu_ram) else _gb_value(cpu_ram),
+            cores,
+            cpu if _plain_text(cpu) else _text_value(cpu),
+            dph,
+            disk if type(disk) is float and 0.0 <= disk <= MAX_QUANTITY else _quantity(disk),
+            down if type(down) is float and 0.0 <= down <= MAX_QUANTITY else _quantity(down),
+            up if type(up) is float and 0.0 <= up <= MAX_QUANTITY else _quantity(up),
+            pcie if type(pcie) is float and 0.0 <= pcie <= MAX_QUANTITY else _quantity(pcie),
+            rel,
+            geo if _plain_text(geo) else _text_value(geo),
+            cuda if type(cuda) is float and 0.0 <= cuda <= 1000.0 else _quantity(cuda, 1000.0),
+            True if verification == "verified" else _verified(verification),
+            rentable if type(rentable) is bool else _bool_value(rentable),
         )
+
+    def to_api(self) -> dict[str, Any]:
+        """This offer as a Vast row that `from_api` reads back exactly (the engine publishes
+        its ranked offers so; tests/test_offer_record.py). GB go back to MB: (gb x 1000) / 1000
+        is gb again for every gb that is some MB / 1000."""
+        return {
+            "id": self.id,
+            "machine_id": self.machine_id,
+            "host_id": self.host_id,
+            "gpu_name": self.gpu_name,
+            "num_gpus": self.num_gpus,
+            "gpu_ram": None if self.gpu_ram_gb is None else self.gpu_ram_gb * MB_PER_GB,
+            "cpu_ram": None if self.cpu_ram_gb is None else self.cpu_ram_gb * MB_PER_GB,
+            "cpu_cores_effective": self.cpu_cores,
+            "cpu_name": self.cpu_name,
+            "dph_total": self.dph_total,
+            "disk_space": self.disk_space_gb,
+            "inet_down": self.inet_down,
+            "inet_up": self.inet_up,
+            "pcie_bw": self.pcie_bw,
+            "reliability2": self.reliability,
+            "geolocation": self.geolocation,
+            "cuda_max_good": self.cuda_max_good,
+            "verification": _VERIFICATION[self.verified],
+            "rentable": self.rentable,
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -302,14 +373,42 @@ class Offer:
         }
 
 
-def _offer_gpus(raw: Mapping[str, Any], offer_id: int) -> int:
+# What from_api reads, in one C call per row (in the order it unpacks them).
+_OFFER_KEYS = (
+    "id", "machine_id", "host_id", "gpu_name", "num_gpus", "gpu_ram", "cpu_ram",
+    "cpu_cores_effective", "cpu_cores", "cpu_name", "dph_total", "disk_space", "inet_down",
+    "inet_up", "pcie_bw", "reliability2", "reliability", "geolocation", "cuda_max_good",
+    "verification", "rentable",
+)  # fmt: skip
+_offer_values = itemgetter(*_OFFER_KEYS)
+_VERIFICATION = {None: None, True: "verified", False: "unverified"}
+
+
+def _plain_text(value: Any) -> bool:
+    """Text that `_text_value` would return unchanged (see `_text`)."""
+    return type(value) is str and len(value) <= 1024 and value.isascii() and value.isprintable()
+
+
+def _plain_mb(value: Any) -> bool:
+    """An integer MB count in range: `_gb_value` would give value / 1000 (exact: < 2^53)."""
+    return type(value) is int and 0 <= value <= MAX_QUANTITY
+
+
+def _offer_price(value: Any, offer_id: int) -> float:
+    price = valid_price(value)
+    if price is None:
+        raise ModelError(
+            f"offer {offer_id}: field 'dph_total' is missing or not a price "
+            f"(a number from {MIN_DPH:g} to {MAX_DPH:g} $/h): {describe(value)}"
+        )
+    return price
+
+
+def _offer_gpus(value: Any, offer_id: int) -> int:
     """Missing means one GPU (as before); a present but impossible count voids the offer: the
     rate, the price per GPU and the slot it would take all depend on it."""
-    value = raw.get("num_gpus")
     if value is None:
         return 1
-    if type(value) is int and 1 <= value <= MAX_GPUS:  # the usual case, in one step
-        return value
     count = parse_int(value)
     if count is None or not 1 <= count <= MAX_GPUS:
         raise ModelError(
@@ -317,6 +416,37 @@ def _offer_gpus(raw: Mapping[str, Any], offer_id: int) -> int:
             f"{describe(value)}"
         )
     return count
+
+
+_T = TypeVar("_T")
+
+
+def unchecked_constructor(cls: type[_T]) -> Callable[..., _T]:
+    """A positional constructor for the frozen, slotted dataclass `cls`, for values already
+    validated: it skips `__post_init__` and the frozen `__init__`'s object.__setattr__ per
+    field (together 1.2 µs of an Offer's ~3 µs; bench/offers.py). It fills a mutable twin
+    with the same slots, then gives the object its class (Python allows that between
+    classes of one layout; the twin's slots are checked to be cls's)."""
+    twin = dataclasses.make_dataclass(
+        f"_Unchecked{cls.__name__}",
+        [(f.name, f.type) for f in dataclasses.fields(cls)],  # type: ignore[arg-type]
+        slots=True,
+        eq=False,
+        repr=False,
+        match_args=False,
+    )
+    if twin.__slots__ != cls.__slots__:  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__}: not a slotted dataclass of plain fields")
+
+    def build(*values: Any) -> _T:
+        obj = twin(*values)
+        obj.__class__ = cls
+        return obj  # type: ignore[no-any-return]
+
+    return build
+
+
+_build_offer = unchecked_constructor(Offer)
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -520,63 +650,77 @@ class SearchResult:
 # -- bounded JSON ---------------------------------------------------------------------------
 
 
-def _json_int(text: str) -> int | None:
-    # int() of thousands of digits is slow and refused past 4300; no field needs that many.
-    return int(text) if len(text) <= _MAX_JSON_INT_DIGITS else None
+def _json_int(text: str) -> int | float | None:
+    """An integer as orjson reads it: exact within 64 bits, else the nearest float, null past
+    the float range. int() of thousands of digits is slow, and refused past 4300."""
+    if len(text) <= 20:  # "-9223372036854775808", "18446744073709551615"
+        number = int(text)
+        if _JSON_INT_MIN <= number <= _JSON_INT_MAX:
+            return number
+    approx = float(text)  # linear in the digits, never refused
+    return approx if math.isfinite(approx) else None
 
 
 def _json_constant(_name: str) -> None:
     return None  # NaN / Infinity are not JSON; read them as null so the field is unknown
 
 
-def parse_json(data: bytes | str, endpoint: str = "") -> Any:
-    """Decode an answer's JSON with bounds: nesting at most MAX_JSON_DEPTH, integers of at most
-    64 digits (longer ones read as null), NaN/Infinity as null. Any failure is one typed line
-    (`VastMalformedResponse`), never a RecursionError or a ValueError traceback."""
-    # A Python call per integer (the parse_int hook) costs a quarter of json.loads on an offers
-    # answer; only bytes holding a run of more than 64 digits can need it (bench/offers.py).
-    careful = (
-        not isinstance(data, bytes)
-        or json.detect_encoding(data) not in _ASCII_DIGITS  # UTF-16/32: NULs between digits
-        or _LONG_DIGITS in data.translate(_DIGIT_MARKS)
-    )
+def parse_json(data: bytes | str, endpoint: str = "", *, scalar_records: bool = False) -> Any:
+    """Decode an answer's JSON with bounds: nesting at most MAX_JSON_DEPTH, integers exact
+    within 64 bits (beyond: the nearest float, or null past the float range), NaN/Infinity
+    as null. Any failure is one typed line (`VastMalformedResponse`), never a RecursionError
+    or a ValueError traceback.
+
+    `scalar_records`: the caller reads only scalars from the objects inside the answer's lists
+    and keeps nothing else of them (offers: `Offer.from_api`), so nesting inside those records
+    harms nothing; it is then bounded by the parsers alone (orjson: 1024 levels, the stdlib:
+    its recursion limit), and the walk skips the records (a million values in an offers
+    answer: it cost a quarter of json.loads)."""
     try:
-        if careful:
-            value = json.loads(data, parse_int=_json_int, parse_constant=_json_constant)
-        else:
-            value = json.loads(data, parse_constant=_json_constant)
-    except RecursionError:
-        raise VastMalformedResponse(endpoint, "JSON nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise VastMalformedResponse(endpoint, f"not JSON ({_first_line(exc)})") from None
-    if _depth_exceeds(value, MAX_JSON_DEPTH):
+        # orjson reads what json.loads reads, alike (tests/test_offer_pipeline.py), in ~0.7 of
+        # its time; it refuses NaN/Infinity, numbers past the float range, lone surrogates, a
+        # BOM, UTF-16/32 and nesting past 1024: those take the stdlib's way.
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        value = _stdlib_json(data, endpoint)
+    if _depth_exceeds(value, MAX_JSON_DEPTH, records=not scalar_records):
         raise VastMalformedResponse(endpoint, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 
 
-# Every digit → "0", every other byte → " ": a run of _MAX_JSON_INT_DIGITS + 1 zeros then marks
-# a digit run that may be an integer too long to read (or is text: then only slower, not wrong).
-_DIGIT_MARKS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-_LONG_DIGITS = b"0" * (_MAX_JSON_INT_DIGITS + 1)
-_ASCII_DIGITS = frozenset(("utf-8", "utf-8-sig"))  # encodings whose digits are single bytes
+def _stdlib_json(data: bytes | str, endpoint: str) -> Any:
+    try:
+        return json.loads(data, parse_int=_json_int, parse_constant=_json_constant)
+    except RecursionError:
+        raise VastMalformedResponse(endpoint, "JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise VastMalformedResponse(endpoint, f"not JSON ({_first_line(exc)})") from None
+
+
 _CONTAINERS = frozenset((dict, list))
+_LISTS = frozenset((list,))
 
 
 def _first_line(exc: Exception) -> str:
     return sanitize_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120)
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
+def _depth_exceeds(value: Any, limit: int, records: bool = True) -> bool:
     """True when containers nest deeper than `limit`. Level by level (no recursion to exhaust),
-    each level's values typed in bulk by C iterators: an answer of 10,000 offers holds a
-    million values, and a Python step per value cost two thirds of json.loads (exact types:
-    json.loads makes only dict and list)."""
+    each level's values typed in bulk by C iterators (exact types: the parsers make only dict
+    and list). records=False: objects inside lists are not entered (see parse_json)."""
     level = [value] if type(value) in _CONTAINERS else []
     depth = 0
     while level:
         depth += 1
         if depth > limit:
             return True
-        values = list(chain.from_iterable(n.values() if type(n) is dict else n for n in level))
-        level = list(compress(values, map(_CONTAINERS.__contains__, map(type, values))))
+        if records:
+            values = list(chain.from_iterable(n.values() if type(n) is dict else n for n in level))
+            level = list(compress(values, map(_CONTAINERS.__contains__, map(type, values))))
+        else:
+            in_dicts = list(chain.from_iterable(n.values() for n in level if type(n) is dict))
+            in_lists = list(chain.from_iterable(n for n in level if type(n) is list))
+            level = list(compress(in_dicts, map(_CONTAINERS.__contains__, map(type, in_dicts))))
+            level += compress(in_lists, map(_LISTS.__contains__, map(type, in_lists)))
     return False
