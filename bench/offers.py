@@ -15,14 +15,17 @@ machines from the payload and 100 bad-listed ones.
 
 from __future__ import annotations
 
+import gc
 import json
 import random
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import Goal, interleave, market_payload, ms, progress, ratio
 from vastui.engine.ranking import rank_offers
 from vastui.store.records import PerfRecord
-from vastui.vast.client import VastClient
+from vastui.vast.client import VastClient, _decode_offers
 from vastui.vast.models import Offer, parse_json
 
 GOALS = [
@@ -62,10 +65,21 @@ def run(quick: bool) -> dict[str, Any]:
         return offers
 
     offers = models(raw)
+    where = "POST /bundles/"
+
+    def decode() -> list[Offer]:  # exactly the client's search path: pieces, then models
+        got, rejected = client._accepted(*_decode_offers(payload, where), "search offers")
+        assert not rejected, rejected[:3]
+        return got
+
+    def whole() -> list[Offer]:  # the answer parsed whole, then models: the old way
+        return models(parse_json(payload, where, scalar_records=True)["offers"])
 
     def pipeline() -> None:
-        data = parse_json(payload, "search", scalar_records=True)  # as the client reads it
-        rank_offers(models(data["offers"]), perf, bad, MAX_COST_PER_PROOF)
+        rank_offers(decode(), perf, bad, MAX_COST_PER_PROOF)
+
+    progress("peak memory of the decode, in pieces and whole (tracemalloc)")
+    peaks = {name: _peak_mb(fn) for name, fn in (("decode", decode), ("whole", whole))}
 
     repeat = 5 if quick else 15
     progress(f"timing {repeat} rounds: json.loads, pipeline, and each stage")
@@ -73,7 +87,9 @@ def run(quick: bool) -> dict[str, Any]:
         {
             "json": lambda: json.loads(payload),
             "pipeline": pipeline,
-            "parse": lambda: parse_json(payload, "search", scalar_records=True),
+            "decode": decode,
+            "whole": whole,
+            "parse": lambda: parse_json(payload, where, scalar_records=True),
             "models": lambda: models(raw),
             "rank": lambda: rank_offers(offers, perf, bad, MAX_COST_PER_PROOF),
         },
@@ -90,7 +106,20 @@ def run(quick: bool) -> dict[str, Any]:
         "offers.pipeline_ms": ms(stats["pipeline"].median),
         "offers.pipeline_p95_ms": ms(stats["pipeline"].p95),
     }
-    for stage in ("parse", "models", "rank"):
+    figures["offers.decode_peak_mb"] = peaks["decode"]
+    figures["offers.whole_peak_mb"] = peaks["whole"]
+    for stage in ("decode", "whole", "parse", "models", "rank"):
         figures[f"offers.{stage}_ms"] = ms(stats[stage].median)
         figures[f"offers.{stage}_vs_json"] = ratio(stats[stage].median, base)
     return figures
+
+
+def _peak_mb(fn: Callable[[], object]) -> float:
+    """Peak of Python allocations while `fn` runs (its result dropped at once)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return round(tracemalloc.get_traced_memory()[1] / 1e6, 1)
+    finally:
+        tracemalloc.stop()

@@ -38,10 +38,10 @@ from vastui.vast.errors import (
     VastUnreachable,
     error_from_response,
 )
+from vastui.vast.listing import convert_records, decode_listing
 from vastui.vast.models import (
     CreateResult,
     Instance,
-    ModelError,
     Offer,
     SearchResult,
     SshKey,
@@ -190,6 +190,15 @@ def _record_key(raw: Any) -> str:
     return describe(raw.get("id")) if isinstance(raw, Mapping) else f"<{type(raw).__name__}>"
 
 
+_Decode = Callable[[bytes, str], Any]
+
+
+def _decode_offers(content: bytes, where: str) -> tuple[list[Offer], dict[str, str]]:
+    """A search answer, a piece at a time: its ~100 MB tree for 10,000 offers is never whole
+    (listing.py); each offer keeps only its scalars (models.Offer)."""
+    return decode_listing(content, where, "offers", Offer.from_api, _record_key)
+
+
 class VastClient:
     def __init__(
         self,
@@ -314,12 +323,14 @@ class VastClient:
         body = self._error_body(answer)
         return error_from_response(answer.status_code, body, answer.text, where, self._redact)
 
-    def _success_body(self, answer: _Answer, where: str, endpoint: str) -> Any:
+    def _success_body(
+        self, answer: _Answer, where: str, endpoint: str, decode: _Decode | None = None
+    ) -> Any:
         if not answer.complete:
             raise VastResponseTooLarge(where, self._body_limit(endpoint))
-        # A search answer's offers are read for scalars and dropped (models.Offer): nesting
-        # inside them cannot reach anything recursive, so the walk skips them.
-        return parse_json(answer.content, where, scalar_records=endpoint == "search")
+        if decode is not None:
+            return decode(answer.content, where)
+        return parse_json(answer.content, where)
 
     def _http_retry_delay(
         self, answer: _Answer, error: VastHTTPError, attempt: int, started: float
@@ -353,8 +364,10 @@ class VastClient:
         json_body: Any = None,
         params: Mapping[str, Any] | None = None,
         auth: bool = True,
+        decode: _Decode | None = None,
     ) -> Any:
-        """Send with bounded retries; return the decoded JSON body of a 2xx answer."""
+        """Send with bounded retries; return the decoded JSON body of a 2xx answer (`decode`:
+        how, when not `parse_json`)."""
         where = f"{method} {path}"
         last_detail = ""
         started = self._clock()
@@ -376,7 +389,7 @@ class VastClient:
                 last_detail = str(exc)
             else:
                 if answer.status_code < 400:
-                    return self._success_body(answer, where, endpoint)
+                    return self._success_body(answer, where, endpoint, decode)
                 error = self._error(answer, where)
                 if answer.status_code not in RETRY_STATUSES or final:
                     raise error
@@ -402,15 +415,15 @@ class VastClient:
     ) -> tuple[list[_T], list[str]]:
         """The records that can be true, and why the others were skipped (one reason per
         record id, logged once: models.py is the boundary)."""
-        out: list[_T] = []
-        reasons: dict[str, str] = {}
-        for item in items:
-            try:
-                out.append(parse(item))
-            except ModelError as exc:
-                reasons.setdefault(_record_key(item), self._redact(str(exc)))
-        self._report_skipped(what, reasons)
-        return out, list(reasons.values())
+        out, reasons = convert_records(items, parse, _record_key)
+        return self._accepted(out, reasons, what)
+
+    def _accepted(
+        self, out: list[_T], reasons: Mapping[str, str], what: str
+    ) -> tuple[list[_T], list[str]]:
+        redacted = {key: self._redact(reason) for key, reason in reasons.items()}
+        self._report_skipped(what, redacted)
+        return out, list(redacted.values())
 
     def _report_skipped(self, what: str, reasons: Mapping[str, str]) -> None:
         """One warning line per listing for bad records not seen before (bounded memory); the
@@ -448,11 +461,10 @@ class VastClient:
             )
         else:
             body = dict(query)
-        data = await self._request("POST", "/bundles/", endpoint="search", json_body=body)
-        raw_offers = data.get("offers") if isinstance(data, dict) else None
-        if not isinstance(raw_offers, list):
-            raise VastProtocolError("search offers: answer has no 'offers' list")
-        return SearchResult(*self._valid(raw_offers, Offer.from_api, "search offers"))
+        offers, reasons = await self._request(
+            "POST", "/bundles/", endpoint="search", json_body=body, decode=_decode_offers
+        )
+        return SearchResult(*self._accepted(offers, reasons, "search offers"))
 
     # -- instances -----------------------------------------------------------------------
 
