@@ -132,3 +132,23 @@ def test_a_deleted_database_stops_the_engine_non_zero_with_its_reason(tmp_path: 
     assert last.startswith("vastui: engine stopped: database ")
     assert "deleted or replaced" in last
     assert "lease lost" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "target"),
+    [([], 3), (["--target-workers", "0"], 0), (["--target-workers", "5"], 5)],
+)
+def test_the_headless_demo_keeps_the_consoles_demo_fleet(
+    tmp_path: Path, monkeypatch, extra, target
+):
+    from vastui.engine import headless
+
+    seen = []
+
+    def fake(opts, run, duration):
+        seen.append((run.mode, run.target_workers))
+        return 0
+
+    monkeypatch.setattr(headless, "run_headless", fake)
+    assert main(["--engine-only", "--demo", "--db", str(tmp_path / "e.db"), *extra]) == 0
+    assert seen == [("headless", target)]

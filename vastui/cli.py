@@ -312,19 +312,19 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
         duration = parse_duration(args.for_) if args.for_ else None
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    run = _run_options(args, "headless" if args.engine_only else "console")
+    if run.target_workers is None and opts.demo and opts.config.fleet.target_workers == 0:
+        run.target_workers = 3  # the demo keeps a small fleet busy, headless or not
     if args.engine_only:
         from vastui.engine.headless import run_headless
 
         try:
-            return run_headless(opts, _run_options(args, "headless"), duration)
+            return run_headless(opts, run, duration)
         except (LeaseHeld, StoreError, ValueError) as exc:  # held, a dead store, a bad knob
             raise CliError(str(exc)) from None
     from vastui.console.app import run_console
     from vastui.console.themes import ThemeError
 
-    run = _run_options(args, "console")
-    if run.target_workers is None and opts.demo and opts.config.fleet.target_workers == 0:
-        run.target_workers = 3  # the demo keeps a small fleet busy so every pane has live data
     try:
         return run_console(opts, read_only=args.read_only, theme=args.theme, run=run)
     except (ThemeError, ValueError) as exc:  # a bad theme or keymap entry: one line
