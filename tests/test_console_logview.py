@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.style import Style
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.containers import Vertical
 from textual.pilot import Pilot
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Footer, Input
+from textual.widgets import Footer, Input, Static
 
 from vastui.console.logview import (
     DEFAULT_MAX_LINES,
@@ -508,6 +511,8 @@ def test_wide_characters_wrap_by_cells() -> None:
         ["plain", "ascii"],
         ["tab\there", "ctrl\x07bell", "nl\ninside"],  # the per-line backstop
         ["wide 日本語", "x" * 300],
+        ["ascii", "del\x7f", "esc\x1b[31m", "nul\x00"],  # the ASCII check (a translate)
+        ["wide 日本語", "c1\x85", "del\x7f"],  # the regex check
     ],
 )
 async def test_append_cleans_and_measures_as_line_by_line(lines: list[str]) -> None:
@@ -575,3 +580,72 @@ async def test_the_pane_says_how_many_lines_it_skipped(monkeypatch: pytest.Monke
             *_numbered("new", 50),
         ]
         assert pane.skipped_total == 1234 + 10
+
+
+# ---------------------------------------------------------------- hidden (another pane shown)
+
+
+class HiddenLogApp(App[None]):
+    """A log view in a box that can be hidden, as an inactive tab hides the Logs pane."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.animation_level = "none"
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="box"):
+            yield LogView(id="log", max_lines=30)  # full from the start: steady geometry
+        yield Static("another pane", id="other")
+
+
+def _screen_text(app: App[None]) -> str:
+    """The text of the screen as the compositor last rendered it (widgets' cached lines)."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def test_a_hidden_view_buffers_without_repainting_and_is_drawn_afresh_when_shown() -> None:
+    app = HiddenLogApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        view = _view(app)
+        view.append("engine", _numbered("old", 30))
+        await pilot.pause()
+        assert "old 29" in _screen_text(app)
+        repaints: list[int] = []
+        refresh = view.viewport.refresh
+        app.query_one("#box").display = False
+        await pilot.pause()
+        view.viewport.refresh = lambda *a, **kw: (repaints.append(1), refresh(*a, **kw))[1]  # type: ignore[method-assign]
+        for batch in range(5):
+            view.append("engine", _numbered("new", 10, 10 * batch))
+        await pilot.pause()
+        # One repaint (its cached lines dropped), then the appends only buffer (the geometry
+        # follows, but it does not change while the buffer is full).
+        assert len(repaints) == 1
+        assert view.lines[-1] == "new 49" and view.following
+
+        app.query_one("#box").display = True
+        await pilot.pause()
+        screen = _screen_text(app)
+        assert "new 49" in screen and "old 29" not in screen
+        before = len(repaints)
+        view.append("engine", ["new 50"])
+        assert len(repaints) == before + 1  # shown: each append repaints
+        await pilot.pause()
+        assert "new 50" in _screen_text(app)
+
+        # Hidden again, after a showing without appends: its drawn lines are dropped again.
+        app.query_one("#box").display = False
+        await pilot.pause()
+        view.append("engine", _numbered("end", 30))
+        app.query_one("#box").display = True
+        await pilot.pause()
+        assert "end 29" in _screen_text(app) and "new 50" not in _screen_text(app)
+
+
+@given(st.lists(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=12), min_size=1))
+def test_a_batch_of_ascii_lines_is_cleaned_as_line_by_line(lines: list[str]) -> None:
+    from vastui.console.logview import _clean, _clean_all, _text_width
+
+    texts, width = _clean_all(lines)
+    assert texts == [_clean(line) for line in lines]
+    assert width == max(_text_width(text) for text in texts)

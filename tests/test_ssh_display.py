@@ -76,6 +76,25 @@ def test_display_lines_is_sanitize_line_per_line(lines: list[str]) -> None:
     assert display_lines(block) == expected
 
 
+# ASCII with every control and escape introducer: the translate path of display_lines.
+ascii_lines = st.lists(
+    st.lists(
+        st.one_of(
+            st.text(alphabet=st.characters(max_codepoint=0x7F, exclude_characters="\n")),
+            st.sampled_from(["\x1b[31m", "\x1b[0m", "\x1b]0;t\x07", "\x1bP", "\r", "\x7f"]),
+        ),
+        max_size=6,
+    ).map("".join),
+    max_size=10,
+)
+
+
+@given(lines=ascii_lines)
+def test_display_lines_of_ascii_is_sanitize_line_per_line(lines: list[str]) -> None:
+    block = b"".join(line.encode() + b"\n" for line in lines)
+    assert display_lines(block) == per_line(block, 4 * MAX_LINE + 4)
+
+
 def test_over_long_lines_are_cut_as_before() -> None:
     cap = 4 * MAX_LINE + 4
     long_chars = "é" * (MAX_LINE + 10)  # over MAX_LINE characters, under the byte cap

@@ -102,6 +102,8 @@ _PALETTE = ("#56b6c2", "#c678dd", "#61afef", "#98c379", "#d19a66", "#e5c07b", "#
 # Control characters (bar tab) would corrupt the terminal; callers sanitise, this is the backstop.
 _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# _CONTROLS_BUT_NEWLINE's ASCII members (tab is one: `_clean` expands it), each to a space.
+_ASCII_CONTROLS_BUT_NEWLINE = {c: " " for c in (*range(0x00, 0x0A), *range(0x0B, 0x20), 0x7F)}
 _SEQ = itemgetter(0)
 
 
@@ -140,17 +142,24 @@ def _clean_all(lines: Sequence[str]) -> tuple[list[str], int]:
     """`_clean` of every line and the widest one's width, per batch where it can be: lines that
     arrive sanitised (the usual case) need nothing, which one scan of the batch shows."""
     block = "\n".join(lines)
+    ascii_only = block.isascii()
     if (
         "\t" not in block
         and block.count("\n") == len(lines) - 1
-        and _CONTROLS_BUT_NEWLINE.search(block) is None
+        and _no_controls_but_newline(block, ascii_only)
     ):
         texts = list(lines)
     else:
         texts = [_clean(text) for text in lines]
-    if block.isascii():
+    if ascii_only:
         return texts, max(map(len, texts))
     return texts, max(map(_text_width, texts))
+
+
+def _no_controls_but_newline(block: str, ascii_only: bool) -> bool:
+    if ascii_only:  # str.translate's ASCII fast path: several times cheaper than the regex
+        return block.translate(_ASCII_CONTROLS_BUT_NEWLINE) == block
+    return _CONTROLS_BUT_NEWLINE.search(block) is None
 
 
 def _text_width(text: str) -> int:
@@ -326,6 +335,7 @@ class LogView(Widget):
         self._prefix_cache: dict[tuple[str, bool], Strip] = {}
         self._styles: dict[str, Style] = {}
         self._follow_key_display = "End"
+        self._repainted_hidden = False  # repainted since last drawn: nothing more to do
         self._lines = LogLines(self)
         self.set_reactive(LogView.wrap, wrap)
         self._lines.set_class(wrap, "-wrap")
@@ -608,7 +618,28 @@ class LogView(Widget):
             if removed_rows and self._lines.is_mounted:
                 # Keep the lines the user is reading in place while old ones drop off the top.
                 self._lines.scroll_programmatically(y=max(0, self._lines.scroll_y - removed_rows))
+        self._repaint()
+
+    def _repaint(self) -> None:
+        """Repaint the lines for new content; a hidden view (its pane is not the one shown)
+        repaints once, which empties its line cache, and then only buffers: it is drawn
+        afresh when shown. Geometry and scrolling still follow, so that first frame is right."""
+        if self._hidden():
+            if self._repainted_hidden:
+                return
+            self._repainted_hidden = True
+        else:
+            self._repainted_hidden = False
         self._lines.refresh()
+
+    def _hidden(self) -> bool:
+        """Whether an ancestor is not displayed (e.g. an inactive tab); a few style lookups."""
+        node = self._lines
+        while isinstance(node, Widget):
+            if not node.display:
+                return True
+            node = node.parent
+        return False
 
     def _trim_to_buffer(self) -> int:
         """Drop shown rows/matches whose lines left the buffer; the number of rows removed."""
@@ -782,7 +813,7 @@ class LogView(Widget):
         self._lines.refresh()
 
     def _refresh_badge(self) -> None:
-        self._lines.refresh()
+        self._repaint()
 
     # ------------------------------------------------------------------ geometry internals
 
@@ -865,7 +896,15 @@ class LogView(Widget):
             style = self._styles[name] = self.get_component_rich_style(name, partial=True)
         return style
 
+    def _line_style(self, kind: LineKind, base: Style) -> Style:
+        """The base style with a line kind's highlight over it, cached until styles change."""
+        style = self._styles.get(kind)
+        if style is None:
+            style = self._styles[kind] = base + self._component_style(f"logview--{kind}")
+        return style
+
     def _render_viewport_line(self, y: int) -> Strip:
+        self._repainted_hidden = False  # drawn: its line cache holds lines again
         lines = self._lines
         scroll_x, scroll_y = lines.scroll_offset
         region = lines.scrollable_content_region
@@ -914,21 +953,26 @@ class LogView(Widget):
 
     def _render_text(self, entry: Entry, start: int, end: int, base: Style) -> Strip:
         seq, _, full = entry
+        kind = classify_line(full)
+        spans = self._match_spans.get(seq)
+        if not spans:  # one style for the whole row: the segment Text.render would give
+            plain = full[start:end]
+            if not plain:
+                return Strip([Segment("")], 0)
+            style = base if kind is None else self._line_style(kind, base)
+            return Strip([Segment(plain, style)], _text_width(plain))
         text = Text(full[start:end], no_wrap=True, end="")
         text.stylize(base)  # a span, not Text(style=): render() drops the style of unspanned text
-        kind = classify_line(full)
         if kind is not None:
             text.stylize(self._component_style(f"logview--{kind}"))
-        spans = self._match_spans.get(seq)
-        if spans:
-            match_style = self._component_style("logview--match")
-            current_style = self._component_style("logview--match-current")
-            current = self._matches[self.current_match] if self.current_match >= 0 else None
-            for span_start, span_end in spans:
-                if span_end <= start or span_start >= end:
-                    continue
-                style = current_style if current == (seq, span_start, span_end) else match_style
-                text.stylize(style, max(span_start, start) - start, min(span_end, end) - start)
+        match_style = self._component_style("logview--match")
+        current_style = self._component_style("logview--match-current")
+        current = self._matches[self.current_match] if self.current_match >= 0 else None
+        for span_start, span_end in spans:
+            if span_end <= start or span_start >= end:
+                continue
+            style = current_style if current == (seq, span_start, span_end) else match_style
+            text.stylize(style, max(span_start, start) - start, min(span_end, end) - start)
         segments = list(text.render(self.app.console))
         return Strip(segments, _text_width(text.plain))
 

@@ -245,13 +245,19 @@ _CONTROLS_IN_LINE = re.compile(
     "\u2066-\u2069\ud800-\udfff]"
 )
 
+# _CONTROLS_IN_LINE's ASCII members, each to a space (str.translate has an ASCII fast path).
+_ASCII_CONTROLS = {c: " " for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F)}
+
 
 def display_lines(block: bytes) -> list[str]:
     """Display lines of ``block``: whole lines, each ended by ``\\n``, none longer than the
-    display cap. One decode and two regex passes for the block, not per line: what
+    display cap. One decode and two passes (regex, or translate) for the block, not per line: what
     ``[display_line(line) for line in lines]`` gives, at a fraction of the cost."""
-    text = block.replace(b"\r\n", b"\n").decode("utf-8", errors="replace")
-    text = _CONTROLS_IN_LINE.sub(" ", _strip_escapes(text))
+    if b"\r" in block:  # a scan, where replace() would copy every block
+        block = block.replace(b"\r\n", b"\n")
+    text = _strip_escapes(block.decode("utf-8", errors="replace"))
+    # The usual log is ASCII: a translate, several times cheaper than the regex.
+    text = text.translate(_ASCII_CONTROLS) if text.isascii() else _CONTROLS_IN_LINE.sub(" ", text)
     lines = text.split("\n")
     lines.pop()  # after the block's last "\n"
     if lines and max(map(len, lines)) > MAX_LINE:
