@@ -249,7 +249,9 @@ async def _engine(cloud: Cloud, plan: Plan, tmp: Path, profile: bool) -> dict[st
         engine.config = replace(
             engine.config, offers=replace(engine.config.offers, filter=WIDE, limit=OFFERS_LIMIT)
         )
+        profiler = _profiler(profile)
         figures |= await _ticks(engine, probe, plan, "fleet", at_target=False)
+        _profile_report(profiler, "ticks searching all 10,000 offers")
         figures["fleet.peak_rss_10k_mb"] = peak_rss_mb()
         figures |= await _json_baseline(cloud.url, engine.config, "fleet", figures)
     finally:
@@ -432,7 +434,7 @@ def run(quick: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="pyinstrument the steady window")
+    parser.add_argument("--profile", action="store_true", help="pyinstrument the ramp, the steady window and the 10,000-offer ticks")
     parser.add_argument("--workers", type=int)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hosts", type=int, default=Plan.hosts, help=argparse.SUPPRESS)

@@ -146,3 +146,18 @@ def test_refused_records_are_reported_once_per_key_with_the_first_reason():
     assert offers == []
     assert set(rejected) == {"1", "int"}
     assert "dph_total" in rejected["1"]  # the first of the two offers 1: no price
+
+
+@pytest.mark.parametrize("at", [0, 1, (1 << 16) - 3, (1 << 16) - 1, 1 << 16, 200_000, 599_995])
+@pytest.mark.parametrize("cut", [b'}, {"', b'},{"'])
+def test_the_next_cut_is_found_across_the_growing_windows(at, cut):
+    data = bytearray(b"x" * 600_000)
+    data[at : at + len(cut)] = cut
+    data = bytes(data[:600_000])
+    expected = at if at + len(cut) <= len(data) else -1
+    assert listing._next_cut(data, 0, len(data)) == expected
+    assert listing._next_cut(data, at + 1, len(data)) == -1
+    # Both styles present: the first one wins, whichever it is.
+    other = b'},{"' if cut == b'}, {"' else b'}, {"'
+    both = data[: at + 10] + other + data[at + 10 + len(other) :]
+    assert listing._next_cut(both, 0, len(both)) == expected

@@ -226,6 +226,8 @@ def _gb_value(value: Any) -> float | None:
 
 
 def _verified(verification: Any) -> bool | None:
+    if _plain_text(verification):  # "unverified", "deverified": nothing to sanitize
+        return verification == "verified"
     text = _text_value(verification)
     return None if text is None else text == "verified"
 
