@@ -434,7 +434,11 @@ def run(quick: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="pyinstrument the ramp, the steady window and the 10,000-offer ticks")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="pyinstrument the ramp, the steady window and the 10,000-offer ticks",
+    )
     parser.add_argument("--workers", type=int)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hosts", type=int, default=Plan.hosts, help=argparse.SUPPRESS)

@@ -13,7 +13,7 @@ from tests.test_console import settle
 from vastui.console.app import GC_THRESHOLDS, VastuiApp, settle_heap
 from vastui.console.fixtures import FixedBridge, fixed_app
 from vastui.console.messages import OffersLoaded, SnapshotLoaded
-from vastui.console.panes.offers import _haystack
+from vastui.console.panes.offers import FindInput, _haystack
 from vastui.console.rowtable import RowTable
 
 
@@ -117,3 +117,54 @@ def test_settle_heap_freezes_what_lives_and_keeps_full_collections_rare() -> Non
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+async def test_a_find_narrows_and_widens_like_a_fresh_one(tmp_path: Path) -> None:
+    """Typing on narrows the last rows found; a deleted character, another character or the
+    bad machines shown start afresh: each step shows what a fresh find would."""
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        pane = app.pane("offers")
+        find = pane.query_one("#row-filter", FindInput)
+        for text in ("r", "rt", "rtx", "rt", "u", "us", ""):
+            find.value = text
+            assert shown(app, "offers") == expected_offers(app, text), text
+        find.value = "a"
+        pane.action_toggle_bad()  # the bad machines too
+        with_bad = [r for r in app.offers if "a" in _haystack(r)]
+        assert sorted(shown(app, "offers")) == sorted(str(r.offer.id) for r in with_bad)
+        assert any(r.bad for r in with_bad)
+        pane.action_toggle_bad()
+        find.value = "ab"
+        assert shown(app, "offers") == expected_offers(app, "ab")
+
+
+async def test_the_find_input_filters_in_its_own_step(tmp_path: Path) -> None:
+    """No message in between: the typed character and the rows it leaves share a frame."""
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        app.pane("offers").query_one("#row-filter", FindInput).value = "rtx"
+        assert shown(app, "offers") == expected_offers(app, "rtx")  # before any await
+
+
+async def test_scrollbars_follow_the_row_count(tmp_path: Path) -> None:
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        table = app.query_one("#offers-table", RowTable)
+        assert table.show_vertical_scrollbar
+        rows = table.row_count
+        find = app.pane("offers").query_one("#row-filter", FindInput)
+        needle = next(c for c in "abcdefghijklmnopqrstuvwxyz" if 0 < len(expected_offers(app, c))
+                      < table.size.height - 2)  # fmt: skip
+        find.value = needle
+        await pilot.pause()
+        few = len(expected_offers(app, needle))
+        assert table.virtual_size.height == few + 1  # the rows and the header
+        assert not table.show_vertical_scrollbar  # they fit: the scrollbar goes
+        find.value = ""
+        await pilot.pause()
+        assert table.row_count == rows and table.show_vertical_scrollbar
+        assert table.vertical_scrollbar.window_virtual_size == rows + 1

@@ -27,13 +27,14 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.css.query import NoMatches
 from textual.dom import DOMNode
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 
 from vastui.backend import Options
 from vastui.config import ensure_state_dir, state_dir, write_private
 from vastui.console.bridge import FleetBridge, Snapshot
 from vastui.console.detail import DetailScreen
 from vastui.console.dialogs import QuitScreen
+from vastui.console.footer import KeyFooter
 from vastui.console.help import HelpScreen, all_binding_ids, live_bindings
 from vastui.console.logview import LogView
 from vastui.console.messages import OffersLoaded, Problem, SnapshotLoaded
@@ -162,7 +163,7 @@ class VastuiApp(App[int]):
                 yield LogsPane(id="logs-pane")
             with TabPane("4 Bad list", id="bad"):
                 yield BadListPane(id="bad-pane")
-        yield Footer()
+        yield KeyFooter()
 
     def pane_classes(self) -> list[tuple[str, type[DOMNode]]]:
         return [("offers", OffersPane), ("instances", InstancesPane), ("logs", LogsPane),

@@ -27,6 +27,7 @@ from textual.cache import LRUCache
 from textual.color import Color
 from textual.coordinate import Coordinate
 from textual.geometry import Region, Size
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable
 from textual.widgets._data_table import (
@@ -203,6 +204,7 @@ class RowTable(DataTable):  # type: ignore[type-arg]
         self._style_epoch: tuple[Any, ...] | None = None
         self._columns_epoch = 0  # bumped when columns change: drawn lines depend on them
         self._row_memo: LRUCache[tuple[Any, ...], Any] = LRUCache(ROW_MEMO)
+        self._frame_style: Style | None = None  # the widget's style while a frame is drawn
         super().__init__(**kw)
         # Smaller than DataTable's (1,000 to 10,000 entries): a screen holds ~50 rows, and
         # every cached segment is an object the garbage collector walks on each full pass.
@@ -397,6 +399,25 @@ class RowTable(DataTable):  # type: ignore[type-arg]
         self._styles_cache.clear()
         self._get_styles_to_render_cell.cache_clear()  # not keyed by focus
         self.refresh()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # DataTable asks for its `rich_style` on every line, which blends colours up the DOM:
+        # once per frame is enough.
+        self._frame_style = self.rich_style
+        try:
+            return super().render_lines(crop)  # type: ignore[no-any-return]
+        finally:
+            self._frame_style = None
+
+    def render_line(self, y: int) -> Strip:
+        """DataTable's, with the widget's style made once per frame (`render_lines`)."""
+        if self.fixed_rows or self._frame_style is None:
+            return super().render_line(y)  # type: ignore[no-any-return]
+        scroll_x, scroll_y = self.scroll_offset
+        if y >= (self.header_height if self.show_header else 0):
+            y += scroll_y
+        strip: Strip = self._render_line(y, scroll_x, scroll_x + self.size.width, self._frame_style)
+        return strip
 
     def _clear_caches(self) -> None:
         super()._clear_caches()
@@ -618,18 +639,25 @@ def cell_segments(
         text = text.copy()
         text.truncate(inner)
     blank = styled(Style.null())  # Padding pads with a null style, not None
-    out: list[Segment] = []
-    if padding:
-        out.append(Segment(" " * padding, blank))
-    if text._spans:
-        out.extend(Segment(s.text, styled(s.style)) for s in text.render(console) if s.text)
-    elif text.plain:
+    left = " " * padding
+    right = " " * (max(0, inner - text.cell_len) + padding)
+    # Runs in one style are one segment (what Segment.simplify would make of them): fewer
+    # segments for the line's simplify, the colour filter and the output.
+    if not text._spans:
+        plain = text.plain
         # Rich joins the wrapped lines, which turns the base style into a span.
         own = console.get_style(text.style, default=Style.null()) if text.style else None
-        out.append(Segment(text.plain, styled(own)))
-    fill = inner - text.cell_len
-    if fill > 0:
-        out.append(Segment(" " * fill, blank))
-    if padding:
-        out.append(Segment(" " * padding, blank))
+        style = styled(own)
+        if style == blank:
+            return [Segment(left + plain + right, blank)]
+        out = [Segment(left, blank)] if left else []
+        if plain:
+            out.append(Segment(plain, style))
+        if right:
+            out.append(Segment(right, blank))
+        return out
+    out = [Segment(left, blank)] if left else []
+    out.extend(Segment(s.text, styled(s.style)) for s in text.render(console) if s.text)
+    if right:
+        out.append(Segment(right, blank))
     return out

@@ -92,6 +92,8 @@ class OffersPane(TablePane):
         self._bad = 0
         self._order_state: tuple[Any, ...] | None = None
         self._order: list[tuple[Row, str]] = []
+        # The last find: (the order it searched, show_bad, its text, the pairs it kept).
+        self._found: tuple[list[tuple[Row, str]], bool, str, list[tuple[Row, str]]] | None = None
         self._cells_of: list[RankedOffer] | None = None
         self._cell_cache: dict[int, tuple[RankedOffer, list[Text]]] = {}
 
@@ -99,7 +101,9 @@ class OffersPane(TablePane):
         yield self.table
         with Horizontal(id="row-filter-bar"):
             yield Static("find:", id="row-filter-label")
-            yield Input(placeholder="text in any column; esc clears", id="row-filter")
+            yield FindInput(
+                self._find, placeholder="text in any column; esc clears", id="row-filter"
+            )
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -109,13 +113,17 @@ class OffersPane(TablePane):
 
     def build_rows(self) -> list[Row]:
         """The offers shown, already in the sort order (`_sorted` keeps it)."""
+        ordered = self._ordered()
         show_bad = self.show_bad
         needle = self.row_filter.lower()
-        return [
-            row
-            for row, hay in self._ordered()
-            if (show_bad or not row[2].bad) and (not needle or needle in hay)
-        ]
+        last = self._found
+        if last is not None and last[0] is ordered and last[1] == show_bad and last[2] in needle:
+            pool = last[3]  # a longer find keeps a subset of the rows it kept: narrow those
+        else:
+            pool = [pair for pair in ordered if show_bad or not pair[0][2].bad]
+        found = [pair for pair in pool if needle in pair[1]] if needle else pool
+        self._found = (ordered, show_bad, needle, found)
+        return [row for row, _hay in found]
 
     def _ordered(self) -> list[tuple[Row, str]]:
         """Every offer's row with its haystack, sorted: once per offers list and sort, so a
@@ -226,9 +234,12 @@ class OffersPane(TablePane):
         self.refill()
         self.app.refresh_titles()  # type: ignore[attr-defined]
 
-    @on(Input.Changed, "#row-filter")
-    def _row_filter_changed(self, event: Input.Changed) -> None:
-        self.row_filter = event.value.strip()
+    def _find(self, value: str) -> None:
+        """The find input changed: show the rows that contain its text."""
+        needle = value.strip()
+        if needle == self.row_filter:
+            return
+        self.row_filter = needle
         self.refill()
         self.app.refresh_titles()  # type: ignore[attr-defined]
 
@@ -242,6 +253,19 @@ class OffersPane(TablePane):
             self.query_one("#row-filter", Input).value = ""
             self.query_one("#row-filter-bar").display = False
             self.focus_table()
+
+
+class FindInput(Input):
+    """The find input, which filters the rows in the keystroke's own step: its Changed
+    message would hop three message queues (input, bar, pane) first, and a frame drawn in
+    between (the typed character, the old rows) made the new rows wait for the next one."""
+
+    def __init__(self, on_change: Callable[[str], None], **kw: Any) -> None:
+        super().__init__(**kw)
+        self._on_change = on_change
+
+    def watch_value(self, value: str) -> None:
+        self._on_change(value)
 
 
 def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None) -> None:
