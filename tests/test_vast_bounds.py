@@ -580,3 +580,17 @@ def test_secret_filter_redacts_arguments_and_exception_text(caplog):
         logger.exception("call with %s failed", KEY)
     assert_no_key(caplog.text)
     assert "boom ***" in caplog.text
+
+
+def test_tls_is_verified_for_https_and_impossible_for_a_plain_http_api():
+    import ssl
+
+    from vastui.vast.client import tls_trust
+
+    assert tls_trust("https://console.vast.ai") is True  # httpx's default: certifi's roots
+    assert tls_trust("HTTPS://console.vast.ai") is True
+    for url in ("http://127.0.0.1:8000", "http://sim.invalid"):
+        context = tls_trust(url)
+        assert isinstance(context, ssl.SSLContext)
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+        assert context.cert_store_stats()["x509_ca"] == 0, "no root trusted: TLS cannot pass"
