@@ -466,6 +466,9 @@ async def test_to_json_key_sets(store: Store) -> None:
         "prod_rate",
         "image",
         "kill_reason",
+        "runner_id",
+        "max_pending",
+        "tunnel_down_since",
     ]
     assert inst.to_json()["id"] == 3245511
     await store.set_stage(3245511, "paramfetch", now=T0 + 1)
@@ -611,7 +614,7 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 6
+        assert await s.schema_version() == SCHEMA_VERSION == 7
         assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
         await s.put_engine_status(_status("at_target", T0))
         assert (await s.get_engine_status()).reason_kind == "at_target"

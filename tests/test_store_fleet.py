@@ -114,3 +114,44 @@ async def test_a_dead_engine_of_this_host_does_not_hold_the_lease(store: Store):
     await store.acquire_lease("far", pid=gone.pid, hostname="elsewhere", mode="headless", ttl=30.0)
     with pytest.raises(LeaseHeld):  # another host's pid means nothing here
         await store.acquire_lease("new", pid=os.getpid(), hostname=here, mode="headless", ttl=30.0)
+
+
+async def test_runner_ids_are_monotonic_unique_and_never_reused(store: Store):
+    """The original's runner_id: one counter per fleet database, never reused, a gap allowed."""
+    first = await store.next_runner_id()
+    second = await store.next_runner_id()
+    assert (first, second) == (1, 2)
+    await store.upsert_instance(InstanceRecord(vast_id=5, runner_id=second), now=T0)
+    await store.mark_killed(5, "manual", "gone", now=T0 + 1)
+    assert await store.next_runner_id() == 3, "a killed worker's id is not given again"
+    await store.note_runner_id(40)  # an adopted instance carried 40
+    assert await store.next_runner_id() == 41
+    await store.note_runner_id(7)  # a lower one seen later does not move the counter back
+    assert await store.next_runner_id() == 42
+    # two rows cannot hold one identity: they would be one curio machine
+    with pytest.raises(StoreError, match=r"UNIQUE constraint failed: instances\.runner_id"):
+        await store.upsert_instance(InstanceRecord(vast_id=6, runner_id=second), now=T0)
+    # no identity (a legacy row) is not a clash
+    await store.upsert_instance(InstanceRecord(vast_id=8), now=T0)
+    await store.upsert_instance(InstanceRecord(vast_id=9), now=T0)
+    rec = await store.get_instance(5)
+    assert rec is not None and rec.runner_id == 2 and rec.to_json()["runner_id"] == 2
+
+
+async def test_the_counter_continues_above_ids_already_stored(tmp_path: Path):
+    """A database whose rows hold ids the counter never gave (written before the counter, or by
+    hand) still gets new ids above them."""
+    import sqlite3
+
+    s = await Store.open(tmp_path / "c.db")
+    await s.upsert_instance(InstanceRecord(vast_id=5, runner_id=17), now=T0)
+    await s.close()
+    raw = sqlite3.connect(tmp_path / "c.db")
+    with raw:
+        raw.execute("UPDATE counters SET value = 0")
+    raw.close()
+    s = await Store.open(tmp_path / "c.db")
+    try:
+        assert await s.next_runner_id() == 18
+    finally:
+        await s.close()

@@ -25,6 +25,7 @@ PROGRESS_COLUMNS = frozenset(
         "unhealthy_since", "first_report_at", "image_digest", "ssh_host", "ssh_port",
         "bench_rate", "bench_outcome", "min_rate", "label", "dph_total", "bench_failed",
         "prod_completed", "prod_failed", "prod_rate", "prod_checked_at", "prod_state",
+        "tunnel_down_since", "tunnel_detail", "max_pending", "curio_info", "runner_id",
     }
 )  # fmt: skip
 COMMAND_KINDS = ("deploy", "destroy", "ignore", "unignore")
@@ -168,6 +169,31 @@ class FleetOps:
 
             raise StoreError(f"no instance {vast_id}")
         return self._instance(row)  # type: ignore[attr-defined,no-any-return]
+
+    # -- runner identities ---------------------------------------------------------------
+
+    async def next_runner_id(self) -> int:
+        """A new runner identity: one more than any this database gave or saw (monotonic, never
+        reused; a rent that never happened leaves a gap, as the original's counter does)."""
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            row = await self._fetchone(  # type: ignore[attr-defined]
+                conn,
+                "UPDATE counters SET value = MAX(value, (SELECT COALESCE(MAX(runner_id), 0)"
+                " FROM instances)) + 1 WHERE key = 'runner_id_seq' RETURNING value",
+            )
+        if row is None:
+            from vastui.store.errors import StoreError
+
+            raise StoreError("the runner_id_seq counter is missing from the database")
+        return int(row["value"])
+
+    async def note_runner_id(self, runner_id: int) -> None:
+        """An identity seen on an instance (adopted): later ones are given above it."""
+        async with self.transaction() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                "UPDATE counters SET value = MAX(value, ?) WHERE key = 'runner_id_seq'",
+                (runner_id,),
+            )
 
     # -- strikes -------------------------------------------------------------------------
 

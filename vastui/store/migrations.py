@@ -7,6 +7,8 @@ database at the previous version. Never edit a released script; append a new one
 
 from __future__ import annotations
 
+import sqlite3
+
 import aiosqlite
 
 _V1 = """
@@ -227,7 +229,29 @@ CREATE TABLE engine_offers (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
+# Version 7: curio's cluster, where the workers meet. Each worker gets a runner identity, unique
+# and monotonic per fleet database (as the original vast-manager's ``runner_id``,
+# cmd/vast-manager/main.go: ``runner_id INTEGER UNIQUE``, a ``runner_id_seq`` counter): its curio
+# listens on an address derived from it, so no two workers are one curio machine. Also what the
+# worker says of the controller's tunnel (down since, why), the MaxPending its curio runs with
+# (sized to curio's ProveTimeout), its curio node as the cluster knows it, and the time its
+# parameter fetch was given (it follows the offer's download speed).
+_V7 = """
+ALTER TABLE instances ADD COLUMN runner_id INTEGER CHECK (runner_id IS NULL OR runner_id > 0);
+ALTER TABLE instances ADD COLUMN tunnel_down_since REAL;
+ALTER TABLE instances ADD COLUMN tunnel_detail TEXT;
+ALTER TABLE instances ADD COLUMN max_pending INTEGER;
+ALTER TABLE instances ADD COLUMN curio_info TEXT;
+ALTER TABLE instances ADD COLUMN paramfetch_timeout INTEGER;
+CREATE UNIQUE INDEX instances_runner ON instances(runner_id) WHERE runner_id IS NOT NULL;
+CREATE TABLE counters (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL CHECK (value >= 0)
+);
+INSERT INTO counters (key, value) VALUES ('runner_id_seq', 0);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
@@ -241,19 +265,44 @@ async def current_version(conn: aiosqlite.Connection) -> int:
 async def apply_migrations(conn: aiosqlite.Connection, from_version: int) -> int:
     """Apply every migration after ``from_version``; return the resulting version.
 
-    The connection must be in autocommit mode (``isolation_level=None``).
+    Each step holds the write lock (``BEGIN IMMEDIATE``) and reads the version again under it:
+    processes that open a fresh database at once (an engine started by systemd, ``vastui
+    status`` beside it) wait for each other, and a step another process applied meanwhile is
+    skipped rather than run twice ("table instances already exists"). The script and the
+    version bump commit together. The connection must be in autocommit mode
+    (``isolation_level=None``).
     """
     version = from_version
-    for target, script in enumerate(MIGRATIONS[from_version:], start=from_version + 1):
-        # executescript runs the statements as given; BEGIN/COMMIT make the script and the
-        # user_version bump one atomic unit.
+    while version < len(MIGRATIONS):
+        await conn.execute("BEGIN IMMEDIATE")
         try:
-            await conn.executescript(
-                f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {target};\nCOMMIT;"
-            )
+            version = await current_version(conn)
+            if version >= len(MIGRATIONS):
+                await conn.execute("COMMIT")
+                break
+            for statement in _statements(MIGRATIONS[version]):
+                await conn.execute(statement)
+            version += 1
+            await conn.execute(f"PRAGMA user_version = {version}")
+            await conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 await conn.rollback()
             raise
-        version = target
     return version
+
+
+def _statements(script: str) -> list[str]:
+    """A migration script as single statements (a trigger's body stays whole): executescript
+    would commit the transaction that holds the lock before it runs."""
+    out: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                out.append(pending.strip())
+            pending = ""
+    if pending.strip() and not pending.strip().startswith("--"):
+        raise ValueError(f"incomplete statement in a migration: {pending.strip()[:80]!r}")
+    return out

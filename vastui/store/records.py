@@ -26,6 +26,11 @@ KILL_KINDS: tuple[str, ...] = (
     "prove_failing",  # failed proofs in production
     "prove_unresponsive",  # cuzk-daemon stopped answering while proving
     "prove_daemon_died",  # cuzk-daemon exited while proving
+    "prove_overdue",  # proofs outlived curio's ProveTimeout: the daemon proves unwanted work
+    "bench_deadline",  # too slow for curio's ProveTimeout at any MaxPending that keeps min_rate
+    "tunnel_down",  # waited too long for the controller's tunnel: the controller's fault
+    "setup_machine",  # the machine is not what it was listed as (memory, CPU, driver)
+    "setup_identity",  # no curio identity for the worker (the controller's configuration)
     "deadline_setup",  # a stage exceeded its deadline (deadline_<stage>)
     "deadline_paramfetch",
     "deadline_benchmark",
@@ -51,6 +56,7 @@ BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
 #   import     a legacy state.db was imported                       [written by import_legacy]
 #   benchmark  a benchmark result was recorded
 #   strike     a mark against a machine (failed proofs, a production kill); enough of them ban
+#   tunnel     a worker reported the controller's tunnel down (or up again)
 #   error      something failed (detail carries the error)
 EVENT_KINDS: tuple[str, ...] = (
     "rent",
@@ -63,6 +69,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "import",
     "benchmark",
     "strike",
+    "tunnel",
     "error",
 )
 
@@ -138,6 +145,12 @@ class InstanceRecord:
     prod_rate: float | None = None  # measured proofs/hour while busy, over the proving window
     prod_checked_at: float | None = None  # last time cuzk's counters were read
     prod_state: str | None = None  # JSON: counter baselines and samples (engine-private)
+    runner_id: int | None = None  # the worker's identity in curio's cluster (unique per fleet)
+    tunnel_down_since: float | None = None  # the worker waits for the controller's tunnel
+    tunnel_detail: str | None = None  # what the worker says is down (untrusted text)
+    max_pending: int | None = None  # [Cuzk] MaxPending its curio runs with
+    curio_info: str | None = None  # JSON: its curio node as the cluster knows it
+    paramfetch_timeout: int | None = None  # seconds the worker's parameter fetch was given
 
     @property
     def stage(self) -> str | None:
@@ -171,6 +184,9 @@ class InstanceRecord:
             "prod_rate": self.prod_rate,
             "image": self.image,
             "kill_reason": self.kill_reason,
+            "runner_id": self.runner_id,
+            "max_pending": self.max_pending,
+            "tunnel_down_since": iso_utc(self.tunnel_down_since),
         }
 
 
