@@ -387,27 +387,107 @@ async def test_pass_below_our_gate_is_still_killed(world, store):
     await engine.close()
 
 
-async def test_setup_failure_names_the_missing_tunnel(world, store):
+async def test_a_machine_that_cannot_hold_the_plan_is_banned_at_setup(world, store):
     engine, iid = await rent_one(world, store)
+    reason = ("memory plan needs 163 GiB (PoRep SRS 45 + PCE 26, Snap SRS 33 + PCE 17, PCE "
+              "build 14, 2 partitions x 14); the budget is 134 GiB (container limit 139 GiB - "
+              "margin 5 GiB)")  # fmt: skip
     await engine.handle_worker_event(
-        iid,
-        {
-            "stage": "setup",
-            "event": "fail",
-            "reason": "lotus api unreachable through tunnel",
-            "error_tail": ["curl: (7) Failed to connect"],
-        },
+        iid, {"stage": "setup", "event": "fail", "reason": reason, "error_tail": [reason]}
     )
     rec = await store.get_instance(iid)
-    assert rec.kill_kind == "setup_failed" and "lotus api unreachable" in rec.kill_reason
-    bad = await store.list_bad(now=world.clock.now())
-    assert bad == [], "a missing tunnel is our fault, not the machine's"
+    assert rec.kill_kind == "setup_machine" and rec.kill_reason == f"setup failed: {reason}"
+    [bad] = await store.list_bad(now=world.clock.now())
+    assert bad.machine_id == rec.machine_id and bad.reason == f"setup: {reason}"
+    await engine.close()
+
+
+async def test_a_tunnel_down_is_the_controllers_and_pauses_renting(world, store):
+    """The worker benchmarks, then waits for the tunnel: the engine records it, says so in its
+    status, rents nothing meanwhile, strikes nothing, and after deadlines.tunnel_min destroys
+    the worker with kind tunnel_down (no ban, no strike)."""
+    world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=3))
+    engine, iid = await rent_one(world, store)
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    down = {"stage": "prove", "event": "progress", "tunnel": "down",
+            "detail": "waiting for the controller's tunnel: lotus api 127.0.0.1:1234: refused",
+            "down": ["lotus api 127.0.0.1:1234: curl: (7) Failed to connect",
+                     "curio database (YSQL) 127.0.0.1:5433: connection refused"]}  # fmt: skip
+    await engine.handle_worker_event(iid, down)
+    rec = await store.get_instance(iid)
+    assert rec.tunnel_down_since == world.clock.now()
+    assert rec.tunnel_detail == (
+        "lotus api 127.0.0.1:1234: curl: (7) Failed to connect; curio database (YSQL) "
+        "127.0.0.1:5433: connection refused"
+    )
+    live = len(await store.list_instances(include_killed=False))
+    await engine.step()
+    status = await store.get_engine_status()
+    assert status.reason_kind == "tunnel_down"
+    assert status.reason.startswith(f"the controller's tunnel is down (instance {iid}: lotus api")
+    assert len(await store.list_instances(include_killed=False)) == live, "nothing rented"
+    [event] = await store.list_events(kind="tunnel")
+    assert event.reason.startswith("tunnel down: lotus api") and event.instance_id == iid
+    # up again: recorded, and renting resumes
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "progress", "tunnel": "up"})
+    assert (await store.get_instance(iid)).tunnel_down_since is None
+    # down for longer than the deadline: destroyed, unblamed
+    await engine.handle_worker_event(iid, down)
+    world.clock.advance(world.config.deadlines.tunnel_min * 60 + 31)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "tunnel_down" and rec.kill_reason.startswith(
+        "the controller's tunnel was down for over 60 min (lotus api"
+    )
+    assert await store.list_bad(now=world.clock.now()) == []
+    assert await store.list_strikes(rec.machine_id) == []
+    await engine.close()
+
+
+async def test_every_rent_gets_its_own_runner_identity(world, store):
+    """The original's runner_id: unique and monotonic, in the rent's intent and its env."""
+    world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=2))
+    engine = await world.engine(store)
+    for _ in range(4):
+        await engine.step()
+    live = await store.list_instances(include_killed=False)
+    assert sorted(r.runner_id for r in live) == [1, 2]
+    for rec in live:
+        env = world.cloud.instance(rec.vast_id).env
+        assert env["VASTUI_RUNNER_ID"] == str(rec.runner_id)
+        assert env["CURIO_LISTEN"] == f"127.0.0.1:{12400 + rec.runner_id}"
+        assert env["CURIO_NODE_NAME"] == f"vastui-main-r{rec.runner_id}"
+        assert env["BENCH_SNAP_PROOFS"] == "2" and env["PROVE_DEADLINE_MARGIN"] == "0.2"
+    intents = await store.list_intents(kind="rent")
+    assert sorted(i.detail["runner_id"] for i in intents) == [1, 2]
+    await engine.close()
+
+
+async def test_an_adopted_instance_keeps_the_identity_it_was_created_with(world, store):
+    """A worker's curio identity was fixed in its environment at create: adoption records it,
+    and later rents are given ids above it; one another row holds is not taken twice."""
+    engine, iid = await rent_one(world, store)
+    rec = await store.get_instance(iid)
+    env = dict(world.cloud.instance(iid).env)
+    # a second engine on a fresh database adopts the same labelled instance ...
+    other = await Store.open(world.tmp / "other.db")
+    try:
+        adopter = await world.engine(other)
+        await adopter.step()
+        adopted = await other.get_instance(iid)
+        assert adopted is not None and adopted.runner_id == rec.runner_id == int(
+            env["VASTUI_RUNNER_ID"]
+        )
+        assert await other.next_runner_id() == rec.runner_id + 1
+    finally:
+        await adopter.close()
+        await other.close()
     await engine.close()
 
 
 @pytest.mark.parametrize(
     ("stage", "minutes", "kind"),
-    [("paramfetch", 91, "deadline_paramfetch"), ("benchmark", None, "deadline_benchmark")],
+    [("paramfetch", 96, "deadline_paramfetch"), ("benchmark", None, "deadline_benchmark")],
 )
 async def test_stage_deadlines(world, store, stage, minutes, kind):
     engine, iid = await rent_one(world, store)

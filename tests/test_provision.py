@@ -18,13 +18,16 @@ OFFERS = {
     "cheap": (1, 101, 0.20),  # required 25: viable, $0.00625/proof
     "dear": (2, 102, 0.24),  # required 30: viable, $0.0075/proof
     "slow": (3, 103, 0.30),  # required 38: not viable, $0.0094/proof
+    # cheapest and viable by its ranking (256 GB class), but 170 GB cannot hold PoRep and Snap
+    # resident (vastui/engine/plan.py)
+    "small": (4, 104, 0.10, 170_000),
 }
 
 
-def offer(oid: int, machine: int, dph: float) -> Offer:
+def offer(oid: int, machine: int, dph: float, cpu_ram_mb: int = 516_000) -> Offer:
     return Offer.from_api(
         {"id": oid, "machine_id": machine, "gpu_name": "RTX 4090", "num_gpus": 1,
-         "dph_total": dph, "cpu_ram": 516_000}
+         "dph_total": dph, "cpu_ram": cpu_ram_mb}
     )  # fmt: skip
 
 
@@ -70,6 +73,12 @@ CASES: list[tuple[str, FleetView, tuple[str, ...], int | None, str | None]] = [
     ("no offers at all", view(), (), None, "no_viable_offer"),
     ("only banned offers", view(bad_machines=frozenset({101, 102, 103})), ALL, None,
      "no_viable_offer"),
+    ("a tunnel down rents nothing", view(tunnel_down="instance 7: lotus api refused"), ALL,
+     None, "tunnel_down"),
+    ("a tunnel down does not hide the target", view(by_stage={"proving": 3},
+     tunnel_down="instance 7: lotus api refused"), ALL, None, "at_target"),
+    ("too little RAM for the memory plan is never rented", view(), ("small", "dear"), 2, None),
+    ("only offers too small for the plan", view(), ("small",), None, "no_viable_offer"),
 ]  # fmt: skip
 
 

@@ -23,8 +23,12 @@ from typing import Any
 
 from vastui.pricing import required_rate
 
+# The original vast-manager's filter, plus what the worker image needs of the host: a driver
+# for CUDA 13 (>= 580; cuda_vers>=13.0 implies it, driver_version says it) and AVX (curio is built
+# with GOAMD64=v3, which needs AVX2: Vast exposes only has_avx, so the worker checks the rest).
 DEFAULT_FILTER = (
     "disk_space>=250 dph<=0.9 gpu_ram>12.5 cpu_ram>=240 cpu_cores>25 inet_down>100 cuda_vers>=13.0"
+    " driver_version>=580.0.0 has_avx=true"
 )
 # What `make image` builds from worker-image/Dockerfile (curio, cuzk-daemon, cuzk-bench and
 # the vastui scripts); push it where your Vast account can pull it and set fleet.image.
@@ -61,6 +65,9 @@ class FleetSection:
     max_total_dph: float = 5.0
     max_concurrent_benchmarks: int = 2
     bench_proofs: int = 12
+    # SnapDeals proofs among them: a proofshare provider cannot refuse Snap requests
+    # (lib/proofsvc/provictl.go:78-90, tasks/proofshare/task_prove.go:271-289)
+    bench_snap_proofs: int = 2
     auto_ban_days: float = 30.0  # automatic bans expire; 0 keeps them forever
 
 
@@ -73,6 +80,9 @@ class DeadlinesSection:
     benchmark_min: float = 45.0
     loading_min: float = 30.0
     exited_grace_min: float = 5.0
+    # A worker waiting this long for the controller's tunnel (Lotus API, curio's database) to
+    # prove is destroyed: the controller's fault, never a strike on the machine.
+    tunnel_min: float = 60.0
 
 
 @dataclass
@@ -95,6 +105,9 @@ class CurioSection:
     proofshare: bool = True  # vastui's layer sets [Subsystems] EnableProofShare
     max_pending: int = 10  # [Cuzk] MaxPending: proofs in flight; the benchmark measures at this
     prove_timeout: str = "30m"  # [Cuzk] ProveTimeout
+    # Workers listen on 127.0.0.1:<base + runner id>: their identity in curio's cluster
+    # (vastui/engine/identity.py)
+    listen_port_base: int = 12400
     db_name: str = "yugabyte"
     db_user: str = "yugabyte"
 
@@ -108,6 +121,10 @@ class ProvingSection:
     max_failures: int = 3  # failed proofs in the window that destroy it
     unresponsive_min: float = 5.0  # no answer from the daemon for this long destroys it
     strikes_to_ban: int = 2  # strikes (within fleet.auto_ban_days) that ban the machine
+    # A proof at MaxPending in flight must finish within ProveTimeout / (1 + this): curio's
+    # deadline counts the daemon's queue (lib/cuzk/client.go:116-122)
+    deadline_margin: float = 0.2
+    max_overdue: int = 2  # proofs past curio's ProveTimeout in the window that destroy it
 
 
 @dataclass
@@ -214,6 +231,14 @@ def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
     return cls(**kwargs)
 
 
+def _disk_need() -> float:
+    from vastui.engine.plan import disk_need_gb
+
+    return disk_need_gb()
+
+
+_DISK_NEED = 205.0  # GB; tests/test_worker_plan.py checks it equals plan.disk_need_gb()
+
 _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     # min_rate = ceil($/h ÷ this): a tiny divisor overflows it (vastui/pricing.py).
     (
@@ -221,12 +246,19 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
         lambda c: 1e-6 <= c.fleet.max_cost_per_proof <= 100,
         "a number > 0 (from 0.000001 to 100 $/proof)",
     ),
-    ("fleet.disk_gb", lambda c: c.fleet.disk_gb >= 10, "a number >= 10"),
+    # The image, every parameter file curio fetches with EnableProofShare and the PCE files
+    # (vastui/engine/plan.py): a smaller disk fails every worker's setup.
+    ("fleet.disk_gb", lambda c: c.fleet.disk_gb >= _disk_need(), f"a number >= {_DISK_NEED:g}"),
     ("fleet.target_workers", lambda c: c.fleet.target_workers >= 0, "an integer >= 0"),
     ("fleet.max_total_dph", lambda c: c.fleet.max_total_dph >= 0, "a number >= 0"),
     ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
     ("fleet.auto_ban_days", lambda c: c.fleet.auto_ban_days >= 0, "a number >= 0"),
     ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
+    (
+        "fleet.bench_snap_proofs",
+        lambda c: 0 <= c.fleet.bench_snap_proofs < c.fleet.bench_proofs,
+        "an integer from 0 to fleet.bench_proofs - 1",
+    ),
     # The name is part of every label (vastui/engine/labels.py matches [A-Za-z0-9-]): a name the
     # label pattern does not match would leave rented instances unrecognised as vastui's own.
     ("fleet.name", lambda c: _is_fleet_name(c.fleet.name), "letters, digits and - (1-32)"),
@@ -247,6 +279,12 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("deadlines.paramfetch_min", lambda c: c.deadlines.paramfetch_min >= 1, "a number >= 1"),
     ("deadlines.benchmark_min", lambda c: c.deadlines.benchmark_min >= 1, "a number >= 1"),
     ("deadlines.exited_grace_min", lambda c: c.deadlines.exited_grace_min >= 0, "a number >= 0"),
+    ("deadlines.tunnel_min", lambda c: c.deadlines.tunnel_min >= 1, "a number >= 1 (minutes)"),
+    (
+        "curio.listen_port_base",
+        lambda c: 1024 <= c.curio.listen_port_base <= 65000,
+        "an integer from 1024 to 65000",
+    ),
     ("curio.max_pending", lambda c: 1 <= c.curio.max_pending <= 1000, "an integer from 1 to 1000"),
     ("curio.prove_timeout", lambda c: _is_duration(c.curio.prove_timeout), "a duration like 30m"),
     ("curio.layers", lambda c: _is_layer_list(c.curio.layers), "layer names, comma-separated"),
@@ -260,6 +298,8 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("proving.max_failures", lambda c: c.proving.max_failures >= 1, "an integer >= 1"),
     ("proving.unresponsive_min", lambda c: c.proving.unresponsive_min >= 1, "a number >= 1"),
     ("proving.strikes_to_ban", lambda c: c.proving.strikes_to_ban >= 1, "an integer >= 1"),
+    ("proving.deadline_margin", lambda c: 0 <= c.proving.deadline_margin <= 2, "0 to 2"),
+    ("proving.max_overdue", lambda c: c.proving.max_overdue >= 1, "an integer >= 1"),
 ]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vastui.config import Config, load_curio_db_password
-from vastui.engine import policy
+from vastui.engine import identity, policy
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_of, new_label
 from vastui.sanitize import sanitize_line
@@ -91,6 +91,12 @@ class Acts:
         if self.stopping():
             raise EngineError(f"not renting offer {offer.id}: the engine is stopping")
         await self._ensure_key_on_account()
+        # The worker's identity in curio's cluster, kept with the intent: a rent resolved by its
+        # label after a crash records the same one (the original's runner_id, kept on
+        # re-register of the same label).
+        runner_id = await self._new_runner_id()
+        detail["runner_id"] = runner_id
+        detail["paramfetch_timeout"] = policy.paramfetch_timeout_s(offer.inet_down)
         intent = await self.store.create_intent(
             "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
             detail=detail, now=now,
@@ -102,8 +108,13 @@ class Acts:
         env = {
             "MIN_RATE": f"{min_rate:.1f}",
             "BENCH_PROOFS": str(self.config.fleet.bench_proofs),
+            "BENCH_SNAP_PROOFS": str(self.config.fleet.bench_snap_proofs),
             "BENCH_TIMEOUT": str(policy.bench_timeout_s(min_rate, self.config.fleet.bench_proofs)),
+            "PARAMFETCH_TIMEOUT": str(detail["paramfetch_timeout"]),
             "VASTUI_IMAGE": self.config.fleet.image,
+            **identity.runner_env(
+                self.config.fleet.name, runner_id, self.config.curio.listen_port_base
+            ),
             **worker_curio_env(self.config),
             **self.settings.worker_env,
         }
@@ -150,6 +161,21 @@ class Acts:
         )
         log.info("dry-run: would rent %s: %s", what, reason)
 
+    async def _new_runner_id(self) -> int:
+        """The next runner id whose listen port no live worker holds (ports wrap after 53,135
+        rentals: vastui/engine/identity.py)."""
+        base = self.config.curio.listen_port_base
+        held = {
+            identity.listen_port(rec.runner_id, base)
+            for rec in await self.store.list_instances(include_killed=False)
+            if rec.runner_id is not None
+        }
+        for _ in range(len(held) + 1):
+            runner_id = await self.store.next_runner_id()
+            if identity.listen_port(runner_id, base) not in held:
+                return runner_id
+        raise EngineError("no free curio listen port for a new worker")  # pragma: no cover
+
     async def check_rentable(self, offer: Offer) -> None:
         """Only a rent in flight blocks an offer, and a live worker keeps its machine busy. An
         offer rented before may be rented again: a machine that failed is kept off by the bad
@@ -191,6 +217,8 @@ class Acts:
             min_rate=detail.get("min_rate"),
             created_at=now,
             loading_at=now,
+            runner_id=detail.get("runner_id") if isinstance(detail.get("runner_id"), int) else None,
+            paramfetch_timeout=_int_or_none(detail.get("paramfetch_timeout")),
         )
         rec = await self.store.upsert_instance(rec, now=now)
         await self.store.add_event(
@@ -422,6 +450,10 @@ class Acts:
         self.offers_changed(None)  # the ranking must see this measurement before the next rent
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def worker_curio_env(config: Config) -> dict[str, str]:
     """How the worker runs curio (worker-image/entrypoint.sh). The database password, when set,
     goes to Vast in the instance's environment and nowhere else: not logged, not stored."""
@@ -429,6 +461,8 @@ def worker_curio_env(config: Config) -> dict[str, str]:
     env = {
         "CUZK_MAX_PENDING": str(c.max_pending),
         "CUZK_PROVE_TIMEOUT": c.prove_timeout,
+        "PROVE_DEADLINE_MARGIN": f"{config.proving.deadline_margin:g}",
+        "CURIO_LISTEN_PORT_BASE": str(c.listen_port_base),
         "CURIO_EXTRA_LAYERS": c.layers,
         "CURIO_PROOFSHARE": "1" if c.proofshare else "0",
         "CURIO_DB_NAME": c.db_name,

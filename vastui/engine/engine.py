@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine import policy, production, provision
+from vastui.engine import identity, policy, production, provision
 from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, worker_curio_env
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
@@ -400,6 +400,19 @@ class Engine:
         return rec
 
     async def _adopt(self, inst: Instance, now: float) -> InstanceRecord:
+        # Its identity in curio's cluster was fixed at its create (its environment): recorded as
+        # it is, unless another instance holds it (then it is one curio machine with that one).
+        runner_id = identity.parse_runner_id(inst.env.get("VASTUI_RUNNER_ID"))
+        if runner_id is not None:
+            holders = [r for r in await self.store.list_instances() if r.runner_id == runner_id]
+            if holders:
+                log.warning(
+                    "instance %s carries runner id %s, which instance %s holds: its curio is the "
+                    "same machine as that one's", inst.id, runner_id, holders[0].vast_id,
+                )  # fmt: skip
+                runner_id = None
+            else:
+                await self.store.note_runner_id(runner_id)
         rec = InstanceRecord(
             vast_id=inst.id,
             label=inst.label,
@@ -415,6 +428,8 @@ class Engine:
             min_rate=_float(inst.env.get("MIN_RATE")),
             created_at=inst.start_date or now,
             loading_at=now,
+            runner_id=runner_id,
+            paramfetch_timeout=_seconds(inst.env.get("PARAMFETCH_TIMEOUT")),
         )
         rec = await self.store.upsert_instance(rec, now=now)
         await self.store.add_event(
@@ -493,6 +508,7 @@ class Engine:
                 bench = production.baseline_from_bench(_json_obj(rec.bench_result))
                 state = production.fold(state, reading, now, window, bench)
                 m = production.measure(state, now, window)
+                info = json.dumps(reading.curio_info) if reading.curio_info else rec.curio_info
                 rec = await self.store.update_instance(
                     vast_id,
                     prod_state=state.to_json(),
@@ -500,6 +516,7 @@ class Engine:
                     prod_failed=state.failed,
                     prod_rate=None if m.rate is None else round(m.rate, 3),
                     prod_checked_at=now,
+                    curio_info=info,
                 )
             elif state.silent_since is None:
                 state = production.silent(state, now)
@@ -550,22 +567,67 @@ class Engine:
             )
         elif kind == "result" and isinstance(event.get("result"), dict):
             await self._on_benchmark(rec, event["result"], now)
+        elif kind == "progress" and str(event.get("stage")) == "prove":
+            await self._on_prove_progress(rec, event, now)
         elif kind == "fail":
             await self.acts.kill(rec, policy.failure_kill(event))
+
+    async def _on_prove_progress(
+        self, rec: InstanceRecord, event: dict[str, Any], now: float
+    ) -> None:
+        """What the prove stage says of the controller's tunnel (down: waiting, never the
+        machine's fault) and of its curio node."""
+        fields: dict[str, Any] = {}
+        tunnel = policy.tunnel_report(event)
+        if tunnel is not None:
+            down, detail = tunnel
+            if down:
+                fields["tunnel_detail"] = sanitize_line(detail, 300)
+                if rec.tunnel_down_since is None:
+                    fields["tunnel_down_since"] = now
+                    log.warning("instance %s: the controller's tunnel is down: %s", rec.vast_id,
+                                fields["tunnel_detail"])  # fmt: skip
+                    await self.store.add_event(
+                        "tunnel", f"tunnel down: {fields['tunnel_detail']}",
+                        instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
+                    )  # fmt: skip
+            elif rec.tunnel_down_since is not None:
+                fields["tunnel_down_since"] = None
+                fields["tunnel_detail"] = None
+                await self.store.add_event(
+                    "tunnel", "tunnel up", instance_id=rec.vast_id, machine_id=rec.machine_id,
+                    now=now,
+                )  # fmt: skip
+        info = policy.curio_report(event.get("curio"))
+        if info is not None:
+            fields["curio_info"] = json.dumps(info)
+        if fields:
+            await self.store.update_instance(rec.vast_id, **fields)
 
     async def _on_benchmark(self, rec: InstanceRecord, result: dict[str, Any], now: float) -> None:
         rate = policy._num(result.get("rate_per_hour"))
         outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
         failed = result.get("proofs_failed")
+        max_pending = result.get("max_pending")
         await self.store.update_instance(
             rec.vast_id,
             bench_rate=rate,
             bench_outcome=outcome,
             bench_result=json.dumps(result)[:20_000],
             bench_failed=failed if isinstance(failed, int) and 0 <= failed < 2**31 else None,
+            max_pending=(
+                max_pending
+                if isinstance(max_pending, int)
+                and not isinstance(max_pending, bool)
+                and 0 <= max_pending <= 10_000
+                else None
+            ),
         )
-        if rate is not None and rate > 0:
-            await self.acts.record_rate(rec, rate, now)
+        # The machine's record is what it can do in production: at most what curio's deadline
+        # lets it keep with fewer proofs in flight (policy.effective_rate).
+        usable = policy.effective_rate(result, self.config)
+        if usable is not None and usable > 0:
+            await self.acts.record_rate(rec, usable, now)
         await self.store.add_event(
             "benchmark",
             f"{outcome}: {'n/a' if rate is None else f'{rate:.1f}'} proofs/h "
@@ -575,7 +637,7 @@ class Engine:
             detail={"rate": rate, "outcome": outcome},
             now=now,
         )
-        kill = policy.benchmark_kill(result, rec.min_rate)
+        kill = policy.benchmark_kill(result, rec.min_rate, self.config)
         if kill is not None:
             rec = await self.store.get_instance(rec.vast_id) or rec
             await self.acts.kill(rec, kill)
@@ -679,7 +741,12 @@ class Engine:
             max_total_dph=fleet.max_total_dph,
             dry_run=self.settings.dry_run,
             api_error=self._cycle_error,
-        )
+            tunnel_down=next(
+                (f"instance {r.vast_id}: {r.tunnel_detail or 'down'}" for r in live
+                 if r.tunnel_down_since is not None),
+                None,
+            ),
+        )  # fmt: skip
 
     async def _provision(self) -> None:
         """Rent at most one worker towards the target, then publish the status and its reason."""
@@ -792,6 +859,12 @@ def _json_obj(text: str | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _seconds(value: str | None) -> int | None:
+    """Whole seconds from an instance's environment (untrusted), as the worker reads them."""
+    n = policy._num(value)
+    return int(n) if n is not None and n == int(n) and 0 < n < 2**31 else None
 
 
 def _float(value: str | None) -> float | None:

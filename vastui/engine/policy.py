@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vastui.config import Config
+from vastui.engine import plan
 from vastui.store.records import InstanceRecord
 
 GPU_ERROR = re.compile(
@@ -109,6 +110,24 @@ def bench_timeout_s(min_rate: float | None, proofs: int) -> int:
     return min(max(BENCH_TIMEOUT_FLOOR_S, budget), BENCH_TIMEOUT_CAP_S)
 
 
+PARAMFETCH_FLOOR_S = 5400  # the script's default and the original's 90 min
+PARAMFETCH_SETUP_S = 600  # resolving, retries, checksums
+PARAMFETCH_SLACK = 1.5  # over the transfer at the listed speed (a shared link, a slow mirror)
+PARAMFETCH_CAP_S = 6 * 3600
+
+
+def paramfetch_timeout_s(inet_down_mbps: float | None) -> int:
+    """Seconds the parameter fetch is given: every 32 GiB file curio fetches with
+    EnableProofShare (~135 GiB, plan.PARAMS_DISK_GIB) at the offer's listed download speed, with
+    slack; at least the original's 90 min, at most 6 h. At 100 Mbit/s that is 5 h: a fixed
+    90 min would end every slow-linked worker before its benchmark."""
+    if inet_down_mbps is None or not math.isfinite(inet_down_mbps) or inet_down_mbps <= 0:
+        return PARAMFETCH_FLOOR_S
+    transfer = plan.PARAMS_DISK_GIB * plan.GIB * 8 / (inet_down_mbps * 1e6)
+    wanted = PARAMFETCH_SETUP_S + math.ceil(min(transfer * PARAMFETCH_SLACK, PARAMFETCH_CAP_S))
+    return min(max(PARAMFETCH_FLOOR_S, wanted), PARAMFETCH_CAP_S)
+
+
 def bench_deadline_s(rec: InstanceRecord, config: Config) -> float:
     """How long the engine lets the benchmark stage run: the configured deadline, or the
     script's own limit for this worker's min_rate plus a grace, whichever is longer."""
@@ -144,10 +163,14 @@ def deadline_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | Non
             return Kill("deadline_setup", f"setup took over {d.setup_min:g} min", "setup")
     elif rec.state == "paramfetch":
         since = rec.paramfetch_at
-        if since is not None and now - since > d.paramfetch_min * minutes:
+        limit = max(
+            d.paramfetch_min * minutes,
+            (rec.paramfetch_timeout or PARAMFETCH_FLOOR_S) + BENCH_DEADLINE_GRACE_S,
+        )
+        if since is not None and now - since > limit:
             return Kill(
                 "deadline_paramfetch",
-                f"param fetch timeout ({d.paramfetch_min:g} min)",
+                f"param fetch timeout ({round(limit / minutes, 1):g} min)",
                 "paramfetch",
                 strike=True,
             )
@@ -193,7 +216,11 @@ def reconcile_kill(
             f"machine {rec.machine_id} is on the bad list"
             + (f": {bad_reason}" if bad_reason else ""),
         )
-    return unhealthy_kill(rec, now, config) or deadline_kill(rec, now, config)
+    return (
+        unhealthy_kill(rec, now, config)
+        or deadline_kill(rec, now, config)
+        or tunnel_kill(rec, now, config)
+    )
 
 
 def strike_ban(count: int, strikes_to_ban: int, last_reason: str) -> str | None:
@@ -203,11 +230,83 @@ def strike_ban(count: int, strikes_to_ban: int, last_reason: str) -> str | None:
     return f"{count} strikes, the last: {last_reason}"[:300]
 
 
-def benchmark_kill(result: dict[str, Any], min_rate: float | None) -> Kill | None:
+def deadline_sizing(result: dict[str, Any], config: Config) -> plan.Sizing | None:
+    """The MaxPending that lets a proof finish within curio's ProveTimeout on this machine, from
+    its benchmark's rate and quickest latency at production concurrency (plan.deadline_sizing);
+    None when the result has no latency (an image that does not measure it)."""
+    rate = _num(result.get("rate_per_hour"))
+    latency = result.get("latency_seconds")
+    service = _num(latency.get("service")) if isinstance(latency, dict) else None
+    if rate is None or service is None or rate <= 0 or service <= 0:
+        return None
+    return plan.deadline_sizing(
+        rate, service, config.curio.max_pending, plan.duration_s(config.curio.prove_timeout),
+        config.proving.deadline_margin,
+    )  # fmt: skip
+
+
+def effective_rate(result: dict[str, Any], config: Config) -> float | None:
+    """What the machine proves in production: its benchmark's rate, or less when curio's
+    deadline holds it to fewer proofs in flight."""
+    rate = _num(result.get("rate_per_hour"))
+    sizing = deadline_sizing(result, config)
+    if rate is None or sizing is None:
+        return rate
+    return min(rate, sizing.rate)
+
+
+def _deadline_kill(
+    result: dict[str, Any], min_rate: float | None, config: Config, tail: tuple[str, ...]
+) -> Kill | None:
+    """A machine too slow for curio's deadline at any MaxPending, or too slow at the one that
+    fits it (plan.py says why sizing, not rejecting, is the rule). Not a fault of the machine:
+    no ban, no strike; its usable rate becomes its record."""
+    sizing = deadline_sizing(result, config)
+    if sizing is None:
+        return None
+    rate = _num(result.get("rate_per_hour"))
+    timeout = config.curio.prove_timeout
+    limit = f"{sizing.limit_s / 60:.1f} min"
+    reported = result.get("max_pending")
+    if sizing.max_pending == 0:
+        reason = (
+            f"benchmark: a proof takes {sizing.latency_s / 60:.1f} min at the least, over the "
+            f"{limit} curio's ProveTimeout {timeout} allows"
+        )
+    elif min_rate is not None and sizing.rate < min_rate <= (rate or 0.0):
+        reason = (
+            f"benchmark: at MaxPending {sizing.max_pending} (a proof within {limit} of curio's "
+            f"ProveTimeout {timeout}) it keeps {sizing.rate:.1f} < {min_rate:.1f} proofs/h"
+        )
+    elif (
+        isinstance(reported, int)
+        and not isinstance(reported, bool)
+        and (reported > sizing.max_pending)
+    ):
+        reason = (
+            f"benchmark: the worker would run MaxPending {reported}, but only "
+            f"{sizing.max_pending} proofs in flight finish within {limit} of ProveTimeout {timeout}"
+        )
+    else:
+        return None
+    return Kill(
+        "bench_deadline", reason[:300], "benchmark", tail, str(result.get("outcome") or "error"),
+        detail={"rate": _num(result.get("rate_per_hour")), "max_pending": sizing.max_pending,
+                "kept_rate": sizing.rate, "latency_s": sizing.latency_s},
+    )  # fmt: skip
+
+
+def benchmark_kill(
+    result: dict[str, Any], min_rate: float | None, config: Config | None = None
+) -> Kill | None:
     """The benchmark gate. None means: passed, keep it."""
     outcome = str(result.get("outcome") or "error")
     rate = _num(result.get("rate_per_hour"))
     tail = tuple(str(x) for x in (result.get("error_tail") or []) if isinstance(x, str))[-20:]
+    if outcome in ("pass", "below_min"):
+        late = _deadline_kill(result, min_rate, config or Config(), tail)
+        if late is not None:
+            return late
     if outcome == "pass" and (min_rate is None or (rate is not None and rate >= min_rate)):
         return None
     if outcome == "pass":  # the worker says pass, but our own gate disagrees
@@ -242,16 +341,75 @@ def failure_kill(event: dict[str, Any]) -> Kill:
     tail = tuple(str(x) for x in (event.get("error_tail") or []) if isinstance(x, str))[-20:]
     kind = f"{WORKER_STAGE.get(stage, stage)}_failed"
     strike = False
+    ban = None
     if stage == "prove" and reason.startswith("cuzk-daemon"):
         kind, strike = "prove_daemon_died", True
     elif stage == "prove" and reason.startswith("curio"):
         kind = "prove_curio_failed"
+    elif stage == "prove" and reason.startswith("tunnel down"):
+        kind = "tunnel_down"  # the controller's: never the machine's
+    elif stage == "setup" and reason.startswith(MACHINE_SETUP_FAULTS):
+        # what the machine is (its memory, CPU, driver) is not what its listing promised
+        kind, ban = "setup_machine", f"setup: {reason}"
+    elif stage == "setup" and reason.startswith("curio identity"):
+        kind = "setup_identity"  # the controller's configuration
     gpu = gpu_errors(tail)
-    ban = f"{stage} failed: {gpu[-1].strip()}" if gpu else None
+    if gpu:
+        ban = f"{stage} failed: {gpu[-1].strip()}"
     return Kill(
         kind, f"{stage} failed: {reason}"[:300], WORKER_STAGE.get(stage), tail, ban=ban,
         strike=strike,
     )  # fmt: skip
+
+
+# Setup failures that describe the machine itself (worker-image/entrypoint.sh stage_setup): it
+# would fail the same way every time it is rented.
+MACHINE_SETUP_FAULTS = ("memory plan", "CPU lacks", "host driver")
+
+
+def tunnel_report(event: dict[str, Any]) -> tuple[bool, str] | None:
+    """What a prove-stage event says of the controller's tunnel: (down, what is down), or None
+    when it says nothing of it (worker-image/entrypoint.sh wait_tunnel)."""
+    state = event.get("tunnel")
+    if state == "up":
+        return False, ""
+    if state != "down":
+        return None
+    down = event.get("down")
+    lines = [str(x) for x in down if isinstance(x, str)][:5] if isinstance(down, list) else []
+    return True, "; ".join(lines) or str(event.get("detail") or "tunnel down")
+
+
+def curio_report(value: Any) -> dict[str, Any] | None:
+    """The worker's curio node as it reports it (machine id, host:port, name, task types,
+    MaxPending): plain values only, bounded; None when absent or malformed."""
+    if not isinstance(value, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key in ("machine_id", "max_pending"):
+        v = value.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63:
+            out[key] = v
+    for key in ("host_and_port", "name", "tasks", "listen", "layer"):
+        v = value.get(key)
+        if isinstance(v, str):
+            out[key] = v[:400]
+    return out if "machine_id" in out else None
+
+
+def tunnel_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | None:
+    """A worker that has waited too long for the controller's tunnel: destroyed to stop its
+    bill, with no mark against the machine (the tunnel is the controller's)."""
+    since = rec.tunnel_down_since
+    limit = config.deadlines.tunnel_min
+    if since is None or rec.state != "proving" or now - since <= limit * 60.0:
+        return None
+    return Kill(
+        "tunnel_down",
+        f"the controller's tunnel was down for over {limit:g} min"
+        + (f" ({rec.tunnel_detail})" if rec.tunnel_detail else ""),
+        "proving",
+    )
 
 
 def benchmark_strike(result: dict[str, Any]) -> str | None:

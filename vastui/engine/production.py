@@ -8,6 +8,13 @@ count proofs that failed before assembly, such as a GPU start panic). A restarte
 its counters at zero: a new pid or a smaller uptime opens a new segment, so nothing is lost or
 counted twice. The rate is judged only over time the daemon had work in flight: a worker idle for
 lack of demand is not slow.
+
+The daemon's counters also count proofs nobody waited for: curio gives up on a Prove call at its
+``[Cuzk] ProveTimeout`` (lib/cuzk/client.go:116-122) and retries the task, while the daemon,
+which cannot cancel (extern/cuzk/cuzk-server/src/service.rs:173-183), proves the old job to the
+end. So the reading carries curio's own count of calls that outlived the deadline
+(``workerctl cuzk-counters`` → ``curio.timeouts``), and proofs that keep outliving it end the
+worker (``prove_overdue``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine.policy import Kill, failure_kill
+from vastui.engine.policy import Kill, curio_report, failure_kill
 
 MAX_SAMPLES = 2000  # bounds prod_state whatever the poll cadence
 MIN_BUSY_S = 600.0  # a rate is published once it rests on this much busy time (noise)
@@ -37,6 +44,8 @@ class Reading:
     uptime: float | None
     busy: bool
     error_tail: tuple[str, ...] = ()  # the daemon's error lines and how it died, once it has
+    curio_timeouts: int | None = None  # curio's Prove calls past ProveTimeout, since proving
+    curio_info: dict[str, Any] | None = None  # the node as the cluster knows it
 
     @property
     def exit_reason(self) -> str:
@@ -59,6 +68,7 @@ class Reading:
             busy = busy or any(isinstance(w, dict) and w.get("state") == "proving" for w in workers)
         signal = raw.get("signal")
         tail = raw.get("error_tail") if isinstance(raw.get("error_tail"), list) else []
+        curio = raw.get("curio") if isinstance(raw.get("curio"), dict) else {}
         return cls(
             pid=_count(raw.get("daemon_pid")),
             alive=raw.get("alive") is True,
@@ -69,6 +79,8 @@ class Reading:
             uptime=max((u for u in uptimes if u is not None), default=None),
             busy=busy,
             error_tail=tuple(x[:500] for x in tail if isinstance(x, str))[-20:],
+            curio_timeouts=_count(curio.get("timeouts")),
+            curio_info=curio_report(curio.get("info")),
         )
 
 
@@ -161,7 +173,8 @@ def fold(
     # interval between proofs): that time is not held against the machine.
     s.primed = s.primed or s.completed > 0
     busy = reading.busy and s.primed
-    s.samples.append([now, float(s.completed), float(s.failed), 1.0 if busy else 0.0])
+    timeouts = float(reading.curio_timeouts or 0)
+    s.samples.append([now, float(s.completed), float(s.failed), 1.0 if busy else 0.0, timeouts])
     keep_from = now - 2 * window_s
     s.samples = [x for x in s.samples if x[0] >= keep_from][-MAX_SAMPLES:]
     return s
@@ -180,6 +193,7 @@ class Measure:
     busy_s: float  # seconds of the window with work in flight
     failed: int  # failed proofs in the window
     completed: int  # completed proofs in the window
+    overdue: int = 0  # curio's Prove calls that outlived ProveTimeout in the window
 
 
 def measure(state: ProdState, now: float, window_s: float) -> Measure:
@@ -196,8 +210,13 @@ def measure(state: ProdState, now: float, window_s: float) -> Measure:
             done += b[1] - a[1]
     failed = int(points[-1][2] - points[0][2]) if len(points) >= 2 else 0
     completed = int(points[-1][1] - points[0][1]) if len(points) >= 2 else 0
+    # samples of older releases have no timeouts; a restarted curio starts its count again
+    overdue = 0
+    for a, b in itertools.pairwise(points):
+        ta, tb = (a[4] if len(a) > 4 else 0.0), (b[4] if len(b) > 4 else 0.0)
+        overdue += int(tb - ta) if tb >= ta else int(tb)
     rate = done * 3600.0 / busy if busy >= min(MIN_BUSY_S, 0.9 * window_s) else None
-    return Measure(rate, busy, failed, completed)
+    return Measure(rate, busy, failed, completed, overdue)
 
 
 def verdict(
@@ -236,6 +255,15 @@ def verdict(
             "proving",
             strike=True,
             detail={"failed": m.failed, "completed": m.completed},
+        )
+    if m.overdue >= p.max_overdue:
+        return Kill(
+            "prove_overdue",
+            f"{m.overdue} proofs outlived curio's ProveTimeout {config.curio.prove_timeout} "
+            f"within {p.window_min:g} min: the daemon proves work curio gave up on",
+            "proving",
+            strike=True,
+            detail={"overdue": m.overdue, "completed": m.completed},
         )
     judged = min_rate is not None and m.rate is not None and m.busy_s >= 0.9 * window
     if judged and m.rate < min_rate:  # type: ignore[operator]

@@ -9,6 +9,8 @@ is the offer to rent (or none) and, whenever the fleet is not being grown, a typ
 ``target_zero``             the target is 0: nothing is rented
 ``at_target``               live workers + rents in flight reach the target
 ``api_error``               this cycle's Vast call failed: no decision on a stale view
+``tunnel_down``             workers report the controller's tunnel (Lotus API, curio's database)
+                            down: a new worker could benchmark but not prove
 ``dry_run``                 a dry run: the would-be rent (or the would-be rents standing in)
 ``bench_concurrency_cap``   ``fleet.max_concurrent_benchmarks`` workers are not yet proving
 ``fleet_dph_cap``           every viable offer would take the fleet over ``fleet.max_total_dph``
@@ -26,6 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from vastui.engine import plan
 from vastui.engine.policy import PIPELINE_STAGES
 from vastui.engine.ranking import RankedOffer
 
@@ -33,6 +36,7 @@ REASON_KINDS: tuple[str, ...] = (
     "target_zero",
     "at_target",
     "api_error",
+    "tunnel_down",
     "dry_run",
     "bench_concurrency_cap",
     "fleet_dph_cap",
@@ -136,6 +140,7 @@ class FleetView:
     max_total_dph: float = math.inf
     dry_run: bool = False
     api_error: str | None = None  # this cycle's Vast error, one line
+    tunnel_down: str | None = None  # what a worker says of the controller's tunnel, one line
 
     @property
     def live(self) -> int:
@@ -180,6 +185,15 @@ def gate(view: FleetView) -> Decision | None:
         )
     if view.api_error:
         return Decision(None, Reason("api_error", f"error this cycle: {view.api_error}"))
+    if view.tunnel_down:
+        return Decision(
+            None,
+            Reason(
+                "tunnel_down",
+                f"the controller's tunnel is down ({view.tunnel_down}): workers wait to prove; "
+                "nothing is rented until it is back, and no machine is blamed",
+            ),
+        )
     if view.dry_run and view.workers + view.dry_picks >= view.target:
         return Decision(
             None,
@@ -250,6 +264,8 @@ def _rentable(view: FleetView, ranked: RankedOffer) -> bool:
     o = ranked.offer
     return not (
         ranked.bad
+        # what the worker would refuse before paramfetch (worker-image/entrypoint.sh setup)
+        or plan.ram_short(o.cpu_ram_gb) is not None
         or o.machine_id in view.bad_machines
         or o.machine_id in view.busy_machines
         or o.id in view.blocked_offers

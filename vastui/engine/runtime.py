@@ -71,6 +71,7 @@ class EngineRuntime:
     engine: Engine
     store: Store
     demo: Any | None  # the SimWorkerHost in demo mode
+    cluster: Any | None = None  # the simulated curio cluster database in demo mode
 
 
 @asynccontextmanager
@@ -103,19 +104,23 @@ async def engine_runtime(
         key_path, public_key = ensure_ssh_key(config)
         load_curio_db_password()  # a bad password file is a one-line error now, not at a rent
         settings = EngineSettings(dry_run=run.dry_run)
+        cluster = None
         if opts.demo:
-            engine, demo = await _demo_parts(
+            engine, demo, cluster = await _demo_parts(
                 stack, config, store, run, key_path, public_key, settings, on_change
             )
         else:
             demo = None
             client = make_client(opts)
             stack.push_async_callback(client.aclose)
+            targets = {}
+            if config.ssh.curio_db_cql:
+                targets["curio_db_cql"] = await pin_cql(stack, config.ssh.curio_db_cql)
             pool = SshPool(
                 client_key=key_path,
                 pins=StorePins(store),
                 connect_timeout=config.ssh.connect_timeout_s,
-                forwards=tunnels(config),
+                forwards=tunnels(config, targets),
             )
             clock = sim_clock()
             if clock is not None:  # a served simulator running fast: its time, its cadence
@@ -127,7 +132,7 @@ async def engine_runtime(
         stack.push_async_callback(engine.close)
         heartbeat = asyncio.create_task(_heartbeat(store, owner, engine))
         try:
-            yield EngineRuntime(engine, store, demo)
+            yield EngineRuntime(engine, store, demo, cluster)
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -146,7 +151,7 @@ async def _demo_parts(
     public_key: str,
     settings: EngineSettings,
     on_change: Callable[[str], Awaitable[None] | None] | None,
-) -> tuple[Engine, Any]:
+) -> tuple[Engine, Any, Any]:
     from vastui.sim.hosting import worker_hosts
 
     cloud = await open_demo_cloud(store, run)
@@ -156,19 +161,34 @@ async def _demo_parts(
     )
     client = client_for_cloud(cloud, pacing={})
     stack.push_async_callback(client.aclose)
+    targets = hosts.controller_addrs()
+    targets["curio_db_cql"] = await pin_cql(stack, targets["curio_db_cql"])
     pool = SshPool(
         client_key=key_path,
         pins=StorePins(store),
         connect_timeout=5.0,
         backoff=(0.2, 2.0, 2.0),
-        forwards=tunnels(config, hosts.controller_addrs()),
+        forwards=tunnels(config, targets),
     )
     scale_settings(settings, config, run.speed)
     engine = Engine(
         config, store, client, ssh=pool, public_key=public_key, clock=cloud.clock.now,
         settings=settings, on_change=on_change,
     )  # fmt: skip
-    return engine, hosts.host
+    return engine, hosts.host, hosts.db
+
+
+async def pin_cql(stack: contextlib.AsyncExitStack, upstream: str) -> str:
+    """The controller's end of every worker's YCQL tunnel: a proxy that pins the cluster to the
+    tunnel (gocql would connect to the peers the cluster advertises, which a worker cannot
+    reach: vastui/ssh/cqlpin.py). Returns the address the remote forwards go to."""
+    from vastui.ssh.cqlpin import CqlPinProxy
+
+    host, _, port = upstream.rpartition(":")
+    proxy = CqlPinProxy(host or "127.0.0.1", int(port))
+    listen = await proxy.start()
+    stack.push_async_callback(proxy.stop)
+    return f"127.0.0.1:{listen}"
 
 
 def scale_settings(settings: EngineSettings, config: Config, speed: float) -> None:
