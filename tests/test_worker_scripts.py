@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ class Sandbox:
         share = self.root / "usr" / "local" / "share" / "vastui"
         share.mkdir(parents=True)
         (share / "c1.json").write_bytes(simlib.make_c1(1000, 1))
+        from vastui.sim.workers import lay_out_snap_input
+
+        lay_out_snap_input(self.root)
         (self.root / ".sim").mkdir()
         self.machine()
         self.memory(256, 256)
@@ -96,6 +100,8 @@ class Sandbox:
             "CURIO_READY_TIMEOUT": "1000000",
             "PARAMFETCH_TIMEOUT": "0",
             "VASTUI_IMAGE": "example/vastui-worker:test",
+            "VASTUI_RUNNER_ID": "7",  # the worker's curio identity (127.0.0.1:12407)
+            "WORKER_DISK_FREE_GIB": "230",
             "VASTUI_IMAGE_DIGEST": "sha256:0123abcd",
         }
 
@@ -134,6 +140,9 @@ class Sandbox:
         }
         data.update(kw)
         (self.root / ".sim" / "machine.json").write_text(json.dumps(data))
+        from vastui.sim.workers import lay_out_cpu
+
+        lay_out_cpu(self.root, data)  # the container's CPUs and CPU flags, as the sim does
 
     def memory(self, host_gb: float, limit_gb: float) -> None:
         (self.root / ".sim" / "machine.json").write_text(
@@ -530,7 +539,9 @@ def test_benchmark_sigterm_mid_run(sandbox: Sandbox) -> None:
         SIM_SPEED="200",
         WORKER_TIME_SCALE="200",
     )
-    wait_for(lambda: "/1000: COMPLETED" in out.read_text(errors="replace"), what="a timed proof")
+    wait_for(
+        lambda: "/1000 (porep): COMPLETED" in out.read_text(errors="replace"), what="a timed proof"
+    )
     daemon_pid = int(sandbox.path("run/cuzk-daemon.pid").read_text())
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=WAIT)
@@ -591,47 +602,128 @@ def start_entrypoint(box: Sandbox, c: Controller | None = None, **env: str) -> s
     return box.start([box.script("entrypoint.sh")], out=box.tmp / "ep.out", **env)
 
 
-def test_entrypoint_tunnel_missing(sandbox: Sandbox) -> None:
-    (sandbox.root / "run").mkdir()
-    (sandbox.root / "run" / "lotus-api-addr").write_text(f"127.0.0.1:{free_port()}\n")
-    proc = start_entrypoint(sandbox, SETUP_TUNNEL_WAIT="1")
-    assert proc.wait(timeout=WAIT) != 0
-    events = sandbox.events()
-    assert stages_and_events(events) == [("setup", "start"), ("setup", "fail")]
-    fail = events[-1]
-    assert fail["reason"] == "lotus api unreachable through tunnel"
-    assert fail["error_tail"] and isinstance(fail["ts"], float)
-    assert not sandbox.path("var/log/vastui/paramfetch.log").exists()
-    status = json.loads(sandbox.ctl("status").stdout)
-    assert (status["stage"], status["state"], status["entrypoint_alive"]) == (
-        "setup",
-        "failed",
-        False,
-    )
-
-
-def test_a_tunnel_down_when_proving_starts_is_waited_for(
+def test_a_tunnel_down_costs_no_benchmark_and_blames_no_machine(
     sandbox: Sandbox, controller: Controller
 ) -> None:
-    """The controller's tunnel can be down for a moment (its engine restarting, or moving to
-    the direct port Vast reported): a worker that just passed its benchmark waits for the
-    cluster database instead of failing `curio config set`."""
-    controller.tunnel_files(sandbox.path("run"))
-    forward = sandbox.path("run/forwards/5433")
-    forward.write_text(f"127.0.0.1:{free_port()}\n")  # nothing listens: the tunnel is down
-    start_entrypoint(sandbox, BENCH_PROOFS="2", PARAMFETCH_PROGRESS_INTERVAL="0")
-    prove_log = sandbox.path("var/log/vastui/prove.log")
-    wait_for(
-        lambda: prove_log.exists() and "not answering (tunnel down?)" in prove_log.read_text(),
-        what="the prove stage waiting for the database",
+    """Only proving needs the controller: with its tunnel down the worker sets up, fetches the
+    parameters and benchmarks, then waits to prove, saying what is down (the controller's
+    fault: a progress event, never a failure), and proves once the tunnel is back."""
+    run = sandbox.path("run")
+    run.mkdir()
+    refused = f"127.0.0.1:{free_port()}"
+    (run / "lotus-api-addr").write_text(refused + "\n")  # nothing listens: the tunnel is down
+    start_entrypoint(
+        sandbox, BENCH_PROOFS="2", PARAMFETCH_PROGRESS_INTERVAL="0", TUNNEL_REPORT_INTERVAL="3600"
     )
-    forward.write_text(controller.db_addr + "\n")  # the engine reconnected
+    waiting = wait_for(
+        lambda: [e for e in sandbox.events() if e.get("tunnel") == "down"],
+        what="the prove stage waiting for the tunnel",
+    )[0]
+    assert stages_and_events(sandbox.events())[:8] == [
+        ("setup", "start"), ("setup", "ok"), ("paramfetch", "start"), ("paramfetch", "ok"),
+        ("benchmark", "start"), ("benchmark", "result"), ("benchmark", "ok"), ("prove", "start"),
+    ]  # fmt: skip
+    assert sandbox.result()["outcome"] == "pass", "benchmarked without the controller"
+    assert waiting["stage"] == "prove" and waiting["event"] == "progress"
+    assert waiting["down"][0].startswith(f"lotus api {refused}: curl: (7) ")
+    assert waiting["down"][1:] == [
+        "curio database (YSQL) 127.0.0.1:5433: connection refused",
+        "curio database (YCQL) 127.0.0.1:9042: connection refused",
+    ]
+    assert waiting["detail"].startswith("waiting for the controller's tunnel: lotus api ")
+    assert not [e for e in sandbox.events() if e["event"] == "fail"]
+    assert controller.lotus.calls == 0 and not controller.view()["machines"]
+    controller.tunnel_files(run)  # the engine connected: the tunnel is up
     wait_for(
         lambda: any(e.get("detail") == "running" for e in sandbox.events()),
         what="prove stage running",
     )
+    ups = [e for e in sandbox.events() if e.get("tunnel") == "up"]
+    assert len(ups) == 1 and ups[0]["detail"] == "the controller's tunnel is up"
     assert not [e for e in sandbox.events() if e["event"] == "fail"]
-    assert "curio database answers through the tunnel" in prove_log.read_text()
+    assert "tunnel down: lotus api" in sandbox.log("prove") and "tunnel up" in sandbox.log("prove")
+
+
+def test_a_tunnel_that_drops_while_proving_restarts_curio_as_the_same_machine(
+    sandbox: Sandbox, controller: Controller
+) -> None:
+    """curio loses its database when the tunnel drops and exits; the worker waits for the
+    tunnel and starts curio again with the same identity, which takes back its own tasks
+    (harmonytask.go:351-389), instead of ending a worker that proves for the controller's
+    fault."""
+    start_entrypoint(sandbox, controller, BENCH_PROOFS="2", PARAMFETCH_PROGRESS_INTERVAL="0")
+    wait_for(lambda: any(e.get("detail") == "running" for e in sandbox.events()),
+             what="prove stage running")  # fmt: skip
+    first = int(sandbox.path("run/curio.pid").read_text())
+    forward = sandbox.path("run/forwards/5433")
+    forward.write_text(f"127.0.0.1:{free_port()}\n")  # the tunnel is down ...
+    os.kill(first, signal.SIGKILL)  # ... and curio lost its database connection
+    wait_for(lambda: any("curio exited" in (e.get("detail") or "") for e in sandbox.events()),
+             what="curio's exit reported")  # fmt: skip
+    controller.tunnel_files(sandbox.path("run"))  # the engine reconnected
+    wait_for(lambda: sum(e.get("detail") == "running" for e in sandbox.events()) == 2,
+             what="curio running again")  # fmt: skip
+    assert int(sandbox.path("run/curio.pid").read_text()) != first
+    assert not [e for e in sandbox.events() if e["event"] == "fail"]
+    machines = controller.view()["machines"]
+    assert [m["host_and_port"] for m in machines] == ["127.0.0.1:12407"], "the same machine"
+
+
+def test_a_worker_without_a_curio_identity_stops_before_it_costs_anything(
+    sandbox: Sandbox,
+) -> None:
+    proc = start_entrypoint(sandbox, VASTUI_RUNNER_ID="")
+    assert proc.wait(timeout=WAIT) != 0
+    fail = sandbox.events()[-1]
+    assert (fail["stage"], fail["event"]) == ("setup", "fail")
+    assert fail["reason"] == (
+        "curio identity: no curio identity: neither CURIO_LISTEN nor VASTUI_RUNNER_ID is set "
+        "(curio would listen on 0.0.0.0:12300 and register as 127.0.0.1:12300 through the "
+        "tunnel, the same machine as every other worker)"
+    )
+    assert not sandbox.path("var/log/vastui/paramfetch.log").exists()
+    proc = start_entrypoint(sandbox, CURIO_LISTEN="0.0.0.0:12300")
+    assert proc.wait(timeout=WAIT) != 0
+    assert sandbox.events()[-1]["reason"].startswith(
+        "curio identity: CURIO_LISTEN=0.0.0.0:12300: curio replaces 0.0.0.0 with its database "
+        "connection's address, 127.0.0.1 through the tunnel"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"limit": 150}, "memory plan needs 163 GiB (PoRep SRS 45 + PCE 26, Snap SRS 33 + PCE "
+         "17, PCE build 14, 2 partitions x 14); the budget is 134 GiB (container limit 139 GiB - "
+         "margin 5 GiB)"),
+        ({"flags": "fpu sse2 cx16 lahf_lm popcnt pni ssse3 sse4_1 sse4_2 avx"},
+         "CPU lacks x86-64-v3 (curio is built with GOAMD64=v3): missing avx2 bmi1 bmi2 f16c fma "
+         "abm movbe xsave"),
+        ({"driver": "570.124.06"},
+         "host driver 570.124.06 is older than 580, the minimum for the image's CUDA 13"),
+        ({"disk": "100"}, "disk plan needs 178 GiB free (parameters 135 GiB, PCE files 43 GiB, "
+         "0 GiB present); 100 GiB free"),
+    ],
+)  # fmt: skip
+def test_setup_rejects_a_machine_that_cannot_hold_the_plan_before_paramfetch(
+    sandbox: Sandbox, change: dict[str, Any], reason: str
+) -> None:
+    env: dict[str, str] = {}
+    if "limit" in change:
+        sandbox.memory(1000, change["limit"])
+    if "flags" in change:
+        sandbox.machine(cpu_flags=change["flags"])
+    if "driver" in change:
+        sandbox.machine(driver_version=change["driver"])
+    if "disk" in change:
+        env["WORKER_DISK_FREE_GIB"] = change["disk"]
+    proc = start_entrypoint(sandbox, **env)
+    assert proc.wait(timeout=WAIT) != 0
+    events = sandbox.events()
+    assert stages_and_events(events) == [("setup", "start"), ("setup", "fail")]
+    assert events[-1]["reason"] == reason
+    assert events[-1]["error_tail"] == [f"error: {reason}"]
+    assert not sandbox.path("var/log/vastui/paramfetch.log").exists()
 
 
 def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: Controller) -> None:
@@ -646,7 +738,7 @@ def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: 
         lambda: any(e.get("detail") == "running" for e in sandbox.events()),
         what="prove stage running",
     )
-    assert controller.lotus.calls >= 2  # the setup check, then curio's StateNetworkName
+    assert controller.lotus.calls >= 2  # the prove stage's check, then curio's StateNetworkName
     events = sandbox.events()
     assert stages_and_events(events) == [
         ("setup", "start"),
@@ -665,7 +757,8 @@ def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: 
         e.get("detail") for e in events if e["stage"] == "prove" and e["event"] == "progress"
     ]
     assert details[0] == f"cuzk-daemon of the benchmark kept (pid {result['daemon_pid']})"
-    assert sandbox.log("cuzk").count("background PCE extraction starting") == 1
+    # (the market's Snap requests start the SnapDeals one in production)
+    assert sandbox.log("cuzk").count("background PCE extraction starting for PoRep 32G") == 1
     # the layer, set the way curio users set it, and curio using cuzk
     layer = controller.db.layers["vastui-cuzk"]
     assert f'[Cuzk]\n  Address = "{sandbox.listen}"\n  MaxPending = 10\n' in layer
@@ -673,6 +766,20 @@ def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: 
     curio = sandbox.log("curio")
     assert "Layer vastui-cuzk created/updated" in curio
     assert "\tcuzk proving daemon enabled\t" in curio
+    # its own curio machine in the cluster, named for its runner id; no load balancing
+    assert "Yugabyte connection config: loadBalance=false" in curio
+    assert "Setting up RPC server at 127.0.0.1:12407" in curio
+    info = wait_for(
+        lambda: next((e["curio"] for e in sandbox.events() if "curio" in e), None),
+        what="the curio machine reported",
+    )
+    [machine] = controller.view()["machines"]
+    assert info == {
+        "machine_id": machine["id"], "host_and_port": "127.0.0.1:12407",
+        "name": "vastui-r7", "tasks": machine["tasks"], "listen": "127.0.0.1:12407",
+        "max_pending": 10, "layer": "vastui-cuzk",
+    }  # fmt: skip
+    assert (machine["host_and_port"], machine["name"]) == ("127.0.0.1:12407", "vastui-r7")
     wait_for(lambda: "PSProve PoRep proof validated" in sandbox.log("curio"), what="a proof")
     assert controller.token not in sandbox.log("curio") + sandbox.log("prove")
 
@@ -765,28 +872,56 @@ def test_entrypoint_daemon_dies_while_proving(sandbox: Sandbox, controller: Cont
     assert counters["error_tail"] == fail["error_tail"]
 
 
-def test_entrypoint_curio_that_never_enables_cuzk(sandbox: Sandbox, controller: Controller) -> None:
-    # a YCQL port that accepts and never answers: curio never gets to its tasks
+def test_a_curio_that_cannot_start_is_restarted_then_named(
+    sandbox: Sandbox, controller: Controller
+) -> None:
+    """A YCQL port that accepts and never answers: curio's index store cannot start (gocql's
+    protocol discovery times out, market/indexstore/indexstore.go:95-97). The worker restarts
+    curio as the same machine (CURIO_MAX_RESTARTS), then fails with curio's own error."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
-    silent.listen(5)
+    silent.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_say_nothing() -> None:  # a server that takes every connection, answers none
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(silent.accept()[0])
+
+    acceptor = threading.Thread(target=accept_and_say_nothing, daemon=True)
+    acceptor.start()
     try:
         controller.tunnel_files(sandbox.path("run"))
         (sandbox.path("run/forwards/9042")).write_text(f"127.0.0.1:{silent.getsockname()[1]}\n")
-        proc = start_entrypoint(sandbox, None, BENCH_PROOFS="4", CURIO_READY_TIMEOUT="600")
+        proc = start_entrypoint(sandbox, None, BENCH_PROOFS="2", CURIO_MAX_RESTARTS="2")
         assert proc.wait(timeout=WAIT * 2) == 1
     finally:
+        stop.set()
+        acceptor.join(5)
+        for conn in held:
+            conn.close()
         silent.close()
-    fail = sandbox.events()[-1]
+    events = sandbox.events()
+    restarts = [e["detail"] for e in events if "restarting it as the same machine" in
+                (e.get("detail") or "")]  # fmt: skip
+    assert restarts == [
+        "curio exited (status 1); restarting it as the same machine (1 of 2)",
+        "curio exited (status 1); restarting it as the same machine (2 of 2)",
+    ]
+    fail = events[-1]
     assert (fail["stage"], fail["event"]) == ("prove", "fail")
-    assert fail["reason"] == (
-        'curio did not enable cuzk within 600 s (no "cuzk proving daemon enabled" in its log)'
+    assert fail["reason"] == "curio exited (status 1) after 2 restarts"
+    assert fail["error_tail"][-1].startswith(
+        "ERROR: failed to start index store: creating cassandra session: gocql: unable to create "
+        "session: unable to discover protocol version: "
     )
 
 
 def test_entrypoint_curio_exit_names_its_error(sandbox: Sandbox, controller: Controller) -> None:
     del controller.db.layers["base"]
-    proc = start_entrypoint(sandbox, controller, BENCH_PROOFS="4")
+    proc = start_entrypoint(sandbox, controller, BENCH_PROOFS="4", CURIO_MAX_RESTARTS="0")
     assert proc.wait(timeout=WAIT * 2) == 1
     fail = sandbox.events()[-1]
     assert (fail["stage"], fail["reason"]) == ("prove", "curio exited (status 1)")

@@ -2,6 +2,10 @@
 # shellcheck disable=SC2329  # on_signal and its helpers run from traps
 # entrypoint.sh - vastui worker: setup -> paramfetch -> benchmark -> prove.
 #
+# Only the prove stage needs the controller (its tunnel: the Lotus API, curio's database): setup
+# checks the machine, paramfetch and the benchmark use neither curio's cluster nor the chain, so
+# a tunnel that is down costs no benchmark and is never the machine's fault.
+#
 # Vast runs the image in ssh mode; the onstart command backgrounds this script. Each stage logs
 # to its own file under var/log/vastui/, every stage change appends one JSON event to
 # var/lib/vastui/events.jsonl and rewrites var/lib/vastui/status.json. A failed stage emits a
@@ -32,12 +36,16 @@ export FIL_PROOFS_PARAMETER_CACHE="${FIL_PROOFS_PARAMETER_CACHE:-$R/var/tmp/file
 
 VASTUI_IMAGE="${VASTUI_IMAGE:-unknown}"
 VASTUI_IMAGE_DIGEST="${VASTUI_IMAGE_DIGEST:-unknown}"
-SETUP_TUNNEL_WAIT="${SETUP_TUNNEL_WAIT:-300}"
+# Seconds the prove stage waits for the controller's tunnel; 0 waits until the controller
+# decides (it sees why: the worker reports the tunnel down, never a failure of the machine).
+TUNNEL_WAIT="${TUNNEL_WAIT:-0}"
+TUNNEL_REPORT_INTERVAL="${TUNNEL_REPORT_INTERVAL:-60}"
 PARAMFETCH_CMD="${PARAMFETCH_CMD:-curio fetch-params 32GiB}"
 PARAMFETCH_TIMEOUT="${PARAMFETCH_TIMEOUT:-5400}"
 PARAMFETCH_PROGRESS_INTERVAL="${PARAMFETCH_PROGRESS_INTERVAL:-30}"
 CUZK_READY_TIMEOUT="${CUZK_READY_TIMEOUT:-600}"
 CURIO_READY_TIMEOUT="${CURIO_READY_TIMEOUT:-600}"
+CURIO_MAX_RESTARTS="${CURIO_MAX_RESTARTS:-3}"
 export CUZK_LISTEN="${CUZK_LISTEN:-127.0.0.1:9820}"
 export CUZK_STATUS_ADDR="${CUZK_STATUS_ADDR:-127.0.0.1:9821}"
 # The proofs production curio keeps in flight ([Cuzk] MaxPending, deps/config/types.go); the
@@ -47,6 +55,17 @@ CUZK_PROVE_TIMEOUT="${CUZK_PROVE_TIMEOUT:-30m}"
 CURIO_CUZK_LAYER="${CURIO_CUZK_LAYER:-vastui-cuzk}"
 CURIO_EXTRA_LAYERS="${CURIO_EXTRA_LAYERS:-}"
 CURIO_PROOFSHARE="${CURIO_PROOFSHARE:-1}"
+CUZK_SAFETY_MARGIN_GIB="${CUZK_SAFETY_MARGIN_GIB:-5}"
+# The worker's identity in curio's cluster (vastui/engine/identity.py): curio replaces an
+# unspecified 0.0.0.0 with its database connection's address, 127.0.0.1 through the tunnel, and
+# keys the machine by that host:port (deps/deps.go:291-305, harmony/resources/resources.go:81-99):
+# every worker would be one machine. The controller gives each its own.
+VASTUI_RUNNER_ID="${VASTUI_RUNNER_ID:-}"
+CURIO_LISTEN_PORT_BASE="${CURIO_LISTEN_PORT_BASE:-12400}"
+CURIO_LISTEN="${CURIO_LISTEN:-}"
+CURIO_NODE_NAME="${CURIO_NODE_NAME:-}"
+# CUDA 13's host driver (the image's CUDA_VERSION, worker-image/Dockerfile)
+MIN_DRIVER_MAJOR="${MIN_DRIVER_MAJOR:-${VASTUI_REQUIRE_DRIVER:-580}}"
 POLL=0.2
 
 stage="init"
@@ -159,11 +178,45 @@ lotus_addr() { forward_addr 1234 "${LOTUS_API_ADDR:-127.0.0.1:1234}" "$RUN_DIR/l
 
 # ------------------------------------------------------------------ stages
 
+# The worker's curio identity: CURIO_LISTEN as given, else derived from VASTUI_RUNNER_ID as the
+# controller derives it (vastui/engine/identity.py: 127.0.0.1:<base + id>). It must be an IP
+# literal other than 0.0.0.0: curio keys the machine by it (deps/deps.go:291-305).
+curio_identity() {
+  if [[ -z $CURIO_LISTEN && $VASTUI_RUNNER_ID =~ ^[0-9]{1,9}$ ]] && ((10#$VASTUI_RUNNER_ID > 0)); then
+    local base
+    base=$(int_or "$CURIO_LISTEN_PORT_BASE" 12400)
+    ((base >= 1024 && base <= 65000)) || base=12400
+    CURIO_LISTEN=$(runner_listen $((10#$VASTUI_RUNNER_ID)) "$base")
+  fi
+  [[ -n $CURIO_NODE_NAME || -z $VASTUI_RUNNER_ID ]] || CURIO_NODE_NAME="vastui-r$VASTUI_RUNNER_ID"
+  local re='^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3}):([0-9]{1,5})$'
+  if [[ -z $CURIO_LISTEN ]]; then
+    printf 'no curio identity: neither CURIO_LISTEN nor VASTUI_RUNNER_ID is set (curio would listen on 0.0.0.0:12300 and register as 127.0.0.1:12300 through the tunnel, the same machine as every other worker)'
+    return 1
+  fi
+  if ! [[ $CURIO_LISTEN =~ $re ]] || ((BASH_REMATCH[1] > 255 || BASH_REMATCH[2] > 255 ||
+    BASH_REMATCH[3] > 255 || BASH_REMATCH[4] > 255 || BASH_REMATCH[5] == 0 || BASH_REMATCH[5] > 65535)); then
+    printf 'CURIO_LISTEN=%s is not an IPv4 address and port: curio keys its machine by it and leaves a host name empty (deps/deps.go:291-305)' "${CURIO_LISTEN:0:80}"
+    return 1
+  fi
+  if [[ ${CURIO_LISTEN%:*} == 0.0.0.0 ]]; then
+    printf 'CURIO_LISTEN=%s: curio replaces 0.0.0.0 with its database connection'"'"'s address, 127.0.0.1 through the tunnel, the same machine as every other worker' "$CURIO_LISTEN"
+    return 1
+  fi
+}
+
+# The host's driver, from nvidia-smi (the real tool's --query-gpu field); empty when unknown.
+driver_version() {
+  command -v nvidia-smi >/dev/null || return 0
+  timeout 30 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
+    head -n 1 | tr -d '[:space:]'
+}
+
 stage_setup() {
   start_stage setup
   slog setup "image ${VASTUI_IMAGE} digest ${VASTUI_IMAGE_DIGEST}"
   if command -v nvidia-smi >/dev/null; then
-    nvidia-smi -L >>"$LOG_DIR/setup.log" 2>&1
+    timeout 30 nvidia-smi -L >>"$LOG_DIR/setup.log" 2>&1
   fi
   local bin
   for bin in cuzk-daemon cuzk-bench curio; do
@@ -175,39 +228,55 @@ stage_setup() {
   if [[ ! -x $BIN_DIR/benchmark.sh ]]; then
     fail_plain "missing binary: benchmark.sh" "[$(json_str "error: $BIN_DIR/benchmark.sh not found")]"
   fi
-
-  local deadline addr out errf="$RUN_DIR/setup-curl.err" attempt=0 last_err="" version=""
-  local body='{"jsonrpc":"2.0","method":"Filecoin.Version","params":[],"id":1}'
-  now_s
-  deadline=$((NOW_S + SETUP_TUNNEL_WAIT))
-  while :; do
-    attempt=$((attempt + 1))
-    addr=$(lotus_addr)
-    out=$(curl -sS --max-time 5 -H 'Content-Type: application/json' --data "$body" \
-      "http://$addr/rpc/v1" 2>"$errf")
-    local rc=$?
-    out="${out#"${out%%[![:space:]]*}"}"
-    if ((rc == 0)) && [[ $out == "{"* && $out == *'"result"'* ]]; then
-      [[ $out =~ \"Version\":\"([^\"]*)\" ]] && version=${BASH_REMATCH[1]}
-      slog setup "Lotus API answered through the tunnel at $addr (version ${version:-unknown})"
-      break
+  local why
+  if ! why=$(curio_identity); then
+    slog setup "error: $why"
+    fail_plain "curio identity: $why" "[$(json_str "error: $why")]"
+  fi
+  curio_identity
+  slog setup "curio identity: listen $CURIO_LISTEN, name ${CURIO_NODE_NAME:-none}, runner ${VASTUI_RUNNER_ID:-none}"
+  # curio is built with GOAMD64=v3 (curio's scripts/makefiles/30-build.mk:11): without these the
+  # binary dies of SIGILL at start
+  local missing
+  missing=$(missing_cpu_flags)
+  if [[ -n $missing ]]; then
+    why="CPU lacks x86-64-v3 (curio is built with GOAMD64=v3): missing $missing"
+    slog setup "error: $why"
+    fail_plain "$why" "[$(json_str "error: $why")]"
+  fi
+  local driver major
+  driver=$(driver_version)
+  if [[ $driver =~ ^([0-9]{1,4})\. ]]; then
+    major=$((10#${BASH_REMATCH[1]}))
+    if ((major < MIN_DRIVER_MAJOR)); then
+      why="host driver $driver is older than $MIN_DRIVER_MAJOR, the minimum for the image's CUDA 13"
+      slog setup "error: $why"
+      fail_plain "$why" "[$(json_str "error: $why")]"
     fi
-    if ((rc != 0)); then
-      last_err="$(tr -d '\r' <"$errf" | tail -n 1)"
-      [[ -n $last_err ]] || last_err="curl exit $rc"
-    else
-      last_err="error: unexpected answer from http://$addr/rpc/v1: ${out:0:200}"
-    fi
-    slog setup "attempt $attempt: Lotus API at $addr not answering: $last_err"
-    now_s
-    if ((NOW_S >= deadline)); then
-      slog setup "error: lotus api unreachable through tunnel after ${SETUP_TUNNEL_WAIT} s"
-      fail_plain "lotus api unreachable through tunnel" "[$(json_str "$last_err")]"
-    fi
-    nap 1
-  done
-  rm -f -- "$errf"
-  ok_stage "\"lotus_addr\":$(json_str "$addr")"
+    slog setup "host driver $driver"
+  else
+    slog setup "host driver version unknown (nvidia-smi gave ${driver:-nothing})"
+  fi
+  # The memory plan, before anything is fetched: PoRep and Snap resident, a PCE being built,
+  # two partitions (vastui-lib.sh cuzk_plan)
+  write_cuzk_config "$CUZK_CONFIG" "$CUZK_SAFETY_MARGIN_GIB"
+  if [[ -n $PLAN_SHORT ]]; then
+    slog setup "error: $PLAN_SHORT"
+    fail_plain "$PLAN_SHORT" "[$(json_str "error: $PLAN_SHORT")]"
+  fi
+  # The disk plan: every parameter file curio fetches with EnableProofShare, and the PCE files
+  local free have need
+  mkdir -p -- "$FIL_PROOFS_PARAMETER_CACHE"
+  have=$(du -skL -- "$FIL_PROOFS_PARAMETER_CACHE" 2>/dev/null | awk '{ print int($1 / 1048576) }')
+  need=$((PLAN_PARAMS_DISK_GIB + PLAN_PCE_DISK_GIB - ${have:-0}))
+  ((need < PLAN_PCE_DISK_GIB)) && need=$PLAN_PCE_DISK_GIB
+  if free=$(disk_free_gib "$FIL_PROOFS_PARAMETER_CACHE") && ((free < need)); then
+    why="disk plan needs $need GiB free (parameters ${PLAN_PARAMS_DISK_GIB} GiB, PCE files ${PLAN_PCE_DISK_GIB} GiB, ${have:-0} GiB present); $free GiB free"
+    slog setup "error: $why"
+    fail_plain "$why" "[$(json_str "error: $why")]"
+  fi
+  slog setup "plan: ${CPUS} CPUs, memory budget ${MEM_BUDGET_GIB:-auto} GiB for a plan of ${PLAN_NEED_GIB} GiB, ${free:-?} GiB of disk free; cuzk max_parallel_synthesis ${MAX_PARALLEL_SYNTH}, gpu_threads ${GPU_THREADS}"
+  ok_stage "\"curio_listen\":$(json_str "$CURIO_LISTEN"),\"cpus\":$CPUS,\"memory_budget_gib\":${MEM_BUDGET_GIB:-null},\"plan_gib\":$PLAN_NEED_GIB,\"driver\":$(json_str "${driver:-}")"
 }
 
 stage_paramfetch() {
@@ -284,19 +353,6 @@ stage_benchmark() {
   fail_stage "$reason" "$tail_json" "$rc"
 }
 
-write_cuzk_config() {
-  local budget='"auto"'
-  memory_budget 5
-  [[ -n $MEM_BUDGET_GIB ]] && budget="\"${MEM_BUDGET_GIB}GiB\""
-  mkdir -p -- "$PARAM_DIR"
-  {
-    printf '# generated by entrypoint.sh (cuzk-core/src/config.rs keys)\n[daemon]\nlisten = %s\nstatus_listen = %s\n\n' \
-      "$(json_str "$CUZK_LISTEN")" "$(json_str "$CUZK_STATUS_ADDR")"
-    printf '[srs]\nparam_cache = %s\n\n' "$(json_str "$PARAM_DIR")"
-    printf '[memory]\ntotal_budget = %s\nsafety_margin = "5GiB"\n\n[logging]\nlevel = "info"\n' "$budget"
-  } >"$CUZK_CONFIG"
-}
-
 fail_daemon_exited() { # $1 = log offset
   local status
   status=$(daemon_exit_status 2) || status="?"
@@ -315,7 +371,8 @@ prove_daemon() {
       return 0
     fi
   fi
-  write_cuzk_config
+  # the benchmark's budget, margin and tuning (vastui-lib.sh write_cuzk_config)
+  write_cuzk_config "$CUZK_CONFIG" "$CUZK_SAFETY_MARGIN_GIB"
   offset=$(file_size "$CUZK_LOG")
   daemon_launch "$CUZK_CONFIG"
   slog prove "cuzk-daemon started (pid $DAEMON_PID)"
@@ -339,7 +396,17 @@ curio_env() {
   db=$(forward_addr 5433 "${CURIO_DB_HOST:-127.0.0.1}:${CURIO_DB_PORT:-5433}")
   cql=$(forward_addr 9042 "${CURIO_DB_HOST_CQL:-${CURIO_DB_HOST:-127.0.0.1}}:${CURIO_DB_CASSANDRA_PORT:-9042}")
   export CURIO_DB_HOST="${db%:*}" CURIO_DB_PORT="${db##*:}"
+  # YCQL pinned to the tunnel: the controller's end rewrites the cluster's advertised peers to
+  # this address, since gocql would connect to them (vastui/ssh/cqlpin.py)
   export CURIO_DB_HOST_CQL="${cql%:*}" CURIO_DB_CASSANDRA_PORT="${cql##*:}"
+  # No load balancing: the YugabyteDB smart driver would connect to the addresses yb_servers()
+  # advertises (cmd/curio/main.go:166-170, default true; yugabyte/pgx load_balance.go), which a
+  # Vast box cannot reach; the tunnel is the only way to the cluster.
+  export CURIO_DB_LOAD_BALANCE=false
+  # curio sets INFO only when GOLOG_LOG_LEVEL is unset (cmd/curio/main.go:36-41): an inherited
+  # value would hide "cuzk proving daemon enabled", which this stage waits for.
+  export GOLOG_LOG_LEVEL=info
+  export CURIO_LISTEN CURIO_NODE_NAME
   if [[ -z ${FULLNODE_API_INFO:-} ]]; then
     # The chain node's token from the cluster's base layer, pointed at the tunnel's end.
     lotus=$(lotus_addr)
@@ -351,111 +418,223 @@ curio_env() {
   fi
 }
 
-# The cluster database through the controller's tunnel, before curio needs it. The tunnel is
-# the controller's SSH connection: an engine that restarts, or reconnects to the direct port Vast
-# reported after the proxy, leaves it down for a moment, and one refused `curio config set`
-# would otherwise end a worker that has just passed its benchmark. Waits like setup's Lotus
-# check (SETUP_TUNNEL_WAIT), re-reading the forward's address on every attempt.
-wait_curio_db() {
-  local addr deadline attempt=0
-  now_s
-  deadline=$((NOW_S + SETUP_TUNNEL_WAIT))
-  while :; do
-    attempt=$((attempt + 1))
-    addr=$(forward_addr 5433 "${CURIO_DB_HOST:-127.0.0.1}:${CURIO_DB_PORT:-5433}")
+# What of the controller's tunnel is down, one line each; empty when all answers: the Lotus API
+# (Filecoin.Version), curio's database (YSQL 5433, YCQL 9042). The tunnel is the controller's SSH
+# connection: an engine that restarts, or reconnects to the direct port Vast reports after the
+# proxy, leaves it down for a moment; a controller whose Lotus or database is down, for longer.
+tunnel_down() {
+  local addr out rc port name
+  addr=$(lotus_addr)
+  out=$(curl -sS --max-time 5 -H 'Content-Type: application/json' \
+    --data '{"jsonrpc":"2.0","method":"Filecoin.Version","params":[],"id":1}' \
+    "http://$addr/rpc/v1" 2>&1)
+  rc=$?
+  if ((rc != 0)) || [[ $out != *'"result"'* ]]; then
+    printf 'lotus api %s: %s\n' "$addr" "$(tr -d '\r' <<<"$out" | tail -n 1 | cut -c1-160)"
+  fi
+  for port in 5433 9042; do
+    name="curio database (YSQL)"
+    [[ $port == 9042 ]] && name="curio database (YCQL)"
+    addr=$(forward_addr "$port" "127.0.0.1:$port")
     # shellcheck disable=SC2016 # $1 and $2 are the inner shell's arguments
-    if timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${addr%:*}" "${addr##*:}" 2>/dev/null; then
-      ((attempt == 1)) || slog prove "curio database answers through the tunnel at $addr"
-      return 0
+    if ! timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${addr%:*}" "${addr##*:}" 2>/dev/null; then
+      printf '%s %s: connection refused\n' "$name" "$addr"
     fi
-    slog prove "attempt $attempt: curio database at $addr not answering (tunnel down?)"
-    now_s
-    if ((NOW_S >= deadline)); then
-      fail_plain "curio database unreachable through tunnel" \
-        "[$(json_str "error: connect $addr refused for ${SETUP_TUNNEL_WAIT} s")]"
-    fi
-    nap 1
   done
 }
 
+# Waits until the whole tunnel answers. While it is down the worker says so (a progress event
+# with "tunnel":"down" and what is down, again when that changes or every
+# TUNNEL_REPORT_INTERVAL s) and proves nothing; the controller decides how long to wait
+# (TUNNEL_WAIT 0) and never counts it against the machine.
+wait_tunnel() {
+  local down last="" started last_report=0 detail
+  now_s
+  started=$NOW_S
+  while down=$(tunnel_down) && [[ -n $down ]]; do
+    now_s
+    detail=$(tr '\n' ';' <<<"$down" | sed -E 's/;$//; s/;/; /g')
+    if [[ $detail != "$last" ]] || ((NOW_S - last_report >= TUNNEL_REPORT_INTERVAL)); then
+      [[ $detail != "$last" ]] && slog prove "tunnel down: $detail"
+      emit_event prove progress "\"detail\":$(json_str "waiting for the controller's tunnel: $detail"),\"tunnel\":\"down\",\"down\":$(json_lines <<<"$down")"
+      last=$detail last_report=$NOW_S
+    fi
+    if ((TUNNEL_WAIT > 0 && NOW_S - started >= TUNNEL_WAIT)); then
+      fail_plain "tunnel down for ${TUNNEL_WAIT} s: $detail" "$(json_lines <<<"$down")"
+    fi
+    daemon_alive || fail_daemon_exited "$(file_size "$CUZK_LOG")"
+    nap 1
+  done
+  if [[ -n $last ]]; then
+    slog prove "tunnel up"
+    emit_event prove progress "\"detail\":\"the controller's tunnel is up\",\"tunnel\":\"up\""
+  fi
+}
+
+# MaxPending for production: what the benchmark sized to curio's ProveTimeout (its result's
+# max_pending: vastui-lib.sh deadline_size), else the configured one. Sets PROD_MAX_PENDING.
+PROD_MAX_PENDING=""
+production_max_pending() {
+  local result="" re='"max_pending":([0-9]{1,4})[,}]'
+  [[ -s $RESULT_FILE ]] && result=$(tr -d '\n' <"$RESULT_FILE")
+  PROD_MAX_PENDING=$CUZK_MAX_PENDING
+  if [[ $result =~ $re ]] && ((10#${BASH_REMATCH[1]} > 0 && 10#${BASH_REMATCH[1]} <= CUZK_MAX_PENDING)); then
+    PROD_MAX_PENDING=$((10#${BASH_REMATCH[1]}))
+  fi
+}
+
 # The layer that points curio at this worker's daemon, stored in the cluster database the way
-# curio users do it: `curio config set --title NAME FILE` (cmd/curio/config.go:60-122).
+# curio users do it: `curio config set --title NAME FILE` (cmd/curio/config.go:60-122). Workers
+# with the same MaxPending share one layer (the configured one keeps the plain name), so the
+# layers stay few whatever the fleet's size. Sets CUZK_LAYER.
+CUZK_LAYER=""
 curio_layer() {
-  local file="$STATE_DIR/$CURIO_CUZK_LAYER.toml" out="$RUN_DIR/curio-config-set.out" rc
+  CUZK_LAYER=$CURIO_CUZK_LAYER
+  ((PROD_MAX_PENDING == CUZK_MAX_PENDING)) || CUZK_LAYER="$CURIO_CUZK_LAYER-mp$PROD_MAX_PENDING"
+  local file="$STATE_DIR/$CUZK_LAYER.toml" out="$RUN_DIR/curio-config-set.out" rc
   {
-    printf '# written by vastui entrypoint.sh for every worker (the same for all of them)\n'
+    printf '# written by vastui entrypoint.sh (the same for every worker with this MaxPending)\n'
     if [[ $CURIO_PROOFSHARE == 1 ]]; then
       printf '[Subsystems]\n  EnableProofShare = true\n\n'
     fi
     printf '[Cuzk]\n  Address = %s\n  MaxPending = %d\n  ProveTimeout = %s\n' \
-      "$(json_str "$CUZK_LISTEN")" "$CUZK_MAX_PENDING" "$(json_str "$CUZK_PROVE_TIMEOUT")"
+      "$(json_str "$CUZK_LISTEN")" "$PROD_MAX_PENDING" "$(json_str "$CUZK_PROVE_TIMEOUT")"
   } >"$file"
-  curio config set --title "$CURIO_CUZK_LAYER" "$file" >"$out" 2>&1
+  curio config set --title "$CUZK_LAYER" "$file" >"$out" 2>&1
   rc=$?
   cat -- "$out" >>"$CURIO_LOG"
   if ((rc != 0)); then
+    if [[ -n $(tunnel_down) ]]; then
+      return 2 # the tunnel went down meanwhile: wait for it again
+    fi
     fail_plain "curio config set failed (exit $rc)" "$(error_lines <"$out" | tail -n 20 | json_lines)"
   fi
-  slog prove "curio layer $CURIO_CUZK_LAYER: [Cuzk] Address = $CUZK_LISTEN"
+  slog prove "curio layer $CUZK_LAYER: [Cuzk] Address = $CUZK_LISTEN, MaxPending = $PROD_MAX_PENDING"
 }
+
+# The node as the cluster knows it, from `curio cli --machine <listen> info` (cmd/curio/cli.go,
+# info.go): written to run/curio-info.json and reported in a progress event.
+curio_info() {
+  local out id name hostport tasks json
+  out=$(timeout 60 curio cli --machine "$CURIO_LISTEN" info 2>>"$CURIO_LOG") || return 0
+  id=$(sed -nE 's/^ID: ([0-9]{1,12})$/\1/p' <<<"$out" | head -n 1)
+  name=$(sed -nE 's/^Name: (.*)$/\1/p' <<<"$out" | head -n 1)
+  hostport=$(sed -nE 's/^HostPort: (.*)$/\1/p' <<<"$out" | head -n 1)
+  tasks=$(sed -nE 's/^Tasks: (.*)$/\1/p' <<<"$out" | head -n 1)
+  [[ -n $id ]] || return 0
+  json=$(printf '{"machine_id":%d,"host_and_port":%s,"name":%s,"tasks":%s,"listen":%s,"max_pending":%d,"layer":%s}' \
+    "$id" "$(json_str "${hostport:0:100}")" "$(json_str "${name:0:100}")" \
+    "$(json_str "${tasks:0:400}")" "$(json_str "$CURIO_LISTEN")" "$PROD_MAX_PENDING" \
+    "$(json_str "$CUZK_LAYER")")
+  printf '%s\n' "$json" >"$RUN_DIR/curio-info.json"
+  emit_event prove progress "\"detail\":$(json_str "curio machine $id ($hostport)"),\"curio\":$json"
+  slog prove "curio machine $id: $hostport ${name:+($name)}"
+}
+
+# curio ended (status $2). The tunnel down: it restarts once the tunnel is back, as often as
+# that takes. Else it restarts with the same identity, taking back its own tasks
+# (harmony/harmonytask/harmonytask.go:351-389), up to CURIO_MAX_RESTARTS times: a worker that
+# passed its benchmark is not thrown away for one crash, nor kept for a curio that cannot run.
+CURIO_RESTARTS=0
+curio_ended() { # $1 = log offset, $2 = exit status
+  local down
+  down=$(tunnel_down)
+  if [[ -n $down ]]; then
+    emit_event prove progress "\"detail\":$(json_str "curio exited (status $2) while the controller's tunnel was down; it restarts when the tunnel is back"),\"tunnel\":\"down\",\"down\":$(json_lines <<<"$down")"
+    slog prove "curio exited (status $2) with the tunnel down: restarting it when the tunnel is back"
+    return 0
+  fi
+  if ((CURIO_RESTARTS >= CURIO_MAX_RESTARTS)); then
+    local after=""
+    ((CURIO_RESTARTS > 0)) && after=" after $CURIO_RESTARTS restarts"
+    fail_plain "curio exited (status $2)$after" "$(error_tail_json "$CURIO_LOG" "$1")"
+  fi
+  CURIO_RESTARTS=$((CURIO_RESTARTS + 1))
+  emit_event prove progress "\"detail\":$(json_str "curio exited (status $2); restarting it as the same machine ($CURIO_RESTARTS of $CURIO_MAX_RESTARTS)")"
+  slog prove "curio exited (status $2): restart $CURIO_RESTARTS of $CURIO_MAX_RESTARTS"
+}
+
+FULLNODE_FROM_ENV=${FULLNODE_API_INFO:+1}
 
 stage_prove() {
   start_stage prove
-  local daemon_offset curio_offset curio_pid rc deadline layers
+  local daemon_offset curio_offset curio_pid rc deadline layers enabled
   daemon_offset=$(file_size "$CUZK_LOG")
   # workerctl cuzk-counters reports the daemon's error lines from here on, as this stage does
   printf '%s\n' "$daemon_offset" >"$RUN_DIR/cuzk-prove-offset"
   prove_daemon
   printf '%s\n' "$CUZK_STATUS_ADDR" >"$RUN_DIR/cuzk-status-addr"
   printf '%s\n' "$CUZK_LISTEN" >"$RUN_DIR/cuzk-listen-addr"
-  wait_curio_db
-  curio_env
-  curio_layer
-  layers="${CURIO_EXTRA_LAYERS:+$CURIO_EXTRA_LAYERS,}$CURIO_CUZK_LAYER"
-  curio_offset=$(file_size "$CURIO_LOG")
-  curio run --layers "$layers" >>"$CURIO_LOG" 2>&1 </dev/null &
-  curio_pid=$!
-  children+=("$curio_pid")
-  printf '%s\n' "$curio_pid" >"$RUN_DIR/curio.pid"
-  slog prove "curio run --layers $layers (pid $curio_pid)"
-  # curio logs "cuzk proving daemon enabled" once its layers set [Cuzk] Address
-  # (cmd/curio/tasks/tasks.go:180-185); without it, curio does not use cuzk at all.
-  clock_ms
-  deadline=$((CLOCK_MS + CURIO_READY_TIMEOUT * 1000))
-  until grep -qF "cuzk proving daemon enabled" < <(tail -c +"$((curio_offset + 1))" -- "$CURIO_LOG"); do
-    if ! kill -0 "$curio_pid" 2>/dev/null; then
-      wait "$curio_pid"
-      rc=$?
-      fail_plain "curio exited (status $rc)" "$(error_tail_json "$CURIO_LOG" "$curio_offset")"
-    fi
-    daemon_alive || fail_daemon_exited "$daemon_offset"
-    clock_ms
-    if ((CLOCK_MS >= deadline)); then
-      fail_plain "curio did not enable cuzk within ${CURIO_READY_TIMEOUT} s (no \"cuzk proving daemon enabled\" in its log)" \
-        "$(error_tail_json "$CURIO_LOG" "$curio_offset")"
-    fi
-    nap "$POLL"
-  done
-  emit_event prove progress "\"detail\":\"running\""
-  slog prove "cuzk-daemon (pid $DAEMON_PID) and curio (pid $curio_pid) running; curio uses cuzk"
+  production_max_pending
+  curio_identity || fail_plain "curio identity: lost"
+  # workerctl cuzk-counters counts curio's timed-out proofs from here on
+  file_size "$CURIO_LOG" >"$RUN_DIR/curio-prove-start"
   while :; do
-    daemon_alive || fail_daemon_exited "$daemon_offset"
-    if ! kill -0 "$curio_pid" 2>/dev/null; then
-      wait "$curio_pid"
-      rc=$?
-      fail_plain "curio exited (status $rc)" "$(error_tail_json "$CURIO_LOG" "$curio_offset")"
-    fi
-    nap "$POLL"
+    wait_tunnel
+    [[ -n $FULLNODE_FROM_ENV ]] || unset FULLNODE_API_INFO # re-derived from the tunnel's end
+    curio_env
+    curio_layer || continue
+    layers="${CURIO_EXTRA_LAYERS:+$CURIO_EXTRA_LAYERS,}$CUZK_LAYER"
+    curio_offset=$(file_size "$CURIO_LOG")
+    printf '%s\n' "$curio_offset" >"$RUN_DIR/curio-prove-offset"
+    curio run --listen "$CURIO_LISTEN" ${CURIO_NODE_NAME:+--name "$CURIO_NODE_NAME"} \
+      --layers "$layers" >>"$CURIO_LOG" 2>&1 </dev/null &
+    curio_pid=$!
+    children=("$curio_pid")
+    printf '%s\n' "$curio_pid" >"$RUN_DIR/curio.pid"
+    slog prove "curio run --listen $CURIO_LISTEN --name ${CURIO_NODE_NAME:-} --layers $layers (pid $curio_pid)"
+    # curio logs "cuzk proving daemon enabled" once its layers set [Cuzk] Address
+    # (cmd/curio/tasks/tasks.go:180-185); without it, curio does not use cuzk at all.
+    clock_ms
+    deadline=$((CLOCK_MS + CURIO_READY_TIMEOUT * 1000))
+    enabled=1
+    until grep -qF "cuzk proving daemon enabled" < <(tail -c +"$((curio_offset + 1))" -- "$CURIO_LOG"); do
+      if ! kill -0 "$curio_pid" 2>/dev/null; then
+        wait "$curio_pid"
+        rc=$?
+        children=()
+        curio_ended "$curio_offset" "$rc"
+        enabled=0
+        break
+      fi
+      daemon_alive || fail_daemon_exited "$daemon_offset"
+      clock_ms
+      if ((CLOCK_MS >= deadline)); then
+        fail_plain "curio did not enable cuzk within ${CURIO_READY_TIMEOUT} s (no \"cuzk proving daemon enabled\" in its log)" \
+          "$(error_tail_json "$CURIO_LOG" "$curio_offset")"
+      fi
+      nap "$POLL"
+    done
+    ((enabled)) || continue
+    emit_event prove progress "\"detail\":\"running\""
+    slog prove "cuzk-daemon (pid $DAEMON_PID) and curio (pid $curio_pid) running; curio uses cuzk"
+    curio_info
+    while :; do
+      daemon_alive || fail_daemon_exited "$daemon_offset"
+      if ! kill -0 "$curio_pid" 2>/dev/null; then
+        wait "$curio_pid"
+        rc=$?
+        children=()
+        curio_ended "$curio_offset" "$rc"
+        break
+      fi
+      nap "$POLL"
+    done
   done
 }
 
 # ------------------------------------------------------------------ main
 # Whole seconds only (never let an env value reach bash arithmetic unchecked).
-SETUP_TUNNEL_WAIT=$(int_or "$SETUP_TUNNEL_WAIT" 300)
+TUNNEL_WAIT=$(int_or "$TUNNEL_WAIT" 0)
+TUNNEL_REPORT_INTERVAL=$(int_or "$TUNNEL_REPORT_INTERVAL" 60)
+CUZK_SAFETY_MARGIN_GIB=$(int_or "$CUZK_SAFETY_MARGIN_GIB" 5)
+# the benchmark sizes MaxPending to the same ProveTimeout and margin (benchmark.sh)
+export CUZK_SAFETY_MARGIN_GIB CUZK_PROVE_TIMEOUT
 PARAMFETCH_TIMEOUT=$(int_or "$PARAMFETCH_TIMEOUT" 5400)
 PARAMFETCH_PROGRESS_INTERVAL=$(int_or "$PARAMFETCH_PROGRESS_INTERVAL" 30)
 CUZK_READY_TIMEOUT=$(int_or "$CUZK_READY_TIMEOUT" 600)
 CURIO_READY_TIMEOUT=$(int_or "$CURIO_READY_TIMEOUT" 600)
+CURIO_MAX_RESTARTS=$(int_or "$CURIO_MAX_RESTARTS" 3)
 CUZK_MAX_PENDING=$(int_or "$CUZK_MAX_PENDING" 10)
 mkdir -p -- "$LOG_DIR" "$STATE_DIR" "$RUN_DIR" "$PARAM_DIR"
 if [[ -s $RUN_DIR/entrypoint.pid ]]; then

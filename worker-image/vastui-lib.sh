@@ -315,3 +315,215 @@ memory_budget() { # $1 = safety margin in GiB
   # shellcheck disable=SC2034
   MEM_BUDGET_GIB=$gib
 }
+
+# ------------------------------------------------------------------ the machine's plan
+# What a worker must hold to prove what the marketplace sends it. A proofshare provider cannot
+# refuse SnapDeals requests (lib/proofsvc/provictl.go:78-90, tasks/proofshare/task_prove.go:
+# 271-289), so the plan is PoRep's and Snap's together, in GiB (extern/cuzk/cuzk-core/src):
+#   SRS: the .params file the budget reserves (srs_manager.rs:181-190): PoRep 32G ~44.7 GiB,
+#        SnapDeals 32G "33 GiB file" (srs_manager.rs:88-91)
+#   PCE: PoRep 25.7 GiB (cuzk-project.md), SnapDeals ~17 GiB
+#   the PCE being built: PCE_EXTRACTION_TRANSIENT_BYTES 14 GiB (memory.rs:57)
+#   synthesis: 14 GiB per PoRep partition (memory.rs:39), at least two in flight
+# vastui/engine/plan.py holds the same numbers (tests/test_worker_plan.py keeps them equal).
+PLAN_POREP_SRS_GIB=45
+PLAN_POREP_PCE_GIB=26
+PLAN_SNAP_SRS_GIB=33
+PLAN_SNAP_PCE_GIB=17
+PLAN_PCE_BUILD_GIB=14
+PLAN_PARTITION_GIB=14
+PLAN_MIN_PARTITIONS=2
+# Disk: every file `curio fetch-params 32GiB` writes with EnableProofShare (lib/fastparamfetch/
+# paramfetch.go:82-98: each 32 GiB .params, every .vk, the .srs; ~135 GiB: PoRep 44.7, WindowPoSt
+# 57, SnapDeals 33, WinningPoSt 0.2) and the PCE files the daemon saves (cuzk-pce/src/disk.rs)
+# shellcheck disable=SC2034  # read by the scripts that source this file
+PLAN_PARAMS_DISK_GIB=135
+# shellcheck disable=SC2034
+PLAN_PCE_DISK_GIB=43
+# cuzk's default max_parallel_synthesis, 18, is its "sweet spot for DDR5 systems with 64 cores"
+# (cuzk-core/src/config.rs:288-302, 358): the same share of a smaller container's cores.
+CUZK_SYNTH_PER_64_CORES=18
+
+# CPUs the container may use: the cgroup's CPU quota (v2 cpu.max, v1 cfs quota/period) and its
+# cpuset (cpuset.cpus.effective, else nproc), whichever is less. Sets CPUS.
+CPUS=1
+container_cpus() {
+  local f v quota period n=""
+  f="$R/sys/fs/cgroup/cpuset.cpus.effective"
+  if [[ -r $f ]]; then
+    v=$(tr -d '[:space:]' <"$f")
+    n=0
+    local part lo hi
+    IFS=, read -r -a parts <<<"$v"
+    for part in "${parts[@]}"; do
+      if [[ $part =~ ^([0-9]{1,5})-([0-9]{1,5})$ ]]; then
+        lo=${BASH_REMATCH[1]} hi=${BASH_REMATCH[2]}
+        ((hi >= lo)) && n=$((n + hi - lo + 1))
+      elif [[ $part =~ ^[0-9]{1,5}$ ]]; then
+        n=$((n + 1))
+      fi
+    done
+    ((n > 0)) || n=""
+  fi
+  if [[ -z $n && -z $R ]]; then
+    n=$(nproc 2>/dev/null) || n=""
+  fi
+  quota="" period=""
+  if [[ -r $R/sys/fs/cgroup/cpu.max ]]; then
+    read -r quota period <"$R/sys/fs/cgroup/cpu.max"
+  elif [[ -r $R/sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then
+    quota=$(tr -d '[:space:]' <"$R/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+    period=$(tr -d '[:space:]' <"$R/sys/fs/cgroup/cpu/cpu.cfs_period_us" 2>/dev/null)
+  fi
+  if [[ $quota =~ ^[0-9]{1,12}$ && $period =~ ^[0-9]{1,9}$ ]] && ((period > 0)); then
+    local q=$(((quota + period - 1) / period))
+    if [[ -z $n ]] || ((q < n)); then n=$q; fi
+  fi
+  [[ $n =~ ^[0-9]+$ ]] && ((n > 0)) || n=1
+  CPUS=$n
+}
+
+# The plan for this container: memory budget (the margin is CUZK_SAFETY_MARGIN_GIB, shared by
+# the benchmark and production), what it must hold, and cuzk's tuning from its CPUs. Sets
+# PLAN_NEED_GIB, PLAN_SHORT (a one-line reason when the budget cannot hold the plan, else empty),
+# MAX_PARALLEL_SYNTH, GPU_THREADS, SYNTH_THREADS (and MEM_BUDGET_GIB via memory_budget).
+PLAN_NEED_GIB=0
+PLAN_SHORT=""
+MAX_PARALLEL_SYNTH=1
+GPU_THREADS=1
+SYNTH_THREADS=1
+cuzk_plan() { # $1 = safety margin in GiB
+  local margin=$1 resident
+  memory_budget "$margin"
+  container_cpus
+  resident=$((PLAN_POREP_SRS_GIB + PLAN_POREP_PCE_GIB + PLAN_SNAP_SRS_GIB + PLAN_SNAP_PCE_GIB))
+  PLAN_NEED_GIB=$((resident + PLAN_PCE_BUILD_GIB + PLAN_MIN_PARTITIONS * PLAN_PARTITION_GIB))
+  PLAN_SHORT=""
+  if [[ -n $MEM_BUDGET_GIB ]] && ((MEM_BUDGET_GIB < PLAN_NEED_GIB)); then
+    local have="container limit $((${MEM_LIMIT_BYTES:-0} / 1073741824)) GiB"
+    [[ -n $MEM_LIMIT_BYTES ]] || have="MemTotal $((${MEM_TOTAL_BYTES:-0} / 1073741824)) GiB"
+    if [[ -n $MEM_LIMIT_BYTES && -n $MEM_TOTAL_BYTES ]] && ((MEM_TOTAL_BYTES < MEM_LIMIT_BYTES)); then
+      have="MemTotal $((MEM_TOTAL_BYTES / 1073741824)) GiB"
+    fi
+    # shellcheck disable=SC2034  # read by the scripts that source this file
+    PLAN_SHORT="memory plan needs ${PLAN_NEED_GIB} GiB (PoRep SRS ${PLAN_POREP_SRS_GIB} + PCE ${PLAN_POREP_PCE_GIB}, Snap SRS ${PLAN_SNAP_SRS_GIB} + PCE ${PLAN_SNAP_PCE_GIB}, PCE build ${PLAN_PCE_BUILD_GIB}, ${PLAN_MIN_PARTITIONS} partitions x ${PLAN_PARTITION_GIB}); the budget is ${MEM_BUDGET_GIB} GiB (${have} - margin ${margin} GiB)"
+  fi
+  MAX_PARALLEL_SYNTH=$((CPUS * CUZK_SYNTH_PER_64_CORES / 64))
+  ((MAX_PARALLEL_SYNTH < 1)) && MAX_PARALLEL_SYNTH=1
+  ((MAX_PARALLEL_SYNTH > CUZK_SYNTH_PER_64_CORES)) && MAX_PARALLEL_SYNTH=$CUZK_SYNTH_PER_64_CORES
+  # "~1/3 of available cores" for the GPU-side pool while synthesis runs (config.rs:146-155)
+  GPU_THREADS=$((CPUS / 3))
+  ((GPU_THREADS < 1)) && GPU_THREADS=1
+  # rayon's "auto" counts the host's cores, not the container's quota: say it
+  SYNTH_THREADS=$CPUS
+  return 0
+}
+
+# cuzk-daemon's config, one writer for the benchmark and production (same budget, same margin,
+# same tuning): $1 = path, $2 = safety margin in GiB. Keys: cuzk-core/src/config.rs.
+write_cuzk_config() {
+  local file=$1 margin=$2 budget='"auto"' param_dir="$R/data/zk/params"
+  cuzk_plan "$margin"
+  [[ -n $MEM_BUDGET_GIB ]] && budget="\"${MEM_BUDGET_GIB}GiB\""
+  mkdir -p -- "$param_dir" "$(dirname -- "$file")"
+  {
+    printf '# generated by vastui-lib.sh write_cuzk_config (cuzk-core/src/config.rs keys)\n'
+    printf '[daemon]\nlisten = %s\nstatus_listen = %s\n\n' \
+      "$(json_str "$CUZK_LISTEN")" "$(json_str "$CUZK_STATUS_ADDR")"
+    printf '[srs]\nparam_cache = %s\n\n' "$(json_str "$param_dir")"
+    printf '[memory]\ntotal_budget = %s\nsafety_margin = "%dGiB"\n\n' "$budget" "$margin"
+    printf '[gpus]\ngpu_threads = %d\n\n' "$GPU_THREADS"
+    printf '[synthesis]\nthreads = %d\n\n' "$SYNTH_THREADS"
+    printf '[pipeline]\nmax_parallel_synthesis = %d\n\n' "$MAX_PARALLEL_SYNTH"
+    printf '[logging]\nlevel = "info"\n'
+  } >"$file"
+}
+
+# x86-64-v3, which curio's GOAMD64=v3 build needs (scripts/makefiles/30-build.mk:11; Go's
+# definition of the levels): the flags /proc/cpuinfo names for v2 (SSE3 shows as pni) and v3
+# (LZCNT shows as abm; OSXSAVE is not listed). Prints the missing ones.
+CPU_V3_FLAGS="cx16 lahf_lm popcnt pni ssse3 sse4_1 sse4_2 avx avx2 bmi1 bmi2 f16c fma abm movbe xsave"
+missing_cpu_flags() {
+  local info="$R/proc/cpuinfo" flags flag out=""
+  [[ -r $info ]] || return 0
+  flags=" $(sed -nE 's/^flags[[:space:]]*:[[:space:]]*(.*)$/\1/p' "$info" | head -n 1) "
+  for flag in $CPU_V3_FLAGS; do
+    [[ $flags == *" $flag "* ]] || out+="${out:+ }$flag"
+  done
+  printf '%s' "$out"
+}
+
+# Free disk (GiB) where the parameters go; WORKER_DISK_FREE_GIB stands in for df in the
+# simulator, whose sandboxes share this machine's disk.
+disk_free_gib() {
+  if [[ ${WORKER_DISK_FREE_GIB:-} =~ ^[0-9]{1,7}$ ]]; then
+    printf '%d' "$WORKER_DISK_FREE_GIB"
+    return 0
+  fi
+  local kb
+  kb=$(df -Pk -- "$1" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  [[ $kb =~ ^[0-9]+$ ]] || return 1
+  printf '%d' $((kb / 1048576))
+}
+
+# ------------------------------------------------------------------ curio's deadline
+# curio's [Cuzk] ProveTimeout runs from the Prove call, the daemon's queue included
+# (lib/cuzk/client.go:116-122), and curio keeps up to MaxPending calls in flight
+# (client.go:46-62): at the measured rate R a proof waits MaxPending / R in steady state
+# (Little's law) and up to (MaxPending - 1) / R + S when the calls arrive together (a curio that
+# starts, a burst of tasks; S is a proof's own service time: the last completes S after it was
+# sent plus MaxPending - 1 completions ahead of it). A call past the deadline is retried while
+# the daemon goes on with the old job (no CancelProof, cuzk-server/src/service.rs:173-183): the
+# GPU proves work nobody waits for. So production runs with the largest MaxPending (up to the
+# configured one) whose worst wait fits ProveTimeout / (1 + margin); fewer proofs in flight than
+# R x S would starve the pipeline, and the rate it can then keep, at most M / S, is what the
+# benchmark's verdict holds against MIN_RATE.
+# In: $1 rate (milli-proofs/h), $2 service time (ms), $3 configured MaxPending, $4 ProveTimeout
+# (ms), $5 margin (thousandths). Sets SIZED_MAX_PENDING (0: no MaxPending fits), SIZED_RATE_M
+# (milli-proofs/h it can keep at that MaxPending), SIZED_LATENCY_MS, SIZED_LIMIT_MS.
+# vastui/engine/plan.py deadline_sizing computes the same (tests/test_worker_plan.py).
+SIZED_MAX_PENDING=0
+SIZED_RATE_M=0
+SIZED_LATENCY_MS=0
+SIZED_LIMIT_MS=0
+deadline_size() {
+  local rate_m=$1 service_ms=$2 maxp=$3 timeout_ms=$4 margin_m=$5 fit
+  SIZED_LIMIT_MS=$((timeout_ms * 1000 / (1000 + margin_m)))
+  SIZED_MAX_PENDING=0 SIZED_RATE_M=0 SIZED_LATENCY_MS=0
+  ((rate_m > 0 && service_ms > 0 && maxp > 0)) || return 0
+  if ((service_ms > SIZED_LIMIT_MS)); then
+    # shellcheck disable=SC2034  # read by the scripts that source this file
+    SIZED_LATENCY_MS=$service_ms # a proof alone outlasts the deadline
+    return 0
+  fi
+  fit=$(((SIZED_LIMIT_MS - service_ms) * rate_m / 3600000000 + 1))
+  ((fit > maxp)) && fit=$maxp
+  # shellcheck disable=SC2034
+  SIZED_LATENCY_MS=$(((fit - 1) * 3600000000 / rate_m + service_ms))
+  # shellcheck disable=SC2034
+  SIZED_MAX_PENDING=$fit
+  SIZED_RATE_M=$((fit * 3600000000 / service_ms))
+  ((SIZED_RATE_M > rate_m)) && SIZED_RATE_M=$rate_m
+  return 0
+}
+
+# A Go duration ("30m", "1h30m", "90s", "1800s") in milliseconds; 30 min when unreadable.
+duration_ms() {
+  local text=$1 total=0 re='^([0-9]{1,7})(h|m|s)(.*)$' n unit
+  while [[ $text =~ $re ]]; do
+    n=$((10#${BASH_REMATCH[1]})) unit=${BASH_REMATCH[2]} text=${BASH_REMATCH[3]}
+    case $unit in
+      h) total=$((total + n * 3600000)) ;;
+      m) total=$((total + n * 60000)) ;;
+      s) total=$((total + n * 1000)) ;;
+    esac
+  done
+  [[ -z $text && $total -gt 0 ]] || total=1800000
+  printf '%d' "$total"
+}
+
+# The curio listen address of runner $1 with port base $2, as the controller derives it
+# (vastui/engine/identity.py: 127.0.0.1:<base + id>, wrapping past 65535).
+runner_listen() {
+  printf '127.0.0.1:%d' $(($2 + 1 + ($1 - 1) % (65535 - $2)))
+}
