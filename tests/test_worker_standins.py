@@ -663,6 +663,9 @@ def curio_env(c: Controller, **extra: str) -> dict[str, str]:
         "CURIO_DB_PASSWORD": "s3cret-db",
         "CURIO_DB_HOST_CQL": cql_host,
         "CURIO_DB_CASSANDRA_PORT": cql_port,
+        # as the worker runs it (worker-image/entrypoint.sh curio_env): the smart driver would
+        # dial the cluster's advertised addresses (tests/test_curio_cluster.py)
+        "CURIO_DB_LOAD_BALANCE": "false",
         **extra,
     }
 
@@ -724,3 +727,431 @@ def test_curio_run_fails_fast(box: Box, controller: Controller, setup: str, erro
     assert "s3cret-db" not in res.stderr + res.stdout and "wrong" not in res.stderr
     if setup == "no-db":
         assert res.stderr.count("\tERROR\tcurio/deps\tdeps/deps.go:111\t") == 3
+
+
+# ------------------------------------------------------------------ SnapDeals, PCE, memory, CPU
+
+
+def snap_input(box: Box, miner: int = 1000, sector: int = 1) -> tuple[Path, dict[str, str]]:
+    """The SnapDeals SRS beside PoRep's, and a vanilla-proofs file with its commitments."""
+    (box.params / SIM.SNAP_SRS_PARAMS).write_text("x\n")
+    vanilla, ids = SIM.make_snap_vanilla(miner, sector)
+    path = box.root / f"snap-{miner}-{sector}.json"
+    path.write_bytes(vanilla)
+    return path, ids
+
+
+def snap_args(path: Path, ids: dict[str, str], **override: str | None) -> list[str]:
+    flags = {
+        "--vanilla": str(path),
+        "--registered-proof": ids["registered_proof"],
+        "--comm-r-old": ids["comm_r_old"],
+        "--comm-r-new": ids["comm_r_new"],
+        "--comm-d-new": ids["comm_d_new"],
+    }
+    flags.update({f"--{k.replace('_', '-')}": v for k, v in override.items()})
+    out = ["-t", "snap"]
+    for flag, value in flags.items():
+        if value is not None:
+            out += [flag, value]
+    return out
+
+
+def prove_snap(box: Box, path: Path, ids: dict[str, str], **override: str | None):
+    return box.run(
+        [
+            "cuzk-bench",
+            "--addr",
+            f"http://{box.listen}",
+            "single",
+            *snap_args(path, ids, **override),
+        ]
+    )
+
+
+def grpc(box: Box, method: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The stand-in daemon's JSON transport of the gRPC service (as the curio stand-in calls it)."""
+    import http.client
+
+    host, port = box.listen.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=WAIT)
+    try:
+        conn.request("POST", f"/cuzk.v1.ProvingEngine/{method}", body=json.dumps(body))
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+def status(box: Box) -> dict[str, Any]:
+    return json.loads(get(f"http://{box.status_addr}/status")[2])
+
+
+def synth_ms(out: str) -> int:
+    m = re.search(r"^timings:   total=\d+ ms \(queue=\d+ ms, srs=0 ms, synth=(\d+) ms", out, re.M)
+    assert m, out
+    return int(m.group(1))
+
+
+def start_configured(box: Box, extra: str, log_name: str = "cuzk.log", **env: str) -> Path:
+    """A daemon with [memory]/[pipeline]/[gpus]/[synthesis] keys added to the box's config."""
+    config = box.config()
+    config.write_text(config.read_text() + extra)
+    log = box.root / log_name
+    box.start(["cuzk-daemon", "--config", str(config)], log, **env)
+    wait_for(lambda: "cuzk-daemon ready" in log.read_text(), what="daemon ready")
+    wait_for(box.port_answers, what="the daemon's port")
+    return log
+
+
+def test_snap_vanilla_is_what_cuzk_bench_reads() -> None:
+    import base64
+
+    vanilla, ids = SIM.make_snap_vanilla(1000, 7)
+    assert SIM.make_snap_vanilla(1000, 7) == (vanilla, ids)  # deterministic
+    entries = json.loads(vanilla)  # a JSON array of base64 strings, one per partition
+    assert len(entries) == 16 and all(base64.b64decode(e, validate=True) for e in entries)
+    assert set(ids) == {"comm_r_old", "comm_r_new", "comm_d_new", "registered_proof"} | {
+        "sector_num",
+        "miner_id",
+    }
+    assert (ids["registered_proof"], ids["sector_num"], ids["miner_id"]) == ("3", "7", "1000")
+    comms = [bytes.fromhex(ids[k]) for k in ("comm_r_old", "comm_r_new", "comm_d_new")]
+    assert all(len(c) == 32 and int.from_bytes(c, "little") < SIM.BLS12_381_R for c in comms)
+    assert SIM.make_snap_vanilla(1000, 8)[1]["comm_r_new"] != ids["comm_r_new"]
+    proof = SIM.snap_proof(*comms)
+    assert len(proof) == 3072 and SIM.verify_snap_proof(proof, *comms)
+    assert not SIM.verify_snap_proof(proof, comms[0], comms[2], comms[1])
+    fields = SIM.snap_prove_fields(1000, 7)
+    assert fields["proof_kind"] == 2 and fields["vanilla_proofs"] == entries
+
+
+def test_snap_proof_through_cuzk_bench(box: Box) -> None:
+    vanilla, ids = snap_input(box)
+    _, log = box.start_daemon()
+    res = prove_snap(box, vanilla, ids)
+    assert res.returncode == 0, res.stderr
+    assert status_of(res.stdout) == "COMPLETED"
+    # 16 partitions x 192 bytes (pipeline.rs:167, 2142-2150)
+    assert re.search(r"^proof:     3072 bytes \(hex: [0-9a-f]{256}\.\.\.\)$", res.stdout, re.M)
+    assert "INFO cuzk_bench: loaded vanilla proofs num_proofs=16" in res.stdout
+    text = log.read_text()
+    for needle in (
+        "Prove request_id=",
+        "job enqueued job_id=",
+        "proof_kind=snap-update priority=Normal",
+        "synth_single{proof_kind=snap-update}: cuzk_core::engine: processing batch",
+        "loading SRS from disk circuit_id=snap-32g path="
+        f"{box.params / SIM.SNAP_SRS_PARAMS} file_size_gib=33",
+        "dispatching per-partition SnapDeals synthesis (budget-gated)",
+        "num_partitions=16",
+        "assigned SnapDeals pipeline sequence number",
+        "background PCE extraction starting for SnapDeals",
+        "cuzk_core::pipeline: using standard synthesis path (synthesize_with_hint) "
+        "circuit_id=snap-32g",
+        "synthesize_snap_deals_partition{job_id=",
+        "partition=15}: cuzk_core::pipeline: SnapDeals partition synthesis complete partition=15",
+        "proof_kind=snap-update batch_size=1 partition=Some(15)}",
+        "Phase 7: all partitions complete, proof assembled",
+        "proof_len=3072",
+    ):
+        assert needle in text, needle
+    assert "self-check" not in text  # Phase 7 self-checks PoRep only (engine.rs:515-520)
+    st = status(box)
+    assert st["counters"]["completed_by_kind"] == {"snap-update": 1}
+    assert [s["circuit_id"] for s in st["allocations"]["srs"]] == ["snap-32g"]
+
+    # the proof as curio receives it verifies for the sector's commitments
+    answer = grpc(box, "Prove", {"submit": SIM.snap_prove_fields(1000, 1)})["result"]
+    assert answer["status"] == 1
+    comms = [bytes.fromhex(ids[k]) for k in ("comm_r_old", "comm_r_new", "comm_d_new")]
+    assert SIM.verify_snap_proof(bytes.fromhex(answer["proof"]), *comms)
+
+    batch = box.run(
+        [
+            "cuzk-bench",
+            "--addr",
+            f"http://{box.listen}",
+            "batch",
+            *snap_args(vanilla, ids),
+            "-c",
+            "2",
+        ]
+    )
+    assert batch.returncode == 0, batch.stderr
+    assert "\n=== Batch Benchmark ===\nproof type:  snap\ncount:       2\nconcurrency: 1\n" in (
+        batch.stdout
+    )
+    assert [int(m) for m in re.findall(r"^  \[(\d)/2\] COMPLETED — ", batch.stdout, re.M)] == [1, 2]
+
+    metrics = box.run(["cuzk-bench", "--addr", f"http://{box.listen}", "metrics"]).stdout
+    assert 'cuzk_proofs_completed{proof_kind="snap_update"} 4' in metrics  # service.rs:285-290
+    assert re.search(
+        r'^cuzk_proof_duration_seconds_sum\{proof_kind="snap_update"\} [\d.]+$', metrics, re.M
+    )
+    assert "porep_c2" not in metrics  # only the kinds that completed or failed are listed
+    pre = box.run(["cuzk-bench", "--addr", f"http://{box.listen}", "preload", "-c", "porep-32g"])
+    assert re.fullmatch(r"porep-32g loaded in \d+ ms\n", pre.stdout), pre
+    bench = box.run(["cuzk-bench", "--addr", f"http://{box.listen}", "status"]).stdout
+    assert "\nLoaded SRS:\n  porep-32g (tier=0, size=0 bytes, refs=0)\n" in bench
+
+
+def test_bench_snap_flags_and_errors(box: Box) -> None:
+    addr = f"http://127.0.0.1:{free_port()}"
+    vanilla, ids = snap_input(box)
+    res = box.run(["cuzk-bench", "--addr", addr, "single", "-t", "snap", "--registered-proof", "3"])
+    assert res.returncode == 1 and res.stdout == ""
+    # main.rs:925-926, through anyhow
+    assert res.stderr == "Error: --vanilla required for PoSt/SnapDeals proof types\n"
+    res = box.run(
+        ["cuzk-bench", "--addr", addr, "single", *snap_args(vanilla, ids, comm_r_old="abc")]
+    )
+    assert res.returncode == 1
+    assert res.stderr.strip() == (
+        "Error: invalid hex for --comm-r-old\n\nCaused by:\n    Odd number of digits"
+    )
+    res = box.run(
+        ["cuzk-bench", "--addr", addr, "single", *snap_args(vanilla, ids, comm_d_new="zz")]
+    )
+    assert res.stderr.strip().endswith("Caused by:\n    Invalid character 'z' at position 0")
+    bad = box.root / "bad.json"
+    bad.write_text('["@@@@"]')
+    res = box.run(["cuzk-bench", "--addr", addr, "single", *snap_args(bad, ids)])
+    assert res.stderr.strip() == (
+        "Error: failed to decode base64 vanilla proof entry\n\n"
+        "Caused by:\n    Invalid symbol 64, offset 0."
+    )
+    raw = box.root / "raw.bin"
+    raw.write_bytes(b"\x00\x01 not json")
+    res = box.run(["cuzk-bench", "--addr", addr, "single", *snap_args(raw, ids)])
+    assert "vanilla file is not JSON array, treating as single raw proof" in res.stdout
+    assert "loaded vanilla proofs num_proofs=1" in res.stdout
+    assert res.stderr.startswith(f"Error: failed to connect to daemon at {addr}\n")
+
+
+def test_snap_inputs_fail_as_the_real_parse_does(box: Box) -> None:
+    vanilla, ids = snap_input(box)
+    _, log = box.start_daemon()
+
+    def error(**override: str | None) -> str:
+        res = prove_snap(box, vanilla, ids, **override)
+        assert res.returncode == 0 and status_of(res.stdout) == "FAILED", res
+        m = re.search(r"^error:     (.*)$", res.stdout, re.M)
+        assert m
+        return m.group(1)
+
+    # cuzk-bench's default --registered-proof 0 is a 2 KiB update (prover.rs:488-497)
+    assert error(registered_proof=None) == (
+        "SnapDeals parse failed: pipelined synthesis currently supports only 32 GiB sectors, "
+        "got 2048 bytes"
+    )
+    assert error(registered_proof="9") == (
+        "SnapDeals parse failed: invalid registered proof for SnapDeals"
+    )
+    assert error(comm_d_new=None) == (
+        "SnapDeals parse failed: comm_d_new must be exactly 32 bytes, got 0"
+    )
+    assert error(comm_r_old="ff" * 32) == "SnapDeals parse failed: Invalid commitment (comm_r_old)"
+    assert re.search(
+        r" ERROR synth_single\{proof_kind=snap-update\}: cuzk_core::engine: SnapDeals parse/SRS "
+        r"load failed job_id=\S+ error=Invalid commitment \(comm_r_old\)$",
+        log.read_text(),
+        re.M,
+    )
+    # the input parses, then the SRS loads (engine.rs:2346-2366): its file must be there
+    (box.params / SIM.SNAP_SRS_PARAMS).unlink()
+    assert error() == (
+        "SnapDeals parse failed: SRS param file not found for SnapDeals32G: "
+        f"{box.params / SIM.SNAP_SRS_PARAMS}"
+    )
+    (box.params / SIM.SNAP_SRS_PARAMS).write_text("x\n")
+    short = box.root / "short.json"
+    short.write_text(json.dumps(json.loads(vanilla.read_text())[:12]))
+    assert error(vanilla=str(short)) == (
+        "partition 12 synthesis failed: partition 12 >= vanilla_proofs.len() 12"
+    )
+    assert re.search(
+        r" ERROR cuzk_core::engine: partition synthesis failed error=partition 12 >= "
+        r"vanilla_proofs\.len\(\) 12 job_id=\S+ partition=12$",
+        log.read_text(),
+        re.M,
+    )
+    bench = box.run(["cuzk-bench", "--addr", f"http://{box.listen}", "status"]).stdout
+    assert re.search(r"^proofs failed:    6$", bench, re.M)
+
+
+def test_snap_with_other_commitments_completes_and_does_not_verify(box: Box) -> None:
+    """The Phase 7 self-check verifies PoRep only (engine.rs:515-520): a SnapDeals proof for
+    commitments its vanilla proofs were not made for is returned, and no verifier accepts it."""
+    vanilla, ids = snap_input(box)
+    _, log = box.start_daemon()
+    other = SIM.make_snap_vanilla(1000, 2)[1]
+    res = prove_snap(box, vanilla, ids, comm_r_new=other["comm_r_new"])
+    assert status_of(res.stdout) == "COMPLETED"
+    fields = dict(SIM.snap_prove_fields(1000, 1), comm_r_new=other["comm_r_new"])
+    answer = grpc(box, "Prove", {"submit": fields})["result"]
+    assert answer["status"] == 1 and len(answer["proof"]) == 2 * 3072
+    comms = [bytes.fromhex(ids[k]) for k in ("comm_r_old", "comm_r_new", "comm_d_new")]
+    assert not SIM.verify_snap_proof(bytes.fromhex(answer["proof"]), *comms)
+    assert not SIM.verify_snap_proof(
+        bytes.fromhex(answer["proof"]), comms[0], bytes.fromhex(other["comm_r_new"]), comms[2]
+    )
+    assert " WARN " not in log.read_text() and " ERROR " not in log.read_text()
+
+
+def test_both_pces_and_the_fast_path_once_cached(box: Box) -> None:
+    """With pce_fast_path (a daemon whose synthesis is handed its PceCache), each circuit's
+    partitions take the fast path once that circuit's PCE is cached, and not before."""
+    box.machine(pce_fast_path=True)
+    vanilla, ids = snap_input(box)
+    _, log = box.start_daemon()
+    fast = "cuzk_core::pipeline: using PCE fast path for synthesis circuit_id="
+    standard = (
+        "cuzk_core::pipeline: using standard synthesis path (synthesize_with_hint) circuit_id="
+    )
+
+    def after_cached(circuit: str) -> bool:
+        """Every fast-path line of the circuit comes after its PCE was cached."""
+        text = log.read_text()
+        lines = [m.start() for m in re.finditer(re.escape(f"{fast}{circuit}\n"), text)]
+        cached = text.find(f"PCE cached circuit_id={circuit}")
+        return not lines or 0 <= cached < min(lines)
+
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    wait_for(lambda: "background PCE extraction complete\n" in log.read_text(), what="PoRep PCE")
+    assert f"{standard}porep-32g" in log.read_text() and after_cached("porep-32g")
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    assert f"{fast}porep-32g" in log.read_text() and after_cached("porep-32g")
+
+    assert status_of(prove_snap(box, vanilla, ids).stdout) == "COMPLETED"
+    assert f"{standard}snap-32g" in log.read_text()  # before its own PCE is cached
+    assert after_cached("snap-32g")  # (a partition that starts after it may take it)
+    wait_for(
+        lambda: "background PCE extraction complete for SnapDeals" in log.read_text(),
+        what="SnapDeals PCE",
+    )
+    text = log.read_text()
+    order = [
+        "background PCE extraction starting for SnapDeals",
+        "PCE extraction complete circuit_id=snap-32g extract_ms=",
+        "PCE saved to disk (raw format) path="
+        f'{box.params / "pce-snap-deals-32g.bin"} file_size_gib="16.0"',
+        f"PCE saved to disk circuit_id=snap-32g path={box.params / 'pce-snap-deals-32g.bin'}",
+        "PCE cached circuit_id=snap-32g size_gib=17",
+        "background PCE extraction complete for SnapDeals",
+    ]
+    positions = [text.index(needle) for needle in order]
+    assert positions == sorted(positions)
+    assert (box.params / "pce-snap-deals-32g.bin").exists()
+    before = len(log.read_text())
+    assert status_of(prove_snap(box, vanilla, ids).stdout) == "COMPLETED"
+    new = log.read_text()[before:]
+    assert new.count(f"{fast}snap-32g\n") == 16 and f"{standard}snap-32g" not in new
+    assert after_cached("snap-32g") and after_cached("porep-32g")
+
+    st = status(box)
+    srs = {s["circuit_id"]: s for s in st["allocations"]["srs"]}
+    pce = {p["circuit_id"]: p for p in st["allocations"]["pce"]}
+    assert {k: v["bytes"] for k, v in srs.items()} == {"porep-32g": 44 * GIB, "snap-32g": 33 * GIB}
+    assert {k: v["bytes"] for k, v in pce.items()} == {"porep-32g": 25 * GIB, "snap-32g": 17 * GIB}
+    for entry in [*srs.values(), *pce.values()]:
+        assert (
+            entry["evictable"] is True
+        )  # nothing in flight holds them (status.rs, engine.rs:3666)
+        assert isinstance(entry["last_used_secs_ago"], float) and entry["last_used_secs_ago"] >= 0
+    assert st["memory"]["used_bytes"] == (44 + 33 + 25 + 17) * GIB
+
+
+def test_the_daemon_never_uses_its_cached_pce(box: Box) -> None:
+    """At e0294b0f every caller of synthesize_auto passes no PceCache (pipeline.rs:2394, 2863):
+    a cached PCE costs budget and is never used. CUZK_DISABLE_PCE=1 changes the log line, not
+    the extraction (engine.rs:2268-2290 does not read it)."""
+    _, log = box.start_daemon(CUZK_DISABLE_PCE="1")
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    wait_for(lambda: "background PCE extraction complete" in log.read_text(), what="the PCE")
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    text = log.read_text()
+    after = text[text.index("PCE cached circuit_id=porep-32g") :]
+    assert "using PCE fast path" not in text
+    assert (
+        "cuzk_core::pipeline: PCE disabled via CUZK_DISABLE_PCE=1 — using standard synthesis "
+        "circuit_id=porep-32g" in after
+    )
+    assert "using standard synthesis path (synthesize_with_hint) circuit_id=porep-32g" in after
+
+
+def test_an_idle_srs_is_evicted_under_budget_pressure(box: Box) -> None:
+    vanilla, ids = snap_input(box)
+    log = start_configured(box, '[memory]\ntotal_budget = "150GiB"\neviction_min_idle = "30s"\n')
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    wait_for(lambda: "background PCE extraction complete" in log.read_text(), what="the PCE")
+    assert "evicted for memory pressure" not in log.read_text()
+    # idle at least eviction_min_idle (simulated seconds), held by no proof in flight
+    wait_for(
+        lambda: all(
+            e["evictable"] and e["last_used_secs_ago"] >= 30
+            for e in status(box)["allocations"]["srs"] + status(box)["allocations"]["pce"]
+        ),
+        what="idle SRS and PCE",
+    )
+    # The SnapDeals SRS (33) fits beside PoRep's SRS and PCE (69) in 150 GiB; its synthesis
+    # (72) does not: the evictor frees the oldest idle entries until it has freed what was
+    # asked (engine.rs:1300-1324), the SRS first, then the PCE.
+    res = prove_snap(box, vanilla, ids)
+    assert status_of(res.stdout) == "COMPLETED"
+    text = log.read_text()
+    order = [
+        "cuzk_core::srs_manager: SRS evicted circuit_id=porep-32g freed_gib=44 budget_available",
+        "cuzk_core::engine: evicted for memory pressure entry=srs:porep-32g freed_gib=44",
+        "cuzk_core::pipeline: PCE evicted circuit_id=porep-32g freed_gib=25 budget_available_gib=",
+        "cuzk_core::engine: evicted for memory pressure entry=pce:porep-32g freed_gib=25",
+        "SnapDeals partition synthesis complete",
+    ]
+    positions = [text.index(needle) for needle in order]
+    assert positions == sorted(positions)
+    wait_for(
+        lambda: "background PCE extraction complete for SnapDeals" in log.read_text(),
+        what="SnapDeals PCE",
+    )
+    st = status(box)
+    assert [s["circuit_id"] for s in st["allocations"]["srs"]] == ["snap-32g"]
+    assert [p["circuit_id"] for p in st["allocations"]["pce"]] == ["snap-32g"]
+    # a PoRep proof now loads its SRS again
+    assert status_of(box.prove().stdout) == "COMPLETED"
+    assert log.read_text().count("loading SRS from disk circuit_id=porep-32g") == 2
+
+
+def test_cpu_contention_with_too_many_parallel_syntheses(box: Box) -> None:
+    """An 8-core slice with cuzk's default max_parallel_synthesis (18, for 64 cores): all ten
+    partitions synthesize at once on cores for two; tuned to two at a time they do not."""
+    box.machine(cpu_cores=8)
+    log = start_configured(box, "[pipeline]\nmax_parallel_synthesis = 0\n", "default.log")
+    text = log.read_text()
+    assert "rayon global thread pool configured rayon_threads=8" in text
+    # 0 = the default 18 (config.rs:296, engine.rs:1434), under the budget's 251 GiB / 14
+    assert "synth_worker_count=17" in text
+    res = box.prove()
+    assert status_of(res.stdout) == "COMPLETED"
+    untuned = synth_ms(res.stdout)
+    for proc in box.procs:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=WAIT)
+    log = start_configured(
+        box,
+        "[pipeline]\nmax_parallel_synthesis = 2\n[gpus]\ngpu_threads = 2\n"
+        "[synthesis]\nthreads = 8\n",
+        "tuned.log",
+    )
+    text = log.read_text()
+    assert text.index("set CUZK_GPU_THREADS for C++ groth16_pool gpu_threads=2") < text.index(
+        "rayon global thread pool configured rayon_threads=8"
+    )
+    assert "synth_worker_count=2 " in text
+    res = box.prove()
+    assert status_of(res.stdout) == "COMPLETED"
+    tuned = synth_ms(res.stdout)
+    # synthesis_ms sums the partitions' durations (engine.rs:471-472, 500)
+    assert untuned > 5 * tuned, (untuned, tuned)
+    parts = re.findall(
+        r"partition synthesis complete partition=\d+ synth_ms=(\d+)", log.read_text()
+    )
+    assert len(parts) == 10 and len(set(parts)) == 1  # five waves of two
