@@ -28,9 +28,10 @@ def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condit
 class Controller:
     """The controller-side services a worker reaches through its tunnels, for tests that drive
     the worker scripts without SSH: the stand-in Lotus API (with its token) and curio's cluster
-    database (YSQL + YCQL), on their own event loop in a thread."""
+    database (YSQL + YCQL: a production cluster of three nodes, whose YCQL the engine's tunnel
+    end pins, vastui/ssh/cqlpin.py), on their own event loop in a thread."""
 
-    def __init__(self, *, db_password: str = "yugabyte") -> None:
+    def __init__(self, *, db_password: str = "yugabyte", **cluster: Any) -> None:
         import asyncio
         import threading
 
@@ -43,8 +44,12 @@ class Controller:
         self.token = SIM_CHAIN_TOKEN
         self.lotus = FakeLotus(token=SIM_CHAIN_TOKEN)
         self._call(self.lotus.start())
-        self.db = FakeHarmonyDb(chain_addr=self.lotus_addr, password=db_password)
+        self.db = FakeHarmonyDb(chain_addr=self.lotus_addr, password=db_password, **cluster)
         self._call(self.db.start())
+        from vastui.ssh.cqlpin import CqlPinProxy
+
+        self.cql_pin = CqlPinProxy("127.0.0.1", self.db.cql_port)
+        self.cql_pin_port = self._call(self.cql_pin.start())
 
     def _call(self, coro: Any) -> Any:
         import asyncio
@@ -61,7 +66,8 @@ class Controller:
 
     @property
     def cql_addr(self) -> str:
-        return f"127.0.0.1:{self.db.cql_port}"
+        """Where the worker's YCQL forward goes: the engine's pinning proxy, as in production."""
+        return f"127.0.0.1:{self.cql_pin_port}"
 
     def tunnel_files(self, run_dir: Any) -> None:
         """What the simulator's SSH server writes for the worker's forwarded ports."""
@@ -73,7 +79,16 @@ class Controller:
         (run / "forwards" / "5433").write_text(self.db_addr + "\n")
         (run / "forwards" / "9042").write_text(self.cql_addr + "\n")
 
+    def view(self) -> dict[str, Any]:
+        """The simulated cluster's tables (machines, claims, history), read on its own loop."""
+
+        async def read() -> dict[str, Any]:
+            return self.db.view()
+
+        return self._call(read())
+
     def close(self) -> None:
+        self._call(self.cql_pin.stop())
         self._call(self.lotus.stop())
         self._call(self.db.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -101,7 +101,9 @@ async def worker_hosts(
         stack.push_async_callback(lotus.stop)
         # curio's cluster database, whose base layer names the chain node as the controller
         # sees it
-        db = FakeHarmonyDb(chain_addr=f"127.0.0.1:{lotus.port}")
+        db = FakeHarmonyDb(
+            chain_addr=f"127.0.0.1:{lotus.port}", clock=cloud.clock.now, seed=cloud.seed
+        )
         await db.start()
         stack.push_async_callback(db.stop)
         yield WorkerHosts(cloud, host, lotus, db, root)

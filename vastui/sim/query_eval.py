@@ -160,6 +160,11 @@ def check_condition(row: dict[str, Any], field: str, conds: dict[str, Any]) -> b
         elif field == "geolocation":
             if not _geo_match(op, row.get("geolocation"), value):
                 return False
+        elif field == "driver_version" and isinstance(_num(value), int):
+            # the CLI sends a dotted driver as one integer, 535.86.05 → 535086005 (vastai
+            # api/query.py:349), which the server holds as driver_vers (vast-api.md §3.2)
+            if not _compare(op, row.get("driver_vers"), value):
+                return False
         elif not _compare(op, row.get(field), value):
             return False
     return True

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -197,6 +198,8 @@ class SimWorkerHost:
             "inet_down_mbps": float(offer.get("inet_down") or 1000.0),
             "host_ram_gb": round(machine.ram_gib * GIB / 1e9, 1),
             "rate_per_hour": round(machine.rate_for(num_gpus), 2),
+            "driver_version": str(offer.get("driver_version") or "580.82.07"),
+            "disk_gb": float(inst.disk or 0.0),
             "seed": self.cloud.seed * 7919 + inst.id,
             **self.fault_for(machine.machine_id),
         }
@@ -227,6 +230,9 @@ class SimWorkerHost:
             # Vast tells a container the external port of its internal port 22 (direct SSH).
             **({"VAST_TCP_PORT_22": str(inst.direct_port)} if inst.direct_port else {}),
             "CONTAINER_ID": str(inst.id),
+            # df would report this machine's disk, shared by every sandbox: the rented disk
+            # less the image stands in (worker-image/vastui-lib.sh disk_free_gib)
+            "WORKER_DISK_FREE_GIB": str(max(0, int(float(inst.disk or 0) * 1e9 / 2**30) - 12)),
             "PYTHONDONTWRITEBYTECODE": "1",
             MARKER: str(root),
         }
@@ -252,8 +258,10 @@ class SimWorkerHost:
         # The benchmark's C1 input: the real envelope (51 MB in the real image, from lotus-bench
         # for miner t01000, sector 1); Phase1Out is a small simulated SealCommitPhase1Output.
         (root / "usr/local/share/vastui/c1.json").write_bytes(simlib.make_c1(1000, 1))
+        lay_out_snap_input(root)
         (root / ".sim" / "machine.json").write_text(json.dumps(profile, indent=1) + "\n")
         lay_out_memory(root, profile)
+        lay_out_cpu(root, profile)
 
     async def _watch(self) -> None:
         """Stop sandboxes whose instance is gone, exited or offline; start new runners."""
@@ -311,6 +319,44 @@ def lay_out_memory(root: Path, profile: dict[str, Any]) -> None:
         f"MemFree:        {int(host * 1e9 * 0.9) // 1024} kB\n"
     )
     (root / "sys" / "fs" / "cgroup" / "memory.max").write_text(f"{slice_bytes}\n")
+
+
+# x86-64-v3 as /proc/cpuinfo names it (worker-image/vastui-lib.sh CPU_V3_FLAGS), among the usual
+# flags of a recent AMD EPYC or Intel Xeon
+CPU_FLAGS = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+    "sse2 ht syscall nx mmxext fxsr_opt pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology "
+    "nonstop_tsc cpuid extd_apicid aperfmperf pni pclmulqdq monitor ssse3 fma cx16 sse4_1 sse4_2 "
+    "x2apic movbe popcnt aes xsave avx f16c rdrand lahf_lm cmp_legacy svm extapic cr8_legacy abm "
+    "sse4a misalignsse 3dnowprefetch osvw ibs skinit wdt tce topoext perfctr_core bmi1 avx2 smep "
+    "bmi2 erms invpcid cqm rdt_a rdseed adx smap clflushopt clwb sha_ni xsaveopt xsavec xgetbv1"
+)
+
+
+def lay_out_cpu(root: Path, profile: dict[str, Any]) -> None:
+    """What a container sees of its CPUs: the cgroup's quota and cpuset (the slice), the host's
+    CPU flags (``cpu_flags`` in the profile overrides them: an old CPU without AVX2)."""
+    cores = max(1, math.ceil(float(profile.get("cpu_cores") or 1)))
+    cgroup = root / "sys" / "fs" / "cgroup"
+    cgroup.mkdir(parents=True, exist_ok=True)
+    (cgroup / "cpu.max").write_text(f"{cores * 100000} 100000\n")
+    (cgroup / "cpuset.cpus.effective").write_text(f"0-{cores - 1}\n")
+    flags = str(profile.get("cpu_flags") or CPU_FLAGS)
+    (root / "proc").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "cpuinfo").write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7543 32-Core "
+        f"Processor\nflags\t\t: {flags}\n\n"
+    )
+
+
+def lay_out_snap_input(root: Path) -> None:
+    """The benchmark's SnapDeals input, as the image bakes it (worker-image/Dockerfile): the
+    vanilla partition proofs and the commitments they were made for."""
+    vanilla, meta = simlib.make_snap_vanilla(1000, 1)
+    share = root / "usr" / "local" / "share" / "vastui"
+    share.mkdir(parents=True, exist_ok=True)
+    (share / "snap-vanilla.json").write_bytes(vanilla)
+    (share / "snap.json").write_text(json.dumps(meta) + "\n")
 
 
 def kill_sandbox_processes(root: Path) -> int:

@@ -24,6 +24,11 @@ Machine profile: ``$WORKER_ROOT/.sim/machine.json`` (written by the simulator)::
                                    #   (0 = the first proof a daemon runs, the warmup)
       "fault_every": 5,            # gpu_panic: every this many proofs after fault_after
       "bind_delay_s": 0.05,        # seconds between "ready" in the log and the port answering
+      "snap_factor": 1.0,          # a SnapDeals proof's synthesis and GPU time / a PoRep proof's
+                                   #   (1.0: 16 partitions x ~81M constraints, engine.rs:2322-2325,
+                                   #   memory.rs:52, vs 10 x ~130M, cuzk-project.md:158-160)
+      "pce_fast_path": false,      # model a cuzk whose synthesis uses the cached PCE (see the
+                                   #   daemon's docstring: at e0294b0f it never does)
       "seed": 0                    # seeds the per-proof jitter (deterministic)
     }
 
@@ -63,6 +68,8 @@ DEFAULT_MACHINE: dict[str, Any] = {
     "fault_after": 3,
     "fault_every": 5,
     "bind_delay_s": 0.05,
+    "snap_factor": 1.0,
+    "pce_fast_path": False,
     "seed": 0,
 }
 
@@ -107,8 +114,18 @@ FAULTS = frozenset(
 )
 
 GIB = 1024**3
+GROTH_PROOF_BYTES = 192  # one partition's Groth16 proof (pipeline.rs:167)
 PARTITIONS = 10
 PROOF_LEN = 1920  # 10 partitions x 192 bytes (engine.rs:506 proof_len)
+# SnapDeals 32 GiB: 16 partitions (engine.rs:2322-2325; storage-proofs-update's update_partitions,
+# which parse_snap_deals_input reads, pipeline.rs:2771-2772), assembled by concatenation
+# (ProofAssembler::assemble, pipeline.rs:2142-2150): 16 x 192 bytes.
+SNAP_PARTITIONS = 16
+SNAP_PROOF_LEN = SNAP_PARTITIONS * GROTH_PROOF_BYTES
+SNAP_REGISTERED_PROOF = 3  # RegisteredUpdateProof::StackedDrg32GiBV1 (prover.rs:488-497)
+# The BLS12-381 scalar field modulus: a commitment is a field element in 32 little-endian bytes,
+# and as_safe_commitment rejects bytes that are not one (filecoin-proofs api/util.rs).
+BLS12_381_R = 0x73EDA753299D7D483339D80809A1D80553BDA402FFFE5BFEFFFFFFFF00000001
 
 # The SRS of 32 GiB PoRep (srs_manager.rs:83) and the files `curio fetch-params 32GiB` fetches
 # for it (lotus build/proof-params parameters.json; sizes are not in the JSON, these are the
@@ -128,23 +145,25 @@ PARAM_FILES = (
     (
         "v28-empty-sector-update-merkletree-poseidon_hasher-8-8-0-"
         "3b7f44a9362e3985369454947bc94022e118211e49fd672d52bec1cbfd599d18.params",
-        1.7,
+        33.0,  # "33 GiB file" (cuzk-core/src/srs_manager.rs:90)
         "QmUa2kfqGqPXNt4Rg5oQu8ns8Bhn4orjU7wvXXBt8z7C6v",
     ),
     (
         "v28-proof-of-spacetime-fallback-merkletree-poseidon_hasher-8-8-0-"
         "0377ded656c6f524f1618760bffe4e0a1c51d5a70c4509eedae8a27555733edc.params",
-        0.1,
+        57.0,  # WindowPoSt "57 GiB file" (srs_manager.rs:84)
         "QmVxjFRyhmyQaZEtCh7nk2abc7LhFkzhnRX4rcHqCCpikR",
     ),
     (
         "v28-proof-of-spacetime-fallback-merkletree-poseidon_hasher-8-8-0-"
         "559e581f022bb4e4ec6e719e563bf0e026ad6de42e56c18714a2c692b1b88d7e.params",
-        0.1,
+        0.18,  # WinningPoSt "184 MiB" (srs_manager.rs:86)
         "QmXiiXheXvZV8rVkdDCFPdUYJVCNa67THGa7VgQRkqNojy",
     ),
     ("v28-fil-inner-product-v1.srs", 0.25, "Qmdq44DjcQnFfU3PJcdX7J49GCqcUYszr1TxMbHtAkvQ3g"),
 )
+# The SRS of SnapDeals 32 GiB (srs_manager.rs:90-91, "33 GiB file"); the same file as above.
+SNAP_SRS_PARAMS = PARAM_FILES[2][0]
 # lib/fastparamfetch/paramfetch.go:30
 PARAM_GATEWAY = "https://pub-08ae819c828244bdbe5f615fd8c5e144.r2.dev/ipfs/"
 
@@ -194,6 +213,8 @@ def load_machine() -> dict[str, Any]:
     machine["fault_after"] = max(0, int(machine["fault_after"]))
     machine["fault_every"] = max(1, int(machine["fault_every"]))
     machine["bind_delay_s"] = max(0.0, float(machine["bind_delay_s"]))
+    machine["snap_factor"] = max(0.01, float(machine["snap_factor"]))
+    machine["pce_fast_path"] = machine["pce_fast_path"] is True
     machine["seed"] = int(machine["seed"])
     if machine["fault"] not in FAULTS:
         machine["fault"] = "none"
@@ -566,3 +587,102 @@ def make_c1(miner_id: int = 1000, sector_num: int = 1) -> bytes:
         "SectorSize": 34359738368,
     }
     return json.dumps(body).encode()
+
+
+# ---------------------------------------------------------------- the SnapDeals input
+
+
+def snap_commitments(miner_id: int, sector_num: int) -> dict[str, bytes]:
+    """The simulated commitments of a sector's update (CommR old, CommR new, CommD new): 32 bytes
+    each, little-endian field elements (the top two bits cleared, as fr32 does), so
+    as_safe_commitment accepts them (pipeline.rs:2755-2760)."""
+    import hashlib
+
+    out = {}
+    for name in ("comm_r_old", "comm_r_new", "comm_d_new"):
+        seed = f"sim-snap:{miner_id}:{sector_num}:{name}".encode()
+        raw = bytearray(hashlib.sha256(seed).digest())
+        raw[31] &= 0x3F
+        out[name] = bytes(raw)
+    return out
+
+
+def make_snap_vanilla(miner_id: int = 1000, sector_num: int = 1) -> tuple[bytes, dict[str, str]]:
+    """A SnapDeals vanilla-proofs file as cuzk-bench reads it (``--vanilla``: a JSON array of
+    base64 strings, one per partition, as Go's json.Marshal([][]byte) writes them;
+    cuzk-bench/src/main.rs:921-945) and what to pass with it: ``{"comm_r_old", "comm_r_new",
+    "comm_d_new"}`` in hex, ``registered_proof`` "3" (Update 32G, main.rs:55-58), ``sector_num``,
+    ``miner_id``.
+
+    Each partition proof is a small simulated one bound to the sector's commitments (a real
+    UpdatePartitionProof proves the update from comm_r_old to comm_r_new and comm_d_new): a proof
+    built for other commitments does not verify (see :func:`verify_snap_proof`)."""
+    import base64
+
+    comms = snap_commitments(miner_id, sector_num)
+    entries = []
+    for k in range(SNAP_PARTITIONS):
+        body = {
+            "sim": "UpdatePartitionProof<SectorShape32GiB>",
+            "partition": k,
+            **{name: value.hex() for name, value in comms.items()},
+        }
+        entries.append(base64.b64encode(json.dumps(body).encode()).decode())
+    ids = {name: value.hex() for name, value in comms.items()}
+    ids.update(
+        registered_proof=str(SNAP_REGISTERED_PROOF),
+        sector_num=str(sector_num),
+        miner_id=str(miner_id),
+    )
+    return json.dumps(entries).encode(), ids
+
+
+def snap_prove_fields(miner_id: int = 1000, sector_num: int = 1) -> dict[str, Any]:
+    """The ``submit`` fields of a SnapDeals Prove call to the stand-in daemon, as curio sends them
+    (tasks/proofshare/task_prove.go:432-445, lib/ffi/cuzk_funcs.go:148-160): the stand-ins' JSON
+    carries ``vanilla_proofs`` as base64 strings and the commitments as hex."""
+    vanilla, ids = make_snap_vanilla(miner_id, sector_num)
+    return {
+        "proof_kind": 2,
+        "registered_proof": SNAP_REGISTERED_PROOF,
+        "sector_size": 34359738368,
+        "priority": 2,
+        "vanilla_proofs": json.loads(vanilla),
+        "sector_number": sector_num,
+        "miner_id": miner_id,
+        "comm_r_old": ids["comm_r_old"],
+        "comm_r_new": ids["comm_r_new"],
+        "comm_d_new": ids["comm_d_new"],
+    }
+
+
+def _snap_tag(partition: int, nonce: bytes, comms: tuple[bytes, bytes, bytes]) -> bytes:
+    import hashlib
+
+    seed = b"sim-groth16:snap-32g:" + bytes([partition]) + nonce + b"".join(comms)
+    return b"".join(hashlib.sha256(seed + bytes([i])).digest() for i in range(5))
+
+
+def snap_proof(comm_r_old: bytes, comm_r_new: bytes, comm_d_new: bytes) -> bytes:
+    """A simulated SnapDeals proof that verifies for these commitments: per partition 192 bytes,
+    a 32-byte nonce and 160 bytes bound to (partition, nonce, commitments)."""
+    comms = (comm_r_old, comm_r_new, comm_d_new)
+    out = b""
+    for k in range(SNAP_PARTITIONS):
+        nonce = os.urandom(32)
+        out += nonce + _snap_tag(k, nonce, comms)
+    return out
+
+
+def verify_snap_proof(
+    proof: bytes, comm_r_old: bytes, comm_r_new: bytes, comm_d_new: bytes
+) -> bool:
+    """What a verifier (the chain, the proofshare service) says of a simulated SnapDeals proof."""
+    if len(proof) != SNAP_PROOF_LEN:
+        return False
+    comms = (comm_r_old, comm_r_new, comm_d_new)
+    for k in range(SNAP_PARTITIONS):
+        part = proof[k * GROTH_PROOF_BYTES : (k + 1) * GROTH_PROOF_BYTES]
+        if part[32:] != _snap_tag(k, part[:32], comms):
+            return False
+    return True

@@ -1,0 +1,141 @@
+"""Three workers proving, as the demo runs them (the engine, the simulated cloud, real SSH, the
+real worker scripts, the stand-ins rebuilt from curio's and cuzk's source), seen from curio's
+cluster: three distinct curio machines, each at the identity its runner id gives it; no worker
+connected past its tunnel; a worker whose curio is killed and restarted takes back its own
+tasks and none of another's.
+
+No mocks and no sleeps for timing: conditions are waited for with an upper bound only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vastui.backend import Options
+from vastui.config import Config
+from vastui.engine import identity
+from vastui.engine.runtime import RunOptions, engine_runtime
+from vastui.store import InstanceRecord
+
+SPEED = 300.0
+LONG = 300.0  # an upper bound only
+
+
+async def until(what: str, check: Any) -> Any:
+    try:
+        async with asyncio.timeout(LONG):
+            while True:
+                value = await check()
+                if value:
+                    return value
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def begun(text: str) -> set[int]:
+    return {int(m) for m in re.findall(r'Beginning work on Task\t\{"id": (\d+)', text)}
+
+
+def recovered(text: str) -> set[int]:
+    return {
+        int(m)
+        for m in re.findall(r'Beginning work on Task\t\{"id": (\d+), "from": "recovered"', text)
+    }
+
+
+@pytest.fixture
+def demo_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path
+
+
+async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
+    base = Config()
+    config = replace(
+        base,
+        deadlines=replace(
+            base.deadlines, paramfetch_min=24 * 60.0, benchmark_min=24 * 60.0, setup_min=600.0
+        ),
+        fleet=replace(base.fleet, target_workers=3, max_concurrent_benchmarks=3),
+        # at 300x curio's 30 min ProveTimeout are 6 real seconds, which a loaded machine's stall
+        # alone can pass: what is tested here is the cluster, not the deadline
+        curio=replace(base.curio, prove_timeout="4h"),
+    )
+    opts = Options(config=config, db=demo_state / "fleet.db", demo=True, seed=11, speed=SPEED)
+    run = RunOptions(speed=SPEED, seed=11, target_workers=3, machine_fault_rate=0.0)
+    async with engine_runtime(opts, run) as rt:
+        engine = rt.engine
+        engine.settings.worker_env["BENCH_TIMEOUT"] = str(24 * 3600)
+        stop = asyncio.Event()
+        runner = asyncio.create_task(engine.run(stop))
+        try:
+
+            async def three_reporting() -> list[InstanceRecord] | None:
+                live = await engine.store.list_instances(include_killed=False)
+                proving = [r for r in live if r.state == "proving" and r.curio_info]
+                return proving if len(proving) >= 3 else None
+
+            workers = (await until("three workers proving", three_reporting))[:3]
+            # their identities: unique runner ids, each curio at the address its id gives
+            runner_ids = [w.runner_id for w in workers]
+            assert None not in runner_ids and len(set(runner_ids)) == 3
+            machines = {m["id"]: m for m in rt.cluster.view()["machines"]}
+            for w in workers:
+                info = json.loads(w.curio_info or "{}")
+                listen = identity.curio_listen(w.runner_id or 0)
+                assert info["host_and_port"] == info["listen"] == listen
+                assert machines[info["machine_id"]]["host_and_port"] == listen
+                assert machines[info["machine_id"]]["name"] == f"vastui-main-r{w.runner_id}"
+            assert len({json.loads(w.curio_info or "{}")["machine_id"] for w in workers}) == 3
+            # nothing past the tunnel: no load balancing, no dial to the cluster's 10.x nodes
+            logs = {w.vast_id: rt.demo.sandboxes[w.vast_id].root / "var/log/vastui/curio.log"
+                    for w in workers}  # fmt: skip
+            for log in logs.values():
+                text = log.read_text()
+                assert "loadBalance=false" in text and "loadBalance=true" not in text
+                assert "unavailableHosts" not in text and "10.0.0." not in text
+
+            # one worker's curio dies while it holds tasks; the worker restarts it as the same
+            # machine, which takes back what that machine owns (harmonytask.go:351-389)
+            victim, *others = workers
+            victim_machine = json.loads(victim.curio_info or "{}")["machine_id"]
+
+            async def holding() -> list[int] | None:
+                row = next(m for m in rt.cluster.view()["machines"] if m["id"] == victim_machine)
+                return row["claims"] if len(row["claims"]) >= 5 else None
+
+            await until("the victim holding tasks", holding)
+            root = rt.demo.sandboxes[victim.vast_id].root
+            text = logs[victim.vast_id].read_text()
+            before_kill = len(text)
+            os.kill(int((root / "run" / "curio.pid").read_text()), signal.SIGKILL)
+
+            async def restarted() -> str | None:
+                now = logs[victim.vast_id].read_text()[before_kill:]
+                return now if "Setting up RPC server" in now else None
+
+            after = await until("curio restarted", restarted)
+            assert [m["id"] for m in rt.cluster.view()["machines"]].count(victim_machine) == 1
+            taken = recovered(after)
+            # its own tasks: begun by this very worker before its curio died ...
+            assert taken and taken <= begun(text)
+            # ... and none another worker began
+            for w in others:
+                assert not taken & begun(logs[w.vast_id].read_text())
+            rec = await engine.store.get_instance(victim.vast_id)
+            assert rec is not None and not rec.killed, "the worker is kept"
+        finally:
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(runner, 30)
