@@ -239,6 +239,40 @@ def test_snapshot_detail_of_a_failed_instance(snap_compare, tmp_path: Path, size
     assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
 
 
+def test_snapshot_detail_of_a_worker_in_curios_cluster(snap_compare, tmp_path: Path):
+    """Its runner identity, the curio machine the cluster knows it as, the MaxPending it runs
+    with, and (the demo's cluster) the tasks that machine holds."""
+
+    async def before(pilot) -> None:
+        await _wait_loaded(pilot)
+        await pilot.press("2")
+        table = pilot.app.query_one("#instances-table", DataTable)
+        table.move_cursor(row=table.get_row_index("3000001"))
+        await pilot.press("enter")
+
+    assert snap_compare(fixed_app(tmp_path), terminal_size=(160, 50), run_before=before)
+
+
+async def test_the_detail_says_the_tunnel_is_down_and_whose_fault_it_is(tmp_path: Path):
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await _wait_loaded(pilot)
+        await pilot.press("2")
+        table = pilot.app.query_one("#instances-table", DataTable)
+        table.move_cursor(row=table.get_row_index("3000006"))
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = pilot.app.screen
+        meta = "\n".join(
+            f"{k}: {getattr(v, 'plain', v)}" for k, v in screen._meta()  # type: ignore[attr-defined]
+        )
+    assert "curio identity" in meta and "runner 6: 127.0.0.1:12406" in meta
+    assert "MaxPending" in meta and "6 (sized to curio's ProveTimeout)" in meta
+    assert "DOWN 2026" in meta and "lotus api 127.0.0.1:1234: curl: (7)" in meta
+    assert "(the controller's; not the machine's)" in meta
+    assert "cluster (sim)" not in meta, "no cluster row outside the demo's engine"
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_snapshot_logs(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:

@@ -364,6 +364,8 @@ class VastuiApp(App[int]):
                 now=self.clock,
                 spend=self.spent,
                 ssh_command=self.bridge.ssh_command,
+                cluster=self.bridge.cluster_node,
+                listen_port_base=self.opts.config.curio.listen_port_base,
             )
         )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -403,6 +404,14 @@ class FleetBridge:
             async for batch in batches:
                 yield batch
 
+    def cluster_node(self, rec: InstanceRecord) -> dict[str, Any] | None:
+        """The worker's curio machine in the simulated cluster, read-only: the demo's own engine
+        holds the cluster database stand-in; anywhere else the worker's own report is all."""
+        cluster = self.runtime.cluster if self.runtime is not None else None
+        if cluster is None:
+            return None
+        return cluster_machine(cluster.view(), rec)
+
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         worker = self._worker(rec)
         if worker is None:
@@ -440,6 +449,28 @@ class FleetBridge:
     def rewind_engine_log(self) -> None:
         self._ring_seen = 0
         self._file_offset = 0
+
+
+def cluster_machine(view: dict[str, Any], rec: InstanceRecord) -> dict[str, Any] | None:
+    """The row of ``rec``'s curio node in a cluster view (vastui/sim/harmonydb.py ``view``): by
+    the machine id the worker reported, else by its identity's host:port."""
+    info = _json_dict(rec.curio_info)
+    wanted = info.get("machine_id")
+    listen = info.get("host_and_port")
+    for machine in view.get("machines") or []:
+        if machine.get("id") == wanted or (listen and machine.get("host_and_port") == listen):
+            return machine
+    return None
+
+
+def _json_dict(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _home(path: Path) -> str:

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from vastui.console.cells import age, money, t
+from vastui.engine import identity
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord
 from vastui.store.records import iso_utc
@@ -55,6 +56,8 @@ class DetailScreen(ModalScreen[None]):
         now: Callable[[], float] | None = None,
         spend: Callable[[InstanceRecord], float | None] | None = None,
         ssh_command: Callable[[InstanceRecord], str | None] | None = None,
+        cluster: Callable[[InstanceRecord], dict[str, Any] | None] | None = None,
+        listen_port_base: int = identity.DEFAULT_PORT_BASE,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.rec = rec
@@ -64,6 +67,8 @@ class DetailScreen(ModalScreen[None]):
         self.now = now
         self.spend = spend
         self.ssh_command = ssh_command
+        self.cluster = cluster
+        self.listen_port_base = listen_port_base
         self.cuzk_reads = 0  # polls answered, for tests and the status line
         self.shown: tuple[str, str] | None = None
 
@@ -134,10 +139,47 @@ class DetailScreen(ModalScreen[None]):
             ("image digest", rec.image_digest),
             ("Vast status", f"{rec.vast_status or '-'}: {rec.status_msg or ''}"),
             ("ssh", ssh),
+            *self._curio(),
             ("created", self._when(rec.created_at)),
             ("stage since", self._when(rec.stage_started_at)),
             ("killed", self._when(rec.killed_at)),
         ]
+
+    def _curio(self) -> list[tuple[str, Any]]:
+        """The worker in curio's cluster: its identity (runner id → listen address and name),
+        the machine the cluster knows it as, its MaxPending, the controller's tunnel; in the
+        demo, the simulated cluster's own row and the tasks it holds."""
+        rec = self.rec
+        info = _json(rec.curio_info)
+        rows: list[tuple[str, Any]] = []
+        if rec.runner_id is not None:
+            listen = identity.curio_listen(rec.runner_id, self.listen_port_base)
+            rows.append(("curio identity", f"runner {rec.runner_id}: {listen}"))
+        if info:
+            node = Text(f"machine {info.get('machine_id')} at {info.get('host_and_port', '?')}")
+            if info.get("name"):
+                node.append(f" ({sanitize_line(str(info['name']), 80)})")
+            rows.append(("curio machine", node))
+        pending = rec.max_pending if rec.max_pending is not None else info.get("max_pending")
+        if pending is not None:
+            rows.append(("MaxPending", f"{pending} (sized to curio's ProveTimeout)"))
+        if rec.tunnel_down_since is not None:
+            down = Text(f"DOWN {self._when(rec.tunnel_down_since)}: ", style="bold yellow")
+            down.append(sanitize_line(rec.tunnel_detail or "", 300))
+            down.append("  (the controller's; not the machine's)", style="dim")
+            rows.append(("tunnel", down))
+        machine = self.cluster(rec) if self.cluster is not None else None
+        if machine is not None:
+            claims = machine.get("claims") or []
+            shown = ", ".join(str(c) for c in claims[:12]) + (" …" if len(claims) > 12 else "")
+            contact = machine.get("last_contact")
+            when = f", last contact {self._when(contact)}" if isinstance(contact, float) else ""
+            rows.append(
+                ("cluster (sim)", f"machine {machine.get('id')} "
+                 f"{sanitize_line(str(machine.get('host_and_port')), 60)}{when}; "
+                 f"tasks held: {shown or 'none'}")
+            )  # fmt: skip
+        return rows
 
     def _diagnosis(self) -> Text:
         rec = self.rec
@@ -193,6 +235,16 @@ class DetailScreen(ModalScreen[None]):
             return
         self.cuzk_reads += 1
         widget.update(render_cuzk(status))
+
+
+def _json(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def render_cuzk(status: dict[str, Any]) -> Text:

@@ -93,6 +93,13 @@ class FixedBridge(FleetBridge):
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         return CUZK_STATUS
 
+    def cluster_node(self, rec: InstanceRecord) -> dict[str, Any] | None:
+        """The simulated cluster's row of the first proving worker, as the demo's engine has it."""
+        if rec.vast_id != 3000001:
+            return None
+        return {"id": 4, "host_and_port": "127.0.0.1:12401", "last_contact": T0 - 20.0,
+                "claims": [1041, 1043, 1044, 1047, 1050, 1051, 1052, 1055, 1056, 1058]}  # fmt: skip
+
     async def stream_logs(  # type: ignore[override]
         self, rec: InstanceRecord, source: str, tail: int = 500
     ) -> AsyncIterator[list[str]]:
@@ -141,10 +148,18 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
     )
     instances = [
         inst(3000001, m[0], "proving", bench_rate=95.2, bench_outcome="pass", bench_failed=0,
-             prod_completed=63, prod_failed=0, prod_rate=93.8, prod_checked_at=T0 - 30),
-        inst(3000006, m[4], "proving", bench_rate=88.4, bench_outcome="pass", bench_failed=1),
-        inst(3000002, m[1], "benchmark"),
-        inst(3000003, m[2], "paramfetch", image="ghcr.io/vastui/curio-cuzk-worker:v0.9"),
+             prod_completed=63, prod_failed=0, prod_rate=93.8, prod_checked_at=T0 - 30,
+             runner_id=1, max_pending=10, curio_info=json.dumps(
+                 {"machine_id": 4, "host_and_port": "127.0.0.1:12401",
+                  "name": "vastui-main-r1", "listen": "127.0.0.1:12401", "max_pending": 10,
+                  "layer": "vastui-cuzk", "tasks": "PSAutoSettle,PShareSubmit,PSProve"})),
+        inst(3000006, m[4], "proving", bench_rate=88.4, bench_outcome="pass", bench_failed=1,
+             runner_id=6, max_pending=6, tunnel_down_since=T0 - 420,
+             tunnel_detail="lotus api 127.0.0.1:1234: curl: (7) Failed to connect to 127.0.0.1 "
+                           "port 1234: Connection refused"),
+        inst(3000002, m[1], "benchmark", runner_id=2),
+        inst(3000003, m[2], "paramfetch", image="ghcr.io/vastui/curio-cuzk-worker:v0.9",
+             runner_id=3),
         inst(3000004, m[3], "killed", bench_rate=141.0, bench_outcome="below_min",
              failed_stage="benchmark", kill_kind="bench_below_min",
              kill_reason="benchmark below_min: 141.0 < 1222.0 proofs/h", killed_at=T0 - 100,

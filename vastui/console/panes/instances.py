@@ -39,7 +39,8 @@ class InstancesPane(TablePane):
     COLUMNS: ClassVar[tuple[Column, ...]] = (
         Column("id", "Id", 8, "Vast instance id"),
         Column("stage", "State / progress", 32, "stage, with loading → setup → paramfetch → "
-               "benchmark → proving as ■; for a destroyed worker ✗ the kill kind and stage"),
+               "benchmark → proving as ■ (⚠ tunnel down: it waits for the controller's tunnel); "
+               "for a destroyed worker ✗ the kill kind and stage"),
         Column("gpu", "GPU", 16, "GPU model and count"),
         Column("bench", "Bench", 5, "proofs/h its benchmark measured"),
         Column("meas", "Meas", 5, "proofs/h measured in production from cuzk's counters "
@@ -187,6 +188,8 @@ def stage_text(rec: InstanceRecord) -> Text:
     for i, _stage in enumerate(STAGES):
         text.append("■" if i <= done else "□", style="green" if i < done else "yellow")
     text.append(f" {rec.state}", style=STATE_STYLE.get(rec.state, ""))
+    if rec.tunnel_down_since is not None:  # waiting for the controller's tunnel to prove
+        text.append(" ⚠ tunnel down", style="bold yellow")
     return text
 
 
