@@ -264,7 +264,8 @@ async def test_the_detail_says_the_tunnel_is_down_and_whose_fault_it_is(tmp_path
         await pilot.pause()
         screen = pilot.app.screen
         meta = "\n".join(
-            f"{k}: {getattr(v, 'plain', v)}" for k, v in screen._meta()  # type: ignore[attr-defined]
+            f"{k}: {getattr(v, 'plain', v)}"
+            for k, v in screen._meta()  # type: ignore[attr-defined]
         )
     assert "curio identity" in meta and "runner 6: 127.0.0.1:12406" in meta
     assert "MaxPending" in meta and "6 (sized to curio's ProveTimeout)" in meta
