@@ -22,6 +22,7 @@ from vastui.store import (
     iso_utc,
 )
 from vastui.store.migrations import MIGRATIONS
+from vastui.store.records import json_dict
 
 T0 = 1_796_033_100.0  # 2026-11-30T10:05:00Z
 HOUR = 3600.0
@@ -49,6 +50,21 @@ def _event_count(path: Path, kind: str | None = None) -> int:
 def test_iso_utc() -> None:
     assert iso_utc(T0) == "2026-11-30T10:05:00Z"
     assert iso_utc(None) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, {}),
+        ("", {}),
+        ('{"machine_id": 3}', {"machine_id": 3}),
+        ("[1, 2]", {}),  # not an object
+        ('"text"', {}),
+        ('{"machine_id": 3', {}),  # damaged
+    ],
+)
+def test_json_dict_reads_damage_as_empty(text: str | None, expected: dict) -> None:
+    assert json_dict(text) == expected
 
 
 async def test_open_creates_parent_dirs_and_file_mode_0600(tmp_path: Path) -> None:

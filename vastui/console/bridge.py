@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -37,7 +36,7 @@ from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
 from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, PerfRecord, Store
 from vastui.store.fleet import Lease, holder_is_dead
-from vastui.store.records import EngineStatus
+from vastui.store.records import EngineStatus, json_dict
 from vastui.vast.client import VastClient
 
 log = logging.getLogger("vastui.console")
@@ -454,23 +453,13 @@ class FleetBridge:
 def cluster_machine(view: dict[str, Any], rec: InstanceRecord) -> dict[str, Any] | None:
     """The row of ``rec``'s curio node in a cluster view (vastui/sim/harmonydb.py ``view``): by
     the machine id the worker reported, else by its identity's host:port."""
-    info = _json_dict(rec.curio_info)
+    info = json_dict(rec.curio_info)
     wanted = info.get("machine_id")
     listen = info.get("host_and_port")
     for machine in view.get("machines") or []:
         if machine.get("id") == wanted or (listen and machine.get("host_and_port") == listen):
             return machine
     return None
-
-
-def _json_dict(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _home(path: Path) -> str:

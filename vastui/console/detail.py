@@ -23,7 +23,7 @@ from vastui.console.cells import age, money, t
 from vastui.engine import identity
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord
-from vastui.store.records import iso_utc
+from vastui.store.records import iso_utc, json_dict
 
 RECORD_EVERY = 1.0  # seconds between re-reads of the record
 CUZK_EVERY = 1.5  # seconds between cuzk status polls (the original panel's cadence)
@@ -150,7 +150,7 @@ class DetailScreen(ModalScreen[None]):
         the machine the cluster knows it as, its MaxPending, the controller's tunnel; in the
         demo, the simulated cluster's own row and the tasks it holds."""
         rec = self.rec
-        info = _json(rec.curio_info)
+        info = json_dict(rec.curio_info)
         rows: list[tuple[str, Any]] = []
         if rec.runner_id is not None:
             listen = identity.curio_listen(rec.runner_id, self.listen_port_base)
@@ -235,16 +235,6 @@ class DetailScreen(ModalScreen[None]):
             return
         self.cuzk_reads += 1
         widget.update(render_cuzk(status))
-
-
-def _json(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def render_cuzk(status: dict[str, Any]) -> Text:

@@ -35,6 +35,7 @@ from vastui.ssh import SshError, SshPool
 from vastui.store import EngineStatus, InstanceRecord, Store, StoreError
 from vastui.store.errors import StoreFatal
 from vastui.store.fleet import Command, Intent
+from vastui.store.records import json_dict
 from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
 from vastui.vast.models import Instance, Offer
@@ -505,7 +506,7 @@ class Engine:
             window = self.config.proving.window_min * 60.0
             state = production.ProdState.from_json(rec.prod_state)
             if reading is not None and reading.alive and reading.completed is not None:
-                bench = production.baseline_from_bench(_json_obj(rec.bench_result))
+                bench = production.baseline_from_bench(json_dict(rec.bench_result))
                 state = production.fold(state, reading, now, window, bench)
                 m = production.measure(state, now, window)
                 info = json.dumps(reading.curio_info) if reading.curio_info else rec.curio_info
@@ -849,16 +850,6 @@ def _cost_per_proof(rec: InstanceRecord) -> float | None:
     if not rate or rate <= 0 or not rec.dph_total:
         return None
     return rec.dph_total / rate
-
-
-def _json_obj(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _seconds(value: str | None) -> int | None:

@@ -90,6 +90,18 @@ def _json_list(text: str | None) -> tuple[str, ...] | None:
     return tuple(str(v) for v in value)
 
 
+def json_dict(text: str | None) -> dict[str, Any]:
+    """A JSON object column for a reader that only shows or folds it: empty, damaged or not an
+    object reads as {} (the record itself is never rewritten from here)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _json_obj(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
