@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from tests.enginekit import World
+from tests.helpers import Controller
 from vastui.store import Store
 
 # Textual reads this once, at import: it has to be set before any test imports textual.
@@ -47,3 +48,13 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     s = await Store.open(tmp_path / "s.db")
     yield s
     await s.close()
+
+
+# The controller a worker's tunnel reaches (tests/helpers.py); a module may define its own.
+@pytest.fixture
+def controller() -> Iterator[Controller]:
+    c = Controller(db_password="s3cret-db")
+    try:
+        yield c
+    finally:
+        c.close()

@@ -24,15 +24,6 @@ from tests.test_worker_standins import Box
 LAYER = "cuzk-worker"
 
 
-@pytest.fixture
-def controller() -> Iterator[Controller]:
-    c = Controller(db_password="s3cret-db")
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 _BOXES: list[Box] = []
 
 

@@ -645,15 +645,6 @@ def test_curio_fetch_params(box: Box) -> None:
     )
 
 
-@pytest.fixture
-def controller() -> Iterator[Controller]:
-    c = Controller(db_password="s3cret-db")
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def curio_env(c: Controller, **extra: str) -> dict[str, str]:
     db_host, db_port = c.db_addr.rsplit(":", 1)
     cql_host, cql_port = c.cql_addr.rsplit(":", 1)
