@@ -96,7 +96,7 @@ async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):
 
         await settle(pilot, app, rented)
         [rec] = await bridge.store.list_instances()
-        assert rec.offer_id == offer_id and rec.label.startswith("vastui-main-")
+        assert rec.offer_id == offer_id and rec.label.startswith("vastui-main.")
         assert [e.kind for e in await bridge.store.list_events(kind="rent")] == ["rent"]
         assert list(bridge.cloud.instances) == [rec.vast_id]
 

@@ -112,7 +112,7 @@ def assert_usable(config: Config) -> None:
                     assert -(2**63) <= item < 2**63, (key, item)
                 if isinstance(item, float):
                     assert math.isfinite(item), (key, item)
-    label = new_label(config.fleet.name)
+    label = new_label(config.fleet.name, "0123abcd")
     assert is_vastui_label(label) and fleet_of(label) == config.fleet.name
     for dph in (0.001, 0.9, 50.0):
         assert math.isfinite(config.min_rate_for(dph))

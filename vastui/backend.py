@@ -94,10 +94,18 @@ def make_client(opts: Options, cloud: SimCloud | None = None) -> VastClient:
 
 
 @asynccontextmanager
-async def open_store(opts: Options) -> AsyncIterator[Store]:
-    from vastui.store import Store
+async def open_store(opts: Options, *, write: bool = False) -> AsyncIterator[Store]:
+    """The store for a command: one that only reads never creates or migrates the database
+    (an engine may be migrating it this moment); one that writes migrates under the lock."""
+    from vastui.store import Store, StoreNotCurrent
 
-    store = await Store.open(opts.db_path)
+    try:
+        store = await Store.open(opts.db_path, migrate=write)
+    except StoreNotCurrent as exc:
+        if not exc.absent:
+            raise
+        # Nothing known yet: empty listings, and no file made behind the engine's back.
+        store = await Store.empty(opts.db_path)
     try:
         yield store
     finally:

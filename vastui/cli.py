@@ -144,7 +144,7 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
 async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
 
-    async with open_store(opts) as store:
+    async with open_store(opts, write=args.bad_cmd in ("add", "remove")) as store:
         if args.bad_cmd == "add":
             if args.machine_id <= 0:
                 raise CliError(f"machine id must be a positive integer, got {args.machine_id}")
@@ -223,9 +223,19 @@ async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
     from vastui.store import import_legacy
 
-    async with open_store(opts) as store:
+    async with open_store(opts, write=True) as store:
         report = await import_legacy(store, Path(args.path))
     print(report.summary())
+    return 0
+
+
+async def cmd_migrate(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_store
+    from vastui.store import SCHEMA_VERSION
+
+    async with open_store(opts, write=True) as store:
+        version = await store.schema_version()
+    print(f"database {opts.db_path} is at schema version {version} (this vastui: {SCHEMA_VERSION})")
     return 0
 
 
@@ -465,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int)
     p.add_argument("--kind", help=f"only this kind: {_EVENT_KINDS}")
     p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser(
+        "migrate", parents=[shared], help="create or upgrade the database (the engine does too)"
+    )
+    p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("import-legacy", parents=[shared], help="import vast-manager's state.db")
     p.add_argument("path")

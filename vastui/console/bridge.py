@@ -34,7 +34,15 @@ from vastui.logfmt import ClockFormatter
 from vastui.pricing import required_rate
 from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
-from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, PerfRecord, Store
+from vastui.store import (
+    BadEntry,
+    Event,
+    InstanceRecord,
+    LegacyReviewEntry,
+    PerfRecord,
+    Store,
+    StoreNotCurrent,
+)
 from vastui.store.fleet import Lease, holder_is_dead
 from vastui.store.records import EngineStatus, json_dict
 from vastui.vast.client import VastClient
@@ -149,19 +157,31 @@ class FleetBridge:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.store = await Store.open(self.opts.db_path)
-        self._stack.push_async_callback(self.store.close)
-        holder = await self.store.lease_holder()
-        if holder is not None or self.read_only:
-            # A read-only console never runs an engine: engines rent and destroy.
-            await self._attach(holder)
-            return
+        # Opened as a reader first: a console that attaches to an engine never migrates the
+        # database under it. One that runs its own engine lets the engine migrate.
+        try:
+            self.store = await Store.open(self.opts.db_path, migrate=False)
+        except StoreNotCurrent as exc:
+            if self.read_only and not exc.absent:
+                raise  # older than this code: one line, nothing migrated
+            if self.read_only:  # nothing known yet, and no file made behind an engine's back
+                self.store = await Store.empty(self.opts.db_path)
+        if self.store is not None:
+            self._stack.push_async_callback(self.store.close)
+            holder = await self.store.lease_holder()
+            if holder is not None or self.read_only:
+                # A read-only console never runs an engine: engines rent and destroy.
+                await self._attach(holder)
+                return
         self._handler = _RingHandler(self.engine_log, self.now)
         logging.getLogger("vastui").addHandler(self._handler)
         logging.getLogger("vastui").setLevel(logging.INFO)
         self.runtime = await self._stack.enter_async_context(
             engine_runtime(self.opts, self.run_options)
         )
+        if self.store is None:  # the engine has created or migrated it
+            self.store = await Store.open(self.opts.db_path, migrate=False)
+            self._stack.push_async_callback(self.store.close)
         self.mode = "engine"
         self._engine_task = asyncio.create_task(self.runtime.engine.run(self._stop))
 

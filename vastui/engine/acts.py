@@ -19,7 +19,7 @@ from typing import Any
 from vastui.config import Config, load_curio_db_password
 from vastui.engine import identity, policy
 from vastui.engine.crashpoints import crash_point
-from vastui.engine.labels import fleet_of, new_label
+from vastui.engine.labels import fleet_id_of, fleet_of, new_label
 from vastui.sanitize import sanitize_line
 from vastui.store import BanSpec, InstanceRecord, Store
 from vastui.store.fleet import BAN_KEY, Intent
@@ -66,15 +66,26 @@ class Acts:
         self.forget_worker = forget_worker  # stop following a worker that is being destroyed
         self.offers_changed = offers_changed  # re-rank (None), or drop one offer id
         self.inflight_labels: set[str] = set()
+        self.fleet_id: str | None = None  # this database's (store meta), read at the first step
         self.dry_offers: dict[int, float] = {}  # offers this dry run would rent → $/h
         self._dry_decided: set[tuple[str, int]] = set()
         self._destroy_retry: dict[int, tuple[int, float]] = {}  # vast_id → (failures, not before)
         self._key_on_account = False
         self.last_error: str | None = None
 
+    async def load_identity(self) -> str:
+        if self.fleet_id is None:
+            self.fleet_id = await self.store.fleet_id()
+        return self.fleet_id
+
     def ours(self, label: str | None) -> bool:
-        """Carries this fleet's label: the only instances this engine adopts or destroys."""
-        return fleet_of(label) == self.config.fleet.name
+        """Carries this fleet's name and this database's identity (or a label older than
+        identities): a guard on every destroy. Ownership itself is an intent
+        (``Store.intended``): a label alone never makes an instance ours."""
+        if fleet_of(label) != self.config.fleet.name:
+            return False
+        fid = fleet_id_of(label)
+        return fid is None or fid == self.fleet_id
 
     # -- rent ---------------------------------------------------------------------------
 
@@ -83,7 +94,7 @@ class Acts:
         await self.check_rentable(offer)
         now = self.clock()
         min_rate = self.config.min_rate_for(offer.dph_total)
-        label = new_label(self.config.fleet.name)
+        label = new_label(self.config.fleet.name, await self.load_identity())
         detail = {"offer": offer.to_json(), "min_rate": min_rate, "image": self.config.fleet.image}
         if self.settings.dry_run:
             await self._dry_rent(offer, label, min_rate, detail, reason, now)

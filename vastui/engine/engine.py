@@ -28,11 +28,12 @@ from vastui.engine import identity, policy, production, provision
 from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, worker_curio_env
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
+from vastui.engine.labels import is_vastui_label, owner_of
 from vastui.engine.ranking import RankedOffer, rank_offers, to_record
 from vastui.engine.spend import SURPLUS_KIND
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
-from vastui.store import EngineStatus, InstanceRecord, Store, StoreError
+from vastui.store import EngineStatus, ForeignInstance, InstanceRecord, Store, StoreError
 from vastui.store.errors import StoreFatal
 from vastui.store.fleet import Command, Intent
 from vastui.store.records import json_dict
@@ -218,6 +219,7 @@ class Engine:
                 await self._run_commands()
             # Vast's list (paced pages: seconds for a big fleet) is read without the lock, so
             # worker events are decided meanwhile; the reconcile then reads the store afresh.
+            await self.acts.load_identity()
             observed_at = self.clock()
             vast = await self._observe_vast()
             if vast is not None:
@@ -333,21 +335,40 @@ class Engine:
         # RENT_MISSES it takes to give up on it) by now: intents need no guard.
         await self._recover_intents(by_label, now)
         known = {rec.vast_id: rec for rec in await self.store.list_instances()}
-        # Adopt our own labelled instances that the store does not know (after a crash).
+        foreign: list[ForeignInstance] = []
         for inst in vast.values():
-            if not self.acts.ours(inst.label) or inst.label in self.acts.inflight_labels:
+            if not is_vastui_label(inst.label) or inst.label in self.acts.inflight_labels:
                 continue
             rec = known.get(inst.id)
             if rec is None:
-                adopted = await self._isolated(inst.id, self._adopt(inst, now))
-                if adopted is not None:
-                    known[inst.id] = adopted
+                # Adopted only if this database intended it (a crash lost the row, or a rent
+                # given up on came up late). A vastui label alone is another controller's
+                # instance on the same account: destroying it as surplus starts a war.
+                if self.acts.ours(inst.label) and await self.store.intended(inst.label or ""):
+                    adopted = await self._isolated(inst.id, self._adopt(inst, now))
+                    if adopted is not None:
+                        known[inst.id] = adopted
+                else:
+                    foreign.append(_foreign(inst))
             elif rec.killed and rec.source == "vastui" and (rec.killed_at or 0.0) <= observed_at:
                 await self.acts.destroy_again(rec)  # (not one killed since the list was read)
+        await self._note_foreign(foreign, now)
         bad = {e.machine_id: e.reason or "" for e in await self.store.list_bad(now=now)}
         for rec in list(known.values()):
             if not rec.killed and rec.source == "vastui":
                 await self._isolated(rec.vast_id, self._reconcile_one(rec, vast, bad, now))
+
+    async def _note_foreign(self, foreign: list[ForeignInstance], now: float) -> None:
+        """Keep the other controllers' instances as last listed, and warn once per fleet."""
+        for owner in await self.store.put_foreign(foreign, now=now):
+            theirs = sorted(f.vast_id for f in foreign if f.owner == owner)
+            text = (
+                f"{len(theirs)} instance(s) of another controller on this account (fleet "
+                f"{owner}: {', '.join(map(str, theirs[:5]))}{' ...' if len(theirs) > 5 else ''}):"
+                " this database never rented them; they are not adopted, counted or destroyed"
+            )
+            log.warning("%s", text)
+            await self.store.add_event("foreign", text, now=now)
 
     async def _isolated(self, vast_id: int, work: Awaitable[Any]) -> Any:
         """One instance's trouble (a row the store refuses, a Vast error on its show) must not
@@ -863,3 +884,16 @@ def _float(value: str | None) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+def _foreign(inst: Instance) -> ForeignInstance:
+    return ForeignInstance(
+        vast_id=inst.id,
+        label=inst.label or "",
+        owner=owner_of(inst.label) or "?",
+        machine_id=inst.machine_id,
+        gpu_name=sanitize_line(inst.gpu_name, 40) if inst.gpu_name else None,
+        num_gpus=inst.num_gpus,
+        dph_total=inst.dph_total,
+        vast_status=inst.actual_status,
+    )

@@ -1,9 +1,10 @@
 """vastui persistent state: an aiosqlite-backed SQLite store (no UI imports here, ever)."""
 
 from .db import HostKeyRecord, Store
-from .errors import StoreError, StoreFatal
+from .errors import StoreError, StoreFatal, StoreNotCurrent
 from .legacy import ImportReport, import_legacy
 from .migrations import SCHEMA_VERSION
+from .ownership import ForeignInstance
 from .records import (
     BAD_SOURCES,
     EVENT_KINDS,
@@ -32,6 +33,7 @@ __all__ = [
     "BanSpec",
     "EngineStatus",
     "Event",
+    "ForeignInstance",
     "HostKeyRecord",
     "ImportReport",
     "InstanceRecord",
@@ -40,6 +42,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreFatal",
+    "StoreNotCurrent",
     "Strike",
     "import_legacy",
     "iso_utc",

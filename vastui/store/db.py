@@ -35,9 +35,10 @@ import aiosqlite
 from vastui.config import ensure_parent_dir, open_private, tighten_private
 from vastui.store.fleet import BAN_KEY, FleetOps, Intent
 
-from .errors import StoreError, StoreFatal
+from .errors import StoreError, StoreFatal, StoreNotCurrent
 from .health import FileIdentity, check_identity, decode_row, quick_check, store_error
 from .migrations import SCHEMA_VERSION, apply_migrations, current_version
+from .ownership import OwnershipOps
 from .records import (
     BAD_SOURCES,
     STAGES,
@@ -181,8 +182,9 @@ def _open_error(path: Path, e: sqlite3.Error) -> StoreError:
     return StoreError(f"cannot open database {path}: {' '.join(str(e).split())}")
 
 
-async def _prepare_connection(conn: aiosqlite.Connection, path: Path) -> None:
-    """Pragmas, integrity, schema: a database that fails ``quick_check`` is never migrated."""
+async def _prepare_connection(conn: aiosqlite.Connection, path: Path, migrate: bool) -> None:
+    """Pragmas, integrity, schema: a database that fails ``quick_check`` is never migrated,
+    nor one opened by a process that only reads (``migrate=False``)."""
     await conn.execute("PRAGMA busy_timeout=5000")
     await quick_check(conn, path)
     async with conn.execute("PRAGMA journal_mode=WAL") as cur:
@@ -195,6 +197,13 @@ async def _prepare_connection(conn: aiosqlite.Connection, path: Path) -> None:
         raise StoreError(
             f"database {path} has schema version {version}, "
             f"newer than this vastui ({SCHEMA_VERSION})"
+        )
+    if version == 0 and not migrate:  # made this moment by a process that is migrating it
+        raise StoreNotCurrent(f"database {path} has no schema yet", absent=True)
+    if version < SCHEMA_VERSION and not migrate:
+        raise StoreNotCurrent(
+            f"database {path} has schema version {version}, older than this vastui "
+            f"({SCHEMA_VERSION}): the engine upgrades it when it starts (or `vastui migrate`)"
         )
     await apply_migrations(conn, version)
 
@@ -214,7 +223,7 @@ async def _check_rows(conn: aiosqlite.Connection, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-class Store(FleetOps):
+class Store(FleetOps, OwnershipOps):
     """Async access to the vastui SQLite database. Create with ``await Store.open(path)``."""
 
     def __init__(
@@ -230,15 +239,21 @@ class Store(FleetOps):
     # -- lifecycle --------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: Path) -> Store:
+    async def open(cls, path: Path, *, migrate: bool = True) -> Store:
         """Open (creating if needed) the database at ``path`` and migrate it to the latest schema.
 
         A new file is created with mode 0600 (its directory 0700) before SQLite touches it.
         Raises :class:`StoreFatal` if the file is corrupt or not a database (``quick_check``,
         a row that does not decode) and :class:`StoreError` if its schema is newer than this
-        code.
+        code. A process that only reads passes ``migrate=False``: a missing database or one
+        older than this code is then :class:`StoreNotCurrent` (it creates and migrates nothing;
+        processes that open a fresh file at once must not all migrate it).
         """
         path = Path(path)
+        if not migrate and not path.exists():
+            raise StoreNotCurrent(
+                f"no database at {path} yet: the engine creates it when it starts", absent=True
+            )
         _prepare_file(path)
         try:
             conn = await aiosqlite.connect(path, isolation_level=None)
@@ -247,7 +262,7 @@ class Store(FleetOps):
         conn.row_factory = sqlite3.Row
         try:
             identity = FileIdentity.of(path)
-            await _prepare_connection(conn, path)
+            await _prepare_connection(conn, path, migrate)
             await _check_rows(conn, path)
         except StoreError:
             await conn.close()
@@ -264,6 +279,19 @@ class Store(FleetOps):
         for suffix in ("-wal", "-shm"):  # SQLite gives them the database's mode: check
             tighten_private(path.with_name(path.name + suffix))
         return cls(path, conn, identity)
+
+    @classmethod
+    async def empty(cls, path: Path) -> Store:
+        """A store with nothing in it, in memory, for a reader that found no database at
+        ``path``: nothing is known yet, and the reader creates no file (the engine will)."""
+        conn = await aiosqlite.connect(":memory:", isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        try:
+            await apply_migrations(conn, 0)
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(Path(path), conn, FileIdentity(0, 0))  # any write refuses: no such file
 
     async def check_health(self) -> None:
         """Raise :class:`StoreFatal` if this store can no longer be trusted: an earlier write hit

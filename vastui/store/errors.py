@@ -15,3 +15,13 @@ class StoreFatal(StoreError):
     one line and a non-zero status, so that systemd restarts it (and the operator sees why).
     A busy or locked database is *not* fatal: that stays a plain :class:`StoreError`.
     """
+
+
+class StoreNotCurrent(StoreError):
+    """A process that only reads found no database, or one older than its code: it never
+    migrates (that is the engine's, or a writing command's, under the migration lock).
+    ``absent``: there is nothing in it yet (no file, or one not yet given its schema)."""
+
+    def __init__(self, message: str, *, absent: bool = False) -> None:
+        super().__init__(message)
+        self.absent = absent

@@ -251,7 +251,33 @@ CREATE TABLE counters (
 INSERT INTO counters (key, value) VALUES ('runner_id_seq', 0);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+# Version 8: one Vast account, several controllers. Each database has a fleet identity of its
+# own (random, made once under the migration lock), carried in every label it rents with, so
+# two controllers never claim one label; an instance is this database's only if it intended it
+# (an intent with its label). Instances with vastui's label that it never intended are another
+# controller's: seen, shown apart, never adopted, counted or destroyed (foreign_instances, as of
+# the engine's last list). ``meta`` also remembers which foreign fleets were warned about.
+_V8 = """
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT INTO meta (key, value) VALUES ('fleet_id', lower(hex(randomblob(4))));
+CREATE TABLE foreign_instances (
+    vast_id      INTEGER PRIMARY KEY,
+    label        TEXT NOT NULL,
+    owner        TEXT NOT NULL,
+    machine_id   INTEGER,
+    gpu_name     TEXT,
+    num_gpus     INTEGER,
+    dph_total    REAL,
+    vast_status  TEXT,
+    first_seen_at REAL NOT NULL,
+    last_seen_at  REAL NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
@@ -265,30 +291,28 @@ async def current_version(conn: aiosqlite.Connection) -> int:
 async def apply_migrations(conn: aiosqlite.Connection, from_version: int) -> int:
     """Apply every migration after ``from_version``; return the resulting version.
 
-    Each step holds the write lock (``BEGIN IMMEDIATE``) and reads the version again under it:
-    processes that open a fresh database at once (an engine started by systemd, ``vastui
-    status`` beside it) wait for each other, and a step another process applied meanwhile is
-    skipped rather than run twice ("table instances already exists"). The script and the
-    version bump commit together. The connection must be in autocommit mode
-    (``isolation_level=None``).
+    All the steps run in one transaction that holds the write lock (``BEGIN IMMEDIATE``) and
+    reads the version again under it: processes that open a fresh database at once (an engine
+    started by systemd, ``vastui migrate`` beside it) wait for each other, and a step another
+    process applied meanwhile is skipped rather than run twice ("table instances already
+    exists"). Readers (WAL) see the database before or after, never half-way. The connection
+    must be in autocommit mode (``isolation_level=None``).
     """
-    version = from_version
-    while version < len(MIGRATIONS):
-        await conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = await current_version(conn)
-            if version >= len(MIGRATIONS):
-                await conn.execute("COMMIT")
-                break
+    if from_version >= len(MIGRATIONS):
+        return from_version
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = await current_version(conn)
+        while version < len(MIGRATIONS):
             for statement in _statements(MIGRATIONS[version]):
                 await conn.execute(statement)
             version += 1
-            await conn.execute(f"PRAGMA user_version = {version}")
-            await conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                await conn.rollback()
-            raise
+        await conn.execute(f"PRAGMA user_version = {version}")
+        await conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            await conn.rollback()
+        raise
     return version
 
 

@@ -52,6 +52,8 @@ BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
 #   unban      a machine was removed from the bad list               [written by Store.remove_bad]
 #   adopt      a running Vast instance not created by vastui was taken under management
 #   stage      an instance moved to another pipeline stage
+#   foreign    instances of another controller (a vastui label this database never intended)
+#              were seen on the account, first time for their fleet: never adopted or destroyed
 #   kill       an instance was marked killed
 #   import     a legacy state.db was imported                       [written by import_legacy]
 #   benchmark  a benchmark result was recorded
@@ -64,6 +66,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "ban",
     "unban",
     "adopt",
+    "foreign",
     "stage",
     "kill",
     "import",
