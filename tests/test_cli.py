@@ -190,11 +190,12 @@ def test_status_says_target_reason_and_spend(capsys, db):
                     best=None,
                     dry_run=False,
                     updated_at=now,
+                    simulated=True,  # a demo engine's: its clock, not the wall's
                 )
             )
 
     asyncio.run(seed())
-    code, out, err = run(capsys, "status", "--demo", "--db", db)
+    code, out, err = run(capsys, "status", "--db", db)
     assert code == 0 and err == ""
     assert "workers 1/3" in out and "no viable offer: best 4711 RTX 4090" in out
     assert "spend $0.36" in out  # one hour at $0.36/h, on the engine's clock
@@ -202,3 +203,34 @@ def test_status_says_target_reason_and_spend(capsys, db):
     report = json.loads(out)
     assert report["engine"]["target"] == 3 and report["engine"]["reason_kind"] == "no_viable_offer"
     assert report["spend"]["total"] == pytest.approx(0.36)
+
+
+def test_instances_all_shows_other_controllers_apart(capsys, db):
+    """Issue 17: another controller's instances (as the engine last listed them) are hidden
+    from `instances` with a hint on stderr, and shown, marked foreign with their fleet, by --all."""
+    import asyncio
+
+    from vastui.store import ForeignInstance, InstanceRecord, Store
+
+    async def seed() -> None:
+        async with await Store.open(Path(db)) as store:
+            await store.upsert_instance(
+                InstanceRecord(vast_id=7, label=f"vastui-main.{await store.fleet_id()}-"
+                               "00000000000a", state="proving"), now=1.0,
+            )  # fmt: skip
+            await store.put_foreign(
+                [ForeignInstance(vast_id=8, label="vastui-main.0badc0de-00000000000b",
+                                 owner="main.0badc0de", gpu_name="RTX 4090")], now=2.0,
+            )  # fmt: skip
+
+    asyncio.run(seed())
+    code, out, err = run(capsys, "instances", "--db", db, "--json")
+    assert code == 0 and [json.loads(line)["id"] for line in out.splitlines()] == [7]
+    code, out, err = run(capsys, "instances", "--db", db)
+    assert code == 0 and "1 instances of other controllers" in err and "main.0badc0de" in err
+    code, out, err = run(capsys, "instances", "--db", db, "--all", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["id"], r["state"], r.get("owner")) for r in rows] == [
+        (7, "proving", None),
+        (8, "foreign", "main.0badc0de"),
+    ]

@@ -168,3 +168,42 @@ async def test_scrollbars_follow_the_row_count(tmp_path: Path) -> None:
         await pilot.pause()
         assert table.row_count == rows and table.show_vertical_scrollbar
         assert table.vertical_scrollbar.window_virtual_size == rows + 1
+
+
+async def test_another_controllers_instances_are_shown_apart_and_never_acted_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 17: instances with vastui's label that this database never intended are listed
+    after ours as another controller's; destroy, ignore and logs on one do nothing but say so."""
+    from vastui.store import ForeignInstance
+
+    app = fixed_app(tmp_path)
+    bridge = app.bridge
+    assert isinstance(bridge, FixedBridge)
+    theirs = ForeignInstance(
+        vast_id=9191, label="vastui-main.0badc0de-0123456789ab", owner="main.0badc0de",
+        machine_id=77, gpu_name="RTX 4090", num_gpus=1, dph_total=0.41,
+        vast_status="running", first_seen_at=bridge.now() - 600, last_seen_at=bridge.now(),
+    )  # fmt: skip
+    bridge._snap = replace(bridge._snap, foreign=[theirs])
+    commands: list[tuple[str, Any]] = []
+
+    async def record(kind: str, *args: Any, **kw: Any) -> None:
+        commands.append((kind, kw))
+
+    async with app.run_test(size=(200, 50), notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        table = app.query_one("#instances-table", RowTable)
+        await settle(pilot, app, lambda: "foreign-9191" in shown(app, "instances"))
+        assert shown(app, "instances")[-1] == "foreign-9191", "after every one of ours"
+        stage = list(dict(table.columns)).index("stage")
+        assert "other controller main.0badc0de" in str(table.get_row_at(table.row_count - 1)[stage])
+        app.pane("instances").host.command = record  # what a destroy would send
+        table.move_cursor(row=table.row_count - 1)
+        for key in ("x", "i", "l", "enter"):
+            await pilot.press(key)
+            await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert sum("another controller's (fleet main.0badc0de)" in m for m in messages) == 4
+        assert commands == [] and len(app.screen_stack) == 1, "no dialog, no command"

@@ -31,7 +31,9 @@ def report(**kw: Any) -> dict[str, Any]:
     engine.update(kw.pop("engine", {}))
     base: dict[str, Any] = {
         "now": "2026-11-30T10:20:00Z",
+        "live": True,
         "engine": engine,
+        "engine_seen_age_s": 3.0,
         "lease": {"mode": "headless", "pid": 4242, "hostname": "ctl", "heartbeat_age_s": 3.2},
         "stages": {"proving": 2, "killed": 1},
         "spend": {"today": 1.234, "total": 4.56, "rejected": 0.78, "day_start": DAY0},
@@ -56,6 +58,15 @@ RENDER_CASES = [
      "workers 0/0  target is 0 workers: nothing is rented"),
     ("no engine yet", report() | {"engine": None},
      "workers: no status yet (no engine has run a cycle on this database)"),
+    # Issue 17: without a live engine the last published status is history, never the fleet now.
+    ("engine gone", report(live=False, lease=None, engine_seen_age_s=300.0,
+     engine={"workers": 3, "by_stage": {"proving": 3}, "reason_kind": "at_target",
+     "reason": "at target: 3/3 workers"}),
+     "fleet as last seen by its engine 5m ago: workers 3/3 (proving 3); then at target: 3/3 "
+     "workers (not watched now)"),
+    ("engine gone, never dated", report(live=False, lease=None, engine_seen_age_s=None),
+     "fleet as last seen by its engine at an unknown time: workers 2/3 (proving 2); then below "
+     "target: no viable offer: best 123 RTX 4090 $0.0091/proof > max $0.0080 (not watched now)"),
 ]  # fmt: skip
 
 
@@ -71,8 +82,8 @@ def test_render_is_three_plain_lines() -> None:
         "$0.0091/proof > max $0.0080",
         "spend $1.23 today, $4.56 since start, $0.78 on rejected workers",
     ]
-    assert render(report(lease=None)).splitlines()[0] == (
-        "engine: none running (no live lease on this database)"
+    assert render(report(lease=None, live=False, engine_seen_age_s=7300.0)).splitlines()[0] == (
+        "engine: none running (no live lease on this database); last seen 2.0h ago"
     )
 
 
@@ -105,8 +116,33 @@ async def test_gather_reads_the_status_spend_stages_and_lease(store: Store) -> N
     assert lines[0] == "engine: headless (pid 77 on ctl), heartbeat 5s ago"
     assert lines[1] == "workers 1/3 (proving 1)  below target: fleet $/h cap: ..."
     assert lines[2] == "spend $1.50 today, $2.50 since start, $1.50 on rejected workers"
-    # The lease lapsed: no engine is running.
-    assert (await gather(store, NOW, day_start=DAY0, wall_now=WALL + 31))["lease"] is None
+    # The lease lapsed: no engine is running, and the report says so, with the status's age.
+    gone = await gather(store, NOW, day_start=DAY0, wall_now=WALL + 31)
+    assert gone["lease"] is None and gone["live"] is False
+    assert render(gone).splitlines()[1].startswith("fleet as last seen by its engine")
+    assert "; then below target: fleet $/h cap" in render(gone)
+
+
+async def test_one_clock_in_every_answer(store: Store) -> None:
+    """Issue 17: a simulated engine's status (the demo) dates the whole report on its clock,
+    `now` included, whatever the wall clock says; a real engine's, on the wall clock, where its
+    instances go on billing while no engine runs."""
+    sim_now = NOW  # the simulated clock runs days ahead of the wall
+    await store.put_engine_status(
+        EngineStatus(target=1, workers=1, by_stage={"proving": 1}, reason_kind="at_target",
+                     reason="at target", best=None, dry_run=False, updated_at=sim_now,
+                     wall_at=WALL, simulated=True)
+    )  # fmt: skip
+    rep = await gather(store, wall_now=WALL + 600)
+    assert rep["now"] == rep["engine"]["updated_at"] == "2026-11-30T11:00:00Z"
+    assert rep["engine_seen_age_s"] == 600.0 and rep["engine"]["simulated_clock"] is True
+    await store.put_engine_status(
+        EngineStatus(target=1, workers=1, by_stage={"proving": 1}, reason_kind="at_target",
+                     reason="at target", best=None, dry_run=False, updated_at=WALL,
+                     wall_at=WALL, simulated=False)
+    )  # fmt: skip
+    rep = await gather(store, wall_now=WALL + 600)
+    assert rep["now"] == "2027-01-15T08:10:00Z"  # WALL + 600 s
 
 
 async def test_gather_on_an_empty_database(store: Store) -> None:

@@ -601,6 +601,7 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
         "dry_run": False,
         "updated_at": "2026-11-30T10:07:00Z",
         "reason_since": "2026-11-30T10:06:30Z",
+        "simulated_clock": False,
     }
 
 

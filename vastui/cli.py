@@ -132,12 +132,28 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
 
     async with open_store(opts) as store:
         records = await store.list_instances(include_killed=not args.live_only)
+        foreign = await store.list_foreign()
     rows = [r.to_json() for r in records]
     columns = [
         "id", "label", "machine_id", "gpu_name", "state", "stage", "dph_total",
         "bench_rate", "min_rate", "prod_completed", "prod_rate", "kill_reason",
     ]  # fmt: skip
+    if args.all:  # another controller's, as the engine last listed them: apart, never ours
+        rows += [
+            {"id": f.vast_id, "label": f.label, "machine_id": f.machine_id,
+             "gpu_name": f.gpu_name, "state": "foreign", "owner": f.owner,
+             "dph_total": f.dph_total, "vast_status": f.vast_status}
+            for f in foreign
+        ]  # fmt: skip
+        columns.append("owner")
     print_rows(rows, columns, args.json)
+    if foreign and not args.all and not args.json:
+        owners = ", ".join(sorted({f.owner for f in foreign}))
+        print(
+            f"({len(foreign)} instances of other controllers on this account hidden "
+            f"(fleet {owners}); --all shows them)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -207,10 +223,8 @@ async def cmd_status(opts: Options, args: argparse.Namespace) -> int:
     from vastui.engine.spend import local_midnight
 
     async with open_store(opts) as store:
-        engine = await store.get_engine_status()
-        # The fleet's one clock: in the demo the engine's simulated time, as of its last cycle
-        # (what the console shows); elsewhere the wall clock.
-        now = engine.updated_at if opts.demo and engine is not None else time.time()
+        # The fleet's one clock (the engine's status says whether it is a simulator's).
+        now = fleet_status.fleet_now(await store.get_engine_status(), time.time())
         report = await fleet_status.gather(store, now, day_start=local_midnight(now, UTC))
     if args.json:
         print(json.dumps(report, sort_keys=True))
@@ -445,6 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("instances", parents=[shared], help="instances vastui knows")
     p.add_argument("--live-only", action="store_true", help="hide killed instances")
+    p.add_argument(
+        "--all", action="store_true",
+        help="also other controllers' instances on this account (never touched by this one)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_instances)
 

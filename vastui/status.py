@@ -3,8 +3,13 @@
 :func:`gather` reads (never writes) the database: the engine's last published status (its
 target, its workers by stage, why it is below target), the spend, the instances by stage and the
 engine lease. :func:`render` turns that report into a few plain lines; the report itself is the
-``--json`` form. Times in the report are the engine's clock (``now``), except the lease's
-heartbeat, which is wall-clock like the lease itself.
+``--json`` form.
+
+One clock in every answer, the fleet's: the wall clock for a real fleet, the simulator's in the
+demo (the engine says which in its status). Without a live engine the published status is the
+fleet *as last seen*, with its age, never the live fleet: a real fleet's instances still run
+and bill meanwhile (``now`` is the wall clock), a demo's simulated cloud stopped with its engine
+(``now`` is its last cycle).
 """
 
 from __future__ import annotations
@@ -14,23 +19,42 @@ from collections import Counter
 from typing import Any
 
 from vastui.engine.spend import counted, fleet_spend, local_midnight
-from vastui.store import STATES, Store, iso_utc
+from vastui.store import STATES, EngineStatus, Store, iso_utc
+
+
+def fleet_now(engine: EngineStatus | None, wall: float) -> float:
+    """The fleet's clock: the wall clock, unless the engine's clock is a simulator's (then its
+    last cycle: a reader cannot run a stopped or distant simulator's clock forward)."""
+    return engine.updated_at if engine is not None and engine.simulated else wall
 
 
 async def gather(
-    store: Store, now: float, *, day_start: float | None = None, wall_now: float | None = None
+    store: Store,
+    now: float | None = None,
+    *,
+    day_start: float | None = None,
+    wall_now: float | None = None,
 ) -> dict[str, Any]:
-    """The status report. `now` is the engine's clock (billing runs up to it); `day_start`
-    is where "today" begins (default: local midnight of `now`); `wall_now` dates the lease."""
+    """The status report. ``now`` is the fleet's clock (default :func:`fleet_now`: billing runs
+    up to it); ``day_start`` is where "today" begins (default: local midnight of ``now``);
+    ``wall_now`` dates the lease and the engine's last sign of life (ages, not times)."""
     wall = time.time() if wall_now is None else wall_now
     engine = await store.get_engine_status()
+    if now is None:
+        now = fleet_now(engine, wall)
     records = counted(await store.list_instances())
     start = local_midnight(now) if day_start is None else day_start
     holder = await store.lease_holder(now=wall)
     stages = Counter(r.state for r in records)
+    foreign = await store.list_foreign()
+    seen_age = None
+    if engine is not None and engine.wall_at is not None:
+        seen_age = round(max(0.0, wall - engine.wall_at), 1)
     return {
         "now": iso_utc(now),
+        "live": holder is not None,
         "engine": None if engine is None else engine.to_json(),
+        "engine_seen_age_s": seen_age,
         "lease": None
         if holder is None
         else {
@@ -41,18 +65,32 @@ async def gather(
         },
         "stages": {state: stages[state] for state in STATES if stages[state]},
         "spend": fleet_spend(records, now, start).to_json(),
+        "foreign": {
+            "instances": len(foreign),
+            "fleets": sorted({f.owner for f in foreign}),
+        },
     }
 
 
 def render(report: dict[str, Any]) -> str:
-    """A few plain lines: the engine, the workers and the reason, the spend."""
-    return "\n".join([_engine_line(report), _workers_line(report), _spend_line(report)])
+    """A few plain lines: the engine, the workers and the reason, the spend (and other
+    controllers' instances on the account, when the engine saw any)."""
+    lines = [_engine_line(report), _workers_line(report), _spend_line(report)]
+    foreign = report.get("foreign") or {}
+    if foreign.get("instances"):
+        lines.append(
+            f"other controllers on this account: {foreign['instances']} instances (fleet "
+            f"{', '.join(foreign['fleets'])}); never adopted, counted or destroyed"
+        )
+    return "\n".join(lines)
 
 
 def _engine_line(report: dict[str, Any]) -> str:
     lease = report.get("lease")
     if not lease:
-        return "engine: none running (no live lease on this database)"
+        age = report.get("engine_seen_age_s")
+        seen = f"; last seen {_age(age)} ago" if age is not None else ""
+        return f"engine: none running (no live lease on this database){seen}"
     return (
         f"engine: {lease['mode']} (pid {lease['pid']} on {lease['hostname']}), "
         f"heartbeat {lease['heartbeat_age_s']:.0f}s ago"
@@ -73,10 +111,26 @@ def _workers_line(report: dict[str, Any]) -> str:
     line = f"workers {status['workers']}/{status['target']}"
     if parts:
         line += f" ({', '.join(parts)})"
+    if not report.get("live"):
+        # What the engine last published is history: say how old, and nothing as if live.
+        age = report.get("engine_seen_age_s")
+        when = f"{_age(age)} ago" if age is not None else "at an unknown time"
+        return (
+            f"fleet as last seen by its engine {when}: {line}; then {_reason_text(status)}"
+            " (not watched now)"
+        )
     line += f"  {_reason_text(status)}"
     if status.get("dry_run"):
         line += "  [dry-run]"
     return line
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
 
 
 def _reason_text(status: dict[str, Any]) -> str:

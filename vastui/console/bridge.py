@@ -37,6 +37,7 @@ from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
 from vastui.store import (
     BadEntry,
     Event,
+    ForeignInstance,
     InstanceRecord,
     LegacyReviewEntry,
     PerfRecord,
@@ -59,6 +60,8 @@ class Snapshot:
     """Everything the panes show, read in one go."""
 
     instances: list[InstanceRecord] = field(default_factory=list)
+    # Instances with vastui's label that this database never intended: another controller's.
+    foreign: list[ForeignInstance] = field(default_factory=list)
     bad: list[BadEntry] = field(default_factory=list)
     legacy: list[LegacyReviewEntry] = field(default_factory=list)
     perf: list[PerfRecord] = field(default_factory=list)
@@ -226,6 +229,7 @@ class FleetBridge:
         now = self.now()
         return Snapshot(
             instances=instances,
+            foreign=await store.list_foreign(),
             bad=await store.list_bad(),
             legacy=await store.list_legacy_review(),
             perf=await store.list_perf(),

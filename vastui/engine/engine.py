@@ -852,6 +852,8 @@ class Engine:
                 best=reason.best.to_json() if reason and reason.best else None,
                 dry_run=view.dry_run,
                 updated_at=self.clock(),
+                wall_at=time.time(),
+                simulated=self.clock is not time.time,  # the demo's, a served sim's, a test's
             )
         )
         previous = self.status

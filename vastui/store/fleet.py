@@ -394,17 +394,20 @@ class FleetOps:
                 since = old["reason_since"] if old["reason_since"] is not None else since
             await conn.execute(
                 "INSERT INTO engine_status (id, target, workers, by_stage, reason_kind, reason,"
-                " best, dry_run, updated_at, reason_since) VALUES (1,?,?,?,?,?,?,?,?,?)"
+                " best, dry_run, updated_at, reason_since, wall_at, simulated)"
+                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(id) DO UPDATE SET target = excluded.target,"
                 " workers = excluded.workers, by_stage = excluded.by_stage,"
                 " reason_kind = excluded.reason_kind, reason = excluded.reason,"
                 " best = excluded.best, dry_run = excluded.dry_run,"
-                " updated_at = excluded.updated_at, reason_since = excluded.reason_since",
+                " updated_at = excluded.updated_at, reason_since = excluded.reason_since,"
+                " wall_at = excluded.wall_at, simulated = excluded.simulated",
                 (
                     status.target, status.workers, json.dumps(dict(status.by_stage)),
                     status.reason_kind, status.reason,
                     None if status.best is None else json.dumps(status.best, default=str),
                     int(status.dry_run), status.updated_at, since,
+                    status.wall_at, int(status.simulated),
                 ),
             )  # fmt: skip
             row = await self._fetchone(  # type: ignore[attr-defined]

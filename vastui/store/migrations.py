@@ -257,7 +257,12 @@ INSERT INTO counters (key, value) VALUES ('runner_id_seq', 0);
 # (an intent with its label). Instances with vastui's label that it never intended are another
 # controller's: seen, shown apart, never adopted, counted or destroyed (foreign_instances, as of
 # the engine's last list). ``meta`` also remembers which foreign fleets were warned about.
+# The engine's status also says when it was written on the wall clock and whether the engine's
+# clock is simulated, so that a reader can tell a live fleet from one last seen minutes ago.
 _V8 = """
+ALTER TABLE engine_status ADD COLUMN wall_at REAL;
+ALTER TABLE engine_status ADD COLUMN simulated INTEGER NOT NULL DEFAULT 0
+    CHECK (simulated IN (0, 1));
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL

@@ -413,6 +413,8 @@ class EngineStatus:
     dry_run: bool
     updated_at: float
     reason_since: float | None = None
+    wall_at: float | None = None  # the wall clock when written (updated_at is the engine's)
+    simulated: bool = False  # the engine's clock is a simulator's (the demo), not the wall
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> EngineStatus:
@@ -427,6 +429,8 @@ class EngineStatus:
             dry_run=bool(row["dry_run"]),
             updated_at=float(row["updated_at"]),
             reason_since=row["reason_since"],
+            wall_at=row["wall_at"],
+            simulated=bool(row["simulated"]),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -440,6 +444,7 @@ class EngineStatus:
             "dry_run": self.dry_run,
             "updated_at": iso_utc(self.updated_at),
             "reason_since": iso_utc(self.reason_since),
+            "simulated_clock": self.simulated,
         }
 
 

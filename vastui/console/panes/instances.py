@@ -18,7 +18,7 @@ from vastui.console.dialogs import ConfirmScreen
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
 from vastui.console.panes.offers import ask_ignore
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord
+from vastui.store import ForeignInstance, InstanceRecord
 
 STATE_STYLE = {
     "proving": "bold green",
@@ -82,16 +82,23 @@ class InstancesPane(TablePane):
         if column == "spent":
             spent = self.host.spent  # needs the clock
             return lambda rec: spent(rec) if isinstance(rec, InstanceRecord) else None
-        return super().sort_getter(column)
+        ours = super().sort_getter(column)
+        theirs = FOREIGN_SORT.get(column, lambda _f: None)
+        return lambda rec: theirs(rec) if isinstance(rec, ForeignInstance) else ours(rec)
 
     def build_rows(self) -> list[Row]:
         recs = sorted(self.host.snapshot.instances, key=lambda r: (r.killed, -(r.created_at or 0)))
-        return [(str(rec.vast_id), None, rec) for rec in recs[:MAX_ROWS]]
+        rows: list[Row] = [(str(rec.vast_id), None, rec) for rec in recs[:MAX_ROWS]]
+        # Another controller's, apart at the end: shown so that nobody wonders whose they are.
+        rows += [(f"foreign-{f.vast_id}", None, f) for f in self.host.snapshot.foreign[:MAX_ROWS]]
+        return rows
 
     def rows_version(self) -> Any:
         return self.host.clock()  # uptime and spend move with it
 
     def row_cells(self, record: Any) -> list[Text]:
+        if isinstance(record, ForeignInstance):
+            return foreign_cells(record, self.host.clock())
         rec: InstanceRecord = record
         host = self.host
         image = Text(sanitize_line(_short_image(rec.image), 60))
@@ -124,13 +131,30 @@ class InstancesPane(TablePane):
     def _row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         rec = self.selected_instance()
-        if rec is not None:
+        if rec is None:
+            self._not_ours()
+        else:
             self.app.open_detail(rec)  # type: ignore[attr-defined]
+
+    def _not_ours(self) -> bool:
+        """Say so when the selection is another controller's: no action of ours touches it."""
+        other = self.selected()
+        if isinstance(other, ForeignInstance):
+            self.app.notify(
+                f"instance {other.vast_id} is another controller's (fleet "
+                f"{sanitize_line(other.owner, 60)}): this database never rented it, so vastui "
+                "neither destroys nor follows it",
+                severity="warning",
+                timeout=6,
+            )
+            return True
+        return False
 
     def action_destroy(self) -> None:
         host = self.host
         rec = self.selected_instance()
         if rec is None:
+            self._not_ours()
             return
         if rec.killed:
             # Say why nothing happens rather than doing nothing silently.
@@ -169,13 +193,17 @@ class InstancesPane(TablePane):
 
     def action_ignore(self) -> None:
         rec = self.selected_instance()
+        if rec is None and self._not_ours():
+            return
         if rec is None or rec.machine_id is None or not self.host.guard():
             return
         ask_ignore(self, rec.machine_id, rec.gpu_name, rec.geolocation)
 
     def action_logs(self) -> None:
         rec = self.selected_instance()
-        if rec is not None:
+        if rec is None:
+            self._not_ours()
+        else:
             self.host.open_logs(rec)
 
 
@@ -229,3 +257,31 @@ def _uptime(rec: InstanceRecord, now: float) -> str:
 
 def _short_image(image: str | None) -> str:
     return "-" if not image else image.rsplit("/", 1)[-1]
+
+
+FOREIGN_SORT: dict[str, Callable[[ForeignInstance], Any]] = {
+    "id": lambda f: f.vast_id,
+    "stage": lambda f: (True, -2),  # after every live one of ours
+    "gpu": lambda f: f.gpu_name,
+    "dph": lambda f: f.dph_total,
+    "up": lambda f: f.first_seen_at,
+    "label": lambda f: f.label,
+}
+
+
+def foreign_cells(f: ForeignInstance, now: float) -> list[Text]:
+    """Another controller's instance: whose, what, and nothing vastui would act on."""
+    return [
+        t(f.vast_id),
+        t(f"⊘ other controller {sanitize_line(f.owner, 40)}", "magenta"),
+        t(f"{sanitize_line(f.gpu_name or '?', 30)} x{f.num_gpus or 1}"),
+        t("-", "dim"),
+        t("-", "dim"),
+        t("-", "dim"),
+        t(fmt(f.dph_total, ".3f")),
+        t("-", "dim"),
+        t("-", "dim"),
+        t(age(max(0.0, now - f.first_seen_at)) if f.first_seen_at else "-", "dim"),
+        t(sanitize_line(f.label, 60), "dim"),
+        t("-", "dim"),
+    ]
