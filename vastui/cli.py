@@ -243,6 +243,19 @@ async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_resume(opts: Options, args: argparse.Namespace) -> int:
+    from vastui.backend import open_store
+
+    async with open_store(opts, write=True) as store:
+        pause = await store.get_fleet_failure()
+        if pause is None or not await store.clear_fleet_failure(
+            "cleared by the operator (vastui resume)", now=time.time()
+        ):
+            raise CliError("provisioning is not paused for a fleet-wide failure")
+    print(f"provisioning resumes (was paused for: {sanitize_line(str(pause.get('text')), 300)})")
+    return 0
+
+
 async def cmd_migrate(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
     from vastui.store import SCHEMA_VERSION
@@ -493,6 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int)
     p.add_argument("--kind", help=f"only this kind: {_EVENT_KINDS}")
     p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser(
+        "resume", parents=[shared],
+        help="lift the provisioning pause of a fleet-wide failure (once its cause is fixed)",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser(
         "migrate", parents=[shared], help="create or upgrade the database (the engine does too)"

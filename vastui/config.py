@@ -69,6 +69,11 @@ class FleetSection:
     # (lib/proofsvc/provictl.go:78-90, tasks/proofshare/task_prove.go:271-289)
     bench_snap_proofs: int = 2
     auto_ban_days: float = 30.0  # automatic bans expire; 0 keeps them forever
+    # The same failure (stage, kind, first error line without ids and numbers) on this many
+    # different machines within the window is the fleet's (image, configuration, controller),
+    # not theirs: no strikes or bans, provisioning paused. 0 turns the check off.
+    fleet_failure_machines: int = 3
+    fleet_failure_window_min: float = 60.0
 
 
 @dataclass
@@ -253,6 +258,16 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("fleet.max_total_dph", lambda c: c.fleet.max_total_dph >= 0, "a number >= 0"),
     ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
     ("fleet.auto_ban_days", lambda c: c.fleet.auto_ban_days >= 0, "a number >= 0"),
+    (
+        "fleet.fleet_failure_machines",
+        lambda c: c.fleet.fleet_failure_machines == 0 or c.fleet.fleet_failure_machines >= 2,
+        "0 (off) or an integer >= 2",
+    ),
+    (
+        "fleet.fleet_failure_window_min",
+        lambda c: 0 < c.fleet.fleet_failure_window_min <= 7 * 24 * 60,
+        "a number of minutes > 0 (at most a week)",
+    ),
     ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
     (
         "fleet.bench_snap_proofs",

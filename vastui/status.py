@@ -47,6 +47,7 @@ async def gather(
     holder = await store.lease_holder(now=wall)
     stages = Counter(r.state for r in records)
     foreign = await store.list_foreign()
+    pause = await store.get_fleet_failure()
     seen_age = None
     if engine is not None and engine.wall_at is not None:
         seen_age = round(max(0.0, wall - engine.wall_at), 1)
@@ -65,6 +66,9 @@ async def gather(
         },
         "stages": {state: stages[state] for state in STATES if stages[state]},
         "spend": fleet_spend(records, now, start).to_json(),
+        "fleet_failure": None
+        if pause is None
+        else {"text": pause.get("text"), "since": iso_utc(_float(pause.get("since")))},
         "foreign": {
             "instances": len(foreign),
             "fleets": sorted({f.owner for f in foreign}),
@@ -76,6 +80,12 @@ def render(report: dict[str, Any]) -> str:
     """A few plain lines: the engine, the workers and the reason, the spend (and other
     controllers' instances on the account, when the engine saw any)."""
     lines = [_engine_line(report), _workers_line(report), _spend_line(report)]
+    pause = report.get("fleet_failure")
+    if pause:
+        lines.append(
+            f"provisioning paused since {pause['since']}: fleet-wide failure {pause['text']}; "
+            "no machine blamed. Fix the cause, then `vastui resume` (a passing worker resumes too)"
+        )
     foreign = report.get("foreign") or {}
     if foreign.get("instances"):
         lines.append(
@@ -123,6 +133,10 @@ def _workers_line(report: dict[str, Any]) -> str:
     if status.get("dry_run"):
         line += "  [dry-run]"
     return line
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _age(seconds: float) -> str:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vastui.config import Config, load_curio_db_password
-from vastui.engine import identity, policy
+from vastui.engine import fleetwide, identity, policy
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
 from vastui.sanitize import sanitize_line
@@ -277,6 +277,7 @@ class Acts:
                 intent_id = pending[0].id
                 kill = policy.Kill.from_detail(pending[0].reason, pending[0].detail)
             else:
+                kill = await self._fleet_check(rec, kill, now)
                 intent = await self.store.create_destroy_intent(
                     rec.vast_id, kill.reason, machine_id=rec.machine_id,
                     detail=kill.to_detail(), ban=self._ban_spec(rec, kill, now), now=now,
@@ -341,6 +342,58 @@ class Acts:
             await self.store.complete_destroy(intent.id, kill.kind, intent.reason, now=self.clock())
             return
         await self.complete_destroy(rec, kill, intent.id, already_gone=True)
+
+    # -- failures that are the fleet's, not the machines' ----------------------------------
+
+    async def _fleet_check(self, rec: InstanceRecord, kill: policy.Kill, now: float) -> policy.Kill:
+        """A kill that would charge the machine (a strike, a ban) carries its failure's
+        signature; if that signature is already on enough other machines (fleetwide.detect),
+        the failure is the fleet's: provisioning pauses and no machine is charged for it."""
+        if not (kill.ban or kill.strike) or not rec.machine_id:
+            return kill
+        sig = fleetwide.signature(kill.stage, kill.kind, kill.error_lines)
+        kill = replace(kill, detail={**kill.detail, "signature": sig})
+        fleet = self.config.fleet
+        if fleet.fleet_failure_machines <= 0:
+            return kill
+        active = await self.store.get_fleet_failure()
+        if active is not None and active.get("signature") == sig:
+            return _uncharged(kill)
+        window = fleet.fleet_failure_window_min * 60.0
+        since = now - window
+        seen = [
+            fleetwide.Failure(mid, s, ts, iid)
+            for mid, s, ts, iid in await self.store.recent_failures(since)
+        ]
+        seen.append(fleetwide.Failure(rec.machine_id, sig, now, rec.vast_id))
+        found = fleetwide.detect(seen, now, window_s=window, machines=fleet.fleet_failure_machines)
+        ff = next((f for f in found if f.signature == sig), None)
+        if ff is None:
+            return kill
+        others = [m for m in ff.machines if m != rec.machine_id]
+        value = {
+            "signature": sig, "text": ff.text(), "machines": list(ff.machines),
+            "instances": list(ff.instances), "since": now, "first_at": ff.first_at,
+            "example": kill.reason[:300],
+        }  # fmt: skip
+        unbanned = await self.store.declare_fleet_failure(
+            value, forgive_machines=others,
+            forgive_instances=[i for i in ff.instances if i != rec.vast_id], since=since, now=now,
+        )  # fmt: skip
+        log.error(
+            "fleet-wide failure: %s. Provisioning is paused and no machine is blamed (%d "
+            "ban(s) taken back) until a worker passes its benchmark or `vastui resume`",
+            ff.text(), len(unbanned),
+        )  # fmt: skip
+        if unbanned:
+            self.offers_changed(None)
+        return _uncharged(kill)
+
+    async def worker_passed(self, rec: InstanceRecord, now: float) -> None:
+        """A worker passed its benchmark: whatever broke the fleet works again."""
+        why = f"instance {rec.vast_id} on machine {rec.machine_id} passed its benchmark"
+        if await self.store.clear_fleet_failure(why, now=now):
+            log.info("fleet-wide failure over: %s; provisioning resumes", why)
 
     def _ban_spec(self, rec: InstanceRecord, kill: policy.Kill, now: float) -> BanSpec | None:
         if not kill.ban or not rec.machine_id:
@@ -483,3 +536,14 @@ def worker_curio_env(config: Config) -> dict[str, str]:
     if password:
         env["CURIO_DB_PASSWORD"] = password
     return env
+
+
+def _uncharged(kill: policy.Kill) -> policy.Kill:
+    """The same destroy, charged to nobody: the failure is the fleet's."""
+    return replace(
+        kill,
+        ban=None,
+        strike=False,
+        reason=f"{kill.reason} (fleet-wide failure: not the machine's)"[:500],
+        detail={**kill.detail, "fleet_failure": True},
+    )

@@ -664,6 +664,8 @@ class Engine:
             rec = await self.store.get_instance(rec.vast_id) or rec
             await self.acts.kill(rec, kill)
             return
+        if outcome == "pass":
+            await self.acts.worker_passed(rec, now)
         strike = policy.benchmark_strike(result)
         if strike is not None:
             await self.acts.strike(rec, "bench_failed_proofs", sanitize_line(strike, 300))
@@ -768,6 +770,7 @@ class Engine:
                  if r.tunnel_down_since is not None),
                 None,
             ),
+            fleet_failure=(await self.store.get_fleet_failure() or {}).get("text"),
         )  # fmt: skip
 
     async def _provision(self) -> None:

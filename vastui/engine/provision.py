@@ -11,6 +11,8 @@ is the offer to rent (or none) and, whenever the fleet is not being grown, a typ
 ``api_error``               this cycle's Vast call failed: no decision on a stale view
 ``tunnel_down``             workers report the controller's tunnel (Lotus API, curio's database)
                             down: a new worker could benchmark but not prove
+``fleet_failure``           one failure on several machines (engine/fleetwide.py): the image,
+                            the configuration or the controller is broken, not the machines
 ``dry_run``                 a dry run: the would-be rent (or the would-be rents standing in)
 ``bench_concurrency_cap``   ``fleet.max_concurrent_benchmarks`` workers are not yet proving
 ``fleet_dph_cap``           every viable offer would take the fleet over ``fleet.max_total_dph``
@@ -37,6 +39,7 @@ REASON_KINDS: tuple[str, ...] = (
     "at_target",
     "api_error",
     "tunnel_down",
+    "fleet_failure",
     "dry_run",
     "bench_concurrency_cap",
     "fleet_dph_cap",
@@ -141,6 +144,7 @@ class FleetView:
     dry_run: bool = False
     api_error: str | None = None  # this cycle's Vast error, one line
     tunnel_down: str | None = None  # what a worker says of the controller's tunnel, one line
+    fleet_failure: str | None = None  # the signature that paused provisioning, one line
 
     @property
     def live(self) -> int:
@@ -192,6 +196,15 @@ def gate(view: FleetView) -> Decision | None:
                 "tunnel_down",
                 f"the controller's tunnel is down ({view.tunnel_down}): workers wait to prove; "
                 "nothing is rented until it is back, and no machine is blamed",
+            ),
+        )
+    if view.fleet_failure:
+        return Decision(
+            None,
+            Reason(
+                "fleet_failure",
+                f"fleet-wide failure: {view.fleet_failure}; provisioning paused, no machine "
+                "blamed, until a worker passes its benchmark or `vastui resume`",
             ),
         )
     if view.dry_run and view.workers + view.dry_picks >= view.target:

@@ -39,6 +39,7 @@ from .errors import StoreError, StoreFatal, StoreNotCurrent
 from .health import FileIdentity, check_identity, decode_row, quick_check, store_error
 from .migrations import SCHEMA_VERSION, apply_migrations, current_version
 from .ownership import OwnershipOps
+from .pause import PauseOps
 from .records import (
     BAD_SOURCES,
     STAGES,
@@ -223,7 +224,7 @@ async def _check_rows(conn: aiosqlite.Connection, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-class Store(FleetOps, OwnershipOps):
+class Store(FleetOps, OwnershipOps, PauseOps):
     """Async access to the vastui SQLite database. Create with ``await Store.open(path)``."""
 
     def __init__(

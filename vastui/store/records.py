@@ -54,6 +54,7 @@ BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
 #   stage      an instance moved to another pipeline stage
 #   foreign    instances of another controller (a vastui label this database never intended)
 #              were seen on the account, first time for their fleet: never adopted or destroyed
+#   fleet_failure  one failure on several machines paused provisioning (or the pause ended)
 #   kill       an instance was marked killed
 #   import     a legacy state.db was imported                       [written by import_legacy]
 #   benchmark  a benchmark result was recorded
@@ -67,6 +68,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "unban",
     "adopt",
     "foreign",
+    "fleet_failure",
     "stage",
     "kill",
     "import",
