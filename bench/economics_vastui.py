@@ -173,7 +173,7 @@ class VastuiPolicy:
 
     def _on_benchmark(self, w: Worker, result: dict[str, Any]) -> None:
         """Engine._on_benchmark: the rate into the record, the gate, a strike for failures."""
-        rate = policy._num(result.get("rate_per_hour"))
+        rate = policy.bench_rate(result)
         w.rec = replace(
             w.rec,
             bench_rate=rate,

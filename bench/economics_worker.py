@@ -209,10 +209,15 @@ def _warmup(r: Rental) -> tuple[float, float]:
 
 
 def _result(outcome: str, stage: str, rate: float | None, **extra: Any) -> dict[str, Any]:
+    """bench-result.json: a rate only for pass and below_min; what a run that ended otherwise
+    measured is partial_rate_per_hour (worker-image/README.md)."""
+    shown = None if rate is None else round(rate, 3)
+    rated = outcome in policy.RATED_OUTCOMES
     return {
         "outcome": outcome,
         "stage": stage,
-        "rate_per_hour": None if rate is None else round(rate, 3),
+        "rate_per_hour": shown if rated else None,
+        "partial_rate_per_hour": None if rated else shown,
         "proofs_completed": extra.pop("completed", 0),
         "proofs_failed": extra.pop("failed", 0),
         "error_tail": list(extra.pop("tail", ())),

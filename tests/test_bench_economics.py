@@ -118,9 +118,12 @@ def test_a_fast_clean_machine_passes_at_its_rate() -> None:
 
 def test_a_slow_machine_is_aborted_early_without_a_ban() -> None:
     bench = vastui_bench(rental(20.0), min_rate=40.0)
+    assert bench.result["rate_per_hour"] is None  # a partial rate is not the machine's
+    assert bench.result["partial_rate_per_hour"] == pytest.approx(20.0, rel=1e-6)
     kill = policy.benchmark_kill(bench.result, 40.0)
     assert kill is not None and kill.kind == "bench_aborted_early"
-    assert kill.ban is None and not kill.strike
+    # no rate for its record to keep it off: a strike (a second rent bans it)
+    assert kill.ban is None and kill.strike
 
 
 def test_a_slow_machine_that_pays_gets_the_time_its_proofs_take() -> None:

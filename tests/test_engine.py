@@ -354,7 +354,9 @@ async def test_benchmark_failures_destroy_with_typed_reason(world, store, outcom
     engine, iid = await rent_one(world, store)
     rec = await store.get_instance(iid)
     tail = ["2026-03-13T17:19:40Z ERROR cuzk_core::engine: CUDA error 700: illegal memory access"]
-    rate = None if outcome in ("error", "timeout") else rec.min_rate - 3
+    # Every outcome comes with a rate, as an older image sent one beside error, timeout and
+    # aborted_early (issue 17 item 5): only below_min's is the machine's.
+    rate = rec.min_rate - 3
     await engine.handle_worker_event(iid, result(outcome, rate, tail if banned else None))
     rec = await store.get_instance(iid)
     assert rec.state == "killed" and rec.kill_kind == kind and rec.failed_stage == "benchmark"
@@ -370,12 +372,15 @@ async def test_benchmark_failures_destroy_with_typed_reason(world, store, outcom
         assert "CUDA error 700" in rec.kill_reason and rec.error_lines == tuple(tail)
     else:
         assert bad == []
-    if rate is not None:
-        assert (await store.get_perf(rec.machine_id))[0].last_rate == rate
-    # Without a measured rate to keep it off (a timeout), a machine that is not banned is struck:
-    # an offer id no longer does.
+    perf = await store.get_perf(rec.machine_id)
+    if outcome == "below_min":
+        assert [p.last_rate for p in perf] == [rate]
+    else:
+        assert perf == [], "the machine's record learns no rate from a failed benchmark"
+    # Without a measured rate to keep it off (a timeout, an early abort), a machine that is not
+    # banned is struck: an offer id no longer does.
     strikes = [x.kind for x in await store.list_strikes(rec.machine_id)]
-    assert strikes == (["bench_timeout"] if outcome == "timeout" else [])
+    assert strikes == ([kind] if outcome in ("timeout", "aborted_early") else [])
     await engine.close()
 
 

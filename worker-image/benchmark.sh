@@ -27,7 +27,8 @@
 #                  production runs with (vastui-lib.sh deadline_size); the rate it can keep there
 #                  is compared with MIN_RATE
 #
-# Always leaves var/lib/vastui/bench-result.json (EXIT trap), whatever happens.
+# Always leaves var/lib/vastui/bench-result.json (EXIT trap), whatever happens; rate_per_hour
+# only for pass and below_min (partial_rate_per_hour: what a run that ended otherwise measured).
 # Exit codes: 0 pass, 10 below_min, 11 aborted_early, 12 error, 13 timeout.
 
 set -uo pipefail
@@ -182,10 +183,23 @@ latency_json() {
     "$(fmt_milli "${sorted_lat[0]}")"
 }
 
+# Only a run that reached its verdict (pass, below_min) measured the machine: any other outcome
+# has no rate_per_hour. What the timed run measured before it ended (two finishes a moment apart
+# when the daemon died, a few before an early abort) is partial_rate_per_hour, for a person to
+# read; nothing before the timed run (a warmup proof's latency) is a rate at all.
+rated_outcome() { [[ $outcome == pass || $outcome == below_min ]]; }
+partial_outcome() { ! rated_outcome && [[ $stage == timed_run ]]; }
+
 write_result() {
-  local tmp="$RESULT_FILE.tmp.$$" rate="null" min="null" secs="" ms window="null" warm="null"
-  local bench_n=null conc=null budget=null sector=null r m
-  if r=$(final_rate_milli); then rate=$(fmt_milli "$r"); fi
+  local tmp="$RESULT_FILE.tmp.$$" rate="null" partial="null" min="null" secs="" ms window="null"
+  local warm="null" bench_n=null conc=null budget=null sector=null r m
+  if r=$(final_rate_milli); then
+    if rated_outcome; then
+      rate=$(fmt_milli "$r")
+    elif partial_outcome; then
+      partial=$(fmt_milli "$r")
+    fi
+  fi
   if m=$(to_milli "$MIN_RATE"); then min=$(fmt_milli "$m"); fi
   for ms in "${latencies[@]}"; do secs+="${secs:+,}$(fmt_milli "$ms")"; done
   if ((${#finish_ms[@]} > 1)); then
@@ -211,8 +225,8 @@ write_result() {
       "$(fmt_milli "${sized_latency:-0}")")
   fi
   mkdir -p -- "$STATE_DIR"
-  printf '{"outcome":%s,"stage":%s,"reason":%s,"rate_per_hour":%s,"min_rate":%s,"bench_proofs":%s,"snap_proofs":%s,"concurrency":%s,"proofs_completed":%d,"proofs_failed":%d,"proofs_by_kind":%s,"window_seconds":%s,"proof_seconds":[%s],"latency_seconds":%s,"deadline":%s,"max_pending":%s,"warmup_seconds":%s,"pce":%s,"memory_budget_gib":%s,"plan_gib":%d,"cpus":%d,"max_parallel_synthesis":%d,"gpu_threads":%d,"sector_num":%s,"miner_id":%s,"daemon_pid":%s,"daemon_completed":%d,"daemon_failed":%d,"exit_code":%d,"started_at":%s,"finished_at":%s,"error_tail":%s}\n' \
-    "$(json_str "$outcome")" "$(json_str "$stage")" "$(json_str "$reason")" "$rate" "$min" \
+  printf '{"outcome":%s,"stage":%s,"reason":%s,"rate_per_hour":%s,"partial_rate_per_hour":%s,"min_rate":%s,"bench_proofs":%s,"snap_proofs":%s,"concurrency":%s,"proofs_completed":%d,"proofs_failed":%d,"proofs_by_kind":%s,"window_seconds":%s,"proof_seconds":[%s],"latency_seconds":%s,"deadline":%s,"max_pending":%s,"warmup_seconds":%s,"pce":%s,"memory_budget_gib":%s,"plan_gib":%d,"cpus":%d,"max_parallel_synthesis":%d,"gpu_threads":%d,"sector_num":%s,"miner_id":%s,"daemon_pid":%s,"daemon_completed":%d,"daemon_failed":%d,"exit_code":%d,"started_at":%s,"finished_at":%s,"error_tail":%s}\n' \
+    "$(json_str "$outcome")" "$(json_str "$stage")" "$(json_str "$reason")" "$rate" "$partial" "$min" \
     "$bench_n" "$snap_n" "$conc" "$completed" "$failed" "$kinds" "$window" "$secs" "$latency" \
     "$deadline" "${max_pending:-null}" "$warm" \
     "$(json_str "$pce_state")" "$budget" "$PLAN_NEED_GIB" "$CPUS" "$MAX_PARALLEL_SYNTH" \
@@ -255,7 +269,13 @@ on_exit() {
   fi
   write_result
   local shown="n/a" min_shown="$MIN_RATE" m r
-  if r=$(final_rate_milli); then shown=$(fmt_milli "$r" 1); fi
+  if r=$(final_rate_milli); then
+    if rated_outcome; then
+      shown=$(fmt_milli "$r" 1)
+    elif partial_outcome; then
+      say "partial rate before the run ended: $(fmt_milli "$r" 1) proofs/hour (not the machine's rate)"
+    fi
+  fi
   if m=$(to_milli "$MIN_RATE"); then min_shown=$(fmt_milli "$m" 1); fi
   [[ -n $reason ]] && say "reason: $reason"
   printf 'RESULT: %s proofs/hour (min %s) %s\n' "$shown" "$min_shown" "${outcome^^}"

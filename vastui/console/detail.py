@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from vastui.console.cells import age, money, t
-from vastui.engine import identity
+from vastui.engine import identity, policy
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord
 from vastui.store.records import iso_utc, json_dict
@@ -198,10 +198,18 @@ class DetailScreen(ModalScreen[None]):
             kind = {"pass": "passed", "timeout": "timeout", "error": "error exit"}.get(
                 str(result.get("outcome")), "too slow"
             )
+            # A rate only from a run that reached its verdict; what a run that ended otherwise
+            # measured is named partial (policy.bench_rate, issue 17 item 5).
+            rate = policy.bench_rate(result)
+            partial = policy.bench_partial_rate(result)
+            measured = (
+                f"{_num(rate)} proofs/h"
+                if rate is not None or partial is None
+                else f"no rate (partial {_num(partial)} proofs/h before it ended)"
+            )
             text.append(
                 f"benchmark: {sanitize_line(str(result.get('outcome')), 40)} ({kind}) at stage "
-                f"{sanitize_line(str(result.get('stage')), 40)}, "
-                f"{_num(result.get('rate_per_hour'))} proofs/h, "
+                f"{sanitize_line(str(result.get('stage')), 40)}, {measured}, "
                 f"{result.get('proofs_completed', 0)} done / {result.get('proofs_failed', 0)} "
                 f"failed, exit {result.get('exit_code')}\n"
             )

@@ -230,11 +230,37 @@ def strike_ban(count: int, strikes_to_ban: int, last_reason: str) -> str | None:
     return f"{count} strikes, the last: {last_reason}"[:300]
 
 
+# The outcomes of a benchmark that ran to its end: only these measured the machine's rate
+# (worker-image/benchmark.sh writes rate_per_hour for no other).
+RATED_OUTCOMES = ("pass", "below_min")
+
+
+def bench_rate(result: dict[str, Any]) -> float | None:
+    """The machine's rate from its benchmark result, or None unless the run ended in pass or
+    below_min. A run that ended otherwise (a daemon dead after two proofs, a timeout, an early
+    abort) measured a few finishes, not the machine: an older image still sends that as
+    rate_per_hour beside outcome error, and it is not taken (issue 17 item 5)."""
+    if result.get("outcome") not in RATED_OUTCOMES:
+        return None
+    return _num(result.get("rate_per_hour"))
+
+
+def bench_partial_rate(result: dict[str, Any]) -> float | None:
+    """What a benchmark that did not end in pass or below_min measured before it ended, for a
+    person to read (a kill reason, the console): partial_rate_per_hour, or an older image's
+    rate_per_hour beside such an outcome. Never a rate to judge or record the machine by."""
+    if result.get("outcome") in RATED_OUTCOMES:
+        return None
+    partial = _num(result.get("partial_rate_per_hour"))
+    return partial if partial is not None else _num(result.get("rate_per_hour"))
+
+
 def deadline_sizing(result: dict[str, Any], config: Config) -> plan.Sizing | None:
     """The MaxPending that lets a proof finish within curio's ProveTimeout on this machine, from
     its benchmark's rate and quickest latency at production concurrency (plan.deadline_sizing);
-    None when the result has no latency (an image that does not measure it)."""
-    rate = _num(result.get("rate_per_hour"))
+    None when the result has no latency (an image that does not measure it) or no rate (a run
+    that did not finish: bench_rate)."""
+    rate = bench_rate(result)
     latency = result.get("latency_seconds")
     service = _num(latency.get("service")) if isinstance(latency, dict) else None
     if rate is None or service is None or rate <= 0 or service <= 0:
@@ -247,8 +273,9 @@ def deadline_sizing(result: dict[str, Any], config: Config) -> plan.Sizing | Non
 
 def effective_rate(result: dict[str, Any], config: Config) -> float | None:
     """What the machine proves in production: its benchmark's rate, or less when curio's
-    deadline holds it to fewer proofs in flight."""
-    rate = _num(result.get("rate_per_hour"))
+    deadline holds it to fewer proofs in flight. None for a run that did not finish (bench_rate):
+    the machine's record learns nothing from a failed benchmark."""
+    rate = bench_rate(result)
     sizing = deadline_sizing(result, config)
     if rate is None or sizing is None:
         return rate
@@ -264,7 +291,7 @@ def _deadline_kill(
     sizing = deadline_sizing(result, config)
     if sizing is None:
         return None
-    rate = _num(result.get("rate_per_hour"))
+    rate = bench_rate(result)
     timeout = config.curio.prove_timeout
     limit = f"{sizing.limit_s / 60:.1f} min"
     reported = result.get("max_pending")
@@ -291,7 +318,7 @@ def _deadline_kill(
         return None
     return Kill(
         "bench_deadline", reason[:300], "benchmark", tail, str(result.get("outcome") or "error"),
-        detail={"rate": _num(result.get("rate_per_hour")), "max_pending": sizing.max_pending,
+        detail={"rate": rate, "max_pending": sizing.max_pending,
                 "kept_rate": sizing.rate, "latency_s": sizing.latency_s},
     )  # fmt: skip
 
@@ -301,7 +328,8 @@ def benchmark_kill(
 ) -> Kill | None:
     """The benchmark gate. None means: passed, keep it."""
     outcome = str(result.get("outcome") or "error")
-    rate = _num(result.get("rate_per_hour"))
+    rate = bench_rate(result)
+    partial = bench_partial_rate(result)
     tail = tuple(str(x) for x in (result.get("error_tail") or []) if isinstance(x, str))[-20:]
     if outcome in ("pass", "below_min"):
         late = _deadline_kill(result, min_rate, config or Config(), tail)
@@ -315,8 +343,11 @@ def benchmark_kill(
     rate_text = "n/a" if rate is None else f"{rate:.1f}"
     min_text = "?" if min_rate is None else f"{min_rate:.1f}"
     stage = str(result.get("stage") or "?")
-    if outcome in ("below_min", "aborted_early"):
+    if outcome == "below_min":
         reason = f"benchmark {outcome}: {rate_text} < {min_text} proofs/h"
+    elif outcome == "aborted_early":
+        partial_text = "n/a" if partial is None else f"{partial:.1f}"
+        reason = f"benchmark {outcome}: partial rate {partial_text} < {min_text} proofs/h"
     elif outcome == "timeout":
         reason = f"benchmark timeout in {stage} ({result.get('proofs_completed', 0)} proofs done)"
     else:
@@ -328,9 +359,13 @@ def benchmark_kill(
         ban = f"benchmark {outcome} in {stage}" + (
             f": {gpu_errors(tail)[-1].strip()}" if gpu_errors(tail) else ""
         )
-    # No rate to keep a slow machine off (a timeout, an abort before any proof): a strike.
+    # No rate to keep a slow machine off (a timeout, an early abort, an abort before any proof):
+    # a strike. A partial rate is for a person to read, never the machine's record.
     strike = ban is None and (outcome == "timeout" or rate is None)
-    return Kill(kind, reason[:300], "benchmark", tail, outcome, ban, {"rate": rate}, strike)
+    detail: dict[str, Any] = {"rate": rate}
+    if partial is not None:
+        detail["partial_rate"] = partial
+    return Kill(kind, reason[:300], "benchmark", tail, outcome, ban, detail, strike)
 
 
 def failure_kill(event: dict[str, Any]) -> Kill:

@@ -51,7 +51,9 @@ class CheapScript:
 
     stage_gap: float = 1.0
     progress_every: float | None = 10.0
-    rate_margin: float = 1.5  # the benchmark's rate, as a multiple of the worker's MIN_RATE
+    # the benchmark's rate, as a multiple of the worker's MIN_RATE: below 1 the benchmark ends
+    # below_min and the worker stops there, as benchmark.sh and the entrypoint do
+    rate_margin: float = 1.5
     log_rate: float | None = 50.0
     log_total: int | None = None
     seed: int = 0
@@ -97,6 +99,10 @@ class CheapWorker:
     def bench_rate(self) -> float:
         return round(max(1.0, self.min_rate) * self.script.rate_margin, 2)
 
+    @property
+    def bench_passes(self) -> bool:
+        return self.bench_rate >= self.min_rate
+
     def emit(self, stage: str, event: str, **extra: Any) -> None:
         """Append one event (a wall `ts`, as the entrypoint's $EPOCHREALTIME) and wake the
         followers."""
@@ -117,14 +123,23 @@ class CheapWorker:
             ("paramfetch", "ok", {"duration_s": 2}),
             ("benchmark", "start", {}),
             ("benchmark", "result", {"result": self._bench_result()}),
-            ("benchmark", "ok", {"duration_s": 3}),
-            ("prove", "start", {}),
-            ("prove", "progress", {"detail": "cuzk-daemon of the benchmark kept (pid 4242)"}),
         ]
+        if self.bench_passes:
+            steps += [
+                ("benchmark", "ok", {"duration_s": 3}),
+                ("prove", "start", {}),
+                ("prove", "progress", {"detail": "cuzk-daemon of the benchmark kept (pid 4242)"}),
+            ]
+        else:  # the entrypoint's fail_stage with the result's reason; the worker ends there
+            reason = self._bench_result()["reason"]
+            steps.append(("benchmark", "fail", {"reason": reason, "error_tail": []}))
         await asyncio.sleep(self.rng.uniform(0, gap))
         for stage, event, extra in steps:
             self.emit(stage, event, **extra)
             await asyncio.sleep(gap * self.rng.uniform(0.5, 1.5))
+        if not self.bench_passes:
+            self.state = "failed"
+            return
         self.proving_since = time.time()
         every = self.script.progress_every
         while every:
@@ -132,13 +147,24 @@ class CheapWorker:
             self.emit("prove", "progress", detail="running")
 
     def _bench_result(self) -> dict[str, Any]:
+        """benchmark.sh's result for a run that reached its verdict: pass at or above MIN_RATE,
+        else below_min (worker-image/README.md, bench-result.json)."""
+        rate, floor = self.bench_rate, self.min_rate
+        outcome = "pass" if self.bench_passes else "below_min"
+        compare = ">=" if self.bench_passes else "<"
         return {
-            "outcome": "pass",
-            "rate_per_hour": self.bench_rate,
+            "outcome": outcome,
+            "stage": "done",
+            "reason": f"benchmark {outcome}: {rate:.1f} {compare} {floor:.1f} proofs/h "
+            "(12 proofs, 0 failed, 10 in flight)",
+            "rate_per_hour": rate,
+            "partial_rate_per_hour": None,
+            "min_rate": floor,
             "proofs_completed": 12,
             "proofs_failed": 0,
             "pce": "cached",
-            "stage": "timed_run",
+            "exit_code": 0 if self.bench_passes else 10,
+            "error_tail": [],
         }
 
     def status(self) -> dict[str, Any]:
