@@ -31,8 +31,9 @@ async def test_auto_provisioning_rents_viable_offers_up_to_limits(world: World, 
     # At most max_concurrent_benchmarks (2) in the pipeline at once, even with target 3.
     assert len(live) == 2
     assert len(world.cloud.instances) == 2
+    fleet_id = await store.fleet_id()
     for rec in live:
-        assert is_vastui_label(rec.label) and rec.label.startswith("vastui-main-")
+        assert is_vastui_label(rec.label) and rec.label.startswith(f"vastui-main.{fleet_id}-")
         sim = world.cloud.instances[rec.vast_id]
         assert sim.env["MIN_RATE"] == f"{rec.min_rate:.1f}"
         assert rec.min_rate == world.config.min_rate_for(rec.dph_total)
@@ -309,18 +310,49 @@ async def test_pending_rent_intent_is_resolved_by_label_after_a_crash(world, sto
     await engine.close()
 
 
-async def test_adoption_after_restart_with_a_lost_database(world: World, tmp_path: Path):
+async def test_a_lost_database_adopts_nothing_it_never_intended(world: World, tmp_path: Path):
+    """Issue 17: a database that never intended an instance does not own it, whatever its
+    label: not adopted, not counted against the target, never destroyed as surplus; it is
+    shown apart, with one warning naming the fleet its label carries."""
     async with await Store.open(tmp_path / "a.db") as first:
         engine, iid = await rent_one(world, first)
+        owner = f"main.{await first.fleet_id()}"
         await engine.close()
     async with await Store.open(tmp_path / "b.db") as fresh:
+        assert await fresh.fleet_id() != owner.split(".")[1], "each database its own identity"
+        world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=1))
         engine = await world.engine(fresh)
-        await engine.step()
-        rec = await fresh.get_instance(iid)
-        assert rec is not None and rec.state in ("loading", "setup")
-        assert [e.kind for e in await fresh.list_events(kind="adopt")] == ["adopt"]
-        assert len(world.cloud.instances) == 1, "adopted, not re-rented"
+        for _ in range(4):
+            world.clock.advance(120)
+            await engine.step()
+        assert await fresh.get_instance(iid) is None, "not adopted"
+        assert iid in world.cloud.instances, "not destroyed"
+        assert await fresh.list_events(kind="adopt") == []
+        assert [f.vast_id for f in await fresh.list_foreign()] == [iid]
+        assert (await fresh.list_foreign())[0].owner == owner
+        warned = await fresh.list_events(kind="foreign")
+        assert len(warned) == 1 and owner in warned[0].reason
+        # it rents its own target (1) as if the other's instance were not there
+        assert len(await fresh.list_instances(include_killed=False)) == 1
+        assert len(world.cloud.instances) == 2
         await engine.close()
+
+
+async def test_a_row_lost_but_intended_is_adopted(world: World, store: Store):
+    """An instance this database intended (its rent intent is kept) whose row is gone, as
+    after a crash between the create and its record, is adopted, not left running unseen."""
+    engine, iid = await rent_one(world, store)
+    await engine.close()
+    async with store.transaction() as conn:
+        await conn.execute("DELETE FROM instances WHERE vast_id = ?", (iid,))
+    engine = await world.engine(store)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec is not None and rec.state in ("loading", "setup")
+    assert [e.kind for e in await store.list_events(kind="adopt")] == ["adopt"]
+    assert await store.list_foreign() == []
+    assert len(world.cloud.instances) == 1, "adopted, not re-rented"
+    await engine.close()
 
 
 # -- the benchmark gate and every destroy path -------------------------------------------
@@ -469,25 +501,26 @@ async def test_every_rent_gets_its_own_runner_identity(world, store):
 
 
 async def test_an_adopted_instance_keeps_the_identity_it_was_created_with(world, store):
-    """A worker's curio identity was fixed in its environment at create: adoption records it,
-    and later rents are given ids above it; one another row holds is not taken twice."""
+    """A worker's curio identity was fixed in its environment at create: adoption (of an
+    instance this database intended, whose row was lost) records it, and later rents are
+    given ids above it."""
     engine, iid = await rent_one(world, store)
     rec = await store.get_instance(iid)
     env = dict(world.cloud.instance(iid).env)
-    # a second engine on a fresh database adopts the same labelled instance ...
-    other = await Store.open(world.tmp / "other.db")
+    await engine.close()
+    async with store.transaction() as conn:
+        await conn.execute("DELETE FROM instances WHERE vast_id = ?", (iid,))
+        await conn.execute("UPDATE counters SET value = 0 WHERE key = 'runner_id_seq'")
+    adopter = await world.engine(store)
     try:
-        adopter = await world.engine(other)
         await adopter.step()
-        adopted = await other.get_instance(iid)
+        adopted = await store.get_instance(iid)
         assert adopted is not None and adopted.runner_id == rec.runner_id == int(
             env["VASTUI_RUNNER_ID"]
         )
-        assert await other.next_runner_id() == rec.runner_id + 1
+        assert await store.next_runner_id() == rec.runner_id + 1
     finally:
         await adopter.close()
-        await other.close()
-    await engine.close()
 
 
 @pytest.mark.parametrize(

@@ -212,3 +212,26 @@ def test_status_shows_the_pause_and_resume_lifts_it(tmp_path, capsys) -> None:  
     assert err.count("\n") == 1 and "not paused" in err
     assert main(["status", "--db", str(db)]) == 0
     assert "paused" not in capsys.readouterr().out
+
+
+def test_a_stuck_load_carries_vasts_pull_error_into_its_signature() -> None:
+    """A missing image: every machine's load is stuck with the registry's error in Vast's
+    status message; the kill carries it, so the signature is one across machines."""
+    from vastui.config import Config
+    from vastui.engine import policy
+    from vastui.store import InstanceRecord
+
+    def stuck(vid: int) -> policy.Kill:
+        msg = (
+            f"Error response from daemon: manifest for ghcr.io/op/vastui-worker:typo{vid} not "
+            "found: manifest unknown: manifest unknown"
+        )
+        rec = InstanceRecord(vast_id=vid, label="x", state="loading", loading_at=0.0,
+                             status_msg=msg, machine_id=vid)  # fmt: skip
+        kill = policy.deadline_kill(rec, 31 * 60.0, Config())
+        assert kill is not None and kill.error_lines == (msg,)
+        return kill
+
+    a, b = stuck(11), stuck(12)
+    assert signature(a.stage, a.kind, a.error_lines) == signature(b.stage, b.kind, b.error_lines)
+    assert "manifest unknown" in signature(a.stage, a.kind, a.error_lines)

@@ -146,6 +146,9 @@ def deadline_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | Non
                 "deadline_loading",
                 f"image load took over {d.loading_min:g} min (status: {rec.status_msg or '?'})",
                 "loading",
+                # Vast's status message is the only error line a load has (a registry's pull
+                # error): a missing image is then one signature on every machine (fleetwide).
+                error_lines=(rec.status_msg,) if rec.status_msg else (),
                 ban=f"stuck image load (> {d.loading_min:g} min)",
             )
     elif rec.state == "setup" and rec.first_report_at is None:
