@@ -226,9 +226,9 @@ def test_a_stuck_load_carries_vasts_pull_error_into_its_signature() -> None:
             f"Error response from daemon: manifest for ghcr.io/op/vastui-worker:typo{vid} not "
             "found: manifest unknown: manifest unknown"
         )
-        rec = InstanceRecord(vast_id=vid, label="x", state="loading", loading_at=0.0,
+        rec = InstanceRecord(vast_id=vid, label="x", state="loading", loading_at=100.0,
                              status_msg=msg, machine_id=vid)  # fmt: skip
-        kill = policy.deadline_kill(rec, 31 * 60.0, Config())
+        kill = policy.deadline_kill(rec, 100.0 + 31 * 60.0, Config())
         assert kill is not None and kill.error_lines == (msg,)
         return kill
 

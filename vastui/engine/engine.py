@@ -627,7 +627,7 @@ class Engine:
             await self.store.update_instance(rec.vast_id, **fields)
 
     async def _on_benchmark(self, rec: InstanceRecord, result: dict[str, Any], now: float) -> None:
-        rate = policy._num(result.get("rate_per_hour"))
+        rate = policy.bench_rate(result)
         outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
         failed = result.get("proofs_failed")
         max_pending = result.get("max_pending")
