@@ -12,12 +12,14 @@ from urllib.parse import parse_qs
 
 from vastui.sim.cloud import ApiError, SimCloud
 from vastui.sim.faults import FaultResponse
+from vastui.sim.fleet import FleetFaultError
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _LOG_RE = re.compile(r"^/_sim/logs/([0-9A-Za-z_-]+)\.log$")
+_FLEET_RE = re.compile(r"^/_sim/faults(?:/([0-9A-Za-z_-]+))?$")
 
 
 class _Resp:
@@ -330,6 +332,9 @@ class SimApp:
     async def _handle(self, req: _Request) -> _Resp:
         path = req.path.rstrip("/") or "/"
         method = "GET" if req.method == "HEAD" else req.method
+        fleet = _FLEET_RE.match(path)
+        if fleet:
+            return await _sim_faults(self.cloud, req, method, fleet.group(1))
         m = _LOG_RE.match(path)
         if m:
             if method != "GET":
@@ -401,6 +406,38 @@ def _agent(header: str) -> str:
 
 def _from_fault(f: FaultResponse) -> _Resp:
     return _Resp(f.status, f.body, f.content_type, f.headers)
+
+
+async def _sim_faults(cloud: SimCloud, req: _Request, method: str, name: str | None) -> _Resp:
+    """The fleet faults (vastui/sim/fleet.py), for trials that start a storm and end it: ``GET
+    /_sim/faults`` (no key) answers every fault's state; with the API key, ``PUT`` (or ``POST``)
+    ``/_sim/faults/<name>`` ``{"on": true, ...parameters}`` switches one on (``"on"``: true by
+    default; false switches it off) and ``DELETE /_sim/faults/<name>`` off."""
+    if name is None:
+        if method != "GET":
+            return _error(405, "method_not_allowed", f"Method {method} not allowed.")
+        return _json(200, {"faults": cloud.fleet.state()})
+    if method not in ("PUT", "POST", "DELETE"):
+        return _error(405, "method_not_allowed", f"Method {method} not allowed.")
+    if req.api_key() != cloud.api_key:
+        return _error(401, "auth_error", "Invalid user key")
+    try:
+        body = req.json_body()
+    except ApiError as e:
+        return _json(e.status, e.body)
+    if not isinstance(body, dict):
+        return _error(400, "invalid_args", "expected a JSON object")
+    params = dict(body)
+    on = params.pop("on", True) if method != "DELETE" else False
+    if not isinstance(on, bool):
+        return _error(400, "invalid_args", '"on" must be true or false')
+    try:
+        state = await cloud.fleet_fault(name, on, **params)
+    except FleetFaultError as e:
+        if e.unknown:
+            return _error(404, "no_such_fault", str(e))
+        return _error(400, "invalid_args", str(e))
+    return _json(200, {"success": True, "faults": state})
 
 
 def make_app(cloud: SimCloud) -> SimApp:

@@ -24,6 +24,7 @@ from typing import Any
 
 from vastui.sim.clock import ManualClock, ScaledClock, SimClock
 from vastui.sim.faults import Faults
+from vastui.sim.fleet import FleetFaults, familiar, pull_error_text
 from vastui.sim.market import Machine, generate_market, market_moment, price_fields, reprice
 from vastui.sim.query_eval import (
     QueryError,
@@ -142,6 +143,10 @@ class SimInstance:
     split_ssh: bool = False
     direct_port: int | None = None
     direct_after: float = 0.0
+    # Fleet faults (vastui/sim/fleet.py), decided when the image is pulled: the registry's
+    # error (the instance stays loading with it), an image whose benchmark input is broken.
+    pull_error: str | None = None
+    broken_bench_input: bool = False
 
 
 def _iso(epoch: float) -> str:
@@ -217,9 +222,9 @@ class SimCloud:
     """The simulated cloud.
 
     Hooks: ``on_running`` (called once per instance, with its JSON, when first observed
-    running; may be async), :meth:`force_status`, :meth:`force_resources_unavailable`,
-    :meth:`set_metrics`, :meth:`append_log`, :meth:`authorized_keys`,
-    :meth:`instances_snapshot`, :meth:`tick`.
+    running; may be async), :meth:`fleet_fault` (vastui/sim/fleet.py), :meth:`force_status`,
+    :meth:`force_resources_unavailable`, :meth:`set_metrics`, :meth:`append_log`,
+    :meth:`authorized_keys`, :meth:`instances_snapshot`, :meth:`tick`.
     """
 
     def __init__(
@@ -308,6 +313,7 @@ class SimCloud:
         self.instances_destroyed = 0
         self.labels_created: Counter[str] = Counter()
         self.instance_faults_planned: Counter[str] = Counter()  # "exited"/"offline" drawn
+        self.fleet = FleetFaults()  # fleet-wide faults: vastui/sim/fleet.py
 
     def _open_market(self, seed: int) -> None:
         """This run's market: the listed machines' offers, at this run's prices."""
@@ -355,6 +361,9 @@ class SimCloud:
             return "rebooting", "Rebooting: stopping container"
         if now < inst.t_loading:
             return None, None
+        if inst.pull_error is not None:
+            # The pull failed: Vast shows the daemon's error and the instance stays loading.
+            return "loading", inst.pull_error
         if now < inst.t_running and inst.rebooted:
             return "loading", "Starting container"
         if now < inst.t_running:
@@ -368,6 +377,25 @@ class SimCloud:
                 return "loading", f"Extracting {image}"
             return "loading", "Creating container"
         return "running", f"success, running {_runmsg(inst)}"
+
+    async def fleet_fault(self, name: str, on: bool = True, **params: Any) -> dict[str, Any]:
+        """Switch a fleet-wide fault on (with its parameters) or off, for every machine
+        (vastui/sim/fleet.py: ``image_missing``, ``bench_input_broken``, ``controller_down``);
+        returns every fleet fault's state. Raises :class:`vastui.sim.fleet.FleetFaultError`."""
+        state = await self.fleet.switch(name, on, self.now(), **params)
+        log.info("fleet fault %s %s", name, "on" if on else "off")
+        return state
+
+    def pull_error(self, image: str | None) -> str | None:
+        """The registry's error for a pull of ``image`` now (None: it pulls). Open registry:
+        only ``image_missing`` makes an image missing."""
+        params = self.fleet.params("image_missing")
+        if image is None or params is None:
+            return None  # a template's image, or every image there
+        images = params.get("images")
+        if images is not None and familiar(image)[1] not in images:
+            return None
+        return pull_error_text(image, params.get("error", "manifest_unknown"))
 
     async def tick(self) -> None:
         """Evaluate lifecycles: bill usage and fire ``on_running`` for new runners."""
@@ -516,6 +544,10 @@ class SimCloud:
             inst.intended = inst.cur_state = inst.next_state = "stopped"
             inst.stopped_at = now
         inst.fail = self.faults.instance_failure(fault_hint) or self._maintenance()
+        inst.pull_error = self.pull_error(image)
+        if inst.pull_error is not None:
+            inst.fail = None  # nothing runs: no container to exit, no host to lose it on
+        inst.broken_bench_input = image is not None and self.fleet.on("bench_input_broken")
         self._plan_ssh(inst, offer)
         self.instances[iid] = inst
         self._count_created(inst)
@@ -544,7 +576,8 @@ class SimCloud:
 
     def stats(self) -> dict[str, Any]:
         """``GET /_sim/stats``: the faults injected so far (by ``endpoint:kind``) and the
-        instances created and destroyed, creates counted per label."""
+        instances created and destroyed, creates counted per label; the fleet faults on, and
+        every switch of one (cloud time, name, on)."""
         faults = Counter(f"{endpoint}:{kind}" for endpoint, kind in self.faults.injected)
         return {
             "faults": dict(sorted(faults.items())),
@@ -553,6 +586,8 @@ class SimCloud:
             "instances_destroyed": self.instances_destroyed,
             "labels_created": dict(sorted(self.labels_created.items())),
             "instance_faults_planned": dict(sorted(self.instance_faults_planned.items())),
+            "fleet_faults": {name: dict(p) for name, p in sorted(self.fleet.active.items())},
+            "fleet_switches": [[t, name, on] for t, name, on in self.fleet.switched],
         }
 
     def _plan_ssh(self, inst: SimInstance, offer: dict[str, Any]) -> None:
@@ -593,6 +628,8 @@ class SimCloud:
         inst.notified_running = False
         inst.t_loading = now + self.rng.uniform(2, 10)
         inst.t_running = inst.t_loading + self.rng.uniform(10, 40)
+        if inst.pull_error is not None:  # no container yet: the start pulls again
+            inst.pull_error = self.pull_error(inst.image)
 
     def _start_queued(self, now: float) -> None:
         """A queued start goes ahead once its offer's GPUs are free again (oldest first)."""
@@ -882,6 +919,8 @@ class SimCloud:
         inst.t_loading = inst.rebooting_until
         inst.t_running = inst.t_loading + self.rng.uniform(*REBOOT_START)
         inst.rebooted = True
+        if inst.pull_error is not None:  # no container yet: the start pulls again
+            inst.pull_error = self.pull_error(inst.image)
         inst.notified_running = False
         return {"success": True}
 
@@ -997,7 +1036,8 @@ class SimCloud:
         status, _ = self.status_of(inst, now)
         out: list[tuple[float, str]] = []
         started = now >= inst.t_running and inst.intended != "stopped"
-        if started or status in ("exited", "offline", "unknown"):
+        pulled = inst.pull_error is None  # no image, no container: no container log
+        if pulled and (started or status in ("exited", "offline", "unknown")):
             t = inst.t_running
             out += [
                 (t, "==> Vast.ai container starting"),
@@ -1024,6 +1064,14 @@ class SimCloud:
     def _daemon_lines(self, inst: SimInstance) -> list[str]:
         now = self.now()
         image = inst.image or "template"
+        if inst.pull_error is not None:
+            events = [
+                (inst.created_at, f"contract {inst.id} accepted on machine "
+                                  f"{inst.offer['machine_id']}"),
+                (inst.t_loading, f"docker pull {image}"),
+                (inst.t_loading + 1, inst.pull_error),
+            ]  # fmt: skip
+            return [f"{_iso(t)} vast-daemon: {msg}" for t, msg in events if t <= now]
         events = [
             (inst.created_at, f"contract {inst.id} accepted on machine {inst.offer['machine_id']}"),
             (inst.t_loading, f"docker pull {image}"),

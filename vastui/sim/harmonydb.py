@@ -43,10 +43,13 @@ import contextlib
 import json
 import logging
 import random
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from vastui.sim.fleet import hold_port
 
 log = logging.getLogger("vastui.sim.harmonydb")
 
@@ -296,10 +299,13 @@ class FakeHarmonyDb:
         self.ycql: Any = None
         self.port = 0
         self.cql_port = 0
+        self.host = "127.0.0.1"
+        self._held: list[socket.socket] = []  # down: both ports, bound, not listening
 
     async def start(self, host: str = "127.0.0.1") -> tuple[int, int]:
         from vastui.sim.ycql import FakeYcql
 
+        self.host = host
         ysql = await asyncio.start_server(self._handle, host, 0, limit=MAX_LINE)
         self._servers = [ysql]
         self.port = ysql.sockets[0].getsockname()[1]
@@ -307,7 +313,36 @@ class FakeHarmonyDb:
         self.cql_port = await self.ycql.start(host)
         return self.port, self.cql_port
 
-    async def stop(self) -> None:
+    @property
+    def down(self) -> bool:
+        return bool(self._held)
+
+    async def go_down(self) -> None:
+        """The cluster is down (the fleet fault ``controller_down``): YSQL and YCQL drop their
+        connections and refuse new ones, their ports held so that no other server takes them
+        (vastui/sim/fleet.py ``hold_port``); the tables are kept for when it comes back."""
+        if not self._servers or self._held:
+            return
+        await self._close_ysql()
+        if self.ycql is not None:
+            await self.ycql.stop()  # the same tables when it listens again
+        self._held = [hold_port(self.host, self.port), hold_port(self.host, self.cql_port)]
+
+    async def come_back(self) -> None:
+        """Listen again on the same ports."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        try:
+            ysql = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_LINE)
+            self._servers = [ysql]
+            if self.ycql is not None:
+                await self.ycql.start(self.host, self.cql_port)
+        finally:
+            for sock in held:
+                sock.close()
+
+    async def _close_ysql(self) -> None:
         for server in self._servers:
             server.close()
         for task in list(self._handlers):
@@ -319,6 +354,12 @@ class FakeHarmonyDb:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         self._servers = []
+
+    async def stop(self) -> None:
+        await self._close_ysql()
+        for sock in self._held:
+            sock.close()
+        self._held = []
         if self.ycql is not None:
             await self.ycql.stop()
             self.ycql = None

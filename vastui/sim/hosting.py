@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vastui.config import state_dir
 from vastui.sim.cloud import SimCloud
@@ -106,6 +107,19 @@ async def worker_hosts(
         )
         await db.start()
         stack.push_async_callback(db.stop)
+
+        async def controller(name: str, on: bool, _params: dict[str, Any]) -> None:
+            """The fleet fault ``controller_down`` (vastui/sim/fleet.py): the controller's
+            Lotus API and curio's database refuse connections, or listen again."""
+            if name != "controller_down":
+                return
+            for service in (lotus, db):
+                await (service.go_down() if on else service.come_back())
+
+        cloud.fleet.hooks.append(controller)
+        stack.callback(cloud.fleet.hooks.remove, controller)
+        if cloud.fleet.on("controller_down"):  # switched on before the hosts started
+            await controller("controller_down", True, {})
         yield WorkerHosts(cloud, host, lotus, db, root)
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+
+from vastui.sim.fleet import hold_port
 
 VERSION = {"Version": "1.34.0+mainnet+sim", "APIVersion": 131840, "BlockDelay": 30}
 
@@ -20,11 +23,36 @@ class FakeLotus:
         self.port = 0
         self.calls = 0
         self.token = token  # when set, methods other than Version need "Bearer <token>"
+        self.host = "127.0.0.1"
+        self._held: socket.socket | None = None  # down: the port, bound, not listening
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self.host = host
         self.server = await asyncio.start_server(self._handle, host, port)
         self.port = self.server.sockets[0].getsockname()[1]
         return self.port
+
+    @property
+    def down(self) -> bool:
+        return self._held is not None
+
+    async def go_down(self) -> None:
+        """The node is down (the fleet fault ``controller_down``): its port refuses connections
+        and no other server takes it (vastui/sim/fleet.py ``hold_port``)."""
+        if self.server is None or self._held is not None:
+            return
+        await self.stop()
+        self._held = hold_port(self.host, self.port)
+
+    async def come_back(self) -> None:
+        """Listen again on the same port."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            await self.start(self.host, self.port)
+        finally:
+            held.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -78,6 +106,9 @@ class FakeLotus:
                 await writer.wait_closed()
 
     async def stop(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()

@@ -31,6 +31,7 @@ import asyncssh
 
 from vastui.sim.clock import ScaledClock
 from vastui.sim.cloud import SimCloud
+from vastui.sim.fleet import BROKEN_C1_MINER
 from vastui.sim.market import machine_fault_rng
 from vastui.sim.sshd import SandboxSshd
 from vastui.sim.standins import _simlib as simlib
@@ -168,7 +169,7 @@ class SimWorkerHost:
         root = self.root / f"instance-{iid}"
         profile = self._profile(sim_inst)
         env = self._environment(sim_inst, root)
-        self._lay_out(root, profile)
+        self._lay_out(root, profile, broken_c1=sim_inst.broken_bench_input)
         host_key = self._host_keys.get(iid)
         if host_key is None:
             host_key = self._host_keys[iid] = asyncssh.generate_private_key("ssh-ed25519")
@@ -247,7 +248,7 @@ class SimWorkerHost:
         env.update(self.extra_env)
         return env
 
-    def _lay_out(self, root: Path, profile: dict[str, Any]) -> None:
+    def _lay_out(self, root: Path, profile: dict[str, Any], *, broken_c1: bool = False) -> None:
         bin_dir = root / "usr" / "local" / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
         for name in WORKER_SCRIPTS:
@@ -257,7 +258,10 @@ class SimWorkerHost:
             (root / sub).mkdir(parents=True, exist_ok=True)
         # The benchmark's C1 input: the real envelope (51 MB in the real image, from lotus-bench
         # for miner t01000, sector 1); Phase1Out is a small simulated SealCommitPhase1Output.
-        (root / "usr/local/share/vastui/c1.json").write_bytes(simlib.make_c1(1000, 1))
+        # An image with a broken benchmark input (the fleet fault bench_input_broken) has one
+        # made for another miner: every PoRep proof of it fails cuzk's self-check.
+        miner = BROKEN_C1_MINER if broken_c1 else 1000
+        (root / "usr/local/share/vastui/c1.json").write_bytes(simlib.make_c1(miner, 1))
         lay_out_snap_input(root)
         (root / ".sim" / "machine.json").write_text(json.dumps(profile, indent=1) + "\n")
         lay_out_memory(root, profile)
