@@ -1146,3 +1146,30 @@ def test_cpu_contention_with_too_many_parallel_syntheses(box: Box) -> None:
         r"partition synthesis complete partition=\d+ synth_ms=(\d+)", log.read_text()
     )
     assert len(parts) == 10 and len(set(parts)) == 1  # five waves of two
+
+
+def test_synthesis_gets_memory_oldest_proof_first(box: Box) -> None:
+    """engine.rs:1459-1475: one dispatcher acquires the budget for synthesis in pipeline order
+    (job_seq), "without this ... budget goes to whichever worker's acquire() happens to
+    complete first (essentially random)". A burst of proofs that only fit one at a time is
+    synthesized oldest first: with racing waiters a proof of curio's first burst could be
+    overtaken until it outlived ProveTimeout (issue 16's prove_overdue on a 1-GPU machine)."""
+    log = start_configured(box, '[memory]\ntotal_budget = "150GiB"\n')
+    assert status_of(box.prove().stdout) == "COMPLETED"  # the SRS loaded, the PCE extracted
+    wait_for(lambda: "background PCE extraction complete" in log.read_text(), what="the PCE")
+    res = box.run(
+        ["cuzk-bench", "--addr", f"http://{box.listen}", "batch", "-t", "porep",
+         "--c1", str(box.c1), "-c", "5", "-j", "5"]
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    text = log.read_text()
+    seqs = {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"assigned pipeline sequence number job_id=(\S+) job_seq=(\d+)", text)
+    }
+    started: list[str] = []
+    for m in re.finditer(r"^TIMELINE,\d+,SYNTH_START,([^,]+),partition=0$", text, re.M):
+        if m.group(1) not in started:
+            started.append(m.group(1))
+    assert len(seqs) == 6 and sorted(started) == sorted(seqs)  # the warmup's and the burst's
+    assert [seqs[j] for j in started] == sorted(seqs.values())
