@@ -33,6 +33,17 @@ INVARIANTS: dict[str, str] = {
     "unclean_stop": "SIGTERM stops the engine within seconds with status 0",
     "file_mode": "the files the engine writes are private (0600) under the unit's UMask",
     "worker_lost_to_tunnel": "no worker destroyed because the controller's own tunnel was down",
+    "outage_destroy": "nothing destroyed, struck or banned because the Vast API was unreachable",
+    "cut_off_destroy": "no healthy worker destroyed, struck or banned because the controller "
+    "could not reach it over SSH",
+    "outage_recovery": "after an outage the engine lists (or reads its workers) again and the "
+    "fleet is at target within the bound",
+    "trial_setup": "the trial reached the state it tests (a fleet at target, proving)",
+    "resource_growth": "the engine's RSS, descriptors, connections and threads, the SSH "
+    "sessions and the WAL level off (after a warm-up, the last third's peak within tolerance "
+    "of the middle third's)",
+    "db_growth": "the database grows only with the history it keeps (rows per instance "
+    "rented and bytes per row level off)",
 }
 
 
@@ -112,6 +123,11 @@ class StoreInstance:
     bench_outcome: str | None = None
     error_lines: tuple[str, ...] = ()
     source: str = "vastui"
+    # the engine's clock (the served cloud's simulated time)
+    killed_at: float | None = None
+    last_seen_at: float | None = None  # the last Vast list that showed it, reconciled
+    proving_at: float | None = None
+    prod_checked_at: float | None = None  # the last good read of its counters
 
     @property
     def killed(self) -> bool:
@@ -136,6 +152,25 @@ class StoreIntent:
     instance_id: int | None = None
     machine_id: int | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
+    created_at: float | None = None  # engine clock
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class StoreStrike:
+    machine_id: int
+    instance_id: int | None
+    kind: str
+    reason: str
+    ts: float  # engine clock
+
+
+@dataclass(frozen=True)
+class StoreBan:
+    machine_id: int
+    reason: str
+    source: str  # manual | automatic | legacy
+    created_at: float  # engine clock
 
 
 @dataclass(frozen=True)
@@ -146,6 +181,8 @@ class StoreView:
     banned: frozenset[int] = frozenset()  # machine ids with a bad-list row (any source)
     strikes: Mapping[int, int] = field(default_factory=dict)  # machine id → strikes
     integrity: tuple[str, ...] = ("ok",)
+    strike_rows: tuple[StoreStrike, ...] = ()
+    ban_rows: tuple[StoreBan, ...] = ()
 
     def by_id(self) -> dict[int, StoreInstance]:
         return {i.vast_id: i for i in self.instances}
@@ -557,6 +594,309 @@ def below_target(samples: Sequence[Sample], bound: float, start: float) -> list[
         )
         for s in below_stretches(samples, start)
         if s.length > bound
+    ]
+
+
+# -- an outage: the Vast API unreachable, or the workers' SSH refused ----------------------------
+
+# Kills that say the engine lost sight or word of an instance: never the outage's excuse.
+CONTACT_KINDS = frozenset(
+    {
+        "prove_unresponsive",
+        "tunnel_down",
+        "deadline_loading",
+        "deadline_first_report",
+        "deadline_setup",
+        "deadline_paramfetch",
+        "deadline_benchmark",
+        "vanished",
+    }
+)
+VAST_VISIBLE = frozenset({"offline", "exited"})  # Vast itself lists the instance unhealthy
+ALWAYS_EXCUSED = frozenset({"manual", "surplus"})  # the operator's, or above the target
+
+
+@dataclass(frozen=True)
+class Outage:
+    """One outage, in the engine's clock (the served cloud's simulated time)."""
+
+    invariant: str  # outage_destroy (the Vast API) | cut_off_destroy (the workers' SSH)
+    what: str  # "the Vast API" | "SSH to the workers", for the report
+    start: float
+    end: float  # contact back
+    window_end: float  # a destroy decided up to here counts as the outage's
+    blind_to: str  # "api" | "ssh": what the engine could not see meanwhile
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A destroy the engine decided: its intent (or, with none, the kill's record)."""
+
+    instance_id: int
+    machine_id: int | None
+    kind: str
+    reason: str
+    at: float  # engine clock
+
+
+def destroys_decided(store: StoreView) -> list[Decision]:
+    """Every destroy decided, once per instance, at its earliest record: the destroy intent
+    (written before the request is sent), else the instance's kill (a vanished one has none)."""
+    out: dict[int, Decision] = {}
+    for intent in store.intents:
+        if intent.kind != "destroy" or intent.instance_id is None or intent.created_at is None:
+            continue
+        kind = str(intent.detail.get("kind") or "?")
+        d = Decision(intent.instance_id, intent.machine_id, kind, intent.reason, intent.created_at)
+        if intent.instance_id not in out or d.at < out[intent.instance_id].at:
+            out[intent.instance_id] = d
+    for inst in store.instances:
+        if inst.killed and inst.vast_id not in out and inst.killed_at is not None:
+            out[inst.vast_id] = Decision(
+                inst.vast_id, inst.machine_id, inst.kill_kind or "?", inst.kill_reason or "",
+                inst.killed_at,
+            )  # fmt: skip
+    return sorted(out.values(), key=lambda d: (d.at, d.instance_id))
+
+
+def outage_excuse(d: Decision, outage: Outage, unhealthy_seen: Mapping[int, str]) -> str | None:
+    """Why a destroy decided in an outage's window is not the outage's doing, or None.
+
+    Vast listing the instance exited or offline (the observer saw it so) excuses the kills
+    Vast's status decides. A kill on the worker's own word (a dead daemon, failing or overdue
+    proofs, a benchmark's verdict; the world has slow machines even without injected faults) is
+    the machine's when the engine could hear that word: any time while only the API was out,
+    only once SSH was back after a cut. Lost contact (``CONTACT_KINDS``) is never an excuse."""
+    if d.kind in ALWAYS_EXCUSED:
+        return d.kind
+    if d.kind in VAST_VISIBLE:
+        status = unhealthy_seen.get(d.instance_id)
+        return f"Vast listed it {status}" if status else None
+    if d.kind in CONTACT_KINDS:
+        return None
+    if outage.blind_to == "ssh":
+        if d.at < outage.end:
+            return None  # nothing the worker said could reach the engine then
+        return "on the worker's own word, heard once SSH was back"
+    return "on the worker's own word, heard over SSH"
+
+
+def outage_harm(
+    outage: Outage,
+    store: StoreView,
+    unhealthy_seen: Mapping[int, str],
+) -> list[Violation]:
+    """Every destroy decided, strike given and automatic ban made from the outage's start to
+    its window's end that nothing but the outage explains. Times are the engine's clock."""
+    found = []
+    excused_machines: set[int] = set()
+
+    def rel(at: float) -> str:
+        if at < outage.end:
+            return f"{(at - outage.start) / 60:.1f} min into the outage"
+        return f"{(at - outage.end) / 60:.1f} min after it ended"
+
+    for d in destroys_decided(store):
+        if not outage.start <= d.at <= outage.window_end:
+            continue
+        why = outage_excuse(d, outage, unhealthy_seen)
+        if why is not None:
+            if d.machine_id is not None:
+                excused_machines.add(d.machine_id)
+            continue
+        found.append(
+            Violation(
+                outage.invariant,
+                f"instance {d.instance_id}",
+                f"destroyed as {d.kind} ({d.reason[:160]}), decided {rel(d.at)} "
+                f"({outage.what} out for {(outage.end - outage.start) / 60:.0f} min)",
+                d.at,
+            )
+        )
+
+    def in_window(at: float, machine: int) -> bool:
+        return outage.start <= at <= outage.window_end and machine not in excused_machines
+
+    struck: set[int] = set()  # machines with a strike of the outage's
+    for strike in store.strike_rows:
+        if in_window(strike.ts, strike.machine_id):
+            struck.add(strike.machine_id)
+            found.append(
+                Violation(
+                    outage.invariant,
+                    f"machine {strike.machine_id} strike {strike.kind}",
+                    f"struck ({strike.reason[:120]}) {rel(strike.ts)}",
+                    strike.ts,
+                )
+            )
+    for ban in store.ban_rows:
+        if ban.source != "automatic":
+            continue
+        if in_window(ban.created_at, ban.machine_id):
+            why = f"banned ({ban.reason[:120]}) {rel(ban.created_at)}"
+        elif ban.created_at > outage.window_end and ban.machine_id in struck:
+            # later, but the outage's strike counted towards it
+            why = f"banned ({ban.reason[:120]}) {rel(ban.created_at)}, one strike the outage's"
+        else:
+            continue
+        found.append(
+            Violation(outage.invariant, f"machine {ban.machine_id} ban", why, ban.created_at)
+        )
+    return found
+
+
+def listed_again(
+    restored: float, answered: Sequence[tuple[float, str, int]], bound: float
+) -> list[Violation]:
+    """After the Vast API came back (wall time ``restored``), the engine's first instance list
+    answered 200 within ``bound`` seconds. ``answered``: (wall time, path, status) of the
+    engine's requests as the proxy saw them."""
+    lists = [at for at, path, status in answered if at >= restored and status == 200
+             and re.match(r"^/api/v[01]/instances/?(\?|$)", path)]  # fmt: skip
+    first = min(lists, default=None)
+    if first is not None and first - restored <= bound:
+        return []
+    seen = "none" if first is None else f"the first after {first - restored:.0f}s"
+    return [
+        Violation(
+            "outage_recovery",
+            "instance list",
+            f"no instance list answered within {bound:.0f}s of the API's return ({seen})",
+        )
+    ]
+
+
+def counters_read_again(store: StoreView, restored: float) -> list[Violation]:
+    """After SSH came back (engine clock ``restored``), every worker still proving that was
+    proving before has had its counters read again (checked at the end of the trial)."""
+    return [
+        Violation(
+            "outage_recovery",
+            f"instance {inst.vast_id}",
+            "proving, but its counters were not read since SSH came back "
+            f"(last read {'never' if inst.prod_checked_at is None else 'before'})",
+        )
+        for inst in store.instances
+        if not inst.killed
+        and inst.state == "proving"
+        and inst.proving_at is not None
+        and inst.proving_at < restored
+        and (inst.prod_checked_at is None or inst.prod_checked_at < restored)
+    ]
+
+
+def recovered_target(samples: Sequence[Sample], bound: float, restored: float) -> list[Violation]:
+    """From the outage's end (wall time), below the target no longer than ``bound`` at a time
+    (the below_target rule, counted from the return)."""
+    return [
+        Violation("outage_recovery", v.subject, v.detail, v.at)
+        for v in below_target(samples, bound, restored)
+    ]
+
+
+# -- resources: no growth without bound -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far the last third's peak may lie above the middle third's: ``rel`` of it plus
+    ``abs`` (in the metric's unit)."""
+
+    rel: float
+    abs: float
+
+
+@dataclass(frozen=True)
+class Growth:
+    metric: str
+    judged: bool  # enough samples after the warm-up
+    middle_max: float | None
+    last_max: float | None
+    allowed: float | None
+    slope_per_hour: float | None  # Theil-Sen, over the samples after the warm-up (information)
+    detects_per_hour: float | None  # the least steady growth the rule is sure to catch
+
+    @property
+    def grew(self) -> bool:
+        return (
+            self.judged
+            and self.last_max is not None
+            and self.allowed is not None
+            and self.last_max > self.allowed
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["grew"] = self.grew
+        return out
+
+
+MIN_PER_THIRD = 3  # samples in each third, or the series is not judged
+
+
+def theil_sen(points: Sequence[tuple[float, float]], limit: int = 400) -> float | None:
+    """The median of the pairwise slopes (robust to spikes), per unit of the first value; on at
+    most ``limit`` evenly spaced points."""
+    if len(points) < 2:
+        return None
+    if len(points) > limit:
+        step = len(points) / limit
+        points = [points[int(i * step)] for i in range(limit)]
+    slopes = sorted(
+        (b[1] - a[1]) / (b[0] - a[0])
+        for i, a in enumerate(points)
+        for b in points[i + 1 :]
+        if b[0] > a[0]
+    )
+    if not slopes:
+        return None
+    mid = len(slopes) // 2
+    return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2
+
+
+def growth(
+    metric: str,
+    series: Sequence[tuple[float, float]],
+    tolerance: Tolerance,
+    warmup: float,
+) -> Growth:
+    """Judge one series of (seconds, value): after the first ``warmup`` share of its time, the
+    rest in three equal spans of time; it grew without bound if the last span's peak exceeds
+    the middle one's peak by more than the tolerance. Peaks, not means: a fleet's load comes
+    and goes, and a bounded resource reaches the same peak again, while a leak raises every
+    peak. The first span is left out too: the caches (SQLite's pages, the offers, asyncssh's
+    buffers) may still be filling there."""
+    points = sorted((float(t), float(v)) for t, v in series)
+    if len(points) < 2:
+        return Growth(metric, False, None, None, None, None, None)
+    t0, t1 = points[0][0], points[-1][0]
+    start = t0 + warmup * (t1 - t0)
+    post = [p for p in points if p[0] >= start]
+    span = (t1 - start) / 3.0
+    middle = [v for t, v in post if start + span <= t < start + 2 * span]
+    last = [v for t, v in post if t >= start + 2 * span]
+    slope = theil_sen(post)
+    slope_h = None if slope is None else slope * 3600.0
+    if len(middle) < MIN_PER_THIRD or len(last) < MIN_PER_THIRD or span <= 0:
+        return Growth(metric, False, None, None, None, slope_h, None)
+    mid_max, last_max = max(middle), max(last)
+    allowed = mid_max * (1.0 + tolerance.rel) + tolerance.abs
+    # A steady growth of g per second raises the last peak over the middle one by about g x
+    # span: it is caught once that exceeds the tolerance.
+    detects = (allowed - mid_max) / span * 3600.0
+    return Growth(metric, True, mid_max, last_max, allowed, slope_h, detects)
+
+
+def growth_violations(results: Iterable[Growth], invariant: str) -> list[Violation]:
+    return [
+        Violation(
+            invariant,
+            g.metric,
+            f"peak {g.last_max:g} in the last third over {g.allowed:g} allowed (middle third's "
+            f"peak {g.middle_max:g}); slope {g.slope_per_hour or 0:+.3g}/h",
+        )
+        for g in results
+        if g.grew
     ]
 
 

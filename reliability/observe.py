@@ -16,9 +16,11 @@ from typing import Any
 import httpx
 
 from reliability.invariants import (
+    StoreBan,
     StoreEvent,
     StoreInstance,
     StoreIntent,
+    StoreStrike,
     StoreView,
     VastRow,
     json_detail,
@@ -183,18 +185,32 @@ def _read(conn: sqlite3.Connection, foreign: Sequence[int], check: bool) -> Stor
             r["instance_id"],
             r["machine_id"],
             json_detail(r["detail"]),
+            _col(r, "created_at"),
+            r["reason"] or "",
         )
         for r in conn.execute("SELECT * FROM intents")
     )
-    banned = frozenset(r[0] for r in conn.execute("SELECT machine_id FROM bad_machines"))
-    strikes = {
-        r[0]: r[1]
-        for r in conn.execute("SELECT machine_id, COUNT(*) FROM strikes GROUP BY machine_id")
-    }
+    bans = tuple(
+        StoreBan(r["machine_id"], r["reason"] or "", r["source"], float(r["created_at"]))
+        for r in conn.execute("SELECT * FROM bad_machines")
+    )
+    banned = frozenset(b.machine_id for b in bans)
+    strike_rows = tuple(
+        StoreStrike(r["machine_id"], r["instance_id"], r["kind"], r["reason"] or "", float(r["ts"]))
+        for r in conn.execute("SELECT * FROM strikes")
+    )
+    strikes: dict[int, int] = {}
+    for strike in strike_rows:
+        strikes[strike.machine_id] = strikes.get(strike.machine_id, 0) + 1
     result = ("ok",)
     if check:
         result = tuple(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
-    return StoreView(instances, events, intents, banned, strikes, result)
+    return StoreView(instances, events, intents, banned, strikes, result, strike_rows, bans)
+
+
+def _col(r: sqlite3.Row, name: str) -> Any:
+    """A column that older or newer schemas may lack: None then."""
+    return r[name] if name in r.keys() else None  # noqa: SIM118 (Row: `in` tests values)
 
 
 def _instance(r: sqlite3.Row) -> StoreInstance:
@@ -212,6 +228,10 @@ def _instance(r: sqlite3.Row) -> StoreInstance:
         bench_outcome=r["bench_outcome"],
         error_lines=tuple(str(x) for x in lines) if isinstance(lines, list) else (),
         source=r["source"],
+        killed_at=_col(r, "killed_at"),
+        last_seen_at=_col(r, "last_seen_at"),
+        proving_at=_col(r, "proving_at"),
+        prod_checked_at=_col(r, "prod_checked_at"),
     )
 
 

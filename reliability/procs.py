@@ -193,11 +193,14 @@ class FleetSpec:
 VAST_TIMEOUT = 10.0
 
 
-def engine_config(sim: Sim, spec: FleetSpec) -> dict[str, dict[str, Any]]:
+def engine_config(
+    sim: Sim, spec: FleetSpec, api_url: str | None = None
+) -> dict[str, dict[str, Any]]:
     """The served cloud's written config with the trial's fleet. Deadlines and proving keep
-    their defaults: the engine times them on the cloud's clock (VASTUI_SIM_CLOCK)."""
+    their defaults: the engine times them on the cloud's clock (VASTUI_SIM_CLOCK).
+    ``api_url``: where the engine reaches the API, if not the cloud's own address."""
     config: dict[str, dict[str, Any]] = {k: dict(v) for k, v in sim.config.items()}
-    config.setdefault("vast", {})["api_url"] = sim.url
+    config.setdefault("vast", {})["api_url"] = api_url or sim.url
     config["vast"].setdefault("timeout_s", VAST_TIMEOUT)
     config.setdefault("fleet", {}).update(
         name=spec.name,

@@ -12,12 +12,22 @@ from reliability import invariants as inv
 from reliability.trial import ORPHAN_BOUND, Trial, refill_bound
 from vastui.engine.labels import is_vastui_label
 
+# The invariants each command checks (the soak's and the crash trial's are the first 13).
+BASE = tuple(list(inv.INVARIANTS)[:13])
+CHECKED: dict[str, tuple[str, ...]] = {
+    "soak": BASE,
+    "crash": BASE,
+    "api-outage": (*BASE, "outage_destroy", "outage_recovery", "trial_setup"),
+    "ssh-cut": (*BASE, "cut_off_destroy", "outage_recovery", "trial_setup"),
+    "resources": (*BASE, "resource_growth", "db_growth"),
+}
+
 
 def build(trial: Trial, command: str, argv: list[str], body: dict[str, Any]) -> dict[str, Any]:
     counts = {k: v for k, v in sorted(trial.counts.items())}
-    by_invariant = {
-        name: sum(1 for v in trial.violations if v.invariant == name) for name in inv.INVARIANTS
-    }
+    checked = CHECKED.get(command, tuple(inv.INVARIANTS))
+    names = [*checked, *(v.invariant for v in trial.violations if v.invariant not in checked)]
+    by_invariant = {name: sum(1 for v in trial.violations if v.invariant == name) for name in names}
     return {
         "command": command,
         "argv": argv,
@@ -50,8 +60,8 @@ def build(trial: Trial, command: str, argv: list[str], body: dict[str, Any]) -> 
         "faults_met_by_engine": trial.engine_log_faults(),
         "foreign_instances": sorted(trial.foreign),
         "invariants": {
-            name: {"promise": text, "violations": by_invariant[name]}
-            for name, text in inv.INVARIANTS.items()
+            name: {"promise": inv.INVARIANTS.get(name, ""), "violations": by_invariant[name]}
+            for name in dict.fromkeys(names)
         },
         "violations": [v.to_json() for v in trial.violations],
         # (seconds from the start, ours alive, target, excused): to re-judge the target windows
@@ -104,6 +114,18 @@ def table(report: dict[str, Any]) -> str:
     lines.append("  invariant                          violations")
     for name, info in report["invariants"].items():
         lines.append(f"    {name:32s} {info['violations']}")
+    growth = (report.get("result") or {}).get("growth") or []
+    if growth:
+        lines.append("  growth (judged after the warm-up: middle third's peak -> last third's)")
+    for g in growth:
+        if not g.get("judged"):
+            lines.append(f"    {g['metric']:22s} not judged (too few samples)")
+            continue
+        lines.append(
+            f"    {g['metric']:22s} {g['middle_max']:g} -> {g['last_max']:g} (allowed "
+            f"{g['allowed']:.4g}) slope {g['slope_per_hour'] or 0:+.3g}/h, catches "
+            f">{g['detects_per_hour']:.3g}/h{'  GREW' if g.get('grew') else ''}"
+        )
     for v in report["violations"][:30]:
         lines.append(f"  ! {v['invariant']} {v['subject']}: {v['detail']}")
     return "\n".join(lines)

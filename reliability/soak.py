@@ -11,6 +11,7 @@ stopped with SIGTERM. If the engine exits on its own, that is a violation, and i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from reliability import invariants as inv
@@ -33,15 +34,8 @@ def run(trial: Trial, sim_hours: float) -> dict[str, Any]:
     if not trial.wait_lease():
         trial.record([inv.Violation("restart_refused", "start", "the engine took no lease")])
     start = time.time()
-    end = time.monotonic() + wall
-    last_viable = 0.0
-    while time.monotonic() < end:
-        trial.wait(min(OBSERVE_SLICE, end - time.monotonic()))
-        if trial.engine is not None and not trial.engine.alive():
-            engine = _restart(trial, start)
-        if _below(trial) and time.monotonic() - last_viable > VIABLE_EVERY:
-            last_viable = time.monotonic()
-            _excuse_if_no_offers(trial)
+    watch(trial, wall, start)
+    engine = trial.engine or engine
     trial.final_checks()
     trial.target_reached_check(bound, start)
     stretches = inv.below_stretches(trial.samples, start)
@@ -60,11 +54,48 @@ def run(trial: Trial, sim_hours: float) -> dict[str, Any]:
     }
 
 
-def _below(trial: Trial) -> bool:
+class Watch:
+    """Observing a running engine: restart it if it exits on its own (a violation), look at the
+    market now and then while the fleet is below its target."""
+
+    def __init__(self, trial: Trial, start: float) -> None:
+        self.trial = trial
+        self.start = start  # wall time the trial's clock counts from
+        self.last_viable = 0.0
+
+    def __call__(
+        self,
+        seconds: float,
+        until: Callable[[], bool] | None = None,
+        each: Callable[[], None] | None = None,
+    ) -> bool:
+        """Observe for ``seconds`` (or until ``until`` holds: True then); ``each`` runs after
+        every slice (a sampler)."""
+        trial = self.trial
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if until is not None and until():
+                return True
+            trial.wait(min(OBSERVE_SLICE, max(0.0, end - time.monotonic())))
+            if trial.engine is not None and not trial.engine.alive():
+                restart_after_exit(trial, self.start)
+            if below(trial) and time.monotonic() - self.last_viable > VIABLE_EVERY:
+                self.last_viable = time.monotonic()
+                excuse_if_no_offers(trial)
+            if each is not None:
+                each()
+        return until is not None and until()
+
+
+def watch(trial: Trial, seconds: float, start: float) -> None:
+    Watch(trial, start)(seconds)
+
+
+def below(trial: Trial) -> bool:
     return bool(trial.samples) and trial.samples[-1].alive < trial.target
 
 
-def _excuse_if_no_offers(trial: Trial) -> None:
+def excuse_if_no_offers(trial: Trial) -> None:
     """Below target with nothing viable on the market: the market, not the engine, is short."""
     if trial.viable_offers() == 0:
         trial.counts["samples_excused_no_offers"] += 1
@@ -72,7 +103,8 @@ def _excuse_if_no_offers(trial: Trial) -> None:
         trial.samples[-1] = inv.Sample(last.at, last.alive, last.target, excused=True)
 
 
-def _restart(trial: Trial, start: float) -> Any:
+def restart_after_exit(trial: Trial, start: float) -> Any:
+    """The engine exited on its own: a violation; start it again (as systemd would)."""
     assert trial.engine is not None
     code = trial.engine.proc.wait()
     tail = trial.engine.output().strip().splitlines()[-1:] or ["no output"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from reliability import invariants as inv
 from reliability.observe import (
@@ -40,6 +41,8 @@ from reliability.procs import (
     venv_bin,
     write_config,
 )
+from reliability.proxy import TcpProxy
+from vastui.engine.policy import UNHEALTHY  # what Vast lists as not working
 
 FOREIGN_LABEL = "reliability-foreign"  # not vastui's shape: the engine must never touch it
 # An engine on the served cloud's clock steps every 0.5 s and searches offers every
@@ -90,6 +93,7 @@ class TrialOptions:
     workdir: Path | None = None
     keep: bool = False
     strikes_to_ban: int = 2  # config proving.strikes_to_ban (the default)
+    api_proxy: bool = False  # the engine reaches the Vast API through a TcpProxy (api-outage)
 
 
 class Trial:
@@ -117,6 +121,11 @@ class Trial:
         self.orphan_max_age = 0.0  # the longest an instance of ours went untracked, engine up
         self.ledger_checks = 0  # observations that checked the cloud's creates per label
         self.credit_at_start: float | None = None
+        self.proxy: TcpProxy | None = None
+        # While the engine cannot reach the Vast API, it can neither adopt nor rent: the
+        # orphan clock stops and samples below the target are excused (api-outage).
+        self.blind = False
+        self.unhealthy_seen: dict[int, str] = {}  # ours the observer saw exited/offline
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -131,7 +140,12 @@ class Trial:
             f"served cloud {self.sim.url} (seed {o.seed}, speed {o.speed:g}, {o.faults}); "
             f"engines run on its clock VASTUI_SIM_CLOCK={self.sim.clock}"
         )
-        write_config(self.wd.config, engine_config(self.sim, o.fleet))
+        if o.api_proxy:
+            where = urlsplit(self.sim.url)
+            self.proxy = TcpProxy(where.hostname or "127.0.0.1", where.port or 80)
+            self.proxy.start()
+            self.say(f"the engine reaches the Vast API through a proxy at {self.proxy.url}")
+        write_config(self.wd.config, engine_config(self.sim, o.fleet, api_url=self.engine_url))
         env = self.wd.env()
         self.cli = Cli(venv_bin("vastai"), self.sim.url, SIM_KEY, env)
         self.foreign = create_foreign(self.cli, FOREIGN_LABEL)
@@ -148,9 +162,44 @@ class Trial:
         self.timeline.append((time.time(), target))
         self.target = target
 
+    @property
+    def engine_url(self) -> str:
+        """The Vast API as the engine reaches it (the proxy's address, if any)."""
+        assert self.sim is not None
+        return self.proxy.url if self.proxy is not None else self.sim.url
+
+    def sim_now(self, wall: float | None = None) -> float:
+        """The engine's clock (the served cloud's simulated time) at ``wall`` (default now)."""
+        assert self.sim is not None
+        wall0, start, speed = (float(x) for x in self.sim.clock.split(","))
+        return start + ((time.time() if wall is None else wall) - wall0) * speed
+
+    def set_blind(self, blind: bool) -> None:
+        """The engine cannot reach the Vast API (or can again: its view, and with it the
+        orphan clock, starts afresh then)."""
+        self.blind = blind
+        if not blind and self.engine_up_since is not None:
+            self.engine_up_since = time.time()
+
+    def ssh_switch(self, refuse: bool) -> dict[str, Any]:
+        """Every sandbox's sshd refuses connections (dropping the live ones), or listens again
+        (``POST /_sim/ssh``); the cloud's count of its sshds."""
+        import httpx
+
+        assert self.sim is not None
+        resp = httpx.post(
+            self.sim.url.rstrip("/") + "/_sim/ssh", json={"refuse": refuse},
+            headers={"Authorization": f"Bearer {SIM_KEY}"}, timeout=30.0,
+        )  # fmt: skip
+        resp.raise_for_status()
+        data = resp.json()
+        return data if isinstance(data, dict) else {}
+
     def close(self) -> None:
         if self.engine is not None and self.engine.alive():
             self.engine.kill(signal.SIGTERM)
+        if self.proxy is not None:
+            self.proxy.stop()
         if self.sim is not None:
             self.sim.stop()
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -166,8 +215,7 @@ class Trial:
     # -- the engine ----------------------------------------------------------------------------
 
     def engine_cmd(self, target: int | None = None) -> list[str]:
-        assert self.sim is not None
-        return engine_command(self.wd, self.sim.url, target)
+        return engine_command(self.wd, self.engine_url, target)
 
     def start_engine(self, crash_points: str = "", crash_seed: int = 0) -> Engine:
         assert self.engine is None or not self.engine.alive()
@@ -250,16 +298,18 @@ class Trial:
         self.seen = inv.labels_seen(self.seen, rows)
         alive = inv.ours(rows, fleet)
         self.ever_ours.update(r.id for r in alive)
-        self.watch, found = inv.orphans(
-            self.watch, at, rows, store, fleet, self.engine_up_since, ORPHAN_BOUND
-        )
-        if self.engine_up_since is not None:
+        for r in alive:
+            if r.status in UNHEALTHY:
+                self.unhealthy_seen[r.id] = r.status or "?"
+        up_since = None if self.blind else self.engine_up_since
+        self.watch, found = inv.orphans(self.watch, at, rows, store, fleet, up_since, ORPHAN_BOUND)
+        if up_since is not None:
             for since in self.watch.since.values():
-                age = at - max(since, self.engine_up_since)
+                age = at - max(since, up_since)
                 self.orphan_max_age = max(self.orphan_max_age, age)
         found += inv.over_target(at, rows, fleet, self.timeline, grace=ORPHAN_BOUND)
         self.record(found)
-        self.samples.append(inv.Sample(at, len(alive), self.target))
+        self.samples.append(inv.Sample(at, len(alive), self.target, excused=self.blind))
         self.counts["max_alive"] = max(self.counts["max_alive"], len(alive))
 
     def _confirm(self, snap: list[inv.Violation], final: bool) -> None:

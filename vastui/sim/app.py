@@ -353,7 +353,10 @@ class SimApp:
         if path == "/_sim/stats":
             stats = self.cloud.stats()
             stats["faults_by_agent"] = dict(sorted(self.faults_by_agent.items()))
+            stats["ssh"] = _ssh_census()
             return _json(200, stats)
+        if path == "/_sim/ssh":
+            return await _sim_ssh(self.cloud, req, method)
         if not path.startswith("/api/"):
             return _error(404, "not_found", "Unknown API endpoint.")
         parts = [p for p in path[len("/api/") :].split("/") if p]
@@ -396,6 +399,34 @@ class SimApp:
             if canned is not None:
                 return _from_fault(canned)
         return resp
+
+
+def _ssh_census() -> dict[str, Any]:
+    from vastui.sim import sshd
+
+    return {**sshd.census(), "refusing": sshd.refusing()}
+
+
+async def _sim_ssh(cloud: SimCloud, req: _Request, method: str) -> _Resp:
+    """``/_sim/ssh`` (the reliability trials' switch, with the API key): ``POST {"refuse":
+    true}`` makes every sandbox's sshd refuse connections, dropping the live ones (the
+    controller cut off from its workers); ``{"refuse": false}`` listens again. GET: the count."""
+    from vastui.sim import sshd
+
+    if req.api_key() != cloud.api_key:
+        return _error(401, "auth_error", "Invalid user key")
+    if method == "POST":
+        try:
+            body = req.json_body()
+        except ApiError as e:
+            return _json(e.status, e.body)
+        refuse = body.get("refuse") if isinstance(body, dict) else None
+        if not isinstance(refuse, bool):
+            return _error(400, "invalid_args", 'expected {"refuse": true|false}')
+        await sshd.refuse_connections(refuse)
+    elif method != "GET":
+        return _error(405, "method_not_allowed", f"Method {method} not allowed.")
+    return _json(200, _ssh_census())
 
 
 def _agent(header: str) -> str:

@@ -12,6 +12,8 @@ import contextlib
 import logging
 import os
 import signal
+import socket
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,8 @@ class SandboxSshd:
         self._forwards: dict[asyncssh.SSHServerConnection, dict[int, int]] = {}
         self.port: int | None = None  # the first port (Vast's proxy endpoint)
         self.ports: list[int] = []
+        self._host = "127.0.0.1"
+        self._held: list[socket.socket] = []  # the ports, bound, not listening: refusing
 
     def key_allowed(self, key: asyncssh.SSHKey) -> bool:
         wanted = key.public_data
@@ -96,26 +100,61 @@ class SandboxSshd:
     async def start(self, port: int, host: str = "127.0.0.1", also: tuple[int, ...] = ()) -> int:
         """Listen on ``port`` and the ``also`` ports: one server, one host key, as Vast's SSH
         proxy and an instance's direct port both reach the same container's sshd."""
+        self._host = host
         try:
             for each in (port, *also):
-                server = await asyncssh.create_server(
-                    lambda: _Server(self),
-                    host,
-                    each,
-                    server_host_keys=[self.host_key],
-                    process_factory=self._handle,
-                    encoding=None,
-                    allow_scp=False,
-                    agent_forwarding=False,
-                    x11_forwarding=False,
-                )
+                server = await self._listen(each)
                 self.servers.append(server)
                 self.ports.append(server.sockets[0].getsockname()[1])
         except BaseException:
             await self.stop()  # no half-started server left listening
             raise
         self.port = self.ports[0]
+        _LIVE.add(self)
+        if _refusing:
+            await self.refuse()
         return self.port
+
+    async def _listen(self, port: int) -> asyncssh.SSHAcceptor:
+        return await asyncssh.create_server(
+            lambda: _Server(self),
+            self._host,
+            port,
+            server_host_keys=[self.host_key],
+            process_factory=self._handle,
+            encoding=None,
+            allow_scp=False,
+            agent_forwarding=False,
+            x11_forwarding=False,
+        )
+
+    # -- the controller cut off (refuse_connections) ---------------------------------------
+
+    async def refuse(self) -> None:
+        """Refuse connections on every port (each kept bound, not listening: a connect is
+        refused, and no other socket takes the port) and drop the live ones, with their
+        commands and forwards."""
+        if not self.servers:
+            return
+        for conn in list(self.connections):
+            conn.abort()
+        for server in self.servers:
+            server.close()
+        self.servers = []
+        for port in self.ports:
+            held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            held.bind((self._host, port))
+            self._held.append(held)
+
+    async def accept(self) -> None:
+        """Listen again on the same ports."""
+        if not self._held:
+            return
+        for held in self._held:
+            held.close()
+        self._held = []
+        self.servers = [await self._listen(port) for port in self.ports]
 
     # -- tunnel ------------------------------------------------------------------------
 
@@ -190,6 +229,10 @@ class SandboxSshd:
 
     async def stop(self) -> None:
         """Like the machine going away: drop connections, kill commands."""
+        _LIVE.discard(self)
+        for held in self._held:
+            held.close()
+        self._held = []
         for server in self.servers:
             server.close()
             with contextlib.suppress(Exception):
@@ -205,6 +248,46 @@ class SandboxSshd:
         for proc in procs:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 5.0)
+
+
+# -- every sandbox's sshd at once: the controller cut off from its workers -------------------
+# One switch per process (`vastui sim serve` serves one cloud), set through ``POST /_sim/ssh``
+# (vastui/sim/app.py) by the reliability trials: while it is on, every sandbox's sshd refuses
+# connections, those that start meanwhile too.
+_LIVE: weakref.WeakSet[SandboxSshd] = weakref.WeakSet()
+_refusing = False
+
+
+async def refuse_connections(refuse: bool) -> int:
+    """Every sandbox's sshd refuses connections (dropping the live ones), or listens again;
+    how many sshds were switched."""
+    global _refusing
+    _refusing = refuse
+    boxes = list(_LIVE)
+    for box in boxes:
+        try:
+            await (box.refuse() if refuse else box.accept())
+        except OSError as exc:  # one port taken meanwhile must not spare the others
+            log.warning("sshd on %s: cannot %s: %s", box.ports, "refuse" if refuse else "listen",
+                        exc)  # fmt: skip
+    return len(boxes)
+
+
+def refusing() -> bool:
+    return _refusing
+
+
+def census() -> dict[str, int]:
+    """What the sandboxes' sshds hold now: servers listening, connections, sessions (commands
+    running) and remote forwards."""
+    boxes = list(_LIVE)
+    return {
+        "sshds": len(boxes),
+        "listening": sum(len(b.servers) for b in boxes),
+        "connections": sum(len(b.connections) for b in boxes),
+        "sessions": sum(len(b.processes) for b in boxes),
+        "forwards": sum(len(f) for b in boxes for f in b._forwards.values()),
+    }
 
 
 async def _pump_out(reader: asyncio.StreamReader | None, writer: Any) -> None:
