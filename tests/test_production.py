@@ -345,3 +345,97 @@ async def test_the_curio_db_password_goes_to_the_worker_and_nowhere_else(
     for path in tmp_path.glob("s.db*"):
         assert b"s3cret-curio-db" not in path.read_bytes(), path
     assert "s3cret-curio-db" not in caplog.text
+
+
+# ------------------------------------------------------------------ the controller cut off
+
+
+UNREACHABLE_CASES = [
+    # (unreachable for minutes, the engine reaches other workers, the kill kind or None)
+    ("cut off briefly, fellows answer", 10, True, None),
+    ("cut off long, fellows answer", 31, True, "prove_unreachable"),
+    ("cut off long, nobody answers", 600, False, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "minutes", "others", "kind"), UNREACHABLE_CASES, ids=[c[0] for c in UNREACHABLE_CASES]
+)
+def test_an_unreachable_worker_is_not_a_silent_daemon(
+    case: str, minutes: float, others: bool, kind: str | None
+) -> None:
+    state = feed([(0.0, raw(5))])
+    state = production.silent(state, 60.0, unreachable=True)
+    assert state.unreachable_since == 60.0 and state.silent_since is None
+    kill = production.verdict(
+        state, None, 60.0 + minutes * 60, 30.0, Config(), others_reachable=others
+    )
+    assert (kill.kind if kill else None) == kind
+    if kill is not None:
+        assert kill.strike and "reaches its other workers" in kill.reason
+    # a read that connects but finds the daemon silent is the daemon's silence again
+    state = production.silent(state, 120.0)
+    assert state.unreachable_since is None and state.silent_since == 120.0
+
+
+async def _two_proving(world: World, store) -> tuple[Any, list[int]]:
+    engine = await world.engine(store)
+    ids: list[int] = []
+    machines: set[int] = set()
+    for ranked in [r for r in await engine.refresh_offers(force=True) if r.viable]:
+        if len(ids) == 2:
+            break
+        if ranked.offer.machine_id in machines:
+            continue
+        iid = await engine.deploy(ranked.offer.id)
+        assert iid is not None
+        ids.append(iid)
+        machines.add(ranked.offer.machine_id)
+    await world.until_running(engine)
+    for iid in ids:
+        rec = await store.get_instance(iid)
+        for stage in ("setup", "paramfetch", "benchmark"):
+            await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+        bench = result("pass", rec.min_rate + 4)
+        bench["result"].update(daemon_pid=77, daemon_completed=13, daemon_failed=0)
+        await engine.handle_worker_event(iid, bench)
+        await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+        assert await engine.handle_counters(iid, Reading.parse(raw(13, pid=77)))
+    return engine, ids
+
+
+async def test_the_controller_cut_off_from_every_worker_destroys_none(world, store):
+    """Issue 17: SSH to every worker refused for hours (the controller's network): nobody is
+    destroyed or struck; curio goes on proving without us."""
+    engine, ids = await _two_proving(world, store)
+    for _ in range(180):  # three hours, a read a minute, none connects
+        world.clock.advance(60)
+        for iid in ids:
+            assert await engine.handle_counters(iid, None, True)
+    for iid in ids:
+        rec = await store.get_instance(iid)
+        assert not rec.killed and rec.state == "proving"
+        assert await store.list_strikes(rec.machine_id) == []
+    # SSH is back: the counters are read again and the clocks reset
+    for iid in ids:
+        assert await engine.handle_counters(iid, Reading.parse(raw(20, pid=77)))
+        state = ProdState.from_json((await store.get_instance(iid)).prod_state)
+        assert state.unreachable_since is None and state.silent_since is None
+    await engine.close()
+
+
+async def test_one_worker_unreachable_while_its_fellow_answers_goes(world, store):
+    engine, (lost, fine) = await _two_proving(world, store)
+    done = 13
+    for minute in range(1, 40):
+        world.clock.advance(60)
+        done += 1 if minute % 2 else 0
+        assert await engine.handle_counters(fine, Reading.parse(raw(done, pid=77)))
+        alive = await engine.handle_counters(lost, None, True)
+        if not alive:
+            break
+    rec = await store.get_instance(lost)
+    assert rec.kill_kind == "prove_unreachable" and 30 <= minute <= 32
+    assert [s.kind for s in await store.list_strikes(rec.machine_id)] == ["prove_unreachable"]
+    assert not (await store.get_instance(fine)).killed
+    await engine.close()

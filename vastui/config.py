@@ -125,6 +125,9 @@ class ProvingSection:
     window_min: float = 60.0  # a measured rate below min_rate over this long destroys it
     max_failures: int = 3  # failed proofs in the window that destroy it
     unresponsive_min: float = 5.0  # no answer from the daemon for this long destroys it
+    # No SSH connection to a proving worker for this long, while its fellows answer: destroyed
+    # (a strike). When none answers, the controller is cut off: nobody is destroyed for it.
+    unreachable_min: float = 30.0
     strikes_to_ban: int = 2  # strikes (within fleet.auto_ban_days) that ban the machine
     # A proof at MaxPending in flight must finish within ProveTimeout / (1 + this): curio's
     # deadline counts the daemon's queue (lib/cuzk/client.go:116-122)
@@ -312,6 +315,7 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("proving.window_min", lambda c: c.proving.window_min >= 5, "a number >= 5 (minutes)"),
     ("proving.max_failures", lambda c: c.proving.max_failures >= 1, "an integer >= 1"),
     ("proving.unresponsive_min", lambda c: c.proving.unresponsive_min >= 1, "a number >= 1"),
+    ("proving.unreachable_min", lambda c: c.proving.unreachable_min >= 1, "a number >= 1"),
     ("proving.strikes_to_ban", lambda c: c.proving.strikes_to_ban >= 1, "an integer >= 1"),
     ("proving.deadline_margin", lambda c: 0 <= c.proving.deadline_margin <= 2, "0 to 2"),
     ("proving.max_overdue", lambda c: c.proving.max_overdue >= 1, "an integer >= 1"),

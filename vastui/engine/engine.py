@@ -90,6 +90,7 @@ class Engine:
         self.on_change = on_change
         self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
         self._offers: list[RankedOffer] = []
+        self._ssh_reached: dict[int, float] = {}  # proving worker -> last counters read (clock)
         self._offers_at: float | None = None  # monotonic
         self._offers_gen = 0  # bumped when the ranking goes stale (a measurement, a ban)
         self._stopping = False  # a stop was asked: nothing new is rented
@@ -517,13 +518,20 @@ class Engine:
 
     # -- worker events and counters (from the followers) -----------------------------------
 
-    async def handle_counters(self, vast_id: int, reading: production.Reading | None) -> bool:
-        """Fold one counters reading (None: unreadable) and decide. False once not proving."""
+    async def handle_counters(
+        self, vast_id: int, reading: production.Reading | None, unreachable: bool = False
+    ) -> bool:
+        """Fold one counters reading (None: unreadable; ``unreachable``: no SSH connection at
+        all) and decide. False once not proving."""
         async with self._lock:
             rec = await self.store.get_instance(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
             now = self.clock()
+            if unreachable:
+                self._ssh_reached.pop(vast_id, None)
+            else:
+                self._ssh_reached[vast_id] = now
             window = self.config.proving.window_min * 60.0
             state = production.ProdState.from_json(rec.prod_state)
             if reading is not None and reading.alive and reading.completed is not None:
@@ -540,10 +548,15 @@ class Engine:
                     prod_checked_at=now,
                     curio_info=info,
                 )
-            elif state.silent_since is None:
-                state = production.silent(state, now)
-                rec = await self.store.update_instance(vast_id, prod_state=state.to_json())
-            kill = production.verdict(state, reading, now, rec.min_rate, self.config)
+            else:
+                quiet = production.silent(state, now, unreachable=unreachable)
+                if quiet != state:
+                    state = quiet
+                    rec = await self.store.update_instance(vast_id, prod_state=state.to_json())
+            kill = production.verdict(
+                state, reading, now, rec.min_rate, self.config,
+                others_reachable=self._others_reachable(vast_id, now),
+            )  # fmt: skip
             if kill is not None and kill.kind == "prove_below_min" and rec.prod_rate:
                 # What it really does becomes the machine's last rate: the ranking must not
                 # rent it again on the strength of its benchmark.
@@ -553,6 +566,13 @@ class Engine:
             rec = await self.store.get_instance(vast_id)
         await self._notify("counters")
         return rec is not None and not rec.killed
+
+    def _others_reachable(self, vast_id: int, now: float) -> bool:
+        """Whether the engine reached another proving worker over SSH lately (within half of
+        ``proving.unreachable_min``, so that a cut has outlasted it before any kill is due):
+        evidence that the controller's side works, and one worker's silence is its own."""
+        recent = now - self.config.proving.unreachable_min * 30.0
+        return any(t >= recent for vid, t in self._ssh_reached.items() if vid != vast_id)
 
     async def handle_worker_event(
         self, vast_id: int, event: dict[str, Any], *, position: int | None = None

@@ -13,12 +13,14 @@ from typing import Any
 from vastui.engine import production
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
+from vastui.ssh.connection import SshUnreachable
 from vastui.store import InstanceRecord, Store
 
 log = logging.getLogger("vastui.engine")
 
 EventHandler = Callable[..., Awaitable[bool]]  # (vast_id, event, position=) → still live
-CountersHandler = Callable[[int, "production.Reading | None"], Awaitable[bool]]
+# (instance, reading or None, unreachable: no SSH connection at all)
+CountersHandler = Callable[[int, "production.Reading | None", bool], Awaitable[bool]]
 
 
 class Followers:
@@ -120,13 +122,18 @@ class Followers:
         worker = self.ssh.worker(vast_id, endpoint)
         try:
             while True:
+                unreachable = False
                 try:
                     raw = await worker.cuzk_counters()
                     reading: production.Reading | None = production.Reading.parse(raw)
+                except SshUnreachable as exc:
+                    # No connection at all: says nothing of the daemon (engine decides whose).
+                    log.info("instance %s: unreachable over SSH: %s", vast_id, exc)
+                    reading, unreachable = None, True
                 except SshError as exc:
                     log.info("instance %s: cuzk counters unavailable: %s", vast_id, exc)
                     reading = None
-                if not await self.on_counters(vast_id, reading):
+                if not await self.on_counters(vast_id, reading, unreachable):
                     return
                 await asyncio.sleep(self.prove_poll())
         except asyncio.CancelledError:

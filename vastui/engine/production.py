@@ -100,6 +100,8 @@ class ProdState:
     started: float | None = None  # when the first reading came in
     primed: bool = False  # a proof completed since production began: the pipeline is full
     silent_since: float | None = None  # the first failed read since the last good one
+    # the first read since the last good one that found no SSH connection at all
+    unreachable_since: float | None = None
     samples: list[list[float]] = field(default_factory=list)  # [t, completed, failed, busy]
 
     @property
@@ -169,6 +171,7 @@ def fold(
     s.last_uptime = reading.uptime or 0.0
     s.last_ok = now
     s.silent_since = None
+    s.unreachable_since = None
     # Until the first proof completes, the pipeline is filling (a proof's whole latency, not the
     # interval between proofs): that time is not held against the machine.
     s.primed = s.primed or s.completed > 0
@@ -180,11 +183,20 @@ def fold(
     return s
 
 
-def silent(state: ProdState, now: float) -> ProdState:
+def silent(state: ProdState, now: float, *, unreachable: bool = False) -> ProdState:
     """A read that failed: the silence starts now unless it already had. It is the engine's own
     failed reads that count, so an engine that was down does not hold its absence against the
-    worker."""
-    return state if state.silent_since is not None else replace(state, silent_since=now)
+    worker. A read that found no SSH connection at all is not the daemon's silence: it starts
+    its own clock (and a read that connects ends it)."""
+    if unreachable:
+        return (
+            state if state.unreachable_since is not None else replace(state, unreachable_since=now)
+        )
+    return replace(
+        state,
+        silent_since=state.silent_since if state.silent_since is not None else now,
+        unreachable_since=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -225,11 +237,31 @@ def verdict(
     now: float,
     min_rate: float | None,
     config: Config,
+    *,
+    others_reachable: bool = True,
 ) -> Kill | None:
     """Whether a proving worker must go: a dead or silent daemon, failing proofs, or a measured
-    rate below its min_rate over the whole window. Each of these is a strike on the machine."""
+    rate below its min_rate over the whole window. Each of these is a strike on the machine.
+
+    A worker the engine cannot reach at all (no SSH connection) is not a silent daemon: curio
+    goes on proving without us. It is the machine's (its network, its sshd) only while the
+    engine reaches its other workers (``others_reachable``); then, past
+    ``proving.unreachable_min``, it goes, with a strike. When no worker answers, the controller
+    is the one cut off: nobody is destroyed for it (RELIABILITY.md, ssh-cut)."""
     p = config.proving
     window = p.window_min * 60.0
+    if reading is None and state.unreachable_since is not None:
+        if not others_reachable:
+            return None
+        if now - state.unreachable_since >= p.unreachable_min * 60.0:
+            return Kill(
+                "prove_unreachable",
+                f"no SSH connection to the worker for {(now - state.unreachable_since) / 60:.0f}"
+                " min while the controller reaches its other workers",
+                "proving",
+                strike=True,
+            )
+        return None
     if reading is not None and not reading.alive and reading.exit_status is not None:
         # Word for word what the prove stage reports when it sees the same death: whichever of
         # the two the engine hears first, the kill reads the same.

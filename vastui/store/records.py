@@ -25,6 +25,7 @@ KILL_KINDS: tuple[str, ...] = (
     "prove_below_min",  # measured production rate below min_rate over the window
     "prove_failing",  # failed proofs in production
     "prove_unresponsive",  # cuzk-daemon stopped answering while proving
+    "prove_unreachable",  # no SSH to the worker for long while its fellows answered
     "prove_daemon_died",  # cuzk-daemon exited while proving
     "prove_overdue",  # proofs outlived curio's ProveTimeout: the daemon proves unwanted work
     "bench_deadline",  # too slow for curio's ProveTimeout at any MaxPending that keeps min_rate
