@@ -16,7 +16,14 @@ from vastui.console.bridge import FleetBridge, Snapshot
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.sim import ManualClock, SimCloud
-from vastui.store import BadEntry, Event, InstanceRecord, LegacyReviewEntry, PerfRecord
+from vastui.store import (
+    BadEntry,
+    Event,
+    ForeignInstance,
+    InstanceRecord,
+    LegacyReviewEntry,
+    PerfRecord,
+)
 from vastui.store.records import EngineStatus
 from vastui.vast.models import Offer
 
@@ -186,8 +193,14 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
                "> max $4.00/h",
         best={"offer_id": m[7].id}, dry_run=False, updated_at=T0, reason_since=T0 - 600,
     )  # fmt: skip
-    snap = Snapshot(instances=instances, bad=bad, legacy=legacy, perf=perf, events=events,
-                    taken_at=T0, engine_status=status,
+    # Another controller on the same account (a staging console with its own database).
+    foreign = [ForeignInstance(vast_id=3180077, label="vastui-main.5e1f0a2c-9b7d31c4e8a0",
+                               owner="main.5e1f0a2c", machine_id=m[9].machine_id,
+                               gpu_name=m[9].gpu_name, num_gpus=1, dph_total=0.342,
+                               vast_status="running", first_seen_at=T0 - 5400,
+                               last_seen_at=T0)]  # fmt: skip
+    snap = Snapshot(instances=instances, foreign=foreign, bad=bad, legacy=legacy, perf=perf,
+                    events=events, taken_at=T0, engine_status=status,
                     spend=fleet_spend(instances, T0, local_midnight(T0, UTC)))  # fmt: skip
     return snap, ranked
 
