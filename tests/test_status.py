@@ -154,3 +154,21 @@ async def test_gather_on_an_empty_database(store: Store) -> None:
         "workers: no status yet (no engine has run a cycle on this database)",
         "spend $0.00 today, $0.00 since start, $0.00 on rejected workers",
     ]
+
+
+async def test_an_engine_killed_on_this_host_is_not_live(store: Store) -> None:
+    """Its lease row outlives it until the TTL lapses; its pid is gone at once: status says
+    the engine is gone, not that the fleet is live."""
+    import socket
+
+    await store.put_engine_status(
+        EngineStatus(target=1, workers=1, by_stage={"proving": 1}, reason_kind="at_target",
+                     reason="at target", best=None, dry_run=False, updated_at=WALL,
+                     wall_at=WALL)
+    )  # fmt: skip
+    dead_pid = 2**22 + 12345  # above pid_max's default: no such process
+    await store.acquire_lease("x", pid=dead_pid, hostname=socket.gethostname(), mode="headless",
+                              ttl=30, now=WALL)  # fmt: skip
+    rep = await gather(store, wall_now=WALL + 2)
+    assert rep["live"] is False and rep["lease"] is None
+    assert render(rep).splitlines()[1].startswith("fleet as last seen by its engine 2s ago")

@@ -20,6 +20,7 @@ from typing import Any
 
 from vastui.engine.spend import counted, fleet_spend, local_midnight
 from vastui.store import STATES, EngineStatus, Store, iso_utc
+from vastui.store.fleet import holder_is_dead
 
 
 def fleet_now(engine: EngineStatus | None, wall: float) -> float:
@@ -45,6 +46,8 @@ async def gather(
     records = counted(await store.list_instances())
     start = local_midnight(now) if day_start is None else day_start
     holder = await store.lease_holder(now=wall)
+    if holder is not None and holder_is_dead(holder):
+        holder = None  # SIGKILLed on this host: its row lapses later, its process is gone now
     stages = Counter(r.state for r in records)
     foreign = await store.list_foreign()
     pause = await store.get_fleet_failure()
