@@ -72,6 +72,24 @@ async def rent_one(world: World, store: Store) -> tuple[Engine, int]:
     return engine, iid
 
 
+async def rent_distinct(world: World, engine: Engine, n: int) -> list[int]:
+    """Rent ``n`` viable offers on ``n`` different machines with one engine, until running."""
+    ids: list[int] = []
+    used: set[int] = set()
+    for ranked in [r for r in await engine.refresh_offers(force=True) if r.viable]:
+        if len(ids) == n:
+            break
+        if ranked.offer.machine_id in used:
+            continue
+        iid = await engine.deploy(ranked.offer.id)
+        assert iid is not None
+        ids.append(iid)
+        used.add(ranked.offer.machine_id)
+    assert len(ids) == n, f"only {len(ids)} viable offers on different machines"
+    await world.until_running(engine)
+    return ids
+
+
 def result(outcome: str, rate: float | None, tail: list[str] | None = None, stage: str = "done"):
     return {
         "stage": "benchmark",

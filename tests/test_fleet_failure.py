@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.enginekit import World, result
+from tests.enginekit import World, rent_distinct, result
 from vastui.engine import fleetwide
 from vastui.engine.fleetwide import Failure, detect, signature
 from vastui.store import Store
@@ -81,22 +81,6 @@ def test_detect(
 # -- the engine ----------------------------------------------------------------------------
 
 
-async def _rent(world: World, engine, n: int) -> list[int]:  # type: ignore[no-untyped-def]
-    ids: list[int] = []
-    used: set[int] = set()
-    for ranked in [r for r in await engine.refresh_offers(force=True) if r.viable]:
-        if len(ids) == n:
-            break
-        if ranked.offer.machine_id in used:
-            continue
-        iid = await engine.deploy(ranked.offer.id)
-        assert iid is not None
-        ids.append(iid)
-        used.add(ranked.offer.machine_id)
-    await world.until_running(engine)
-    return ids
-
-
 def _broken_env(iid: int) -> list[str]:
     """What every worker says when the image's benchmark input is missing (its ids differ)."""
     sector = iid % 997
@@ -108,7 +92,7 @@ def _broken_env(iid: int) -> list[str]:
 
 async def test_one_failure_on_three_machines_is_the_fleets(world: World, store: Store) -> None:
     engine = await world.engine(store)
-    ids = await _rent(world, engine, 3)
+    ids = await rent_distinct(world, engine, 3)
     machines = [(await store.get_instance(i)).machine_id for i in ids]
     assert len(set(machines)) == 3
     for iid in ids[:2]:
@@ -143,7 +127,7 @@ async def test_one_failure_on_three_machines_is_the_fleets(world: World, store: 
 
 async def test_a_single_machines_fault_still_bans_it(world: World, store: Store) -> None:
     engine = await world.engine(store)
-    ids = await _rent(world, engine, 3)
+    ids = await rent_distinct(world, engine, 3)
     tails = [
         ["ERROR cuzk_core::engine: CUDA error 700: illegal memory access"],
         ["ERROR: C1 input /data/c1/sector-1.json not found (instance 1)"],
@@ -159,7 +143,7 @@ async def test_a_single_machines_fault_still_bans_it(world: World, store: Store)
 
 async def test_a_worker_that_passes_ends_the_pause(world: World, store: Store) -> None:
     engine = await world.engine(store)
-    ids = await _rent(world, engine, 4)
+    ids = await rent_distinct(world, engine, 4)
     for iid in ids[:3]:
         await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
     assert await store.get_fleet_failure() is not None
@@ -176,7 +160,7 @@ async def test_the_check_can_be_turned_off(world: World, store: Store) -> None:
     world.config = replace(world.config, fleet=replace(world.config.fleet,
                                                        fleet_failure_machines=0))  # fmt: skip
     engine = await world.engine(store)
-    ids = await _rent(world, engine, 3)
+    ids = await rent_distinct(world, engine, 3)
     for iid in ids:
         await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
     assert len(await store.list_bad(now=world.clock.now())) == 3

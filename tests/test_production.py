@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.enginekit import World, rent_one, result
+from tests.enginekit import World, rent_distinct, rent_one, result
 from vastui.config import Config
 from vastui.engine import production
 from vastui.engine.policy import failure_kill
@@ -216,8 +216,8 @@ def test_a_dead_daemon_reads_as_the_prove_stage_reports_it() -> None:
 # ------------------------------------------------------------------ the engine acting on it
 
 
-async def proving_worker(world: World, store):
-    engine, iid = await rent_one(world, store)
+async def _to_proving(engine, store, iid: int) -> None:  # type: ignore[no-untyped-def]
+    """Setup, paramfetch, a passed benchmark on daemon 77 (13 proofs), then proving."""
     rec = await store.get_instance(iid)
     for stage in ("setup", "paramfetch", "benchmark"):
         await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
@@ -225,6 +225,11 @@ async def proving_worker(world: World, store):
     bench["result"].update(daemon_pid=77, daemon_completed=13, daemon_failed=0)
     await engine.handle_worker_event(iid, bench)
     await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+
+
+async def proving_worker(world: World, store):
+    engine, iid = await rent_one(world, store)
+    await _to_proving(engine, store, iid)
     return engine, iid, await store.get_instance(iid)
 
 
@@ -380,26 +385,9 @@ def test_an_unreachable_worker_is_not_a_silent_daemon(
 
 async def _two_proving(world: World, store) -> tuple[Any, list[int]]:
     engine = await world.engine(store)
-    ids: list[int] = []
-    machines: set[int] = set()
-    for ranked in [r for r in await engine.refresh_offers(force=True) if r.viable]:
-        if len(ids) == 2:
-            break
-        if ranked.offer.machine_id in machines:
-            continue
-        iid = await engine.deploy(ranked.offer.id)
-        assert iid is not None
-        ids.append(iid)
-        machines.add(ranked.offer.machine_id)
-    await world.until_running(engine)
+    ids = await rent_distinct(world, engine, 2)
     for iid in ids:
-        rec = await store.get_instance(iid)
-        for stage in ("setup", "paramfetch", "benchmark"):
-            await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
-        bench = result("pass", rec.min_rate + 4)
-        bench["result"].update(daemon_pid=77, daemon_completed=13, daemon_failed=0)
-        await engine.handle_worker_event(iid, bench)
-        await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+        await _to_proving(engine, store, iid)
         assert await engine.handle_counters(iid, Reading.parse(raw(13, pid=77)))
     return engine, ids
 
