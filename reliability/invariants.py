@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from vastui.engine.labels import fleet_of, is_vastui_label
+from vastui.engine.labels import fleet_id_of, fleet_of, is_vastui_label, owner_of
 from vastui.engine.policy import gpu_errors
 
 # invariant → what it promises (the report prints these)
@@ -44,6 +44,20 @@ INVARIANTS: dict[str, str] = {
     "of the middle third's)",
     "db_growth": "the database grows only with the history it keeps (rows per instance "
     "rented and bytes per row level off)",
+    "cross_destroy": "two controllers on one account: neither sends a destroy for an instance "
+    "its database never intended, and every instance gone from the cloud was destroyed by its "
+    "own controller",
+    "foreign_unseen": "each database lists the other's live instances as foreign within the "
+    "orphan bound, never one of its own, and warns once per foreign fleet",
+    "rent_war": "each controller rents at most its target plus the instances it destroyed "
+    "itself (no rent-and-destroy war)",
+    "storm_overrun": "a fleet-wide failure pauses provisioning by its fleet_failure_machines-th "
+    "machine: no more victims before the pause, none rented after it",
+    "storm_blame": "no machine struck or banned for a fleet-wide failure (at the end)",
+    "storm_pause": "while a fleet-wide fault lasts: paused with reason fleet_failure and the "
+    "signature in status, nothing rented",
+    "storm_recovery": "once the fault is gone and `vastui resume` has run, the fleet is at target "
+    "within the bound, proving within the ready bound, and not paused again",
 }
 
 
@@ -105,8 +119,29 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def ours(rows: Iterable[VastRow], fleet: str) -> list[VastRow]:
-    return [r for r in rows if fleet_of(r.label) == fleet]
+def owned(label: str | None, fleet: str, fleet_id: str | None = None) -> bool:
+    """A label of this fleet and, once the database's identity is known, of this database (its
+    fleet id in the label; a label older than identities has none and stays the fleet's). Two
+    databases with one fleet name on one account tell their instances apart only so."""
+    if fleet_of(label) != fleet:
+        return False
+    fid = fleet_id_of(label)
+    return fleet_id is None or fid is None or fid == fleet_id
+
+
+def ours(rows: Iterable[VastRow], fleet: str, fleet_id: str | None = None) -> list[VastRow]:
+    return [r for r in rows if owned(r.label, fleet, fleet_id)]
+
+
+def strays(rows: Iterable[VastRow], fleet: str, known: Iterable[str]) -> list[VastRow]:
+    """Rows of this fleet's name under a fleet id that no database of the trial has: rented
+    under an identity nobody keeps (nobody would ever destroy them)."""
+    ids = set(known)
+    return [
+        r
+        for r in rows
+        if fleet_of(r.label) == fleet and (fid := fleet_id_of(r.label)) and fid not in ids
+    ]
 
 
 # -- the store, read read-only ------------------------------------------------------------
@@ -141,6 +176,19 @@ class StoreEvent:
     machine_id: int | None
     reason: str
     detail: Mapping[str, Any] = field(default_factory=dict)
+    ts: float | None = None  # engine clock (``vastui resume`` stamps its own: the wall clock)
+
+
+@dataclass(frozen=True)
+class StoreForeign:
+    """A row of ``foreign_instances``: another controller's instance as the engine last
+    listed it."""
+
+    vast_id: int
+    label: str
+    owner: str
+    first_seen_at: float | None = None
+    last_seen_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +231,9 @@ class StoreView:
     integrity: tuple[str, ...] = ("ok",)
     strike_rows: tuple[StoreStrike, ...] = ()
     ban_rows: tuple[StoreBan, ...] = ()
+    fleet_id: str | None = None  # meta.fleet_id: this database's identity, in its labels
+    foreign_rows: tuple[StoreForeign, ...] = ()
+    pause: Mapping[str, Any] | None = None  # meta.fleet_failure: the provisioning pause
 
     def by_id(self) -> dict[int, StoreInstance]:
         return {i.vast_id: i for i in self.instances}
@@ -240,16 +291,24 @@ def double_rents_ledger(created: Mapping[str, int]) -> list[Violation]:
 # -- orphans ----------------------------------------------------------------------------------
 
 
-def untracked(rows: Iterable[VastRow], store: StoreView, fleet: str) -> dict[int, str]:
-    """Ours on the cloud, paying, that the store does not follow: id → why."""
-    known = store.by_id()
+def untracked(
+    rows: Iterable[VastRow], store: StoreView, fleet: str, known: Iterable[str] | None = None
+) -> dict[int, str]:
+    """Ours on the cloud, paying, that the store does not follow: id → why. Ours: this
+    database's (its fleet id, once known). With ``known`` (the fleet ids of every database in
+    the trial), a row of this fleet's name under any other id is untracked too: nobody's."""
+    records = store.by_id()
     out: dict[int, str] = {}
-    for row in ours(rows, fleet):
-        rec = known.get(row.id)
+    rows = list(rows)
+    for row in ours(rows, fleet, store.fleet_id):
+        rec = records.get(row.id)
         if rec is None:
             out[row.id] = "not in the store"
         elif rec.killed:
             out[row.id] = f"recorded as killed ({rec.kill_kind}) but still listed"
+    if known is not None:
+        for row in strays(rows, fleet, known):
+            out[row.id] = f"under fleet id {fleet_id_of(row.label)}, which no database here has"
     return out
 
 
@@ -268,10 +327,11 @@ def orphans(
     fleet: str,
     engine_up_since: float | None,
     bound: float,
+    known: Iterable[str] | None = None,
 ) -> tuple[OrphanWatch, list[Violation]]:
     """Fold one observation. An orphan is counted only while an engine runs (from when it came
     back, if later than first seen): it is a violation once older than ``bound`` seconds."""
-    now_untracked = untracked(rows, store, fleet)
+    now_untracked = untracked(rows, store, fleet, known)
     since = {iid: watch.since.get(iid, at) for iid in now_untracked}
     found = []
     if engine_up_since is not None:
@@ -293,11 +353,19 @@ def orphans(
 
 
 def foreign_touched(
-    foreign: frozenset[int], rows: Sequence[VastRow] | None, store: StoreView, fleet: str
+    foreign: frozenset[int],
+    rows: Sequence[VastRow] | None,
+    store: StoreView,
+    fleet: str,
+    others: frozenset[int] = frozenset(),
 ) -> list[Violation]:
     """The harness's foreign instances stay listed; the store never records or adopts anything
-    without this fleet's label. ``rows`` None: this observation of the cloud failed."""
+    without this fleet's label (and this database's fleet id, once known), nor names in an
+    event or intent a foreign instance or one of ``others`` (another database's on the same
+    account, which come and go as their controller decides). ``rows`` None: this observation of
+    the cloud failed."""
     found = []
+    untouchable = foreign | others
     if rows is not None:
         listed = {r.id for r in rows}
         for iid in sorted(foreign - listed):
@@ -305,7 +373,7 @@ def foreign_touched(
                 Violation("foreign_touched", f"instance {iid}", "foreign instance no longer listed")
             )
     for inst in store.instances:
-        if inst.vast_id in foreign or fleet_of(inst.label) != fleet:
+        if inst.vast_id in untouchable or not owned(inst.label, fleet, store.fleet_id):
             found.append(
                 Violation(
                     "foreign_touched",
@@ -314,7 +382,7 @@ def foreign_touched(
                 )
             )
     for ev in store.events:
-        if ev.instance_id in foreign:
+        if ev.instance_id in untouchable:
             found.append(
                 Violation(
                     "foreign_touched",
@@ -323,7 +391,7 @@ def foreign_touched(
                 )
             )
     for intent in store.intents:
-        if intent.instance_id in foreign:
+        if intent.instance_id in untouchable:
             found.append(
                 Violation(
                     "foreign_touched",
@@ -427,15 +495,34 @@ def _intent_ban(intent: StoreIntent) -> int | None:
     return None
 
 
-def bans_missing(store: StoreView, strikes_to_ban: int) -> list[Violation]:
+def forgiven_by_fleet_failure(store: StoreView) -> frozenset[int]:
+    """The instances whose failure the engine declared the fleet's (engine/fleetwide.py): those
+    a ``fleet_failure`` pause names (its earlier victims, their strikes and bans taken back),
+    and every destroy recorded as uncharged (``fleet_failure`` in its detail). Only a trial that
+    switches a fleet-wide fault on may excuse these from ``ban_missing``: anywhere else such a
+    declaration is a machine's fault gone unbanned."""
+    out: set[int] = set()
+    for ev in store.events:
+        if ev.kind == "fleet_failure" and isinstance(ev.detail.get("instances"), list):
+            out.update(i for i in ev.detail["instances"] if _is_int(i))
+        if ev.kind == "destroy" and ev.detail.get("fleet_failure") is True and ev.instance_id:
+            out.add(ev.instance_id)
+    return frozenset(out)
+
+
+def bans_missing(
+    store: StoreView, strikes_to_ban: int, forgiven: frozenset[int] = frozenset()
+) -> list[Violation]:
+    """Every machine fault banned; ``forgiven``: instances whose failure was declared the
+    fleet's (a storm trial only, :func:`forgiven_by_fleet_failure`)."""
     need: dict[int, str] = {}
     for inst in store.instances:
         why = ban_worthy(inst)
-        if why and inst.machine_id:
+        if why and inst.machine_id and inst.vast_id not in forgiven:
             need.setdefault(inst.machine_id, f"instance {inst.vast_id}: {why}")
     for intent in store.intents:
         machine = _intent_ban(intent)
-        if machine:
+        if machine and intent.instance_id not in forgiven:
             need.setdefault(machine, f"destroy intent {intent.id} decided a ban")
     if strikes_to_ban > 0:
         for machine, count in store.strikes.items():
@@ -512,10 +599,11 @@ def over_target(
     fleet: str,
     timeline: Sequence[tuple[float, int]],
     grace: float,
+    fleet_id: str | None = None,
 ) -> list[Violation]:
     """Every listed instance of ours pays (a stopped or exited one pays its storage)."""
     allowed = allowed_alive(timeline, at, grace)
-    alive = ours(rows, fleet)
+    alive = ours(rows, fleet, fleet_id)
     if allowed is None or len(alive) <= allowed:
         return []
     ids = ", ".join(str(r.id) for r in alive)
@@ -900,6 +988,382 @@ def growth_violations(results: Iterable[Growth], invariant: str) -> list[Violati
     ]
 
 
+# -- two controllers on one account (issue 17 item 1) -----------------------------------------
+
+FOREIGN_OWNER = re.compile(r"\(fleet (\S+?): ")  # the engine's `foreign` event (engine.py)
+DELETE_PATH = re.compile(r"^/api/v[01]/instances/(\d+)/?(?:\?|$)")
+
+
+def owner_label(fleet: str, fleet_id: str | None) -> str:
+    """How the engine names a controller in its ``foreign`` events and ``foreign_instances``
+    (labels.owner_of): ``<fleet>.<fleet id>``."""
+    return f"{fleet}.{fleet_id}" if fleet_id else fleet
+
+
+def unintended(store: StoreView) -> list[Violation]:
+    """Ownership by intent (``Store.intended``): every instance a database records carries the
+    label of a rent intent of its own (no dry run's). A label of the right shape is not enough:
+    another database on the account rents under the same fleet name."""
+    labels = {i.label for i in store.intents if i.kind == "rent" and i.status != "dry_run"}
+    return [
+        Violation(
+            "foreign_touched", f"instance {inst.vast_id}",
+            f"recorded ({inst.state}, label {inst.label!r}) without a rent intent of its own",
+        )
+        for inst in store.instances
+        if inst.label not in labels
+    ]  # fmt: skip
+
+
+def foreign_seen(
+    at: float,
+    theirs: Sequence[VastRow],
+    store: StoreView,
+    first_listed: Mapping[int, float],
+    up_since: float | None,
+    bound: float,
+) -> list[Violation]:
+    """Another database's instances listed on the cloud (``theirs``) are in this store's
+    ``foreign_instances`` once listed longer than ``bound`` with this engine up (it lists every
+    step; one step may be held by a Vast call at its worst: the orphan bound); no instance of
+    this database's is ever there."""
+    found = []
+    recorded = {f.vast_id for f in store.foreign_rows}
+    if up_since is not None:
+        for r in theirs:
+            if r.id in recorded:
+                continue
+            age = at - max(first_listed.get(r.id, at), up_since)
+            if age > bound:
+                found.append(
+                    Violation(
+                        "foreign_unseen", f"instance {r.id}",
+                        f"another controller's ({owner_of(r.label)}) listed for {age:.0f}s with "
+                        f"this engine up, not in its foreign_instances (bound {bound:.0f}s)", at,
+                    )
+                )  # fmt: skip
+    if store.fleet_id:
+        for f in store.foreign_rows:
+            if fleet_id_of(f.label) == store.fleet_id:
+                found.append(
+                    Violation(
+                        "foreign_unseen", f"instance {f.vast_id}",
+                        f"its own instance (label {f.label}) listed as another controller's", at,
+                    )
+                )  # fmt: skip
+    return found
+
+
+def foreign_warnings(
+    store: StoreView, own: str, expected: Iterable[str], *, final: bool
+) -> list[Violation]:
+    """One ``foreign`` event per foreign fleet, ever: never two for one owner, never one for
+    this database itself; at the end, one for every owner in ``expected`` (the other databases
+    whose instances this engine had time to see)."""
+    counts: dict[str, int] = {}
+    for ev in store.events:
+        if ev.kind != "foreign":
+            continue
+        match = FOREIGN_OWNER.search(ev.reason)
+        owner = match.group(1) if match else "?"
+        counts[owner] = counts.get(owner, 0) + 1
+    found = []
+    for owner, n in sorted(counts.items()):
+        if owner == own:
+            found.append(
+                Violation("foreign_unseen", f"warning {owner}", "warned about its own fleet")
+            )
+        elif n > 1:
+            found.append(
+                Violation("foreign_unseen", f"warning {owner}", f"{n} foreign events, not one")
+            )
+    if final:
+        for owner in sorted(set(expected) - set(counts)):
+            found.append(
+                Violation(
+                    "foreign_unseen", f"warning {owner}",
+                    "its instances were listed, but no foreign event names the fleet",
+                )
+            )  # fmt: skip
+    return found
+
+
+def rent_war(
+    created: Mapping[str, int], store: StoreView, fleet: str, target: int
+) -> list[Violation]:
+    """The cloud's creates under this database's labels (``/_sim/stats`` ``labels_created``,
+    exact) are at most its target plus the instances it destroyed itself (each recorded with a
+    kind and a reason: ``destroy_unrecorded``): a controller that destroyed the other's
+    instances, or rented against a count that included them, rents more."""
+    fid = store.fleet_id
+    if fid is None:
+        return []
+    creates = sum(
+        n
+        for label, n in created.items()
+        if isinstance(n, int) and fleet_of(label) == fleet and fleet_id_of(label) == fid
+    )
+    killed = sum(1 for i in store.instances if i.killed and owned(i.label, fleet, fid))
+    if creates <= target + killed:
+        return []
+    return [
+        Violation(
+            "rent_war", f"fleet {owner_label(fleet, fid)}",
+            f"{creates} instances created under its labels; allowed {target} (its target) + "
+            f"{killed} it destroyed itself",
+        )
+    ]  # fmt: skip
+
+
+def cross_destroys(
+    who: str, deletes: Iterable[int], own: Iterable[int], theirs: Iterable[int]
+) -> list[Violation]:
+    """The instances a controller sent a DELETE for (read off its own API proxy, whatever the
+    answer) are its own: never another database's (``theirs``: listed under its fleet id, or the
+    harness's foreign instance), never one its own store and labels do not know (``own``)."""
+    own_ids, their_ids = set(own), set(theirs)
+    found = []
+    for iid in sorted(set(deletes)):
+        if iid in their_ids:
+            found.append(
+                Violation(
+                    "cross_destroy", f"instance {iid}",
+                    f"{who} sent a destroy for another controller's instance",
+                )
+            )  # fmt: skip
+        elif iid not in own_ids:
+            found.append(
+                Violation(
+                    "cross_destroy", f"instance {iid}",
+                    f"{who} sent a destroy for an instance its database never recorded",
+                )
+            )  # fmt: skip
+    return found
+
+
+def gone_without_own_destroy(
+    owner_of_id: Mapping[int, str],
+    rows: Sequence[VastRow],
+    deletes: Mapping[str, Iterable[int]],
+) -> list[Violation]:
+    """Every instance that was listed under one database's labels and is gone now was destroyed
+    by that database's own controller (a DELETE through its proxy): in the simulator nothing
+    else removes an instance. ``owner_of_id``: id → who (as in ``deletes``)."""
+    listed = {r.id for r in rows}
+    sent = {who: set(ids) for who, ids in deletes.items()}
+    return [
+        Violation(
+            "cross_destroy", f"instance {iid}",
+            f"{who}'s instance is gone from the cloud without a destroy from {who}",
+        )
+        for iid, who in sorted(owner_of_id.items())
+        if iid not in listed and iid not in sent.get(who, set())
+    ]  # fmt: skip
+
+
+def destroy_ledger(cloud_destroyed: int | None, deletes_sent: int) -> list[Violation]:
+    """The cloud's own count of destroys (``/_sim/stats`` ``instances_destroyed``) is no more
+    than the DELETEs the controllers sent: no destroy came from elsewhere."""
+    if cloud_destroyed is None or cloud_destroyed <= deletes_sent:
+        return []
+    return [
+        Violation(
+            "cross_destroy", "cloud ledger",
+            f"the cloud destroyed {cloud_destroyed} instances, the controllers asked "
+            f"{deletes_sent}",
+        )
+    ]  # fmt: skip
+
+
+def delete_ids(requests: Iterable[tuple[str, str]]) -> list[int]:
+    """Instance ids of the DELETE requests among (method, path)."""
+    out = []
+    for method, path in requests:
+        match = DELETE_PATH.match(path) if method == "DELETE" else None
+        if match:
+            out.append(int(match.group(1)))
+    return out
+
+
+# -- a fleet-wide failure: one signature on every machine (issue 17 item 3) --------------------
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One provisioning pause for a fleet-wide failure, from the engine's events."""
+
+    signature: str
+    paused_at: float  # engine clock
+    machines: tuple[int, ...]
+    instances: tuple[int, ...]
+    ended: str | None = None  # the resume event's reason: "cleared by the operator", "passed"
+    # when it ended: the resume event's time (``vastui resume`` stamps the wall clock, not the
+    # engine's: a trial on a simulated clock puts its own time of the resume here)
+    ended_at: float | None = None
+
+
+def pause_episodes(store: StoreView) -> list[Episode]:
+    """The pauses in the order the engine recorded them (``fleet_failure`` events: "provisioning
+    paused: ..." with the signature in its detail, "provisioning resumed: ..." ending it)."""
+    out: list[Episode] = []
+    for ev in store.events:
+        if ev.kind != "fleet_failure":
+            continue
+        sig = ev.detail.get("signature")
+        if ev.reason.startswith("provisioning paused") and isinstance(sig, str):
+            ints = [x for x in ev.detail.get("machines") or [] if _is_int(x)]
+            insts = [x for x in ev.detail.get("instances") or [] if _is_int(x)]
+            out.append(Episode(sig, float(ev.ts or 0.0), tuple(ints), tuple(insts)))
+        elif ev.reason.startswith("provisioning resumed") and out and out[-1].ended is None:
+            why = ev.reason[len("provisioning resumed: ") :] or "resumed"
+            out[-1] = replace(out[-1], ended=why, ended_at=ev.ts)
+    return out
+
+
+def paused_spans(episodes: Sequence[Episode], end: float) -> list[tuple[float, float]]:
+    """(paused at, ended at) of each pause, engine clock; one still on ends at ``end``."""
+    return [(e.paused_at, e.ended_at if e.ended_at is not None else end) for e in episodes]
+
+
+@dataclass(frozen=True)
+class Victim:
+    instance_id: int
+    machine_id: int | None
+    signature: str
+    decided_at: float  # engine clock: its destroy intent (before the request went out)
+    charged: bool  # recorded with a strike or a ban (not uncharged as the fleet's)
+
+
+def victims(store: StoreView, signature: str | None = None) -> list[Victim]:
+    """Every destroy recorded with a failure signature (``signature``: only that one), at its
+    decision's time."""
+    decided = {d.instance_id: d.at for d in destroys_decided(store)}
+    out = []
+    for ev in store.events:
+        sig = ev.detail.get("signature")
+        if ev.kind != "destroy" or not isinstance(sig, str) or ev.instance_id is None:
+            continue
+        if signature is not None and sig != signature:
+            continue
+        at = decided.get(ev.instance_id, float(ev.ts or 0.0))
+        charged = ev.detail.get("fleet_failure") is not True
+        out.append(Victim(ev.instance_id, ev.machine_id, sig, at, charged))
+    return sorted(out, key=lambda v: (v.decided_at, v.instance_id))
+
+
+def rented_at(store: StoreView) -> dict[int, float]:
+    """Instance id → when its rent intent was written (engine clock), by label."""
+    by_label = {
+        i.label: i.created_at
+        for i in store.intents
+        if i.kind == "rent" and i.label and i.created_at is not None
+    }
+    return {
+        inst.vast_id: float(by_label[inst.label])
+        for inst in store.instances
+        if inst.label in by_label and by_label[inst.label] is not None
+    }
+
+
+def storm_overrun(store: StoreView, episodes: Sequence[Episode], machines: int) -> list[Violation]:
+    """Each pause came by the ``machines``-th machine: at most that many machines failed with
+    its signature from the end of the pause before (or the start) to its declaration. A victim
+    decided later was in flight (rented before the pause: ``rents_while_paused`` says the rest);
+    once a pause ends (a worker passed, the operator resumed), the engine's window still holds
+    the earlier victims: the next failure with the signature pauses again at once."""
+    found = []
+    hit = victims(store)
+    after = float("-inf")
+    for k, e in enumerate(episodes):
+        before = sorted(
+            {v.machine_id for v in hit
+             if v.signature == e.signature and after < v.decided_at <= e.paused_at}
+        )  # fmt: skip
+        if len(before) > machines:
+            found.append(
+                Violation(
+                    "storm_overrun", f"pause {k + 1}",
+                    f"{len(before)} machines ({', '.join(map(str, before))}) failed with "
+                    f"{e.signature[:100]!r} before provisioning paused (at most {machines})",
+                )
+            )  # fmt: skip
+        after = e.ended_at if e.ended_at is not None else float("inf")
+    return found
+
+
+def storm_blame(store: StoreView, signature: str) -> list[Violation]:
+    """No strike and no automatic ban left on a machine for a failure with ``signature`` (the
+    fleet's): checked at the end, after the engine took back its earlier victims' charges."""
+    hit = victims(store, signature)
+    instances = {v.instance_id for v in hit}
+    machines = {v.machine_id for v in hit if v.machine_id is not None}
+    found = [
+        Violation(
+            "storm_blame", f"machine {s.machine_id} strike",
+            f"struck for instance {s.instance_id} ({s.kind}: {s.reason[:100]})",
+        )
+        for s in store.strike_rows
+        if s.instance_id in instances
+    ]  # fmt: skip
+    found += [
+        Violation(
+            "storm_blame", f"machine {b.machine_id} ban",
+            f"banned automatically ({b.reason[:120]}) after failing with the fleet's signature",
+        )
+        for b in store.ban_rows
+        if b.source == "automatic" and b.machine_id in machines
+    ]  # fmt: skip
+    return found
+
+
+def rents_while_paused(store: StoreView, spans: Sequence[tuple[float, float]]) -> list[Violation]:
+    """No rent intent written while paused (``spans``: engine clock, :func:`paused_spans`)."""
+    found = []
+    for i in store.intents:
+        if i.kind != "rent" or i.created_at is None:
+            continue
+        for start, end in spans:
+            if start < i.created_at < end:
+                found.append(
+                    Violation(
+                        "storm_pause", f"rent intent {i.id}",
+                        f"written {i.created_at - start:.0f}s (engine clock) into a pause",
+                    )
+                )  # fmt: skip
+                break
+    return found
+
+
+def pause_status(
+    status: Mapping[str, Any] | None, pause: Mapping[str, Any] | None
+) -> list[Violation]:
+    """While paused (``pause``: the store's ``meta.fleet_failure``, its signature and ``since``)
+    and below its target, the engine's published status says ``fleet_failure`` with the
+    signature (at or above target, ``at_target`` comes first by design). A status written
+    before the pause, or none, says nothing."""
+    if not status or not pause:
+        return []
+    signature, since = pause.get("signature"), pause.get("since")
+    updated = status.get("updated_at")
+    if not isinstance(signature, str) or not isinstance(updated, int | float):
+        return []
+    if isinstance(since, int | float) and updated < since:
+        return []
+    workers, target = status.get("workers"), status.get("target")
+    if isinstance(workers, int) and isinstance(target, int) and workers >= target:
+        return []
+    reason = str(status.get("reason") or "")
+    if status.get("reason_kind") == "fleet_failure" and signature in reason:
+        return []
+    return [
+        Violation(
+            "storm_pause", "engine status",
+            f"paused for {signature[:80]!r}, but the status says {status.get('reason_kind')}: "
+            f"{reason[:160]}",
+        )
+    ]  # fmt: skip
+
+
 # -- all at once -------------------------------------------------------------------------------
 
 
@@ -910,11 +1374,16 @@ def snapshot_checks(
     fleet: str,
     foreign: frozenset[int],
     strikes_to_ban: int,
+    others: frozenset[int] = frozenset(),
+    fleet_faults: bool = False,
 ) -> list[Violation]:
-    """The checks that need one observation only (the drivers add the folded ones)."""
-    found = foreign_touched(foreign, rows, store, fleet)
+    """The checks that need one observation only (the drivers add the folded ones).
+    ``others``: another database's instances on the account; ``fleet_faults``: the trial
+    switches fleet-wide faults on (what the engine declared the fleet's needs no ban)."""
+    found = foreign_touched(foreign, rows, store, fleet, others)
     found += destroys_unrecorded(store)
-    found += bans_missing(store, strikes_to_ban)
+    forgiven = forgiven_by_fleet_failure(store) if fleet_faults else frozenset()
+    found += bans_missing(store, strikes_to_ban, forgiven)
     found += integrity(store)
     found += tunnel_kills(store)
     return found

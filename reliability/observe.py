@@ -18,6 +18,7 @@ import httpx
 from reliability.invariants import (
     StoreBan,
     StoreEvent,
+    StoreForeign,
     StoreInstance,
     StoreIntent,
     StoreStrike,
@@ -127,7 +128,9 @@ def create_foreign(cli: Cli, label: str, attempts: int = 12) -> frozenset[int]:
 
 # -- the store ------------------------------------------------------------------------------
 
-STORE_EVENT_KINDS = ("destroy", "kill", "ban", "unban", "adopt", "rent")
+STORE_EVENT_KINDS = (
+    "destroy", "kill", "ban", "unban", "adopt", "rent", "foreign", "fleet_failure",
+)  # fmt: skip
 
 
 class StoreUnreadable(Exception):
@@ -166,6 +169,7 @@ def _read(conn: sqlite3.Connection, foreign: Sequence[int], check: bool) -> Stor
     if foreign:
         query += f" OR instance_id IN ({','.join('?' * len(foreign))})"
         params += list(foreign)
+    query += " ORDER BY id"  # the order the engine wrote them (``vastui resume`` stamps wall time)
     events = tuple(
         StoreEvent(
             r["kind"],
@@ -173,6 +177,7 @@ def _read(conn: sqlite3.Connection, foreign: Sequence[int], check: bool) -> Stor
             r["machine_id"],
             r["reason"] or "",
             json_detail(r["detail"]),
+            _col(r, "ts"),
         )
         for r in conn.execute(query, params)
     )
@@ -205,7 +210,33 @@ def _read(conn: sqlite3.Connection, foreign: Sequence[int], check: bool) -> Stor
     result = ("ok",)
     if check:
         result = tuple(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
-    return StoreView(instances, events, intents, banned, strikes, result, strike_rows, bans)
+    fleet_id, pause, foreign_rows = _ownership(conn)
+    return StoreView(
+        instances, events, intents, banned, strikes, result, strike_rows, bans,
+        fleet_id=fleet_id, foreign_rows=foreign_rows, pause=pause,
+    )  # fmt: skip
+
+
+def _ownership(
+    conn: sqlite3.Connection,
+) -> tuple[str | None, dict[str, Any] | None, tuple[StoreForeign, ...]]:
+    """The database's fleet identity, its provisioning pause (``meta``) and the other
+    controllers' instances it last listed (``foreign_instances``): none in a schema before 8."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    fleet_id = pause = None
+    if "meta" in tables:
+        meta = {str(r[0]): str(r[1]) for r in conn.execute("SELECT key, value FROM meta")}
+        fleet_id = meta.get("fleet_id")
+        pause = json_detail(meta["fleet_failure"]) if "fleet_failure" in meta else None
+    rows: tuple[StoreForeign, ...] = ()
+    if "foreign_instances" in tables:
+        rows = tuple(
+            StoreForeign(
+                r["vast_id"], r["label"], r["owner"], r["first_seen_at"], r["last_seen_at"]
+            )
+            for r in conn.execute("SELECT * FROM foreign_instances ORDER BY vast_id")
+        )
+    return fleet_id, pause, rows
 
 
 def _col(r: sqlite3.Row, name: str) -> Any:
@@ -243,6 +274,20 @@ def engine_status(db: Path) -> dict[str, Any] | None:
     try:
         row = conn.execute("SELECT * FROM engine_status WHERE id = 1").fetchone()
         return dict(row) if row else None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def fleet_id(db: Path) -> str | None:
+    """The database's fleet identity (``meta.fleet_id``), or None."""
+    conn = _read_only(db)
+    if conn is None:
+        return None
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'fleet_id'").fetchone()
+        return str(row[0]) if row else None
     except sqlite3.Error:
         return None
     finally:

@@ -12,7 +12,8 @@ Modes:
 
 The proxy also reads the HTTP/1.1 request lines and status lines going through (plain HTTP
 on a local port), so a trial knows when the engine's first instance list after an outage was
-answered, without asking the engine.
+answered, and which instances an engine asked to destroy (second-controller: one proxy per
+engine), without asking the engine.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class TcpProxy:
         self._conns: set[_Conn] = set()
         self._stop = threading.Event()
         self._answers: deque[Answer] = deque(maxlen=200_000)
+        # (wall time, method, path) of every request as it went up, answered or not
+        self._requests: deque[tuple[float, str, str]] = deque(maxlen=200_000)
         self._counts = {"connections": 0, "refused_periods": 0, "blackhole_periods": 0,
                         "bytes_up": 0, "bytes_down": 0, "held": 0}  # fmt: skip
         self.port = 0
@@ -122,6 +125,12 @@ class TcpProxy:
     def answers(self, since: float = 0.0) -> list[Answer]:
         with self._lock:
             return [a for a in self._answers if a.at >= since]
+
+    def requests(self, since: float = 0.0) -> list[tuple[float, str, str]]:
+        """Every request that went up (wall time, method, path), whatever its answer: a DELETE
+        whose answer is lost has been asked all the same."""
+        with self._lock:
+            return [r for r in self._requests if r[0] >= since]
 
     # -- inside ----------------------------------------------------------------------------
 
@@ -208,7 +217,9 @@ class TcpProxy:
             self._counts["bytes_up" if up else "bytes_down"] += len(data)
             if up:
                 for m in REQUEST_LINE.finditer(data):
-                    conn.asked.append((m.group(1).decode(), m.group(2).decode(errors="replace")))
+                    asked = (m.group(1).decode(), m.group(2).decode(errors="replace"))
+                    conn.asked.append(asked)
+                    self._requests.append((now, *asked))
                 return
             for m in STATUS_LINE.finditer(data):
                 if not conn.asked:  # no answer without a question (a body's text)

@@ -20,6 +20,8 @@ CHECKED: dict[str, tuple[str, ...]] = {
     "api-outage": (*BASE, "outage_destroy", "outage_recovery", "trial_setup"),
     "ssh-cut": (*BASE, "cut_off_destroy", "outage_recovery", "trial_setup"),
     "resources": (*BASE, "resource_growth", "db_growth"),
+    "second-controller": (*BASE, "cross_destroy", "foreign_unseen", "rent_war", "trial_setup"),
+    "storm": (*BASE, "storm_overrun", "storm_blame", "storm_pause", "storm_recovery"),
 }
 
 

@@ -94,12 +94,26 @@ class TrialOptions:
     keep: bool = False
     strikes_to_ban: int = 2  # config proving.strikes_to_ban (the default)
     api_proxy: bool = False  # the engine reaches the Vast API through a TcpProxy (api-outage)
+    # The trial switches fleet-wide faults on (storm): failures the engine declared the fleet's
+    # need no ban (invariants.forgiven_by_fleet_failure); elsewhere every machine fault does.
+    fleet_faults: bool = False
+
+
+# `Trial.observe(rows=...)` default: the observer lists the cloud itself.
+_FETCH: Any = object()
 
 
 class Trial:
-    def __init__(self, opts: TrialOptions) -> None:
+    def __init__(self, opts: TrialOptions, *, parent: Trial | None = None, name: str = "") -> None:
         self.opts = opts
-        root = opts.workdir or Path(tempfile.mkdtemp(prefix="vastui-reliability-"))
+        # A peer (second-controller): another engine with a database of its own on the
+        # parent's served cloud; its findings go to the parent's report, tagged with its name.
+        self.parent = parent
+        self.tag = name
+        if parent is not None:
+            root = parent.wd.root / name
+        else:
+            root = opts.workdir or Path(tempfile.mkdtemp(prefix="vastui-reliability-"))
         self.wd = Workdir(root)
         self.sim: Sim | None = None
         self.cli: Cli | None = None
@@ -112,6 +126,7 @@ class Trial:
         self.ever_ours: set[int] = set()
         self.watch = inv.OrphanWatch()
         self.pending: dict[tuple[str, str], int] = {}  # snapshot violation → times seen in a row
+        self.pending_by: dict[str, dict[tuple[str, str], int]] = {}  # the drivers' (confirm)
         self.violations: list[inv.Violation] = []
         self.counts: Counter[str] = Counter()
         self.started = time.time()
@@ -126,6 +141,14 @@ class Trial:
         # orphan clock stops and samples below the target are excused (api-outage).
         self.blind = False
         self.unhealthy_seen: dict[int, str] = {}  # ours the observer saw exited/offline
+        # Another database's instances on the same account (second-controller): never to be
+        # recorded, named or destroyed by this one.
+        self.others: set[int] = set()
+        # The fleet ids of every database in the trial (None: this one's only); a row of the
+        # fleet's name under any other id is an orphan (nobody's). Off for a peer (the parent
+        # checks the account).
+        self.known_fids: set[str] | None = None
+        self.stray_check = parent is None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -195,11 +218,29 @@ class Trial:
         data = resp.json()
         return data if isinstance(data, dict) else {}
 
+    def peer(self, name: str, opts: TrialOptions) -> Trial:
+        """Another engine on this trial's served cloud and account, with its own work directory
+        (its database, logs, SSH key) under this one's, and its own API proxy if ``opts`` asks;
+        its violations are this trial's, tagged ``name``. Its config is the driver's to write."""
+        assert self.sim is not None and self.cli is not None
+        other = Trial(opts, parent=self, name=name)
+        other.sim, other.cli, other.foreign = self.sim, self.cli, self.foreign
+        other.credit_at_start = self.credit_at_start
+        other.started = self.started
+        if opts.api_proxy:
+            where = urlsplit(self.sim.url)
+            other.proxy = TcpProxy(where.hostname or "127.0.0.1", where.port or 80)
+            other.proxy.start()
+        other.set_target(opts.fleet.target)
+        return other
+
     def close(self) -> None:
         if self.engine is not None and self.engine.alive():
             self.engine.kill(signal.SIGTERM)
         if self.proxy is not None:
             self.proxy.stop()
+        if self.parent is not None:
+            return  # the cloud and the work directory are the parent's
         if self.sim is not None:
             self.sim.stop()
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -208,6 +249,9 @@ class Trial:
             shutil.rmtree(self.wd.root, ignore_errors=True)
 
     def say(self, line: str) -> None:
+        if self.parent is not None:
+            self.parent.say(f"[{self.tag}] {line}")
+            return
         stamp = time.strftime("%H:%M:%S")
         self.log_lines.append(f"{stamp} {line}")
         print(f"[{stamp}] {line}", flush=True)
@@ -254,12 +298,17 @@ class Trial:
 
     # -- observing ------------------------------------------------------------------------------
 
-    def observe(self, *, check_integrity: bool = False, final: bool = False) -> None:
-        """One observation of the cloud and the store, through every invariant."""
+    def observe(
+        self, *, check_integrity: bool = False, final: bool = False, rows: Any = _FETCH
+    ) -> None:
+        """One observation of the cloud and the store, through every invariant. ``rows``: the
+        cloud as just listed by the caller (None: that listing failed), shared by the engines
+        of one trial; by default the observer lists it now."""
         assert self.cli is not None
         at = time.time()
         self.engine_died()
-        rows = self.cli.instances()
+        if rows is _FETCH:
+            rows = self.cli.instances()
         self.counts["observations"] += 1
         if rows is None:
             self.counts["observations_failed"] += 1
@@ -267,7 +316,7 @@ class Trial:
             check_integrity or final or self.counts["observations"] % self.opts.integrity_every == 0
         )
         try:
-            store = read_store(self.wd.db, sorted(self.foreign), check=check)
+            store = read_store(self.wd.db, sorted(self.foreign | self.others), check=check)
         except StoreUnreadable as exc:
             self.record([inv.Violation("integrity", "database", f"unreadable: {exc}", at)])
             return
@@ -280,14 +329,22 @@ class Trial:
         fleet = self.opts.fleet.name
         snap = inv.snapshot_checks(
             rows, store, fleet=fleet, foreign=self.foreign,
-            strikes_to_ban=self.opts.strikes_to_ban,
+            strikes_to_ban=self.opts.strikes_to_ban, others=frozenset(self.others),
+            fleet_faults=self.opts.fleet_faults,
         )  # fmt: skip
         snap += inv.double_rents(self.seen, store)
         self._confirm(snap, final)
         self.check_ledger()
 
+    @property
+    def fleet_id(self) -> str | None:
+        """This database's fleet identity (in its labels), once read."""
+        return self.last_store.fleet_id if self.last_store is not None else None
+
     def check_ledger(self) -> None:
         """One instance per label, exactly: the cloud's own count of creates per label."""
+        if self.parent is not None:
+            return  # one ledger for the account: the parent checks it
         ledger = (self.sim_counts() or {}).get("labels_created")
         if isinstance(ledger, dict):
             self.ledger_checks += 1
@@ -295,19 +352,23 @@ class Trial:
 
     def _fold_rows(self, at: float, rows: list[inv.VastRow], store: inv.StoreView) -> None:
         fleet = self.opts.fleet.name
+        fid = store.fleet_id
         self.seen = inv.labels_seen(self.seen, rows)
-        alive = inv.ours(rows, fleet)
+        alive = inv.ours(rows, fleet, fid)
         self.ever_ours.update(r.id for r in alive)
         for r in alive:
             if r.status in UNHEALTHY:
                 self.unhealthy_seen[r.id] = r.status or "?"
         up_since = None if self.blind else self.engine_up_since
-        self.watch, found = inv.orphans(self.watch, at, rows, store, fleet, up_since, ORPHAN_BOUND)
+        known = (self.known_fids or ({fid} if fid else None)) if self.stray_check else None
+        self.watch, found = inv.orphans(
+            self.watch, at, rows, store, fleet, up_since, ORPHAN_BOUND, known
+        )
         if up_since is not None:
             for since in self.watch.since.values():
                 age = at - max(since, up_since)
                 self.orphan_max_age = max(self.orphan_max_age, age)
-        found += inv.over_target(at, rows, fleet, self.timeline, grace=ORPHAN_BOUND)
+        found += inv.over_target(at, rows, fleet, self.timeline, grace=ORPHAN_BOUND, fleet_id=fid)
         self.record(found)
         self.samples.append(inv.Sample(at, len(alive), self.target, excused=self.blind))
         self.counts["max_alive"] = max(self.counts["max_alive"], len(alive))
@@ -317,7 +378,22 @@ class Trial:
         self.pending = {k: self.pending.get(k, 0) + 1 for k in keys}
         self.record([v for v in snap if final or self.pending[v.key] >= CONFIRM])
 
+    def confirm(self, name: str, snap: list[inv.Violation], final: bool = False) -> None:
+        """A store-side check of a driver's own, counted once seen in two observations in a
+        row (``CONFIRM``), always at the end; ``name`` keeps its streaks apart."""
+        pending = self.pending_by.setdefault(name, {})
+        keys = {v.key for v in snap}
+        streak = {k: pending.get(k, 0) + 1 for k in keys}
+        self.pending_by[name] = streak
+        self.record([v for v in snap if final or streak[v.key] >= CONFIRM])
+
     def record(self, found: list[inv.Violation]) -> None:
+        if self.parent is not None:
+            self.parent.record(
+                [inv.Violation(v.invariant, f"{self.tag}: {v.subject}", v.detail, v.at)
+                 for v in found]
+            )  # fmt: skip
+            return
         known = {v.key for v in self.violations}
         for v in found:
             if v.key not in known:
