@@ -219,3 +219,25 @@ def test_a_stuck_load_carries_vasts_pull_error_into_its_signature() -> None:
     a, b = stuck(11), stuck(12)
     assert signature(a.stage, a.kind, a.error_lines) == signature(b.stage, b.kind, b.error_lines)
     assert "manifest unknown" in signature(a.stage, a.kind, a.error_lines)
+
+
+async def test_a_straggler_failing_after_the_resume_is_not_charged(
+    world: World, store: Store
+) -> None:
+    """RELIABILITY.md finding 7 (storm): a worker rented into the failure fails the same way
+    after `vastui resume` ended the pause, when the earlier failures have left the window: the
+    signature is still the fleet's, its machine is not banned."""
+    engine = await world.engine(store)
+    ids = await rent_distinct(world, engine, 4)
+    for iid in ids[:3]:
+        await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
+    assert await store.get_fleet_failure() is not None
+    assert await store.clear_fleet_failure("operator", now=world.clock.now())
+    world.clock.advance(3 * 3600)  # the three failures are out of the 60-minute window
+    await engine.handle_worker_event(ids[3], result("error", None, _broken_env(ids[3])))
+    straggler = await store.get_instance(ids[3])
+    assert straggler.killed and "fleet-wide failure" in (straggler.kill_reason or "")
+    assert await store.list_bad(now=world.clock.now()) == []
+    assert await store.list_strikes(straggler.machine_id) == []
+    assert await store.get_fleet_failure() is None, "one straggler does not pause again"
+    await engine.close()

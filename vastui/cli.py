@@ -246,10 +246,14 @@ async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
 async def cmd_resume(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
 
+    from vastui import status as fleet_status
+
     async with open_store(opts, write=True) as store:
         pause = await store.get_fleet_failure()
+        # on the fleet's clock (a demo engine's is simulated), as the pause it ends
+        now = fleet_status.fleet_now(await store.get_engine_status(), time.time())
         if pause is None or not await store.clear_fleet_failure(
-            "cleared by the operator (vastui resume)", now=time.time()
+            "cleared by the operator (vastui resume)", now=now
         ):
             raise CliError("provisioning is not paused for a fleet-wide failure")
     print(f"provisioning resumes (was paused for: {sanitize_line(str(pause.get('text')), 300)})")

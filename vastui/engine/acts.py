@@ -359,6 +359,11 @@ class Acts:
         active = await self.store.get_fleet_failure()
         if active is not None and active.get("signature") == sig:
             return _uncharged(kill)
+        # Declared the fleet's lately: a worker rented into the failure before the pause ended
+        # fails the same way after it (RELIABILITY.md, storm): still not its machine's.
+        declared = await self.store.fleet_signature_since(sig)
+        if declared is not None and now - declared <= fleetwide.REMEMBER_S:
+            return _uncharged(kill)
         window = fleet.fleet_failure_window_min * 60.0
         since = now - window
         seen = [

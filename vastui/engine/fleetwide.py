@@ -44,6 +44,9 @@ _NOISE: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"\s+"), " "),
 ]
 SIGNATURE_MAX = 160
+# A signature once declared the fleet's stays so this long after its pause ends: workers rented
+# into the failure may fail the same way hours later (a slow parameter fetch, a long benchmark).
+REMEMBER_S = 24 * 3600.0
 
 
 def first_error_line(lines: Sequence[str]) -> str | None:

@@ -13,6 +13,7 @@ from typing import Any
 from vastui.store.records import json_dict
 
 _KEY = "fleet_failure"
+_KNOWN = "fleet_signatures"  # every signature declared the fleet's -> when (engine clock)
 
 
 class PauseOps:
@@ -66,6 +67,18 @@ class PauseOps:
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (_KEY, json.dumps(value, default=str)),
             )
+            cur = await conn.execute("SELECT value FROM meta WHERE key = ?", (_KNOWN,))
+            row = await cur.fetchone()
+            await cur.close()
+            known = json_dict(row[0]) if row else {}
+            known[str(value["signature"])] = now
+            if len(known) > 100:  # the newest hundred are plenty
+                known = dict(sorted(known.items(), key=lambda kv: kv[1])[-100:])
+            await conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (_KNOWN, json.dumps(known)),
+            )
             for iid in forgive_instances:
                 await conn.execute("DELETE FROM strikes WHERE instance_id = ?", (iid,))
             for mid in forgive_machines:
@@ -90,6 +103,16 @@ class PauseOps:
                 detail=value,
             )  # fmt: skip
         return unbanned
+
+    async def fleet_signature_since(self, signature: str) -> float | None:
+        """When this signature was last declared the fleet's (None: never). A pause may end
+        while workers rented into the failure are still on their way to fail the same way."""
+        async with self._read() as conn:  # type: ignore[attr-defined]
+            cur = await conn.execute("SELECT value FROM meta WHERE key = ?", (_KNOWN,))
+            row = await cur.fetchone()
+            await cur.close()
+        at = json_dict(row[0]).get(signature) if row else None
+        return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
     async def clear_fleet_failure(self, why: str, *, now: float) -> bool:
         """Lift the pause (False if there was none); the event says why."""
