@@ -244,9 +244,8 @@ async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
 
 
 async def cmd_resume(opts: Options, args: argparse.Namespace) -> int:
-    from vastui.backend import open_store
-
     from vastui import status as fleet_status
+    from vastui.backend import open_store
 
     async with open_store(opts, write=True) as store:
         pause = await store.get_fleet_failure()
