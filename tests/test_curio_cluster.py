@@ -172,7 +172,9 @@ def test_a_restarted_node_takes_back_its_own_tasks_and_no_others(tmp_path, contr
     proc_a.wait(WAIT)
     run_curio(a, controller, "--listen", "127.0.0.1:12401", log="curio-2.log",
               layer=f"{LAYER}-1")  # fmt: skip
-    wait_for(lambda: recovered(a.root / "curio-2.log"), what="a's recovery")
+    # each recovered task logs from its own thread (a goroutine in curio): wait for them all
+    wait_for(lambda: len(recovered(a.root / "curio-2.log")) >= len(held["127.0.0.1:12401"]),
+             what="a's recovery")  # fmt: skip
     # its own tasks, still owned by its machine id (nobody else could claim them) ...
     assert recovered(a.root / "curio-2.log") == set(held["127.0.0.1:12401"])
     # ... and none of b's, which b proves on, as before

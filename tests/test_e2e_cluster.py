@@ -122,8 +122,10 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
             os.kill(int((root / "run" / "curio.pid").read_text()), signal.SIGKILL)
 
             async def restarted() -> str | None:
+                # curio's restart, and the recovered tasks' first lines: their goroutines log
+                # before or after the RPC server's line (cmd/curio/run.go:144-154)
                 now = logs[victim.vast_id].read_text()[before_kill:]
-                return now if "Setting up RPC server" in now else None
+                return now if "Setting up RPC server" in now and recovered(now) else None
 
             after = await until("curio restarted", restarted)
             assert [m["id"] for m in rt.cluster.view()["machines"]].count(victim_machine) == 1
