@@ -332,6 +332,7 @@ async def test_a_lost_database_adopts_nothing_it_never_intended(world: World, tm
         assert (await fresh.list_foreign())[0].owner == owner
         warned = await fresh.list_events(kind="foreign")
         assert len(warned) == 1 and owner in warned[0].reason
+        assert "different curio.listen_port_base ranges" in warned[0].reason  # one fleet name
         # it rents its own target (1) as if the other's instance were not there
         assert len(await fresh.list_instances(include_killed=False)) == 1
         assert len(world.cloud.instances) == 2

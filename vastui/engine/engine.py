@@ -368,6 +368,12 @@ class Engine:
                 f"{owner}: {', '.join(map(str, theirs[:5]))}{' ...' if len(theirs) > 5 else ''}):"
                 " this database never rented them; they are not adopted, counted or destroyed"
             )
+            if owner.split(".")[0] == self.config.fleet.name:
+                # runner ids are counted per database: the same curio identities on both sides
+                text += (
+                    "; it has this fleet's name: if both fleets' workers join one curio cluster,"
+                    " give them different curio.listen_port_base ranges"
+                )
             log.warning("%s", text)
             await self.store.add_event("foreign", text, now=now)
 
