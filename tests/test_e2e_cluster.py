@@ -117,9 +117,10 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
 
             await until("the victim holding tasks", holding)
             root = rt.demo.sandboxes[victim.vast_id].root
+            os.kill(int((root / "run" / "curio.pid").read_text()), signal.SIGKILL)
+            # read once it is dead: a task begun between a read and the kill is its own too
             text = logs[victim.vast_id].read_text()
             before_kill = len(text)
-            os.kill(int((root / "run" / "curio.pid").read_text()), signal.SIGKILL)
 
             async def restarted() -> str | None:
                 # curio's restart, and the recovered tasks' first lines: their goroutines log

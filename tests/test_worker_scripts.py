@@ -48,6 +48,33 @@ MIN = 29.0
 SPEED = "400"
 
 
+def world_rate(cuzk_log: str) -> float:
+    """What the simulated machine really did, from the daemon's own timeline (engine.rs:349:
+    TIMELINE,<ms since start>,GPU_END,...): a proof's finish is its last partition's GPU end,
+    the warmup (the first proof) left out, the rate the least-squares slope through the finishes,
+    as benchmark.sh computes its own from what it observed. On a loaded test machine the world
+    itself runs slower or in bursts (its clock is the wall's, scaled): the benchmark is judged
+    against it, not against the profile's nominal rate."""
+    ends: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for m in re.finditer(r"^TIMELINE,(\d+),(SYNTH_START|GPU_END),([^,]+),", cuzk_log, re.M):
+        t, event, job = int(m.group(1)), m.group(2), m.group(3)
+        if event == "SYNTH_START":
+            first.setdefault(job, t)
+        else:
+            ends[job] = max(ends.get(job, 0), t)
+    timed = sorted(ends[j] for j in sorted(first, key=first.__getitem__)[1:] if j in ends)
+    n = len(timed)
+    assert n >= 3, f"only {n} timed finishes in the daemon's timeline"
+    xs = [t - timed[0] for t in timed]
+    ys = list(range(1, n + 1))
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    return slope * 3_600_000  # per ms → per hour
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -325,8 +352,8 @@ def test_benchmark_rate_around_min_rate(
     rc, out = sandbox.run_bench()
     result = sandbox.result()
     assert_result_basics(result, rc)
-    if passes:
-        assert (rc, result["outcome"], result["stage"]) == (0, "pass", "done")
+    if result["outcome"] == "pass":
+        assert (rc, result["stage"]) == (0, "done")
         assert result["proofs_completed"] == 12 and result["proofs_failed"] == 0
         assert re.search(r"^RESULT: \d+\.\d proofs/hour \(min 29\.0\) PASS$", out, re.M)
     else:
@@ -334,12 +361,17 @@ def test_benchmark_rate_around_min_rate(
             (10, "below_min", "done"),
             (11, "aborted_early", "timed_run"),
         )
+    if abs(rate - MIN) >= 0.25 * MIN:  # far from the gate: no load moves it across
+        assert (result["outcome"] == "pass") is passes
     # The measured rate predicts the proving rate: completed proofs over the run's time (the
     # slope through every finish), failed proofs' time included, production's 10 in flight.
     assert result["concurrency"] == 10
     if result["stage"] == "done":  # a whole run: 11 intervals; an early abort measures 2 or 3
-        assert result["rate_per_hour"] == pytest.approx(rate, rel=0.05), result["rate_per_hour"]
-        assert (result["rate_per_hour"] >= MIN) is passes
+        world = world_rate(sandbox.log("cuzk"))
+        assert result["rate_per_hour"] == pytest.approx(world, rel=0.05), (result, world)
+        assert (result["rate_per_hour"] >= MIN) is (result["outcome"] == "pass")
+        if abs(world - rate) <= 0.03 * rate:  # the world ran at its profile's rate: so must
+            assert (result["outcome"] == "pass") is passes  # the gate's verdict be the profile's
     else:  # an early abort's is partial, and says so
         assert result["rate_per_hour"] is None and result["partial_rate_per_hour"] < MIN
         assert re.search(r"^RESULT: n/a proofs/hour \(min 29\.0\) ABORTED_EARLY$", out, re.M)
@@ -456,9 +488,10 @@ def test_benchmark_failed_pce_save_is_not_fatal(sandbox: Sandbox) -> None:
     result = sandbox.result()
     assert_result_basics(result, rc)
     assert (rc, result["outcome"], result["pce"]) == (0, "pass", "not_saved")
-    # a whole run's rate (11 intervals): 4 proofs' 3 intervals sped up moved by a loaded
-    # scheduler's milliseconds more than the tolerance
-    assert result["rate_per_hour"] == pytest.approx(40.0, rel=0.1)
+    # a whole run's rate (11 intervals; 4 proofs' 3 moved with a loaded scheduler), against
+    # what the world did; not a rate test (those are above): the script's observation of each
+    # finish, scaled 400x, may add a few percent under load
+    assert result["rate_per_hour"] == pytest.approx(world_rate(sandbox.log("cuzk")), rel=0.1)
     assert " WARN cuzk_core::pipeline: failed to save PCE to disk (non-fatal)" in sandbox.log(
         "cuzk"
     )
@@ -471,7 +504,7 @@ def test_benchmark_failed_pce_extraction_is_not_fatal(sandbox: Sandbox) -> None:
     rc, _ = sandbox.run_bench()
     result = sandbox.result()
     assert (rc, result["outcome"], result["pce"]) == (0, "pass", "failed")
-    assert result["rate_per_hour"] == pytest.approx(40.0, rel=0.1)
+    assert result["rate_per_hour"] == pytest.approx(world_rate(sandbox.log("cuzk")), rel=0.1)
     assert tail(result) == []
 
 
@@ -491,7 +524,8 @@ def test_benchmark_ready_logged_before_the_port_answers(sandbox: Sandbox) -> Non
     sandbox.machine(bind_delay_s=60)  # "ready", then a minute until the port is bound
     rc, out = sandbox.run_bench()
     assert (rc, sandbox.result()["outcome"]) == (0, "pass")
-    assert sandbox.result()["rate_per_hour"] == pytest.approx(40.0, rel=0.1)
+    world = world_rate(sandbox.log("cuzk"))
+    assert sandbox.result()["rate_per_hour"] == pytest.approx(world, rel=0.1)
     assert f"cuzk-daemon ready and answering on {sandbox.listen}" in out
 
     sandbox.machine(bind_delay_s=10**9)
@@ -551,7 +585,7 @@ def test_benchmark_inherited_rust_log_warn(sandbox: Sandbox) -> None:
     rc, _ = sandbox.run_bench(RUST_LOG="warn")
     result = sandbox.result()
     assert (rc, result["outcome"]) == (0, "pass")
-    assert result["rate_per_hour"] == pytest.approx(40.0, rel=0.1)
+    assert result["rate_per_hour"] == pytest.approx(world_rate(sandbox.log("cuzk")), rel=0.1)
     assert "cuzk-daemon ready, serving on" in sandbox.log("cuzk")  # RUST_LOG=info for the daemon
     assert tail(result) == []
 
