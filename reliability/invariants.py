@@ -9,7 +9,6 @@ need time (orphans, target) over them.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -17,6 +16,7 @@ from typing import Any
 
 from vastui.engine.labels import fleet_id_of, fleet_of, is_vastui_label, owner_of
 from vastui.engine.policy import gpu_errors
+from vastui.store.records import json_dict
 
 # invariant → what it promises (the report prints these)
 INVARIANTS: dict[str, str] = {
@@ -240,14 +240,9 @@ class StoreView:
 
 
 def json_detail(text: str | None) -> dict[str, Any]:
-    """An event's or intent's detail column; damage reads as empty (the checks then say so)."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    """An event's or intent's detail column; damage reads as empty (the checks then say so):
+    the store's own lenient reader."""
+    return json_dict(text)
 
 
 # -- no two rentals for one intent ---------------------------------------------------------

@@ -23,6 +23,7 @@ import asyncssh
 import httpx
 import pytest
 
+from tests import test_e2e_worker
 from tests.helpers import wait_for
 from tests.test_e2e_worker import (
     SHORT,
@@ -37,7 +38,6 @@ from vastui.backend import client_for_cloud
 from vastui.sim import ManualClock, SimCloud, make_app
 from vastui.sim.fleet import FleetFaultError, familiar
 from vastui.sim.hosting import worker_hosts
-from vastui.sim.workers import SimWorkerHost
 from vastui.ssh import RemoteForward, Worker
 from vastui.ssh.cqlpin import CqlPinProxy
 
@@ -199,25 +199,8 @@ async def test_the_fault_switch_answers(api: httpx.AsyncClient, cloud: SimCloud)
 # -- 2. a benchmark input broken in the image ----------------------------------------------------
 
 
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
-    clock = ManualClock()
-    cloud = SimCloud(seed=11, clock=clock)
-    host = SimWorkerHost(
-        cloud, tmp_path / "sim", speed=1000, machine_fault_rate=0.0, poll_interval=0.2
-    )
-    host.attach()
-    client = client_for_cloud(cloud, pacing={}, sleep=no_sleep)
-    s = Sim(cloud, clock, host, client, asyncssh.generate_private_key("ssh-ed25519"))
-    try:
-        yield s
-    finally:
-        for conn in s.conns:
-            await conn.close()
-        await client.aclose()
-        await host.close()
-        for root in s.roots:
-            await until(lambda r=root: not sandbox_pids(r), SHORT, f"{root} processes to exit")
+# One world of rented workers, the same as the e2e worker tests'.
+sim = test_e2e_worker.sim
 
 
 async def bench_result(sim: Sim, runner: str) -> tuple[int, dict[str, Any], dict[str, Any]]:
