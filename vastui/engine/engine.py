@@ -90,6 +90,7 @@ class Engine:
         self.on_change = on_change
         self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
         self._offers: list[RankedOffer] = []
+        self._foreign_seen: list[tuple[int, str, float]] | None = None  # as last written
         self._ssh_reached: dict[int, float] = {}  # proving worker -> last counters read (clock)
         self._offers_at: float | None = None  # monotonic
         self._offers_gen = 0  # bumped when the ranking goes stale (a measurement, a ban)
@@ -360,8 +361,14 @@ class Engine:
                 await self._isolated(rec.vast_id, self._reconcile_one(rec, vast, bad, now))
 
     async def _note_foreign(self, foreign: list[ForeignInstance], now: float) -> None:
-        """Keep the other controllers' instances as last listed, and warn once per fleet."""
-        for owner in await self.store.put_foreign(foreign, now=now):
+        """Keep the other controllers' instances as last listed, and warn once per fleet. Written
+        only when the list changed: not a transaction at every step for the same rows."""
+        seen = sorted((f.vast_id, f.vast_status or "", f.dph_total or 0.0) for f in foreign)
+        if seen == self._foreign_seen:
+            return
+        new_owners = await self.store.put_foreign(foreign, now=now)
+        self._foreign_seen = seen  # (only once written: a failed write is tried again)
+        for owner in new_owners:
             theirs = sorted(f.vast_id for f in foreign if f.owner == owner)
             text = (
                 f"{len(theirs)} instance(s) of another controller on this account (fleet "
