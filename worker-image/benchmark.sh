@@ -43,6 +43,7 @@ CUZK_LOG="$LOG_DIR/cuzk.log"
 
 # shellcheck source=vastui-lib.sh disable=SC1091  # the lib sits next to the script
 . "${BASH_SOURCE[0]%/*}/vastui-lib.sh"
+signal_guard "$@"
 
 RESULT_FILE="$STATE_DIR/bench-result.json"
 WORK_DIR="$STATE_DIR/bench"
@@ -236,13 +237,25 @@ write_result() {
     >"$tmp" && mv -f -- "$tmp" "$RESULT_FILE"
 }
 
+# Polled, never waited for: after a trap interrupted `wait -n`, a wait on a child that bash
+# reaped meanwhile never returns (bash 5.2.15; CI: a SIGTERMed benchmark.sh hung in the wait for
+# its ticker, the TERM handled, nothing written).
 kill_children() {
-  local pid
-  for pid in "${!inflight[@]}" $ticker; do
+  local pid i alive pids=("${!inflight[@]}")
+  [[ -n $ticker ]] && pids+=("$ticker")
+  for pid in "${pids[@]}"; do
     kill -TERM "$pid" 2>/dev/null
   done
-  for pid in "${!inflight[@]}" $ticker; do
-    wait "$pid" 2>/dev/null
+  for ((i = 0; i < 40; i++)); do
+    alive=0
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && alive=1
+    done
+    ((alive)) || break
+    sleep 0.05
+  done
+  for pid in "${pids[@]}"; do
+    kill -KILL "$pid" 2>/dev/null
   done
   inflight=()
   ticker=""
@@ -250,7 +263,12 @@ kill_children() {
 
 on_exit() {
   local rc=$?
-  trap - EXIT TERM INT HUP
+  trap - EXIT
+  trap '' TERM INT HUP USR1 # the guard repeats a signal until we exit (vastui-lib.sh)
+  # a signal whose trap bash lost still stops the run as one (signal_guard, vastui-lib.sh)
+  if [[ -z $signalled ]] && guard_signalled; then
+    mark_signalled "$GUARD_SIG"
+  fi
   if [[ -z $outcome ]]; then
     outcome=error
     reason="benchmark.sh exited unexpectedly (status $rc)"
@@ -282,16 +300,32 @@ on_exit() {
   exit "$exit_code"
 }
 
-on_signal() {
+signalled=""
+mark_signalled() {
+  signalled=$1
   outcome=error
   reason="benchmark interrupted by SIG$1"
   extra_errors+=("benchmark.sh received SIG$1 during stage $stage")
+}
+
+on_signal() {
+  trap '' TERM INT HUP USR1
+  mark_signalled "$1"
   exit 12
+}
+
+# Moves on to stage $1, unless a signal came whose trap bash lost: then the run stops here, in
+# the stage it was in.
+enter_stage() {
+  if guard_signalled; then
+    on_signal "$GUARD_SIG"
+  fi
+  stage=$1
 }
 
 trap on_exit EXIT
 trap 'on_signal TERM' TERM
-trap 'on_signal INT' INT
+trap 'on_signal INT' INT USR1 # the guard relays SIGINT as SIGUSR1 (vastui-lib.sh)
 trap 'on_signal HUP' HUP
 
 finish() {
@@ -459,7 +493,7 @@ run_proofs() {
     done_pid=""
     wait -n -p done_pid "${!inflight[@]}" "$ticker" 2>/dev/null
     rc=$?
-    [[ -n $done_pid ]] || continue # a trap ran
+    [[ -n ${done_pid:-} ]] || continue # a trap ran (wait -p then unsets done_pid)
     if [[ $done_pid == "$ticker" ]]; then
       ticker=""
       periodic_checks "$what"
@@ -620,7 +654,7 @@ link_params
 start_daemon
 
 # 2. warmup
-stage=warmup
+enter_stage warmup
 say "warmup proof (SRS load, PCE extraction)"
 clock_ms
 warm_start=$CLOCK_MS
@@ -644,7 +678,7 @@ clock_ms
 warmup_ms=$((CLOCK_MS - warm_start))
 
 # 3. pce
-stage=pce
+enter_stage pce
 say "waiting for the background PCE extraction to end"
 clock_ms
 pce_deadline=$((CLOCK_MS + BENCH_PCE_TIMEOUT * 1000))
@@ -673,7 +707,7 @@ else
 fi
 
 # 4. timed_run
-stage=timed_run
+enter_stage timed_run
 warm_completed=$completed
 warm_failed=$failed
 completed=0
@@ -689,7 +723,7 @@ for f in "$WORK_DIR"/proof-*.out; do
 done
 
 # 5. done
-stage="done"
+enter_stage "done"
 if ! rate_m=$(final_rate_milli) || ((completed == 0)); then
   finish error "no proof completed"
 fi

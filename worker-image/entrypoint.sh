@@ -25,6 +25,7 @@ CUZK_LOG="$LOG_DIR/cuzk.log"
 
 # shellcheck source=vastui-lib.sh disable=SC1091  # the lib sits next to the script
 . "${BASH_SOURCE[0]%/*}/vastui-lib.sh"
+signal_guard "$@"
 
 EVENTS="$STATE_DIR/events.jsonl"
 STATUS="$STATE_DIR/status.json"
@@ -106,6 +107,7 @@ write_status() {
 }
 
 start_stage() {
+  stop_if_signalled
   stage=$1
   stage_started_at="$EPOCHREALTIME"
   write_status running
@@ -148,8 +150,7 @@ stop_children() {
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.2
     done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
+    kill -KILL "$pid" 2>/dev/null # not waited for: see kill_children in benchmark.sh
   done
   children=()
   # The prove stage's daemon is not our child (its supervisor is): stop it by its pid file.
@@ -160,7 +161,7 @@ stop_children() {
 }
 
 on_signal() {
-  trap - TERM INT HUP
+  trap '' TERM INT HUP USR1 # the guard repeats a signal until we exit (vastui-lib.sh)
   local sig=$1
   if [[ $stage != init ]]; then
     emit_event "$stage" fail "\"reason\":$(json_str "entrypoint stopped by SIG$sig"),\"error_tail\":[$(json_str "entrypoint.sh received SIG$sig")]"
@@ -170,8 +171,18 @@ on_signal() {
   rm -f -- "$RUN_DIR/entrypoint.pid"
   exit $((128 + $2))
 }
+# A signal whose trap bash lost (signal_guard, vastui-lib.sh) stops the worker all the same, at
+# the next stage or at the end.
+stop_if_signalled() {
+  guard_signalled || return 0
+  case $GUARD_SIG in
+    INT) on_signal INT 2 ;;
+    HUP) on_signal HUP 1 ;;
+    *) on_signal TERM 15 ;;
+  esac
+}
 trap 'on_signal TERM 15' TERM
-trap 'on_signal INT 2' INT
+trap 'on_signal INT 2' INT USR1 # the guard relays SIGINT as SIGUSR1 (vastui-lib.sh)
 trap 'on_signal HUP 1' HUP
 
 lotus_addr() { forward_addr 1234 "${LOTUS_API_ADDR:-127.0.0.1:1234}" "$RUN_DIR/lotus-api-addr"; }
@@ -652,3 +663,4 @@ stage_setup
 stage_paramfetch
 stage_benchmark
 stage_prove
+stop_if_signalled
