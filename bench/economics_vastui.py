@@ -7,8 +7,11 @@ $/h caps), the reconcile kills (``policy.reconcile_kill``: deadlines, offline/ex
 benchmark gate (``policy.benchmark_kill``, ``benchmark_strike``), worker failures
 (``policy.failure_kill``), strikes and bans (``policy.strike_ban``), production measured from
 cuzk's counters (``production.fold``/``measure``/``verdict``), the required rate
-(``pricing.required_rate``) and the spend (``spend``). What is played: the engine's glue (its
-store writes, ``acts.kill``/``strike``/``ban``/``record_rate``), without I/O.
+(``pricing.required_rate``) and the spend (``spend``). What a worker's event, benchmark result
+or counters reading does to it is the engine's own transition (``transitions.on_event``,
+``on_counters``); this module only carries the effects out on its in-memory fleet, as
+``acts.carry_out`` does on the store (``_carry_out``), and plays ``acts.kill``/``strike``/
+``ban``/``record_rate`` without I/O. The strike window is ``policy.strike_window_start``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from bench.economics_fleet import Clock, Fleet, Outcome, Worker
 from bench.economics_worker import PROVE_START_S, Production, vastui_bench
 from bench.economics_world import Market
 from vastui.config import Config
-from vastui.engine import policy, production, provision
+from vastui.engine import policy, production, provision, transitions
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.pricing import required_rate
-from vastui.store.records import PerfRecord
+from vastui.store.records import PerfRecord, json_dict
 
 ENGINE_STEP_S = 30.0  # EngineSettings.poll_interval
 EVENT_DELAY_S = 1.0  # a worker's event reaches the engine over SSH (follow.py)
@@ -39,8 +42,9 @@ class VastuiPolicy:
         self.perf: dict[tuple[int, str, int], PerfRecord] = {}
         self.bad: dict[int, str] = {}
         self.strikes: dict[int, list[tuple[float, int, str]]] = {}
-        self.prod: dict[int, production.ProdState] = {}
         self.buffered: dict[int, list[dict[str, Any]]] = {}
+        self.prod: dict[int, production.ProdState] = {}  # the record's prod_state, parsed
+        self.bench_results: dict[int, dict[str, Any]] = {}  # its bench_result, parsed once
         self._ranked: list[RankedOffer] = []
         self._ranked_key: tuple[Any, ...] | None = None
         self._version = 0  # bumped when the performance record or the bad list changes
@@ -72,7 +76,7 @@ class VastuiPolicy:
             return
         for event in self.buffered.pop(w.rec.vast_id, []):  # follow.ensure: events stream
             if w.live:
-                self._on_event(w, event)
+                self.on_event(w, event)
 
     @staticmethod
     def _vast_status(w: Worker, now: float) -> str:
@@ -153,42 +157,37 @@ class VastuiPolicy:
         if w.rec.state == "loading":  # not followed yet: the next step sees it running
             self.buffered.setdefault(w.rec.vast_id, []).append(event)
             return
-        self._on_event(w, event)
+        self.on_event(w, event)
 
-    def _on_event(self, w: Worker, event: dict[str, Any]) -> None:
-        """Engine._on_event."""
+    def on_event(self, w: Worker, event: dict[str, Any]) -> None:
+        """Engine._on_event: the engine's transition, carried out here."""
         now = self.clock.now
-        if w.rec.first_report_at is None:
-            w.rec = replace(w.rec, first_report_at=now)
-        stage = policy.WORKER_STAGE.get(str(event.get("stage")))
-        kind = event.get("event")
-        if kind == "start" and stage is not None and stage != w.rec.state:
-            self.fleet.set_stage(w, stage)
-            if stage == "proving":
-                self.clock.at(now + self.config.proving.poll_s, self._poll, w)
-        elif kind == "result":
-            self._on_benchmark(w, event["result"])
-        elif kind == "fail":
-            self._kill(w, policy.failure_kill(event))
+        self._carry_out(w, transitions.on_event(w.rec, event, now, self.config), now)
 
-    def _on_benchmark(self, w: Worker, result: dict[str, Any]) -> None:
-        """Engine._on_benchmark: the rate into the record, the gate, a strike for failures."""
-        rate = policy.bench_rate(result)
-        w.rec = replace(
-            w.rec,
-            bench_rate=rate,
-            bench_outcome=str(result.get("outcome")),
-            bench_failed=result.get("proofs_failed"),
-        )
-        if rate is not None and rate > 0:
-            self._record_rate(w, rate)
-        kill = policy.benchmark_kill(result, w.rec.min_rate)
-        if kill is not None:
-            self._kill(w, kill)
-            return
-        strike = policy.benchmark_strike(result)
-        if strike is not None:
-            self._strike(w, "bench_failed_proofs", strike)
+    def _carry_out(self, w: Worker, effects: list[transitions.Effect], now: float) -> None:
+        """acts.carry_out on the in-memory fleet (the operator's event log is not kept, and a
+        pass has no fleet-wide pause to clear: the market model has no fleet-wide failure)."""
+        for effect in effects:
+            match effect:
+                case transitions.Update(fields):
+                    w.rec = replace(w.rec, **fields)
+                    if "bench_result" in fields:
+                        self.bench_results[w.rec.vast_id] = json_dict(fields["bench_result"])
+                case transitions.EnterStage(stage):
+                    self.fleet.set_stage(w, stage)
+                    if stage == "proving":  # a follower starts reading its counters
+                        self.clock.at(now + self.config.proving.poll_s, self._poll, w)
+                case transitions.Production(state):
+                    self.prod[w.rec.vast_id] = state  # the record's other prod_* go unread
+                case transitions.RecordRate(rate):
+                    self._record_rate(w, rate)
+                case transitions.Strike(kind, reason):
+                    self._strike(w, kind, reason)
+                case transitions.KillWorker(kill):
+                    self._kill(w, kill)
+                    return
+                case transitions.Note() | transitions.Passed():
+                    pass
 
     # -- production --------------------------------------------------------------------------
 
@@ -197,27 +196,33 @@ class VastuiPolicy:
         if not w.live or w.rec.state != "proving":
             return
         now = self.clock.now
-        cfg = self.config
-        window = cfg.proving.window_min * 60.0
+        reachable = w.rental.alive_at(now)  # an offline host: no SSH connection at all
+        self.on_counters(w, self._reading(w, now), not reachable, self._others_reachable(w, now))
+        if w.live:
+            self.clock.at(now + self.config.proving.poll_s, self._poll, w)
+
+    def on_counters(
+        self,
+        w: Worker,
+        reading: production.Reading | None,
+        unreachable: bool,
+        others_reachable: bool,
+    ) -> None:
+        """Engine.handle_counters: the engine's transition, carried out here."""
+        now = self.clock.now
         state = self.prod.get(w.rec.vast_id) or production.ProdState()
-        reading = self._reading(w, now)
-        if reading is not None and reading.alive and reading.completed is not None:
-            bench = production.baseline_from_bench(w.bench.result if w.bench else None)
-            state = production.fold(state, reading, now, window, bench)
-        elif state.silent_since is None:
-            state = production.silent(state, now)
-        self.prod[w.rec.vast_id] = state
-        kill = production.verdict(state, reading, now, w.rec.min_rate, cfg)
-        # The engine stores measure()'s rate as prod_rate every read; only this kill reads it,
-        # and its detail carries the same measure (one measure per read instead of two).
-        rate = kill.detail.get("rate") if kill is not None else None
-        if kill is not None and kill.kind == "prove_below_min" and rate:
-            w.rec = replace(w.rec, prod_rate=rate)
-            self._record_rate(w, rate)
-        if kill is not None:
-            self._kill(w, kill)
-            return
-        self.clock.at(now + cfg.proving.poll_s, self._poll, w)
+        bench = self.bench_results.get(w.rec.vast_id)  # the record's bench_result, as the engine
+        seen = transitions.Counters(reading, unreachable, others_reachable)
+        self._carry_out(
+            w, transitions.on_counters(w.rec, state, bench, seen, now, self.config), now
+        )
+
+    def _others_reachable(self, w: Worker, now: float) -> bool:
+        """Engine._others_reachable: another proving worker answers over SSH."""
+        return any(
+            o is not w and o.rec.state == "proving" and o.rental.alive_at(now)
+            for o in self.fleet.live
+        )
 
     def _reading(self, w: Worker, now: float) -> production.Reading | None:
         """What `workerctl cuzk-counters` answers: None when the host is unreachable."""
@@ -262,8 +267,8 @@ class VastuiPolicy:
         marks = self.strikes.setdefault(mid, [])
         if not any(iid == w.rec.vast_id and k == kind for _, iid, k in marks):
             marks.append((now, w.rec.vast_id, kind))
-        since = now - self.config.fleet.auto_ban_days * 86400.0
-        count = sum(1 for ts, _, _ in marks if ts >= since)
+        since = policy.strike_window_start(now, self.config.fleet.auto_ban_days)
+        count = sum(1 for ts, _, _ in marks if since is None or ts >= since)
         ban = policy.strike_ban(count, self.config.proving.strikes_to_ban, reason)
         if ban is not None and mid not in self.bad:
             self._ban(mid, ban, skip=skip)

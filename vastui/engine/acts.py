@@ -20,6 +20,17 @@ from vastui.config import Config, load_curio_db_password
 from vastui.engine import fleetwide, identity, policy
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
+from vastui.engine.transitions import (
+    Effect,
+    EnterStage,
+    KillWorker,
+    Note,
+    Passed,
+    Production,
+    RecordRate,
+    Strike,
+    Update,
+)
 from vastui.sanitize import sanitize_line
 from vastui.store import BanSpec, InstanceRecord, Store
 from vastui.store.fleet import BAN_KEY, Intent
@@ -394,6 +405,43 @@ class Acts:
             self.offers_changed(None)
         return _uncharged(kill)
 
+    async def carry_out(self, rec: InstanceRecord, effects: list[Effect], now: float) -> None:
+        """A transition's effects (transitions.py), in order; a kill is the last."""
+        for effect in effects:
+            match effect:
+                case Update(fields):
+                    rec = await self.store.update_instance(rec.vast_id, **fields)
+                case EnterStage(stage):
+                    rec = await self.store.set_stage(rec.vast_id, stage, now=now)
+                    await self.store.add_event(
+                        "stage", stage, instance_id=rec.vast_id, machine_id=rec.machine_id,
+                        now=now,
+                    )  # fmt: skip
+                case Note(kind, text, detail, warn):
+                    if warn:
+                        log.warning("instance %s: %s", rec.vast_id, text)
+                    await self.store.add_event(
+                        kind, text, instance_id=rec.vast_id, machine_id=rec.machine_id,
+                        detail=dict(detail) if detail is not None else None, now=now,
+                    )  # fmt: skip
+                case Production(state, measured, rate, checked_at, curio_info):
+                    fields: dict[str, Any] = {"prod_state": state.to_json()}
+                    if measured:
+                        fields.update(
+                            prod_completed=state.completed, prod_failed=state.failed,
+                            prod_rate=rate, prod_checked_at=checked_at, curio_info=curio_info,
+                        )  # fmt: skip
+                    rec = await self.store.update_instance(rec.vast_id, **fields)
+                case RecordRate(rate):
+                    await self.record_rate(rec, rate, now)
+                case Strike(kind, reason):
+                    await self.strike(rec, kind, reason)
+                case Passed():
+                    await self.worker_passed(rec, now)
+                case KillWorker(kill):
+                    await self.kill(rec, kill)
+                    return
+
     async def worker_passed(self, rec: InstanceRecord, now: float) -> None:
         """A worker passed its benchmark: whatever broke the fleet works again."""
         why = f"instance {rec.vast_id} on machine {rec.machine_id} passed its benchmark"
@@ -492,8 +540,7 @@ class Acts:
         if not rec.machine_id:
             return
         now = self.clock()
-        days = self.config.fleet.auto_ban_days
-        since = now - days * 86400 if days > 0 else None
+        since = policy.strike_window_start(now, self.config.fleet.auto_ban_days)
         strikes = await self.store.list_strikes(rec.machine_id)
         if any(s.instance_id == rec.vast_id and s.kind == kind for s in strikes):
             count = sum(1 for s in strikes if since is None or s.ts >= since)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import Counter
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine import identity, policy, production, provision
+from vastui.engine import identity, policy, production, provision, transitions
 from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, worker_curio_env
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
@@ -545,37 +544,13 @@ class Engine:
                 self._ssh_reached.pop(vast_id, None)
             else:
                 self._ssh_reached[vast_id] = now
-            window = self.config.proving.window_min * 60.0
+            seen = transitions.Counters(
+                reading, unreachable, others_reachable=self._others_reachable(vast_id, now)
+            )
             state = production.ProdState.from_json(rec.prod_state)
-            if reading is not None and reading.alive and reading.completed is not None:
-                bench = production.baseline_from_bench(json_dict(rec.bench_result))
-                state = production.fold(state, reading, now, window, bench)
-                m = production.measure(state, now, window)
-                info = json.dumps(reading.curio_info) if reading.curio_info else rec.curio_info
-                rec = await self.store.update_instance(
-                    vast_id,
-                    prod_state=state.to_json(),
-                    prod_completed=state.completed,
-                    prod_failed=state.failed,
-                    prod_rate=None if m.rate is None else round(m.rate, 3),
-                    prod_checked_at=now,
-                    curio_info=info,
-                )
-            else:
-                quiet = production.silent(state, now, unreachable=unreachable)
-                if quiet != state:
-                    state = quiet
-                    rec = await self.store.update_instance(vast_id, prod_state=state.to_json())
-            kill = production.verdict(
-                state, reading, now, rec.min_rate, self.config,
-                others_reachable=self._others_reachable(vast_id, now),
-            )  # fmt: skip
-            if kill is not None and kill.kind == "prove_below_min" and rec.prod_rate:
-                # What it really does becomes the machine's last rate: the ranking must not
-                # rent it again on the strength of its benchmark.
-                await self.acts.record_rate(rec, rec.prod_rate, now)
-            if kill is not None:
-                await self.acts.kill(rec, kill)
+            bench = json_dict(rec.bench_result)
+            effects = transitions.on_counters(rec, state, bench, seen, now, self.config)
+            await self.acts.carry_out(rec, effects, now)
             rec = await self.store.get_instance(vast_id)
         await self._notify("counters")
         return rec is not None and not rec.killed
@@ -607,101 +582,8 @@ class Engine:
         self, rec: InstanceRecord, event: dict[str, Any], position: int | None = None
     ) -> None:
         now = self.clock()
-        fields: dict[str, Any] = {
-            "events_seen": position if position is not None else rec.events_seen + 1
-        }
-        if rec.first_report_at is None:
-            fields["first_report_at"] = now
-        rec = await self.store.update_instance(rec.vast_id, **fields)
-        stage = policy.WORKER_STAGE.get(str(event.get("stage")))
-        kind = event.get("event")
-        if kind == "start" and stage is not None and stage != rec.state:
-            rec = await self.store.set_stage(rec.vast_id, stage, now=now)
-            await self.store.add_event(
-                "stage", f"{stage}", instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
-            )
-        elif kind == "result" and isinstance(event.get("result"), dict):
-            await self._on_benchmark(rec, event["result"], now)
-        elif kind == "progress" and str(event.get("stage")) == "prove":
-            await self._on_prove_progress(rec, event, now)
-        elif kind == "fail":
-            await self.acts.kill(rec, policy.failure_kill(event))
-
-    async def _on_prove_progress(
-        self, rec: InstanceRecord, event: dict[str, Any], now: float
-    ) -> None:
-        """What the prove stage says of the controller's tunnel (down: waiting, never the
-        machine's fault) and of its curio node."""
-        fields: dict[str, Any] = {}
-        tunnel = policy.tunnel_report(event)
-        if tunnel is not None:
-            down, detail = tunnel
-            if down:
-                fields["tunnel_detail"] = sanitize_line(detail, 300)
-                if rec.tunnel_down_since is None:
-                    fields["tunnel_down_since"] = now
-                    log.warning("instance %s: the controller's tunnel is down: %s", rec.vast_id,
-                                fields["tunnel_detail"])  # fmt: skip
-                    await self.store.add_event(
-                        "tunnel", f"tunnel down: {fields['tunnel_detail']}",
-                        instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
-                    )  # fmt: skip
-            elif rec.tunnel_down_since is not None:
-                fields["tunnel_down_since"] = None
-                fields["tunnel_detail"] = None
-                await self.store.add_event(
-                    "tunnel", "tunnel up", instance_id=rec.vast_id, machine_id=rec.machine_id,
-                    now=now,
-                )  # fmt: skip
-        info = policy.curio_report(event.get("curio"))
-        if info is not None:
-            fields["curio_info"] = json.dumps(info)
-        if fields:
-            await self.store.update_instance(rec.vast_id, **fields)
-
-    async def _on_benchmark(self, rec: InstanceRecord, result: dict[str, Any], now: float) -> None:
-        rate = policy.bench_rate(result)
-        outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
-        failed = result.get("proofs_failed")
-        max_pending = result.get("max_pending")
-        await self.store.update_instance(
-            rec.vast_id,
-            bench_rate=rate,
-            bench_outcome=outcome,
-            bench_result=json.dumps(result)[:20_000],
-            bench_failed=failed if isinstance(failed, int) and 0 <= failed < 2**31 else None,
-            max_pending=(
-                max_pending
-                if isinstance(max_pending, int)
-                and not isinstance(max_pending, bool)
-                and 0 <= max_pending <= 10_000
-                else None
-            ),
-        )
-        # The machine's record is what it can do in production: at most what curio's deadline
-        # lets it keep with fewer proofs in flight (policy.effective_rate).
-        usable = policy.effective_rate(result, self.config)
-        if usable is not None and usable > 0:
-            await self.acts.record_rate(rec, usable, now)
-        await self.store.add_event(
-            "benchmark",
-            f"{outcome}: {'n/a' if rate is None else f'{rate:.1f}'} proofs/h "
-            f"(min {rec.min_rate if rec.min_rate is not None else '?'})",
-            instance_id=rec.vast_id,
-            machine_id=rec.machine_id,
-            detail={"rate": rate, "outcome": outcome},
-            now=now,
-        )
-        kill = policy.benchmark_kill(result, rec.min_rate, self.config)
-        if kill is not None:
-            rec = await self.store.get_instance(rec.vast_id) or rec
-            await self.acts.kill(rec, kill)
-            return
-        if outcome == "pass":
-            await self.acts.worker_passed(rec, now)
-        strike = policy.benchmark_strike(result)
-        if strike is not None:
-            await self.acts.strike(rec, "bench_failed_proofs", sanitize_line(strike, 300))
+        effects = transitions.on_event(rec, event, now, self.config, position)
+        await self.acts.carry_out(rec, effects, now)
 
     # -- commands carried out -----------------------------------------------------------
 

@@ -226,6 +226,12 @@ def reconcile_kill(
     )
 
 
+def strike_window_start(now: float, auto_ban_days: float) -> float | None:
+    """The oldest strike that still counts towards a ban; None: every strike counts
+    (``fleet.auto_ban_days`` 0, bans that never expire)."""
+    return now - auto_ban_days * 86400 if auto_ban_days > 0 else None
+
+
 def strike_ban(count: int, strikes_to_ban: int, last_reason: str) -> str | None:
     """The ban a machine's strikes lead to (its reason), or None while below the threshold."""
     if strikes_to_ban <= 0 or count < strikes_to_ban:

@@ -209,24 +209,31 @@ class Measure:
 
 
 def measure(state: ProdState, now: float, window_s: float) -> Measure:
-    """The window's numbers: an interval counts as busy when work was in flight at its start."""
-    points = [x for x in state.samples if x[0] >= now - window_s]
-    before = [x for x in state.samples if x[0] < now - window_s]
-    if before:
-        points.insert(0, before[-1])
+    """The window's numbers: an interval counts as busy when work was in flight at its start.
+    The window's points are its samples and the last one before it. One pass: the engine
+    measures every reading and the economics bench millions of them."""
+    start = now - window_s
+    points: list[list[float]] = []
+    before: list[float] | None = None
+    for x in state.samples:
+        if x[0] >= start:
+            points.append(x)
+        else:
+            before = x
+    if before is not None:
+        points.insert(0, before)
     busy = 0.0
     done = 0.0
+    overdue = 0
+    # samples of older releases have no timeouts; a restarted curio starts its count again
     for a, b in itertools.pairwise(points):
         if a[3]:
             busy += b[0] - a[0]
             done += b[1] - a[1]
-    failed = int(points[-1][2] - points[0][2]) if len(points) >= 2 else 0
-    completed = int(points[-1][1] - points[0][1]) if len(points) >= 2 else 0
-    # samples of older releases have no timeouts; a restarted curio starts its count again
-    overdue = 0
-    for a, b in itertools.pairwise(points):
         ta, tb = (a[4] if len(a) > 4 else 0.0), (b[4] if len(b) > 4 else 0.0)
         overdue += int(tb - ta) if tb >= ta else int(tb)
+    failed = int(points[-1][2] - points[0][2]) if len(points) >= 2 else 0
+    completed = int(points[-1][1] - points[0][1]) if len(points) >= 2 else 0
     rate = done * 3600.0 / busy if busy >= min(MIN_BUSY_S, 0.9 * window_s) else None
     return Measure(rate, busy, failed, completed, overdue)
 
@@ -239,6 +246,7 @@ def verdict(
     config: Config,
     *,
     others_reachable: bool = True,
+    measured: Measure | None = None,
 ) -> Kill | None:
     """Whether a proving worker must go: a dead or silent daemon, failing proofs, or a measured
     rate below its min_rate over the whole window. Each of these is a strike on the machine.
@@ -247,7 +255,8 @@ def verdict(
     goes on proving without us. It is the machine's (its network, its sshd) only while the
     engine reaches its other workers (``others_reachable``); then, past
     ``proving.unreachable_min``, it goes, with a strike. When no worker answers, the controller
-    is the one cut off: nobody is destroyed for it (RELIABILITY.md, ssh-cut)."""
+    is the one cut off: nobody is destroyed for it (RELIABILITY.md, ssh-cut). ``measured``:
+    ``measure(state, now, window)`` when the caller has it already."""
     p = config.proving
     window = p.window_min * 60.0
     if reading is None and state.unreachable_since is not None:
@@ -278,7 +287,7 @@ def verdict(
                 strike=True,
             )
         return None
-    m = measure(state, now, window)
+    m = measured if measured is not None else measure(state, now, window)
     if m.failed >= p.max_failures:
         return Kill(
             "prove_failing",

@@ -1,0 +1,176 @@
+"""The economics bench plays the engine's own decisions: a table of observations, each fed to
+the engine (on the simulated cloud and a real store) and to the bench's fleet model
+(bench/economics_vastui.py), must leave the worker in the same state: its stage or kill, its
+benchmark fields, its production state, the machine's strikes, ban and learned rate.
+
+Both sides run ``vastui.engine.transitions``; what can drift is how each carries the effects
+out (``acts.carry_out`` on the store, ``VastuiPolicy._carry_out`` in memory), and that is what
+this test pins down."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from bench.economics import SCENARIOS, WORLD_SEED
+from bench.economics_vastui import VastuiPolicy
+from bench.economics_world import Market
+from tests.enginekit import World, rent_one, result
+from vastui.engine import production
+from vastui.store import Store
+
+DAEMON_PID = 777
+FIELDS = (
+    "state", "kill_kind", "failed_stage", "bench_rate", "bench_outcome", "bench_failed",
+    "max_pending", "events_seen", "tunnel_down_since", "tunnel_detail", "curio_info",
+)  # fmt: skip
+
+
+def start(stage: str) -> tuple[str, Any]:
+    return ("event", {"stage": stage, "event": "start"})
+
+
+def bench(outcome: str, rate_x: float | None, **extra: Any) -> tuple[str, Any]:
+    """A benchmark result at ``rate_x`` times the worker's min_rate (filled in per side)."""
+    return ("bench", (outcome, rate_x, extra))
+
+
+def counters(completed: int | None, *, alive: bool = True, exit_status: int | None = None):
+    return ("counters", (completed, alive, exit_status))
+
+
+UP_TO_BENCH = [start("setup"), start("paramfetch"), start("benchmark")]
+PROVING = [*UP_TO_BENCH, bench("pass", 1.5), start("prove")]
+
+SCENARIOS_TABLE: dict[str, list[tuple[str, Any]]] = {
+    "pass then proving": PROVING,
+    "below its min_rate": [*UP_TO_BENCH, bench("below_min", 0.6)],
+    "a benchmark error": [*UP_TO_BENCH, bench("error", None, error_tail=["CUDA error 700"])],
+    "a pass with failed proofs": [*UP_TO_BENCH, bench("pass", 1.4, proofs_failed=1)],
+    "a failed paramfetch": [
+        start("setup"),
+        start("paramfetch"),
+        ("event", {"stage": "paramfetch", "event": "fail", "reason": "paramfetch stalled"}),
+    ],
+    "the tunnel down, then up": [
+        *PROVING,
+        ("event", {"stage": "prove", "event": "progress", "tunnel": "down", "down": ["lotus"]}),
+        ("event", {"stage": "prove", "event": "progress", "tunnel": "up"}),
+    ],
+    "proving well": [*PROVING, *[counters(n * 2) for n in range(1, 90)]],
+    "proving below its min_rate": [*PROVING, *[counters(n // 8) for n in range(1, 90)]],
+    "a daemon that died": [*PROVING, counters(3), counters(4, alive=False, exit_status=134)],
+    "a silent daemon": [*PROVING, counters(3), *[counters(None) for _ in range(40)]],
+}
+
+
+def _result(outcome: str, rate_x: float | None, extra: dict[str, Any], min_rate: float):
+    event = result(outcome, None if rate_x is None else round(min_rate * rate_x, 3))
+    event["result"].update(extra, daemon_pid=DAEMON_PID, daemon_completed=3, daemon_failed=0)
+    return event
+
+
+def _reading(completed: int | None, alive: bool, exit_status: int | None, uptime: float):
+    return production.Reading(
+        pid=DAEMON_PID,
+        alive=alive,
+        exit_status=exit_status,
+        signal=None,
+        completed=completed,
+        failed=0 if completed is not None else None,
+        uptime=uptime,
+        busy=True,
+    )
+
+
+STEP_S = 60.0  # proving.poll_s
+
+
+async def _engine_side(world: World, store: Store, steps: list[tuple[str, Any]]) -> dict:
+    engine, iid = await rent_one(world, store)
+    rec0 = await store.get_instance(iid)
+    assert rec0 is not None and rec0.min_rate
+    t0 = world.clock.now()
+    for kind, what in steps:
+        world.clock.advance(STEP_S)
+        rec = await store.get_instance(iid)
+        assert rec is not None
+        if rec.killed:
+            break
+        if kind == "event":
+            await engine.handle_worker_event(iid, dict(what))
+        elif kind == "bench":
+            await engine.handle_worker_event(iid, _result(*what, min_rate=rec0.min_rate))
+        else:
+            done, alive, status = what
+            uptime = world.clock.now() - rec0.created_at
+            await engine.handle_counters(iid, _reading(done, alive, status, uptime))
+    rec = await store.get_instance(iid)
+    assert rec is not None
+    strikes = sorted(s.kind for s in await store.list_strikes(rec.machine_id))
+    perf = await store.get_perf(rec.machine_id)
+    banned = rec.machine_id in await store.bad_machine_ids(now=world.clock.now())
+    await engine.close()
+    return {
+        "rec0": rec0,
+        "t0": t0,
+        "record": {f: getattr(rec, f) for f in FIELDS},
+        "prod": production.ProdState.from_json(rec.prod_state),
+        "strikes": strikes,
+        "rate": perf[0].last_rate if perf else None,
+        "banned": banned,
+    }
+
+
+def _bench_side(world: World, rec0: Any, steps: list[tuple[str, Any]], t0: float) -> dict:
+    demo = next(x for x in SCENARIOS if x.name == "demo")
+    market = Market(
+        world_seed=WORLD_SEED, seed=1, hosts=20, scenario=demo, config=world.config, days=1
+    )
+    policy = VastuiPolicy(market, world.config)
+    offer = market.listed(0.0)[0]
+    w = policy.fleet.rent(offer, rec0.min_rate)
+    # the engine's record, under the bench's id (its fleet keys by vast_id)
+    w.rec = replace(rec0, vast_id=w.rec.vast_id, machine_id=offer.machine_id)
+    policy.clock.now = t0
+    for kind, what in steps:
+        policy.clock.now += STEP_S
+        if not w.live:
+            break
+        if kind == "event":
+            policy.on_event(w, dict(what))
+        elif kind == "bench":
+            policy.on_event(w, _result(*what, min_rate=rec0.min_rate))
+        else:
+            done, alive, status = what
+            uptime = policy.clock.now - rec0.created_at
+            policy.on_counters(w, _reading(done, alive, status, uptime), False, False)
+    key = (offer.machine_id, offer.gpu_name, offer.num_gpus)  # the bench's record is by offer
+    perf = policy.perf.get(key)
+    return {
+        "record": {f: getattr(w.rec, f) for f in FIELDS},
+        "prod": policy.prod.get(w.rec.vast_id) or production.ProdState(),
+        "strikes": sorted(k for _, _, k in policy.strikes.get(offer.machine_id, [])),
+        "rate": perf.last_rate if perf else None,
+        "banned": offer.machine_id in policy.bad,
+    }
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS_TABLE))
+async def test_the_bench_and_the_engine_agree(world: World, store: Store, name: str) -> None:
+    steps = SCENARIOS_TABLE[name]
+    engine = await _engine_side(world, store, steps)
+    # the bench starts from the record and the time the engine had before the first observation
+    rec0, t0 = engine.pop("rec0"), engine.pop("t0")
+    played = _bench_side(world, rec0, steps, t0)
+    assert played == engine
+    # and the table means something: each scenario ends where its name says
+    expected_state = {
+        "a pass with failed proofs": "benchmark",  # a strike, not a kill
+        "pass then proving": "proving",
+        "the tunnel down, then up": "proving",
+        "proving well": "proving",
+    }.get(name, "killed")
+    assert engine["record"]["state"] == expected_state, engine

@@ -1,0 +1,234 @@
+"""What one observation of a worker does to it: pure transitions returning typed effects.
+
+A worker event (one line of its events.jsonl), its benchmark result and a reading of cuzk's
+counters each become a list of effects, in the order they are carried out. The engine carries
+them out on the store (``acts.carry_out``); the economics bench carries out the same effects on
+its in-memory fleet (bench/economics_vastui.py), so the bench plays the engine's decisions and
+never a copy of them. No I/O, no clock, no store here: the caller passes ``now`` and the record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vastui.config import Config
+from vastui.engine import policy, production
+from vastui.sanitize import sanitize_line
+from vastui.store.records import InstanceRecord
+
+
+@dataclass(frozen=True)
+class Update:
+    """Write these fields on the instance's record."""
+
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class EnterStage:
+    """The worker moved on to ``stage`` (one of ``policy.LIVE_STAGES``)."""
+
+    stage: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line in the operator's event log; ``warn`` also logs it as a warning."""
+
+    kind: str
+    text: str
+    detail: Mapping[str, Any] | None = None
+    warn: bool = False
+
+
+@dataclass(frozen=True)
+class RecordRate:
+    """A measured rate into the machine's performance record (what the ranking learns)."""
+
+    rate: float
+
+
+@dataclass(frozen=True)
+class Strike:
+    """A mark against the machine (acts.strike: enough of them ban it)."""
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class KillWorker:
+    """Destroy the instance (acts.kill: the strike or ban the kill carries). Always last."""
+
+    kill: policy.Kill
+
+
+@dataclass(frozen=True)
+class Production:
+    """The worker's production state after a counters reading; ``measured`` when a live
+    reading was folded in (then with its rate, when, and what curio said of itself)."""
+
+    state: production.ProdState
+    measured: bool
+    rate: float | None = None
+    checked_at: float | None = None
+    curio_info: str | None = None
+
+
+@dataclass(frozen=True)
+class Passed:
+    """The worker passed its benchmark: evidence against a fleet-wide failure (acts)."""
+
+
+Effect = Update | EnterStage | Note | Production | RecordRate | Strike | KillWorker | Passed
+
+
+@dataclass(frozen=True)
+class Counters:
+    """One counters reading as the engine sees it (follow.py): ``reading`` None when
+    `workerctl cuzk-counters` answered nothing usable, ``unreachable`` when there was no SSH
+    connection at all, ``others_reachable`` whether another proving worker answered lately."""
+
+    reading: production.Reading | None
+    unreachable: bool = False
+    others_reachable: bool = True
+
+
+def on_event(
+    rec: InstanceRecord,
+    event: Mapping[str, Any],
+    now: float,
+    config: Config,
+    position: int | None = None,
+) -> list[Effect]:
+    """One worker event (worker-image/README.md: start, ok, fail, progress, result)."""
+    fields: dict[str, Any] = {
+        "events_seen": position if position is not None else rec.events_seen + 1
+    }
+    if rec.first_report_at is None:
+        fields["first_report_at"] = now
+    effects: list[Effect] = [Update(fields)]
+    stage = policy.WORKER_STAGE.get(str(event.get("stage")))
+    kind = event.get("event")
+    result = event.get("result")
+    if kind == "start" and stage is not None and stage != rec.state:
+        effects.append(EnterStage(stage))
+    elif kind == "result" and isinstance(result, dict):
+        effects += on_benchmark(rec, result, config)
+    elif kind == "progress" and str(event.get("stage")) == "prove":
+        effects += on_prove_progress(rec, event, now)
+    elif kind == "fail":
+        effects.append(KillWorker(policy.failure_kill(dict(event))))
+    return effects
+
+
+def on_benchmark(rec: InstanceRecord, result: dict[str, Any], config: Config) -> list[Effect]:
+    """benchmark.sh's result: the record, the machine's rate, the gate, a strike."""
+    rate = policy.bench_rate(result)
+    outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
+    failed = result.get("proofs_failed")
+    max_pending = result.get("max_pending")
+    effects: list[Effect] = [
+        Update(
+            {
+                "bench_rate": rate,
+                "bench_outcome": outcome,
+                "bench_result": json.dumps(result)[:20_000],
+                "bench_failed": failed if _small_int(failed, 2**31 - 1) else None,
+                "max_pending": max_pending if _small_int(max_pending, 10_000) else None,
+            }
+        )
+    ]
+    # The machine's record is what it can do in production: at most what curio's deadline
+    # lets it keep with fewer proofs in flight (policy.effective_rate).
+    usable = policy.effective_rate(result, config)
+    if usable is not None and usable > 0:
+        effects.append(RecordRate(usable))
+    effects.append(
+        Note(
+            "benchmark",
+            f"{outcome}: {'n/a' if rate is None else f'{rate:.1f}'} proofs/h "
+            f"(min {rec.min_rate if rec.min_rate is not None else '?'})",
+            {"rate": rate, "outcome": outcome},
+        )
+    )
+    kill = policy.benchmark_kill(result, rec.min_rate, config)
+    if kill is not None:
+        effects.append(KillWorker(kill))
+        return effects
+    if outcome == "pass":
+        effects.append(Passed())
+    strike = policy.benchmark_strike(result)
+    if strike is not None:
+        effects.append(Strike("bench_failed_proofs", sanitize_line(strike, 300)))
+    return effects
+
+
+def on_prove_progress(rec: InstanceRecord, event: Mapping[str, Any], now: float) -> list[Effect]:
+    """What the prove stage says of the controller's tunnel (down: waiting, never the
+    machine's fault) and of its curio node."""
+    fields: dict[str, Any] = {}
+    effects: list[Effect] = []
+    tunnel = policy.tunnel_report(dict(event))
+    if tunnel is not None:
+        down, detail = tunnel
+        if down:
+            fields["tunnel_detail"] = sanitize_line(detail, 300)
+            if rec.tunnel_down_since is None:
+                fields["tunnel_down_since"] = now
+                effects.append(Note("tunnel", f"tunnel down: {fields['tunnel_detail']}", warn=True))
+        elif rec.tunnel_down_since is not None:
+            fields["tunnel_down_since"] = None
+            fields["tunnel_detail"] = None
+            effects.append(Note("tunnel", "tunnel up"))
+    info = policy.curio_report(event.get("curio"))
+    if info is not None:
+        fields["curio_info"] = json.dumps(info)
+    return [Update(fields), *effects] if fields else effects
+
+
+def on_counters(
+    rec: InstanceRecord,
+    state: production.ProdState,
+    bench_result: dict[str, Any] | None,
+    seen: Counters,
+    now: float,
+    config: Config,
+) -> list[Effect]:
+    """Fold one counters reading into the worker's production state (``state``, the record's
+    ``prod_state`` parsed; ``bench_result`` its benchmark's result) and judge it."""
+    window = config.proving.window_min * 60.0
+    reading = seen.reading
+    effects: list[Effect] = []
+    prod_rate = rec.prod_rate
+    m: production.Measure | None = None
+    if reading is not None and reading.alive and reading.completed is not None:
+        bench = production.baseline_from_bench(bench_result)
+        state = production.fold(state, reading, now, window, bench)
+        m = production.measure(state, now, window)
+        prod_rate = None if m.rate is None else round(m.rate, 3)
+        info = json.dumps(reading.curio_info) if reading.curio_info else rec.curio_info
+        effects.append(Production(state, True, prod_rate, now, info))
+    else:
+        quiet = production.silent(state, now, unreachable=seen.unreachable)
+        if quiet != state:
+            state = quiet
+            effects.append(Production(state, False))
+    kill = production.verdict(
+        state, reading, now, rec.min_rate, config,
+        others_reachable=seen.others_reachable, measured=m,
+    )  # fmt: skip
+    if kill is not None and kill.kind == "prove_below_min" and prod_rate:
+        # What it really does becomes the machine's last rate: the ranking must not rent it
+        # again on the strength of its benchmark.
+        effects.append(RecordRate(prod_rate))
+    if kill is not None:
+        effects.append(KillWorker(kill))
+    return effects
+
+
+def _small_int(value: Any, top: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= top
