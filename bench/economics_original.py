@@ -11,6 +11,14 @@ workers that visibly stopped (host offline on Vast, cuzk dead or hung: GPU at 0%
 cheapest offers again up to the target (Bulk Deploy). Between looks, nothing replaces a worker.
 With ``ignore_failed`` they also press Ignore on every machine whose worker failed its benchmark
 or a timeout (the bad-hosts list by hand): the original with a human's memory, for comparison.
+
+``fair`` is the original at its best, as the seed and original-system.md describe it (issue 18),
+and the opponent the headline compares with: Ignore pressed on every machine that failed its
+benchmark, a timeout or production (its GPU idle), "Hide bad hosts" on (the default: ignored
+machines are never offered again), the Known Perf column read (host_perf: the best rate a
+machine ever posted; an offer whose known rate is below its min_rate is passed over, and the
+machines known to pay are deployed first, cheapest per proof), and a crashed benchmark that
+posts 0 proofs/h at once and is destroyed by /bench-done instead of waiting out the timeout.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from bench.economics_worker import PROVE_START_S, Production, original_bench
 from bench.economics_world import Market
 from vastui.config import Config
 from vastui.pricing import required_rate
+from vastui.vast.models import Offer
 
 MONITOR_FIRST_S = 10.0  # runMonitor: first cycle after 10 s, then every 60 s
 MONITOR_S = 60.0
@@ -38,11 +47,15 @@ class OriginalPolicy:
         *,
         check_s: float = OPERATOR_CHECK_S,
         ignore_failed: bool = False,
+        fair: bool = False,
     ) -> None:
         self.config = config
         self.check_s = check_s
-        self.ignore_failed = ignore_failed
+        self.fair = fair
+        self.ignore_failed = ignore_failed or fair
         self.ignored: set[int] = set()
+        self.known: dict[int, float] = {}  # host_perf: machine -> the best rate it posted
+        self.idle: set[int] = set()  # machines whose worker the operator found stopped
         self.clock = Clock()
         self.fleet = Fleet(market, config, self.clock)
 
@@ -58,6 +71,8 @@ class OriginalPolicy:
         now = self.clock.now
         for w in self.fleet.live:
             if self._visibly_stopped(w, now):
+                if w.rental.alive_at(now):  # its host is up: the GPU went idle, its fault
+                    self.idle.add(w.offer.machine_id)
                 self.fleet.mark_killed(
                     w, "manual", "operator: worker stopped (offline or idle GPU)"
                 )
@@ -68,6 +83,8 @@ class OriginalPolicy:
                 if w.rec.kill_kind
                 in ("bench_below_min", "deadline_paramfetch", "deadline_benchmark")
             }
+        if self.fair:
+            self.ignored |= self.idle
         self._deploy(now)
 
     def _visibly_stopped(self, w: Worker, now: float) -> bool:
@@ -83,9 +100,25 @@ class OriginalPolicy:
             return
         offers = [o for o in self.fleet.available(now) if o.machine_id not in self.ignored]
         cheapest = sorted(offers, key=lambda o: (o.dph_total, o.id))
+        if self.fair:
+            cheapest = self._by_known_perf(cheapest)
         for offer in cheapest[:missing]:
             min_rate = required_rate(offer.dph_total, self.config.fleet.max_cost_per_proof)
             self._schedule(self.fleet.rent(offer, min_rate))
+
+    def _by_known_perf(self, offers: list[Offer]) -> list[Offer]:
+        """The offers table read with its Known Perf column: machines known to pay first (by
+        $/proof at their known rate), then the unknown by $/h; known too slow, passed over."""
+        cap = self.config.fleet.max_cost_per_proof
+        good: list[tuple[float, int, Offer]] = []
+        unknown: list[Offer] = []
+        for o in offers:
+            rate = self.known.get(o.machine_id)
+            if rate is None:
+                unknown.append(o)
+            elif rate >= required_rate(o.dph_total, cap):
+                good.append((o.dph_total / rate, o.id, o))
+        return [o for _, _, o in sorted(good)] + unknown
 
     # -- the worker and the controller's API ---------------------------------------------
 
@@ -95,7 +128,7 @@ class OriginalPolicy:
         if r.paramfetch_end is None:
             return
         self._at(w, r.paramfetch_end, self._param_done)
-        w.bench = original_bench(r, self.config.fleet.bench_proofs)
+        w.bench = original_bench(r, self.config.fleet.bench_proofs, crash_posts_zero=self.fair)
         self._at(w, r.paramfetch_end + w.bench.duration, self._bench_done)
 
     def _at(self, w: Worker, t: float, fn: Callable[[Worker], None]) -> None:
@@ -115,6 +148,9 @@ class OriginalPolicy:
         if not w.live or w.bench is None or w.bench.rate is None:
             return
         rate, min_rate = w.bench.rate, w.rec.min_rate or 0.0
+        if rate > 0:  # host_perf upserted on pass and fail, MAX(old, new)
+            mid = w.offer.machine_id
+            self.known[mid] = max(rate, self.known.get(mid, 0.0))
         if rate < min_rate:
             reason = f"bench_rate {rate:.1f} below min_rate {min_rate:.1f}"
             self.fleet.mark_killed(w, "bench_below_min", reason)

@@ -285,18 +285,32 @@ def vastui_bench(r: Rental, min_rate: float, proofs: int = 12) -> Bench:
     return Bench(t, res, None)
 
 
-def original_bench(r: Rental, proofs: int = 12) -> Bench:
+def original_bench(r: Rental, proofs: int = 12, crash_posts_zero: bool = False) -> Bench:
     """The original's benchmark (original-system.md §3): warmup, PCE wait, a daemon restart,
     then all 12 proofs, no early abort; the rate posted to /bench-done (measured like vastui's,
-    an assumption in its favour). A crash (a dead daemon, a failed warmup, a hung proof) posts
-    nothing: the monitor's 45-minute benchmark timeout ends it."""
+    an assumption in its favour). A hung proof posts nothing: the monitor's 45-minute benchmark
+    timeout ends it. A crash (a daemon that died, a failed warmup) posts nothing either, unless
+    ``crash_posts_zero``: the seed's script reports 0 proofs/h at once and /bench-done destroys
+    the box (issue 18: the original at its best)."""
     h = r.hidden
     never = Bench(math.inf, {"outcome": "error"}, None)
-    if h.fault in ("no_cuda", "gpu_oom"):
-        return never
-    if h.fault in ("cuda_abort", "host_oom", "hang") and 1 <= h.fault_after <= proofs:
-        return never
     warm, pce = _warmup(r)
+    if h.fault in ("no_cuda", "gpu_oom"):
+        # the first proof's GPU phase fails: after the daemon's start and the SRS load
+        crashed = SRS_LOAD_S + r.fill
+        return (
+            Bench(crashed, {"outcome": "posted", "rate_per_hour": 0.0}, 0.0)
+            if (crash_posts_zero)
+            else never
+        )
+    if h.fault == "hang" and 1 <= h.fault_after <= proofs:
+        return never
+    if h.fault in ("cuda_abort", "host_oom") and 1 <= h.fault_after <= proofs:
+        if not crash_posts_zero:
+            return never
+        restart = ORIGINAL_RESTART_S[0]
+        crashed = max(warm, pce) + restart + SRS_LOAD_S + r.fill + r.interval * h.fault_after
+        return Bench(crashed, {"outcome": "posted", "rate_per_hour": 0.0}, 0.0)
     restart = ORIGINAL_RESTART_S[0] + (ORIGINAL_RESTART_S[1] - ORIGINAL_RESTART_S[0]) * (
         r.jitter[BENCH_INDEXES + 2] - JITTER[0]
     ) / (JITTER[1] - JITTER[0])

@@ -291,3 +291,42 @@ def test_spend_is_billed_time_by_price() -> None:
     )
     assert out.spent == pytest.approx(by_hand)
     assert 0 <= out.rejected_spent <= out.spent
+
+
+# -- the original at its best (issue 18) ------------------------------------------------------
+
+
+def test_the_fair_originals_crashed_benchmark_posts_zero_at_once() -> None:
+    for fault in ("cuda_abort", "no_cuda", "gpu_oom"):
+        crashed = original_bench(rental(60.0, Hidden(fault, 3, 4)), crash_posts_zero=True)
+        assert crashed.rate == 0.0 and crashed.duration < 45 * 60, fault
+    hung = original_bench(rental(60.0, Hidden("hang", 3, 4)), crash_posts_zero=True)
+    assert hung.rate is None and math.isinf(hung.duration)  # a hang posts nothing: the timeout
+
+
+def test_the_fair_original_reads_known_perf() -> None:
+    market = small_market()
+    fair = OriginalPolicy(market, config(2), fair=True)
+    offers = sorted(fair.fleet.available(0.0), key=lambda o: (o.dph_total, o.id))[:4]
+    a, b, c, d = offers
+    fair.known = {
+        b.machine_id: 1000.0,  # pays: first
+        c.machine_id: 0.1,  # known too slow for its price: passed over
+        d.machine_id: 2000.0,  # pays better per proof: before b
+    }
+    order = fair._by_known_perf(offers)
+    assert c not in order and order[-1] is a  # the unknown after the known, in $/h order
+    assert order[:2] == sorted([b, d], key=lambda o: o.dph_total / fair.known[o.machine_id])
+
+
+def test_the_fair_original_ignores_a_failing_machine_and_rents_it_once() -> None:
+    market = small_market()
+    original = OriginalPolicy(market, config(2))
+    original.run(24)
+    mid = first_machine(original)
+    market.hidden[mid] = Hidden("cuda_abort", 3, 4)  # an error in every benchmark
+    fair = OriginalPolicy(market, config(2), fair=True)
+    fair.run(24)
+    rents = [w for w in fair.fleet.workers.values() if w.offer.machine_id == mid]
+    assert len(rents) == 1 and mid in fair.ignored
+    assert rents[0].rec.kill_kind == "bench_below_min"  # 0 proofs/h posted, destroyed at once

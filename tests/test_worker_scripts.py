@@ -361,8 +361,8 @@ def test_benchmark_rate_around_min_rate(
             (10, "below_min", "done"),
             (11, "aborted_early", "timed_run"),
         )
-    if abs(rate - MIN) >= 0.25 * MIN:  # far from the gate: no load moves it across
-        assert (result["outcome"] == "pass") is passes
+    # The verdict is judged against what the simulated world did (its clock is the wall's,
+    # scaled 400x: a loaded test machine slows it), never against the profile's nominal rate.
     # The measured rate predicts the proving rate: completed proofs over the run's time (the
     # slope through every finish), failed proofs' time included, production's 10 in flight.
     assert result["concurrency"] == 10
@@ -372,8 +372,14 @@ def test_benchmark_rate_around_min_rate(
         assert (result["rate_per_hour"] >= MIN) is (result["outcome"] == "pass")
         if abs(world - MIN) > 0.05 * MIN:  # the truth clear of the gate by more than the
             assert (result["outcome"] == "pass") is (world >= MIN)  # measurement's error
+        if abs(world - rate) <= 0.03 * rate and abs(rate - MIN) > 0.08 * MIN:
+            assert (result["outcome"] == "pass") is passes  # the world kept to its profile
     else:  # an early abort's is partial, and says so
         assert result["rate_per_hour"] is None and result["partial_rate_per_hour"] < MIN
+        # never a machine whose world ran a quarter above min_rate (the early pace, 2 or 3
+        # intervals, may fall below the whole run's: that is the abort's bet)
+        world = world_rate(sandbox.log("cuzk"))
+        assert world < MIN * 1.25, (result, world)
         assert re.search(r"^RESULT: n/a proofs/hour \(min 29\.0\) ABORTED_EARLY$", out, re.M)
     assert tail(result) == []
     assert result["pce"] == "cached"
@@ -409,13 +415,13 @@ def test_benchmark_memory_budget_from_the_cgroup_limit(sandbox: Sandbox) -> None
 
 def test_benchmark_caught_cuda_panic_passes_with_a_failed_proof(sandbox: Sandbox) -> None:
     sandbox.machine(fault="gpu_panic", fault_after=3, fault_every=1000)
-    rc, _ = sandbox.run_bench()
+    rc, _ = sandbox.run_bench(MIN_RATE="1")  # not the gate: a loaded machine slows the world
     result = sandbox.result()
     assert_result_basics(result, rc)
     assert (rc, result["outcome"], result["stage"]) == (0, "pass", "done")
     assert (result["proofs_completed"], result["proofs_failed"]) == (11, 1)
     assert (result["daemon_completed"], result["daemon_failed"]) == (12, 1)
-    assert result["rate_per_hour"] >= MIN
+    assert result["rate_per_hour"] == pytest.approx(world_rate(sandbox.log("cuzk")), rel=0.1)
     assert tail(result) == PANIC_TAIL  # the failed proof is reported: the engine strikes it
 
 
@@ -484,7 +490,7 @@ def test_benchmark_host_out_of_memory_kill(sandbox: Sandbox) -> None:
 
 def test_benchmark_failed_pce_save_is_not_fatal(sandbox: Sandbox) -> None:
     sandbox.machine(fault="pce_save_fail")
-    rc, out = sandbox.run_bench()
+    rc, out = sandbox.run_bench(MIN_RATE="1")  # not the gate: a loaded machine slows the world
     result = sandbox.result()
     assert_result_basics(result, rc)
     assert (rc, result["outcome"], result["pce"]) == (0, "pass", "not_saved")
@@ -501,7 +507,7 @@ def test_benchmark_failed_pce_save_is_not_fatal(sandbox: Sandbox) -> None:
 
 def test_benchmark_failed_pce_extraction_is_not_fatal(sandbox: Sandbox) -> None:
     sandbox.machine(fault="pce_extract_fail")
-    rc, _ = sandbox.run_bench()
+    rc, _ = sandbox.run_bench(MIN_RATE="1")  # not the gate: a loaded machine slows the world
     result = sandbox.result()
     assert (rc, result["outcome"], result["pce"]) == (0, "pass", "failed")
     assert result["rate_per_hour"] == pytest.approx(world_rate(sandbox.log("cuzk")), rel=0.1)
@@ -522,7 +528,7 @@ def test_benchmark_daemon_never_ready(sandbox: Sandbox) -> None:
 
 def test_benchmark_ready_logged_before_the_port_answers(sandbox: Sandbox) -> None:
     sandbox.machine(bind_delay_s=60)  # "ready", then a minute until the port is bound
-    rc, out = sandbox.run_bench()
+    rc, out = sandbox.run_bench(MIN_RATE="1")  # not the gate: a loaded machine slows the world
     assert (rc, sandbox.result()["outcome"]) == (0, "pass")
     # a normal run otherwise (its rate is the rate tests' business, above)
     assert sandbox.result()["outcome"] == "pass" and sandbox.result()["rate_per_hour"] > 0
@@ -582,7 +588,9 @@ def test_benchmark_hung_proof(sandbox: Sandbox) -> None:
 
 
 def test_benchmark_inherited_rust_log_warn(sandbox: Sandbox) -> None:
-    rc, _ = sandbox.run_bench(RUST_LOG="warn")
+    rc, _ = sandbox.run_bench(
+        RUST_LOG="warn", MIN_RATE="1"
+    )  # not the gate: a loaded machine slows the world
     result = sandbox.result()
     assert (rc, result["outcome"]) == (0, "pass")
     assert result["rate_per_hour"] == pytest.approx(world_rate(sandbox.log("cuzk")), rel=0.1)

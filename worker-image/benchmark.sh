@@ -534,12 +534,11 @@ on_proof() { # $1 index, $2 cuzk-bench status, $3 its output, $4 what
       finish error "too many failed proofs ($failed of $finished) in $what"
     fi
   fi
-  # A proof finished when cuzk-bench saw its answer, not when this script got round to it: its
-  # start here plus the wall time cuzk-bench measured around connect and Prove
-  # (cuzk-bench/src/main.rs:504-509; it leaves out reading the C1, the same for every proof).
-  # A shell that stalls would otherwise record a burst of finishes: a false pace, an early abort.
-  local at=$CLOCK_MS
-  if [[ -n $ms ]] && ((started[idx] + ms < at)); then at=$((started[idx] + ms)); fi
+  # A proof finished when cuzk-bench printed its answer (the last write to its output), not when
+  # this script got round to it: a shell that stalls would record a burst of finishes, a false
+  # pace and an early abort (CI, 400x: a 0.2 s stall is 80 s of the worker's clock).
+  local at=$CLOCK_MS wrote
+  if wrote=$(file_mtime_ms "$out") && ((wrote < at)); then at=$wrote; fi
   finish_ms+=("$at")
   finish_done+=("$completed")
   if [[ $stage == timed_run ]]; then

@@ -139,6 +139,15 @@ clock_ms() {
   CLOCK_MS=$(((10#$t - 10#$CLOCK_T0) * CLOCK_SCALE_M / 1000000))
 }
 
+# The last modification of file $1 on the worker's clock (CLOCK_MS's scale), or status 1.
+file_mtime_ms() {
+  local t
+  t=$(stat -c %.6Y -- "$1" 2>/dev/null) || return 1
+  [[ $t =~ ^[0-9]+\.[0-9]{6}$ ]] || return 1
+  t=${t/./}
+  printf '%d' $(((10#$t - 10#$CLOCK_T0) * CLOCK_SCALE_M / 1000000))
+}
+
 # The time log lines carry, UTC, on the controller's clock: the wall clock on a real worker. In
 # the simulator (WORKER_TIME_SCALE) the controller's clock runs faster: it read
 # WORKER_CLOCK_SIM0 when the wall clock read WORKER_CLOCK_WALL0, and lines say that time, so

@@ -287,26 +287,13 @@ def sleep_forever() -> None:
 
 
 class SimStopwatch:
-    """Measures elapsed simulated time (real elapsed x SIM_SPEED); ``since_exec`` from the
-    process's own start (/proc/self/stat starttime, 10 ms steps), not from now."""
+    """Measures elapsed simulated time (real elapsed x SIM_SPEED)."""
 
-    def __init__(self, since_exec: bool = False) -> None:
-        self.start = time.monotonic() - (_since_exec() if since_exec else 0.0)
+    def __init__(self) -> None:
+        self.start = time.monotonic()
 
     def sim_elapsed(self) -> float:
         return (time.monotonic() - self.start) * speed()
-
-
-def _since_exec() -> float:
-    """Real seconds since this process started (0 when /proc cannot say)."""
-    try:
-        with open("/proc/self/stat") as fh:
-            started = int(fh.read().rsplit(") ", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-        with open("/proc/uptime") as fh:
-            up = float(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return max(0.0, up - started)
 
 
 def jitter(machine: dict[str, Any], salt: str, index: int) -> float:
