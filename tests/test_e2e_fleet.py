@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import world_rate
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
@@ -85,13 +86,16 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
             assert rec.state == "proving", rec.kill_reason
             assert rec.bench_outcome == "pass" and rec.bench_failed == 0
             # measured, not assumed: cuzk's counters since the benchmark, and a rate
+            # (ten proofs at least: over three, one proof more or less is a third of the rate)
             rec = await until(
-                engine, iid, lambda r: r.prod_rate is not None or r.killed, "a measured rate"
+                engine, iid, lambda r: (r.prod_completed or 0) >= 10 or r.killed, "a rate"
             )
-            assert rec.prod_completed >= 3 and rec.prod_failed == 0
-            true_rate = machines[offer.machine_id].rate_for(1)
-            assert rec.prod_rate == pytest.approx(true_rate, rel=0.15)
+            assert rec.prod_rate is not None and rec.prod_failed == 0
+            # against what the world did (its clock is the wall's, scaled: a loaded test machine
+            # slows it): its production proofs, after the benchmark's 13
             sandbox = rt.demo.sandboxes[iid].root
+            cuzk_log = (sandbox / "var" / "log" / "vastui" / "cuzk.log").read_text()
+            assert rec.prod_rate == pytest.approx(world_rate(cuzk_log, skip=13), rel=0.15)
             exit_file = sandbox / "run" / "cuzk-daemon.exit"
 
             rec = await until(engine, iid, lambda r: r.killed, "the kill")
