@@ -1172,4 +1172,9 @@ def test_synthesis_gets_memory_oldest_proof_first(box: Box) -> None:
         if m.group(1) not in started:
             started.append(m.group(1))
     assert len(seqs) == 6 and sorted(started) == sorted(seqs)  # the warmup's and the burst's
-    assert [seqs[j] for j in started] == sorted(seqs.values())
+    # Admitted in job_seq order; two admitted together (the budget holds two proofs' synthesis)
+    # then log SYNTH_START in either order, in the real daemon's worker pool as here (CI saw
+    # [0, 1, 3, 2, 4, 5] on a loaded machine). No proof is ever overtaken by one two younger:
+    # with racing waiters (the bug) five proofs rarely keep to that (8 orders in 120).
+    order = [seqs[j] for j in started]
+    assert all(a < b + 2 for i, a in enumerate(order) for b in order[i + 1 :]), order
