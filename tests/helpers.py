@@ -122,3 +122,29 @@ def world_rate(cuzk_log: str, skip: int = 1) -> float:
         (x - mx) ** 2 for x in xs
     )
     return slope * 3_600_000  # per ms → per hour
+
+
+def world_busy_rate(cuzk_log: str, skip: int) -> float:
+    """What the simulated daemon did while it had work, as the engine measures production (over
+    busy time, production.measure): finishes after the first ``skip`` proofs, from the first to
+    the last, over the time between them that some proof was in flight (its first SYNTH_START
+    to its last GPU_END). A daemon that curio left idle on a loaded machine is not slower."""
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for m in re.finditer(r"^TIMELINE,(\d+),(SYNTH_START|GPU_END),([^,]+),", cuzk_log, re.M):
+        t, event, job = int(m.group(1)), m.group(2), m.group(3)
+        if event == "SYNTH_START":
+            starts.setdefault(job, t)
+        else:
+            ends[job] = max(ends.get(job, 0), t)
+    jobs = [j for j in sorted(starts, key=starts.__getitem__)[skip:] if j in ends]
+    assert len(jobs) >= 3, f"only {len(jobs)} finishes after the first {skip}"
+    finishes = sorted(ends[j] for j in jobs)
+    lo, hi = finishes[0], finishes[-1]
+    busy, reach = 0, lo
+    for a, b in sorted((max(starts[j], lo), min(ends[j], hi)) for j in jobs):
+        if b <= reach:
+            continue
+        busy += b - max(a, reach)
+        reach = b
+    return (len(finishes) - 1) * 3_600_000 / busy
