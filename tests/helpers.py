@@ -104,14 +104,7 @@ def world_rate(cuzk_log: str, skip: int = 1) -> float:
     observed. On a loaded test machine the world
     itself runs slower or in bursts (its clock is the wall's, scaled): the benchmark is judged
     against it, not against the profile's nominal rate."""
-    ends: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for m in re.finditer(r"^TIMELINE,(\d+),(SYNTH_START|GPU_END),([^,]+),", cuzk_log, re.M):
-        t, event, job = int(m.group(1)), m.group(2), m.group(3)
-        if event == "SYNTH_START":
-            first.setdefault(job, t)
-        else:
-            ends[job] = max(ends.get(job, 0), t)
+    first, ends = _timeline(cuzk_log)
     timed = sorted(ends[j] for j in sorted(first, key=first.__getitem__)[skip:] if j in ends)
     n = len(timed)
     assert n >= 3, f"only {n} timed finishes in the daemon's timeline"
@@ -129,14 +122,7 @@ def world_busy_rate(cuzk_log: str, skip: int) -> float:
     busy time, production.measure): finishes after the first ``skip`` proofs, from the first to
     the last, over the time between them that some proof was in flight (its first SYNTH_START
     to its last GPU_END). A daemon that curio left idle on a loaded machine is not slower."""
-    starts: dict[str, int] = {}
-    ends: dict[str, int] = {}
-    for m in re.finditer(r"^TIMELINE,(\d+),(SYNTH_START|GPU_END),([^,]+),", cuzk_log, re.M):
-        t, event, job = int(m.group(1)), m.group(2), m.group(3)
-        if event == "SYNTH_START":
-            starts.setdefault(job, t)
-        else:
-            ends[job] = max(ends.get(job, 0), t)
+    starts, ends = _timeline(cuzk_log)
     jobs = [j for j in sorted(starts, key=starts.__getitem__)[skip:] if j in ends]
     assert len(jobs) >= 3, f"only {len(jobs)} finishes after the first {skip}"
     finishes = sorted(ends[j] for j in jobs)
@@ -148,3 +134,16 @@ def world_busy_rate(cuzk_log: str, skip: int) -> float:
         busy += b - max(a, reach)
         reach = b
     return (len(finishes) - 1) * 3_600_000 / busy
+
+
+def _timeline(cuzk_log: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Each proof's first SYNTH_START and last GPU_END in the daemon's TIMELINE lines (ms)."""
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for m in re.finditer(r"^TIMELINE,(\d+),(SYNTH_START|GPU_END),([^,]+),", cuzk_log, re.M):
+        t, event, job = int(m.group(1)), m.group(2), m.group(3)
+        if event == "SYNTH_START":
+            starts.setdefault(job, t)
+        else:
+            ends[job] = max(ends.get(job, 0), t)
+    return starts, ends
