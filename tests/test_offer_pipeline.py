@@ -273,6 +273,8 @@ def plain_offer(raw: Any) -> Offer:
         cuda_max_good=_qty(raw, "cuda_max_good", upper=1000.0),
         verified=None if verification is None else verification == "verified",
         rentable=_bool(raw, "rentable"),
+        min_bid=valid_price(raw.get("min_bid")),
+        storage_total_cost=_qty(raw, "storage_total_cost", upper=MAX_DPH),
     )
 
 

@@ -511,6 +511,39 @@ def test_vastai_cli_reboot_restarts_the_container(served: Served, tmp_path: Path
     assert json.loads(again.stdout)["state"] == "pending"  # the same host key: accepted
 
 
+def test_vastai_cli_bids_creates_a_bid_and_changes_it(served: Served):
+    # vastai 1.9.1: `search offers --type bid` sends type "bid" (cli/commands/offers.py:23-25),
+    # `create instance --bid_price` sends it as `price` (api/instances.py:218-221), `change
+    # bid --price` PUTs /instances/bid_price/{id}/ (api/instances.py:366-369).
+    found = served.vastai("search", "offers", "--type", "bid", "--raw", "direct_port_count>=1")
+    assert found.returncode == 0, found.stdout + found.stderr
+    offers = json.loads(found.stdout)
+    assert offers and all(o["is_bid"] for o in offers)
+    offer = offers[0]
+    assert offer["dph_total"] == pytest.approx(offer["min_bid"] + offer["storage_total_cost"])
+    # Over every other bidder's price (vastui/sim/bids.py SPREAD): it runs and stays running.
+    price = round(offer["min_bid"] * 3.5, 4)
+    made = served.vastai(
+        "create", "instance", str(offer["id"]), "--image", "img:1", "--disk", "20",
+        "--bid_price", str(price), "--ssh", "--direct", "--raw",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    iid = int(json.loads(made.stdout)["new_contract"])
+    inst = wait_for(
+        lambda: (i := served.show(iid)) and i["actual_status"] == "running" and i, WAIT, "bid runs"
+    )  # fmt: skip
+    assert inst["is_bid"] is True and inst["dph_base"] == price
+
+    higher = round(price * 1.2, 4)
+    changed = served.vastai("change", "bid", str(iid), "--price", str(higher))
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "bid price changed" in changed.stdout
+    shown = served.show(iid)
+    assert shown is not None and shown["dph_base"] == higher
+    done = served.vastai("destroy", "instance", str(iid), "--yes")
+    assert done.returncode == 0 and served.show(iid) is None
+
+
 def test_sigterm_stops_every_sandbox_and_removes_it(tmp_path: Path):
     config = tmp_path / "engine.toml"
     served = start_served(tmp_path, "--write-config", str(config))

@@ -9,7 +9,7 @@ FULL = {
     "num_gpus": 1, "gpu_ram": 24564, "cpu_ram": 64412, "cpu_cores": 128,
     "cpu_cores_effective": 16.0, "dph_total": 0.3210417, "inet_down": 1780.6,
     "reliability2": 0.9962, "geolocation": "Texas, US", "verification": "verified",
-    "rentable": True, "disk_space": 253.4,
+    "rentable": True, "disk_space": 253.4, "min_bid": 0.18, "storage_total_cost": 0.0010417,
 }  # fmt: skip
 
 
@@ -19,11 +19,12 @@ def test_offer_units_normalised():
     assert offer.cpu_ram_gb == pytest.approx(64.412)
     assert offer.cpu_cores == 16.0
     assert offer.verified is True and offer.rentable is True
+    assert offer.min_bid == 0.18 and offer.storage_total_cost == 0.0010417
     assert offer.to_json() == {
         "id": 21614864, "machine_id": 31244, "host_id": 187302, "gpu_name": "RTX 4090",
         "num_gpus": 1, "gpu_ram_gb": 24.6, "cpu_ram_gb": 64.4, "cpu_cores": 16.0,
         "dph_total": 0.321, "inet_down": 1780.6, "reliability": 0.9962,
-        "geolocation": "Texas, US",
+        "geolocation": "Texas, US", "min_bid": 0.18,
     }  # fmt: skip
 
 

@@ -118,6 +118,8 @@ def _route(method: str, parts: list[str]) -> tuple[str, bool, Handler] | _Resp:
         table = {"PUT": ("logs", True, _h_logs), "POST": ("logs", True, _h_logs)}
     elif parts[:3] == ["v0", "instances", "reboot"] and n == 4:
         table = {"PUT": ("reboot", True, _h_reboot)}
+    elif parts[:3] == ["v0", "instances", "bid_price"] and n == 4:
+        table = {"PUT": ("bid", True, _h_bid_price)}
     elif parts[:2] == ["v0", "instances"] and n == 3:
         table = {
             "GET": ("show", True, _h_show),
@@ -245,6 +247,10 @@ def _h_reboot(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
         )
     req.json_body()  # validate
     return cloud.reboot(int(parts[3]))
+
+
+def _h_bid_price(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
+    return cloud.change_bid(_int_id(parts[3]), req.json_body())
 
 
 def _h_inst_ssh_list(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:

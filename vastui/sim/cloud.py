@@ -13,6 +13,7 @@ import inspect
 import itertools
 import json
 import logging
+import math
 import random
 import re
 import shlex
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from vastui.sim.bids import BidMarket
 from vastui.sim.clock import ManualClock, ScaledClock, SimClock
 from vastui.sim.faults import Faults
 from vastui.sim.fleet import FleetFaults, familiar, pull_error_text
@@ -45,6 +47,8 @@ REBOOT_STOP = (5.0, 15.0)
 # ... then starting the container again (no image pull).
 REBOOT_START = (5.0, 20.0)
 QUEUED_MSG = "Required resources are currently unavailable, state change queued."
+# The sim's text for an instance paused by a higher bid (Vast's own text is not documented).
+OUTBID_MSG = "Outbid: stopped until its bid wins again."
 BULK_MAX = 64  # ids per bulk start/stop (vast-api.md §7: "chunk length of N > 64")
 FORCEABLE = frozenset({"exited", "offline", "unknown", "running", "loading"})
 
@@ -147,6 +151,20 @@ class SimInstance:
     # error (the instance stays loading with it), an image whose benchmark input is broken.
     pull_error: str | None = None
     broken_bench_input: bool = False
+    # Interruptible (bid) instances: the bid ($/h for the slice), the offer's floor
+    # (min_bid with no other bidder: vastui/sim/bids.py), since when a higher bid has it
+    # paused (None: running or not a bid) and how often that happened after it first ran.
+    bid_price: float | None = None
+    bid_floor: float = 0.0
+    outbid_since: float | None = None
+    interruptions: int = 0
+
+
+def _bill_bid(offer: dict[str, Any], price: float) -> None:
+    """Pay-as-bid: the bid replaces the GPU part of the price; storage is the offer's."""
+    offer["is_bid"] = True
+    offer["dph_base"] = round(price, 7)
+    offer["dph_total"] = round(price + offer["storage_total_cost"], 7)
 
 
 def _iso(epoch: float) -> str:
@@ -243,6 +261,7 @@ class SimCloud:
         instance_ids_after: int | None = None,
         host_maintenance: float = 0.0,
         direct_ssh_after: tuple[float, float] | None = None,
+        bid_pressure: float = 1.0,
     ) -> None:
         """``seed`` alone: the whole world of that seed is on the market at its own prices.
         With ``world_seed``: the machines (ids, hardware, hidden speed and faults) are that
@@ -256,7 +275,10 @@ class SimCloud:
         ``direct_ssh_after``: as Vast does, a running instance shows its SSH proxy endpoint
         (``ssh_host``:``ssh_port``) at once and its direct port (``public_ipaddr`` +
         ``ports["22/tcp"]``) only this many simulated seconds later (a range to draw from), on
-        a port of its own. None: one port, reported both ways as soon as it runs."""
+        a port of its own. None: one port, reported both ways as soon as it runs.
+
+        ``bid_pressure`` scales how often other bidders come to a machine (vastui/sim/bids.py;
+        0: nobody ever outbids an interruptible instance)."""
         self.seed = seed
         self.world_seed = seed if world_seed is None else world_seed
         self.clock: SimClock = clock if clock is not None else ScaledClock(speed)
@@ -278,6 +300,7 @@ class SimCloud:
                 self.offers[o["id"]] = o
                 self.offer_machine[o["id"]] = m
         self.available: set[int] = set(self.offers)
+        self.bids = BidMarket(seed, self.clock.now(), bid_pressure)
         if world_seed is not None:
             self._open_market(seed)
         self.instances: dict[int, SimInstance] = {}
@@ -353,6 +376,8 @@ class SimCloud:
             return inst.forced_status, _forced_msg(inst.forced_status)
         if inst.queued:
             return "stopped", QUEUED_MSG
+        if inst.outbid_since is not None:
+            return "stopped", OUTBID_MSG
         if inst.intended == "stopped" or inst.cur_state == "stopped":
             return "exited", "Instance stopped."
         if inst.fail is not None and now >= inst.t_running + inst.fail[1]:
@@ -401,6 +426,7 @@ class SimCloud:
         """Evaluate lifecycles: bill usage and fire ``on_running`` for new runners."""
         now = self.now()
         self._start_queued(now)
+        self._settle_bids(now)
         for inst in list(self.instances.values()):
             status, _ = self.status_of(inst, now)
             self._bill(inst, status, now)
@@ -422,8 +448,11 @@ class SimCloud:
 
     # ------------------------------------------------------------------ search
     def search(self, query: Any, select_cols: Any = None) -> dict[str, Any]:
+        now = self.now()
         try:
-            offers = search_offers(query, (self.offers[i] for i in self.available))
+            offers = search_offers(
+                query, (self._bid_view(self.offers[i], now) for i in self.available)
+            )
         except QueryError as e:
             raise ApiError(e.status, e.body) from e
         if isinstance(select_cols, list) and select_cols and "*" not in select_cols:
@@ -487,13 +516,18 @@ class SimCloud:
                     "Bid price must be between 0.001 and 128.",
                     ask_id=offer_id,
                 )
-            if price < offer["min_bid"]:
-                raise _err(
-                    400,
-                    "invalid_price",
-                    f"Bid price {price} is below the minimum bid {offer['min_bid']}.",
-                    ask_id=offer_id,
-                )
+        now = self.now()
+        # A bid below the going price still creates the contract, stopped (it bills storage
+        # until destroyed) and answers success false with new_contract (vast-api.md §14, dstack
+        # api_client.py); with cancel_unavail the create is refused instead.
+        losing = price is not None and not self.bids.wins(
+            offer["machine_id"], offer["min_bid"], price, now
+        )
+        if losing and body.get("cancel_unavail"):
+            raise _err(
+                410, "no_such_ask", f"Instance type {offer_id} is no longer available.",
+                ask_id=offer_id,
+            )  # fmt: skip
         disk = body.get("disk")
         try:
             disk = 8.0 if disk is None else float(disk)
@@ -509,11 +543,8 @@ class SimCloud:
         priced = dict(offer)
         price_fields(priced, disk, "on-demand")
         if price is not None:
-            priced["is_bid"] = True
-            priced["dph_base"] = round(price, 7)
-            priced["dph_total"] = round(price + priced["storage_total_cost"], 7)
+            _bill_bid(priced, price)
 
-        now = self.now()
         self._next_instance_id += self.rng.randint(1, 40)
         iid = self._next_instance_id
         t_loading = now + self.rng.uniform(20, 60)
@@ -549,8 +580,23 @@ class SimCloud:
             inst.fail = None  # nothing runs: no container to exit, no host to lose it on
         inst.broken_bench_input = image is not None and self.fleet.on("bench_input_broken")
         self._plan_ssh(inst, offer)
+        if price is not None:
+            inst.bid_price = price
+            inst.bid_floor = offer["min_bid"]
         self.instances[iid] = inst
         self._count_created(inst)
+        if losing:
+            inst.outbid_since = now
+            inst.intended = inst.cur_state = inst.next_state = "stopped"
+            inst.stopped_at = now
+            self._claim_offer(inst)
+            return {
+                "success": False,
+                "new_contract": iid,
+                "error": "bid_too_low",
+                "msg": f"Your bid is below the going price {self._going(inst, now)}: "
+                "the instance was created stopped.",
+            }
         if not queued:
             self._claim_offer(inst)
             return {"success": True, "new_contract": iid, "instance_api_key": inst.api_key}
@@ -630,6 +676,65 @@ class SimCloud:
         inst.t_running = inst.t_loading + self.rng.uniform(10, 40)
         if inst.pull_error is not None:  # no container yet: the start pulls again
             inst.pull_error = self.pull_error(inst.image)
+
+    # ------------------------------------------------------------------ bids
+    def _going(self, inst: SimInstance, now: float) -> float:
+        return self.bids.going_price(inst.machine.machine_id, inst.bid_floor, now)
+
+    def _bid_view(self, offer: dict[str, Any], now: float) -> dict[str, Any]:
+        """The offer with this moment's going interruptible price as its ``min_bid``."""
+        going = self.bids.going_price(offer["machine_id"], offer["min_bid"], now)
+        if going == offer["min_bid"]:
+            return offer
+        return {**offer, "min_bid": going}
+
+    def _settle_bids(self, now: float) -> None:
+        """Pause every bid that a higher bid beats now; resume every paused one that wins
+        again (a fresh container start: its onstart runs again)."""
+        for inst in self.instances.values():
+            if inst.bid_price is None or inst.queued:
+                continue
+            wins = self.bids.wins(inst.machine.machine_id, inst.bid_floor, inst.bid_price, now)
+            if inst.outbid_since is None and not wins and inst.intended == "running":
+                status, _ = self.status_of(inst, now)
+                self._bill(inst, status, now)
+                inst.outbid_since = now
+                inst.interruptions += 1
+                inst.intended = inst.cur_state = inst.next_state = "stopped"
+                inst.stopped_at = now
+                inst.notified_running = False
+            elif inst.outbid_since is not None and wins:
+                self._bill(inst, "stopped", now)
+                inst.outbid_since = None
+                self._boot(inst, now)
+
+    def change_bid(self, instance_id: int, body: Any) -> dict[str, Any]:
+        """``PUT /api/v0/instances/bid_price/{id}/`` ``{"client_id": "me", "price": p}``
+        (vastai api/instances.py change_bid): the bid of an interruptible instance, $/h for
+        its machine; no price: the going price (the CLI's "a winning bid price is used")."""
+        if not isinstance(body, dict):
+            raise _err(400, "invalid_args", "Invalid request body")
+        inst = self._get(instance_id)
+        if inst.bid_price is None:
+            raise _err(400, "invalid_args", "Can't change price of on-demand contract.")
+        now = self.now()
+        raw = body.get("price")
+        if raw is None:
+            price = self._going(inst, now)
+        else:
+            try:
+                price = float(raw)
+            except (TypeError, ValueError):
+                raise _err(400, "invalid_price", "Invalid bid price.") from None
+        top = 32.0 * max(1, int(inst.offer["num_gpus"]))
+        if not (math.isfinite(price) and 0.001 <= price <= top):
+            raise _err(400, "invalid_price", f"Bid price must be between 0.001 and {top:g}.")
+        status, _ = self.status_of(inst, now)
+        self._bill(inst, status, now)
+        inst.bid_price = price
+        _bill_bid(inst.offer, price)
+        self._settle_bids(now)
+        return {"success": True}
 
     def _start_queued(self, now: float) -> None:
         """A queued start goes ahead once its offer's GPUs are free again (oldest first)."""
@@ -719,7 +824,7 @@ class SimCloud:
             "storage_total_cost": o["storage_total_cost"],
             "dph_total": o["dph_total"],
             "is_bid": o["is_bid"],
-            "min_bid": o["min_bid"],
+            "min_bid": self._going(inst, now) if inst.bid_price is not None else o["min_bid"],
             "reliability2": o["reliability2"],
             "verification": o["verification"],
             "geolocation": o["geolocation"],

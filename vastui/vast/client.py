@@ -490,15 +490,19 @@ class VastClient:
         env: Mapping[str, str] | None = None,
         onstart: str | None = None,
         runtype: str = "ssh_direc ssh_proxy",
+        bid_price: float | None = None,
     ) -> CreateResult:
-        """Rent an offer. Never retried blindly: see the module docstring."""
+        """Rent an offer, on demand or (``bid_price``, $/h for the machine) interruptible.
+        Never retried blindly: see the module docstring. ``cancel_unavail`` is always sent
+        true: a bid below the going price is then refused (410) instead of leaving a stopped
+        contract that bills storage (vast-api.md §14)."""
         if not label:
             raise ValueError("create_instance needs a unique label to recover a lost answer")
         body = {
             "client_id": "me",
             "image": image,
             "env": dict(env or {}),
-            "price": None,
+            "price": None if bid_price is None else round(float(bid_price), 4),
             "disk": disk_gb,
             "label": label,
             "extra": None,
@@ -646,6 +650,14 @@ class VastClient:
         except VastNotFound:
             return False
         return True
+
+    async def change_bid(self, instance_id: int, price: float) -> None:
+        """An interruptible instance's new bid, $/h for its machine (vastai api/instances.py
+        change_bid: PUT /instances/bid_price/{id}/). A refused change raises."""
+        await self._request(
+            "PUT", f"/instances/bid_price/{int(instance_id)}/", endpoint="manage",
+            json_body={"client_id": "me", "price": round(float(price), 4)},
+        )  # fmt: skip
 
     async def set_label(self, instance_id: int, label: str) -> None:
         await self._request(

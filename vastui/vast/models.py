@@ -265,6 +265,10 @@ class Offer:
     cuda_max_good: float | None
     verified: bool | None
     rentable: bool | None
+    # Interruptible pricing: the going minimum bid for the slice ($/h, the GPU part) and the
+    # storage part of dph_total ($/h): a bid of b costs b + storage_total_cost.
+    min_bid: float | None = None
+    storage_total_cost: float | None = None
 
     def __post_init__(self) -> None:
         # However an Offer is made, it can be rented and priced: valid ids, a real price.
@@ -291,7 +295,8 @@ class Offer:
         else:
             raise ModelError(f"offer is not a JSON object: {type(raw).__name__}")
         (offer_id, machine, host, gpu, gpus, gpu_ram, cpu_ram, cores, cores_all, cpu, dph, disk,
-         down, up, pcie, rel, rel_old, geo, cuda, verification, rentable) = values  # fmt: skip
+         down, up, pcie, rel, rel_old, geo, cuda, verification, rentable, min_bid,
+         storage) = values  # fmt: skip
         if not (type(offer_id) is int and 1 <= offer_id <= INT64_MAX):
             offer_id = _req_id(raw, "id", "offer")
         if not (type(dph) is float and MIN_DPH <= dph <= MAX_DPH):
@@ -330,6 +335,8 @@ class Offer:
             cuda if type(cuda) is float and 0.0 <= cuda <= 1000.0 else _quantity(cuda, 1000.0),
             True if verification == "verified" else _verified(verification),
             rentable if type(rentable) is bool else _bool_value(rentable),
+            valid_price(min_bid),
+            _quantity(storage, MAX_DPH),
         )
 
     def to_api(self) -> dict[str, Any]:
@@ -356,6 +363,8 @@ class Offer:
             "cuda_max_good": self.cuda_max_good,
             "verification": _VERIFICATION[self.verified],
             "rentable": self.rentable,
+            "min_bid": self.min_bid,
+            "storage_total_cost": self.storage_total_cost,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -372,6 +381,7 @@ class Offer:
             "inet_down": _round(self.inet_down, 1),
             "reliability": _round(self.reliability, 4),
             "geolocation": self.geolocation,
+            "min_bid": _round(self.min_bid, 4),
         }
 
 
@@ -380,7 +390,7 @@ _OFFER_KEYS = (
     "id", "machine_id", "host_id", "gpu_name", "num_gpus", "gpu_ram", "cpu_ram",
     "cpu_cores_effective", "cpu_cores", "cpu_name", "dph_total", "disk_space", "inet_down",
     "inet_up", "pcie_bw", "reliability2", "reliability", "geolocation", "cuda_max_good",
-    "verification", "rentable",
+    "verification", "rentable", "min_bid", "storage_total_cost",
 )  # fmt: skip
 _offer_values = itemgetter(*_OFFER_KEYS)
 _VERIFICATION = {None: None, True: "verified", False: "unverified"}
@@ -529,6 +539,12 @@ class Instance:
     start_date: float | None
     env: Mapping[str, str]
     raw: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
+    # Interruptible: created by bidding; the bid (dph_base, $/h), the going minimum bid and
+    # the storage part of dph_total (what a stopped instance still bills).
+    is_bid: bool = False
+    bid_price: float | None = None
+    min_bid: float | None = None
+    storage_total_cost: float | None = None
 
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> Instance:
@@ -558,6 +574,21 @@ class Instance:
             start_date=_qty(raw, "start_date", upper=MAX_EPOCH),
             env=_env_dict(raw.get("extra_env")),
             raw=raw,
+            is_bid=_bool(raw, "is_bid") is True,
+            bid_price=valid_price(raw.get("dph_base")) if _bool(raw, "is_bid") else None,
+            min_bid=valid_price(raw.get("min_bid")),
+            storage_total_cost=_qty(raw, "storage_total_cost", upper=MAX_DPH),
+        )
+
+    @property
+    def outbid(self) -> bool:
+        """A bid paused by a higher one: stopped, and stopped is what Vast intends for it
+        (dstack reads cur_state == intended_status == "stopped" as outbid; vast-api.md §14).
+        vastui never stops its own instances, so a stopped bid of ours was outbid."""
+        return (
+            self.is_bid
+            and self.actual_status in ("stopped", "exited", None)
+            and (self.intended_status == "stopped" or self.cur_state == "stopped")
         )
 
     @property
