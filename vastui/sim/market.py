@@ -568,13 +568,10 @@ def generate_market(seed: int, *, hosts: int = 40, clock_now: float) -> list[Mac
 # The market of a moment: about a third of the world's machines are rented by someone else or
 # offline, and the listed ones ask this moment's price: drawn in the GPU model's range, skewed to
 # the cheap end (most hosts compete on price, few ask a premium), so some offers pay off at the
-# default $0.008/proof, some are marginal, most do not.
+# default $0.008/proof, some are marginal, most do not. A machine's hidden fault does not move
+# its price: no source says faulty machines ask less.
 LISTED_SHARE = 0.65
 PRICE_SKEW = 2.0
-# Flaky machines are cheap for a reason: renters leave them, so their hosts undercut. The
-# machines whose fault draw is this low are the ones vastui.sim.workers gives a fault first.
-FLAKY_DRAW = 0.12
-FLAKY_DISCOUNT = 0.8
 
 
 def machine_fault_rng(world_seed: int, machine_id: int) -> random.Random:
@@ -589,7 +586,8 @@ def market_moment(
     """For each machine id: its $/h per GPU in this market, or ``None`` (not listed now).
 
     Drawn per machine from ``(seed, machine_id)``: the same seed gives the same market whatever
-    the world's order, another seed another market.
+    the world's order, another seed another market. ``world_seed`` no longer moves a price (a
+    machine's hidden fault once discounted it, with no source); kept for the callers.
     """
     moment: dict[int, float | None] = {}
     for m in machines:
@@ -597,8 +595,6 @@ def market_moment(
         rng = random.Random(f"market:{seed}:{m.machine_id}")
         listed = rng.random() < listed_share
         price = model.dph_lo + (model.dph_hi - model.dph_lo) * rng.random() ** PRICE_SKEW
-        if machine_fault_rng(world_seed, m.machine_id).random() < FLAKY_DRAW:
-            price *= FLAKY_DISCOUNT
         moment[m.machine_id] = price if listed else None
     return moment
 
