@@ -34,31 +34,50 @@ class GpuModel:
     name: str
     vram_mb: int
     compute_cap: int
-    dph_lo: float  # $/h per GPU
+    dph_lo: float  # $/h per GPU, on-demand: the range a moment's price is drawn in
     dph_hi: float
     tflops: float  # per GPU
     dlperf: float  # per GPU
     mem_bw: float  # GB/s
     max_power: float  # W
-    rate_mean: float  # proofs/hour (ASSUMPTION, original-system.md §4)
+    # proofs/hour per GPU, ample RAM and CPU: the reference figure (see GPU_MODELS). The world's
+    # hidden mean is this × a factor of the world seed (world_rate_mean), not this itself.
+    rate_mean: float
     weight: float
     counts: tuple[tuple[int, float], ...]  # (gpus per machine, weight)
     blackwell: bool = False
     datacenter: bool = False
 
 
+# Where the figures come from (../shared/reference/original-system.md §4, "Timings", and
+# vast-api.md §3.3, §14):
+#
+# * rate_mean: no source measures cuzk PoRep C2 on any of these GPUs. original-system.md §4
+#   (around its line 295) proposes, as an ASSUMPTION for a simulator, "a per-machine rate from
+#   ~N(mean, 15%): PRO 4000 (24 GB) ~22; RTX 4090 ~32; RTX 5090 ~42; H100 ~40; PRO 6000
+#   Blackwell ~48"; those five are its figures. RTX 5070 Ti 30: within the "~24-36 proofs/h"
+#   that a vast-manager comment reports for rented boxes (the same section; the cuzk
+#   measurements on a 5070 Ti are of an owned 512-754 GiB box). RTX 3090 18 and A100 26:
+#   ASSUMPTION (no figure anywhere), below the 4090 and H100 as their generations are.
+#   vastui's priors (vastui/engine/ranking.py DEFAULT_GPU_RATES) hold the same figures: the
+#   world is made to differ from them per world seed (world_rate_mean).
+# * dph_lo / dph_hi (on-demand $/h per GPU): the only sourced market price is the RTX 4090's,
+#   $0.24/h on-demand ($0.12/h min_bid) in dstack issue #4026 (vast-api.md §14); vast-api.md
+#   §3.3's example answer lists a 4090 at dph_base $0.32 (min_bid $0.18) and an 8× RTX PRO 4000
+#   at $1.44 ($0.18 a GPU; "plausible placeholders, not captured data"). Both 4090 figures lie
+#   in its range and the PRO 4000's in its own. Every other range is an ASSUMPTION.
 GPU_MODELS: tuple[GpuModel, ...] = (
     GpuModel(
         "RTX 3090",
         24576,
         860,
-        0.08,
+        0.08,  # $/h range: ASSUMPTION
         0.18,
         35.6,
         21.0,
         936.0,
         350.0,
-        18.0,
+        18.0,  # proofs/h: ASSUMPTION
         1.0,
         ((1, 3), (2, 3), (4, 3), (8, 2)),
     ),
@@ -66,13 +85,13 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         "RTX 4090",
         24564,
         890,
-        0.14,
+        0.14,  # $/h range: ASSUMPTION; holds dstack #4026's $0.24 and vast-api.md §3.3's $0.32
         0.34,
         82.6,
         41.0,
         1008.0,
         450.0,
-        32.0,
+        32.0,  # proofs/h: original-system.md §4: ~32
         2.2,
         ((1, 3), (2, 3), (4, 3), (8, 3)),
     ),
@@ -80,13 +99,13 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         "RTX 5090",
         32607,
         1200,
-        0.2,
+        0.2,  # $/h range: ASSUMPTION
         0.48,
         104.8,
         55.0,
         1792.0,
         575.0,
-        42.0,
+        42.0,  # proofs/h: original-system.md §4: ~42
         1.6,
         ((1, 3), (2, 3), (4, 2), (8, 2)),
         blackwell=True,
@@ -95,13 +114,13 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         "RTX 5070 Ti",
         16303,
         1200,
-        0.08,
+        0.08,  # $/h range: ASSUMPTION
         0.18,
         43.9,
         24.0,
         896.0,
         300.0,
-        30.0,
+        30.0,  # proofs/h: in original-system.md §4's 24-36 on rented boxes
         0.9,
         ((1, 4), (2, 3), (4, 2)),
         blackwell=True,
@@ -110,13 +129,13 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         "RTX PRO 4000",
         24467,
         1200,
-        0.1,
+        0.1,  # $/h range: ASSUMPTION; holds vast-api.md §3.3's placeholder $0.18
         0.22,
         46.9,
         25.0,
         672.0,
         140.0,
-        22.0,
+        22.0,  # proofs/h: original-system.md §4: ~22
         0.8,
         ((1, 2), (2, 2), (4, 3), (8, 3)),
         blackwell=True,
@@ -125,13 +144,13 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         "RTX PRO 6000 WS",
         97887,
         1200,
-        0.45,
+        0.45,  # $/h range: ASSUMPTION
         1.0,
         126.0,
         68.0,
         1792.0,
         600.0,
-        48.0,
+        48.0,  # proofs/h: original-system.md §4: ~48
         0.8,
         ((1, 3), (2, 3), (4, 2), (8, 2)),
         blackwell=True,
@@ -140,13 +159,13 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         "H100 SXM",
         81559,
         900,
-        1.55,
+        1.55,  # $/h range: ASSUMPTION
         2.60,
         267.6,
         98.0,
         3352.0,
         700.0,
-        40.0,
+        40.0,  # proofs/h: original-system.md §4: ~40
         0.7,
         ((1, 1), (2, 1), (8, 6)),
         datacenter=True,
@@ -155,13 +174,13 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         "A100 SXM4",
         81920,
         800,
-        0.65,
+        0.65,  # $/h range: ASSUMPTION
         1.30,
         155.9,
         62.0,
         2039.0,
         400.0,
-        26.0,
+        26.0,  # proofs/h: ASSUMPTION
         0.5,
         ((1, 1), (2, 1), (4, 2), (8, 4)),
         datacenter=True,
@@ -248,9 +267,11 @@ def driver_vers_int(version: str) -> int:
 # Per-GPU RAM (GiB) → share of the full rate: cuzk pipelines as many partitions as memory
 # allows (original-system.md §4 table: 128 GiB 152 s/proof, 256 GiB 53 s, 384 GiB 43 s, 512+ 38 s).
 # Calibrated so that the typical machine of each RAM class of the ranking's prior
-# (vastui/engine/ranking.py), with its typical CPU share (cpu_factor), does what the prior
-# expects: the prior is honest on average and each machine's error is its own, so what the
-# ranking learns from measured peers does not drift below the truth.
+# (vastui/engine/ranking.py), with its typical CPU share (cpu_factor), does the share of its
+# model's rate that the prior's RAM factor expects: the prior's RAM shape is honest and each
+# machine's error is its own, so what the ranking learns from measured peers does not drift
+# below the truth. The model's level is another matter: the world's mean per model is off the
+# prior's by the world's own factor (world_rate_mean).
 RAM_CURVE: tuple[tuple[float, float], ...] = (
     (0.0, 0.0), (64.0, 0.1), (128.0, 0.32), (192.0, 0.72), (256.0, 0.82), (384.0, 0.97),
     (512.0, 1.0),
@@ -302,6 +323,25 @@ class Machine:
         per_gpu_ram = self.ram_gib / self.num_gpus
         per_gpu_cores = self.cpu_cores / self.num_gpus
         return n * self.base_rate * ram_factor(per_gpu_ram) * cpu_factor(per_gpu_cores)
+
+
+# The world's hidden mean rate of a GPU model is the reference figure (GpuModel.rate_mean, the
+# same as vastui's prior) times a factor drawn per (world seed, model) in this range: a neutral
+# world, in which vastui's priors are wrong by up to ±25 %, differently on each world seed.
+RATE_FACTOR_RANGE = (0.75, 1.25)
+
+
+def world_rate_factor(world_seed: int, gpu_name: str) -> float:
+    """The factor between a GPU model's reference rate and this world's hidden mean for it:
+    uniform in RATE_FACTOR_RANGE, from dice of its own (the rest of the world, drawn from the
+    world seed's main stream, does not move with it)."""
+    return random.Random(f"rate:{world_seed}:{gpu_name}").uniform(*RATE_FACTOR_RANGE)
+
+
+def world_rate_mean(world_seed: int, model: GpuModel) -> float:
+    """The world's hidden mean proofs/hour per GPU of ``model`` (ample RAM and CPU); each
+    machine's ``base_rate`` is drawn around it, N(mean, 15 %) (original-system.md §4)."""
+    return model.rate_mean * world_rate_factor(world_seed, model.name)
 
 
 def _unique(rng: random.Random, used: set[int], lo: int, hi: int) -> int:
@@ -363,6 +403,7 @@ def _make_machine(
     used_offer: set[int],
     used_bundle: set[int],
     clock_now: float,
+    rate_means: dict[str, float],
 ) -> Machine:
     model = _weighted(rng, GPU_MODELS, [m.weight for m in GPU_MODELS])
     counts, cweights = zip(*model.counts, strict=True)
@@ -401,12 +442,14 @@ def _make_machine(
     os_version = rng.choice(("20.04", "22.04", "22.04", "24.04"))
 
     draw = max(0.3, rng.gauss(1.0, 0.15))
-    base_rate = model.rate_mean * draw
+    mean = rate_means[model.name]
+    base_rate = mean * draw
     per_gpu_ram = ram_gib / n_gpus
     per_gpu_cores = cpu_cores / n_gpus
     perf = {
         "base_rate": base_rate,
-        "model_mean": model.rate_mean,
+        "model_mean": mean,
+        "reference_mean": model.rate_mean,
         "draw": draw,
         "ram_factor": ram_factor(per_gpu_ram),
         "cpu_factor": cpu_factor(per_gpu_cores),
@@ -532,9 +575,11 @@ def _make_machine(
 def generate_market(seed: int, *, hosts: int = 40, clock_now: float) -> list[Machine]:
     """Generate ``hosts`` hosts with 1-5 machines each, 1-4 offers per machine.
 
-    Deterministic for a given ``seed`` (and ``clock_now``, which only shifts dates).
+    Deterministic for a given ``seed`` (and ``clock_now``, which only shifts dates). The seed
+    is the world seed: it also sets each GPU model's hidden mean rate (world_rate_mean).
     """
     rng = random.Random(seed)
+    rate_means = {m.name: world_rate_mean(seed, m) for m in GPU_MODELS}
     used_host: set[int] = set()
     used_machine: set[int] = set()
     used_offer: set[int] = set()
@@ -559,7 +604,15 @@ def generate_market(seed: int, *, hosts: int = 40, clock_now: float) -> list[Mac
                 break
             machines.append(
                 _make_machine(
-                    rng, host_id, loc, ip, used_machine, used_offer, used_bundle, clock_now
+                    rng,
+                    host_id,
+                    loc,
+                    ip,
+                    used_machine,
+                    used_offer,
+                    used_bundle,
+                    clock_now,
+                    rate_means,
                 )
             )
     return machines
