@@ -119,7 +119,9 @@ class Fleet:
             ram_gb=offer.cpu_ram_gb,
             hidden=self.market.hidden[offer.machine_id],
             rng=rental_rng(self.market.seed, offer.machine_id, k),
-            maintenance=self.market.scenario.host_maintenance,
+            # the reliability every offer of the machine lists
+            reliability=self.market.by_id[offer.machine_id].reliability,
+            fault_rate=self.market.scenario.fault_rate,
         )
         vast_id = next(self._ids)
         rec = InstanceRecord(

@@ -19,6 +19,7 @@ from typing import Any
 
 from bench.economics_world import Hidden
 from vastui.engine import policy
+from vastui.sim.outages import outage_after
 from vastui.sim.standins import _simlib as simlib
 
 # vastui/sim/cloud.py create(): loading after U(20, 60) s, running U(60, 180) s later.
@@ -81,7 +82,7 @@ class Rental:
     running: float  # Vast reports it running (the image is loaded)
     paramfetch_start: float
     paramfetch_end: float | None  # None: the download stalls
-    offline: float | None  # the host goes offline for maintenance (None: it stays up)
+    offline: float | None  # the host goes offline (None: it stays up)
     interval: float  # seconds per proof when fed (I)
     fill: float  # seconds from a full pipeline's start to its first GPU work
     cores: float  # the slice's vCPUs (PCE extraction)
@@ -89,7 +90,7 @@ class Rental:
     jitter: tuple[float, ...]  # per benchmark proof (0-12), then SRS load, PCE, restart
 
     def alive_at(self, t: float) -> bool:
-        """The host still works at t (maintenance stops everything)."""
+        """The host still works at t (an outage stops everything)."""
         return self.offline is None or t < self.offline
 
 
@@ -102,14 +103,16 @@ def plan(
     ram_gb: float | None,
     hidden: Hidden,
     rng: random.Random,
-    maintenance: float,
+    reliability: float,
+    fault_rate: float,
 ) -> Rental:
     """The rental's timeline, drawn from its own dice (the same draws in the same order for
-    both policies)."""
+    both policies). The host goes offline after a time drawn from the hazard its listed
+    ``reliability`` implies, scaled by the scenario's ``fault_rate`` (vastui.sim.outages, as
+    the simulated cloud does; none within a week: it stays up)."""
     running = now + rng.uniform(*LOADING_S) + rng.uniform(*PULL_S)
     setup = rng.uniform(*SETUP_S)
-    offline_after = rng.uniform(5400.0, 14400.0)  # vastui/sim/cloud.py MAINTENANCE_AFTER
-    goes_offline = rng.random() < maintenance
+    offline_after = outage_after(rng, reliability, fault_rate)
     jitter = tuple(rng.uniform(*JITTER) for _ in range(BENCH_INDEXES + 3))
     fetch = fetch_seconds(inet_down)
     start = running + setup
@@ -119,7 +122,7 @@ def plan(
         running=running,
         paramfetch_start=start,
         paramfetch_end=None if hidden.fault == "stalled_download" else start + fetch,
-        offline=running + offline_after if goes_offline else None,
+        offline=None if offline_after is None else running + offline_after,
         interval=interval,
         fill=SYNTH_SHARE * interval * max(1.0, synth_lanes(ram_gb) / 2.0),
         cores=max(1.0, cores or 32.0),

@@ -2,9 +2,14 @@
 machine hides (its speed, its fault) and which machines are listed, at what price, each day.
 
 Everything here is drawn from seeds, never from the order of events, so both policies face the
-very same machines: the k-th rental of a machine gets the same image load, host maintenance and
+very same machines: the k-th rental of a machine gets the same image load, host outage and
 proof jitter whichever policy rents it (common random numbers: the comparison's noise is the
 policies', not the dice's).
+
+The world is drawn independently of vastui: each GPU model's hidden mean rate is the reference
+figure that vastui's priors also hold, times a factor of the world seed in [0.75, 1.25]
+(vastui.sim.market.world_rate_mean); prices do not know a machine's fault; a host goes offline
+at the hazard its listed reliability implies (vastui.sim.outages).
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from vastui.config import Config
-from vastui.sim.hosting import HOST_MAINTENANCE
 from vastui.sim.market import (
     Machine,
     generate_market,
@@ -30,7 +34,7 @@ from vastui.vast.query import build_search_body
 
 DAY = 86400.0
 WORLD_T0 = 1_767_225_600.0  # 2026-01-01T00:00Z: only shifts the offers' dates
-# How long a host back from maintenance stays off the market (ASSUMPTION: a working day).
+# How long a host that went offline stays off the market (ASSUMPTION: a working day).
 MACHINE_DOWN_S = 6 * 3600.0
 # Each day's market is drawn with its own seed; day 0 is the market of the run's seed itself.
 DAY_SEED_STEP = 7919
@@ -38,18 +42,15 @@ DAY_SEED_STEP = 7919
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """How rough the market is: ``fault_rate`` scales the demo's machine faults and host
-    maintenance (vastui.sim.workers.FAULTS, vastui.sim.hosting.HOST_MAINTENANCE: 1.0 is the
-    demo's world, about one machine in six with a fault); ``slow_share`` of the machines prove
-    at half their rate (the stand-ins' ``slow`` fault), a surprise no listing shows."""
+    """How rough the market is: ``fault_rate`` scales the demo's machine faults and each
+    host's outage hazard (vastui.sim.workers.FAULTS, vastui.sim.outages: 1.0 is the demo's
+    world, about one machine in six with a fault, outages at the rate each machine's listed
+    reliability implies); ``slow_share`` of the machines prove at half their rate (the
+    stand-ins' ``slow`` fault), a surprise no listing shows."""
 
     name: str
     fault_rate: float
     slow_share: float
-
-    @property
-    def host_maintenance(self) -> float:
-        return min(1.0, HOST_MAINTENANCE * self.fault_rate)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,11 +24,13 @@ from bench.economics_worker import (
     early_abort,
     lsq_rate,
     original_bench,
+    plan,
     vastui_bench,
 )
 from bench.economics_world import Hidden, Market, Scenario, machine_fault
 from vastui.engine import policy
 from vastui.sim import ManualClock, SimCloud
+from vastui.sim.outages import outage_after
 from vastui.sim.workers import SimWorkerHost
 
 H = 3600.0
@@ -78,6 +80,38 @@ def test_the_market_is_the_same_for_the_same_seed_and_moves_by_day() -> None:
     assert day0 != [(o.id, o.dph_total) for o in a.listed(86400.0)]
     assert a.hidden == b.hidden
     assert all(o.dph_total <= 0.9 for o in a.listed(0.0))  # the default filter's dph<=0.9
+
+
+def test_a_rentals_outage_is_the_simulators_and_follows_the_machines_reliability() -> None:
+    """The bench draws a rental's outage as the simulated cloud does (vastui.sim.outages, from
+    the machine's listed reliability and the scenario's fault rate); a fault rate of 0 never
+    takes a host down, and the rental's other dice do not move with it."""
+
+    def rental_of(seed: int, reliability: float, fault_rate: float) -> Rental:
+        return plan(
+            now=0.0, rate=30.0, inet_down=1000.0, cores=64.0, ram_gb=512.0, hidden=NO_FAULT,
+            rng=random.Random(seed), reliability=reliability, fault_rate=fault_rate,
+        )  # fmt: skip
+
+    for seed in range(50):
+        clean = rental_of(seed, 0.9, 0.0)
+        assert clean.offline is None
+        for reliability in (0.9, 0.999):
+            r = rental_of(seed, reliability, 1.0)
+            assert replace(r, offline=None) == clean
+            rng = random.Random(seed)
+            rng.uniform(0, 1), rng.uniform(0, 1), rng.uniform(0, 1)  # loading, pull, setup
+            after = outage_after(rng, reliability, 1.0)
+            assert r.offline == (None if after is None else r.running + after)
+    # Over many rentals, the less reliable machine loses its host more often within a day.
+    down = {
+        rel: sum(
+            (r := rental_of(s, rel, 1.0)).offline is not None and r.offline - r.running <= 86400
+            for s in range(4000)
+        )
+        for rel in (0.9, 0.999)
+    }
+    assert 300 <= down[0.9] <= 500 and down[0.999] <= 15, down
 
 
 # -- benchmark.sh's arithmetic ----------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The demo's simulated cloud across runs: a world whose machines stay, a market that changes
 with the seed, instance ids that never repeat an earlier run's, offers that come back when their
-instance ends, hosts that go offline for maintenance, and enough viable offers to reach a target.
+instance ends, hosts that go offline as often as their listed reliability says, and enough
+viable offers to reach a target.
 
 Deterministic: ManualClock, no sleeps; the demo's cloud is built by the runtime itself.
 """
@@ -16,7 +17,7 @@ from vastui.config import Config
 from vastui.engine.ranking import rank_offers
 from vastui.engine.runtime import RunOptions, demo_history, open_demo_cloud
 from vastui.sim import ManualClock, SimCloud
-from vastui.sim.cloud import MAINTENANCE_AFTER
+from vastui.sim.outages import OUTAGE_HORIZON_S
 from vastui.store import InstanceRecord, PerfRecord, Store
 from vastui.vast.models import Offer
 from vastui.vast.query import build_search_body
@@ -235,22 +236,52 @@ def test_a_destroyed_instance_gives_its_offer_back_to_the_market():
     assert rent(cloud, offer_id) > iid
 
 
-def test_a_host_under_maintenance_goes_offline_hours_after_running():
-    clock = ManualClock(T0)
+def rent_everything(cloud: SimCloud) -> list[int]:
+    ids = []
+    for offer_id in sorted(cloud.available):
+        if offer_id in cloud.available:  # a slice of a machine rented whole is gone
+            ids.append(rent(cloud, offer_id))
+    return ids
+
+
+def test_a_host_goes_offline_as_often_as_its_listed_reliability_says():
+    """The outage model (vastui.sim.outages: reliability = the chance a machine stays up a
+    day): over every offer of the demo's market, the outages within a day of running are as
+    many as the listed reliabilities expect, not the flat third of rentals it once was."""
     cloud = SimCloud(
-        seed=4, world_seed=DEMO_WORLD_SEED, clock=clock, hosts=30, host_maintenance=1.0
+        seed=4, world_seed=DEMO_WORLD_SEED, clock=ManualClock(T0), hosts=400, host_maintenance=1.0
     )
-    iid = rent(cloud, sorted(cloud.available)[0])
-    inst = cloud.instances[iid]
+    ids = rent_everything(cloud)
+    insts = [cloud.instances[i] for i in ids]
+    assert len(insts) > 1000
+    expected = sum(1.0 - i.offer["reliability"] for i in insts)
+    within_day = [i for i in insts if i.fail is not None and i.fail[1] <= 86400.0]
+    assert abs(len(within_day) - expected) <= 4 * expected**0.5, (len(within_day), expected)
+    assert all(i.fail is None or (i.fail[0] == "offline" and i.fail[1] <= OUTAGE_HORIZON_S)
+               for i in insts)  # fmt: skip
+    # The less reliable half of the machines loses its hosts more often than the other half.
+    by_reliability = sorted(insts, key=lambda i: i.offer["reliability"])
+    half = len(by_reliability) // 2
+    low, high = (sum(i.fail is not None for i in part)
+                 for part in (by_reliability[:half], by_reliability[half:]))  # fmt: skip
+    assert low > 2 * high, (low, high)
+
+
+def test_an_outage_takes_the_host_offline_at_its_time_and_a_scale_of_0_never():
+    clock = ManualClock(T0)
+    # A fault-rate scale far above the demo's: the least reliable machine fails within hours.
+    cloud = SimCloud(
+        seed=4, world_seed=DEMO_WORLD_SEED, clock=clock, hosts=30, host_maintenance=200.0
+    )
+    offer_id = min(cloud.available, key=lambda o: cloud.offers[o]["reliability"])
+    inst = cloud.instances[rent(cloud, offer_id)]
     assert inst.fail is not None and inst.fail[0] == "offline"
-    lo, hi = MAINTENANCE_AFTER
-    assert lo <= inst.fail[1] <= hi
-    clock.set(inst.t_running + lo - 1)
+    clock.set(inst.t_running + inst.fail[1] - 1)
     assert cloud.status_of(inst)[0] == "running"
     clock.set(inst.t_running + inst.fail[1])
     assert cloud.status_of(inst)[0] == "offline"
     quiet = market(4, hosts=30)
-    assert quiet.instances[rent(quiet, sorted(quiet.available)[0])].fail is None
+    assert all(quiet.instances[i].fail is None for i in rent_everything(quiet))
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -545,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--faults", choices=["none", "light", "heavy"], default="none")
     ss.add_argument(
         "--machine-fault-rate", type=_non_negative, default=1.0,
-        help="machine faults and host maintenance, scaled (1: the demo's; 0: none)",
+        help="machine faults and host outages, scaled (1: the demo's; 0: none)",
     )  # fmt: skip
     ss.add_argument(
         "--write-config", type=Path, metavar="PATH",

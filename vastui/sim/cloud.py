@@ -574,7 +574,9 @@ class SimCloud:
         if body.get("target_state") == "stopped":
             inst.intended = inst.cur_state = inst.next_state = "stopped"
             inst.stopped_at = now
-        inst.fail = self.faults.instance_failure(fault_hint) or self._maintenance()
+        inst.fail = self.faults.instance_failure(fault_hint) or self._maintenance(
+            float(offer["reliability"])
+        )
         inst.pull_error = self.pull_error(image)
         if inst.pull_error is not None:
             inst.fail = None  # nothing runs: no container to exit, no host to lose it on
@@ -744,13 +746,18 @@ class SimCloud:
                 self._claim_offer(inst)
                 self._boot(inst, now)
 
-    def _maintenance(self) -> tuple[str, float] | None:
-        """Now and then a host goes offline for maintenance while it works for us (hours of
-        simulated time after the instance runs, so mostly while it proves); the engine sees it
-        offline and lets it go."""
-        if self.host_maintenance <= 0 or self.rng.random() >= self.host_maintenance:
+    def _maintenance(self, reliability: float) -> tuple[str, float] | None:
+        """Now and then a host goes offline while it works for us; the engine sees it offline
+        and lets it go. How often follows the machine's listed ``reliability``: the time from
+        running to the outage is exponential with the hazard it implies, scaled by
+        ``host_maintenance`` (the fault-rate scale, 0: never; vastui.sim.outages: the
+        ASSUMPTION, and no outage past its horizon)."""
+        if self.host_maintenance <= 0:
             return None
-        return "offline", self.rng.uniform(*MAINTENANCE_AFTER)
+        from vastui.sim.outages import outage_after
+
+        after = outage_after(self.rng, reliability, self.host_maintenance)
+        return None if after is None else ("offline", after)
 
     # ------------------------------------------------------------------ render
     def render(self, inst: SimInstance, now: float | None = None) -> dict[str, Any]:

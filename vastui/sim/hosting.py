@@ -31,17 +31,20 @@ from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
 
 log = logging.getLogger("vastui.sim.hosting")
 
-# The chance that an instance's host goes offline for maintenance some hours after it runs, per
-# unit of machine_fault_rate. The engine lets it go and, the machine being free again, rents it
-# back on its measured rate: learning, shown.
-HOST_MAINTENANCE = 0.35
+# Hosts go offline while they work for us at the hazard their listed reliability implies
+# (vastui.sim.outages: offline_hazard_per_hour, its ASSUMPTION), scaled by the machine fault
+# rate. The engine lets such an instance go and, the machine being free again, may rent it back
+# on its measured rate.
 # Simulated seconds after running until an instance's direct SSH port is reported; until then
 # only Vast's proxy endpoint (ssh_host:ssh_port) is.
 DIRECT_SSH_AFTER = (20.0, 120.0)
 
 
 def host_maintenance(machine_fault_rate: float) -> float:
-    return min(1.0, HOST_MAINTENANCE * machine_fault_rate)
+    """SimCloud's ``host_maintenance`` for a machine fault rate: the scale of each machine's
+    outage hazard (vastui.sim.outages; 1: the demo's, 0: no outages), no longer a chance per
+    rental."""
+    return max(0.0, machine_fault_rate)
 
 
 def sandbox_parent() -> Path:
@@ -125,7 +128,6 @@ async def worker_hosts(
 
 __all__ = [
     "DIRECT_SSH_AFTER",
-    "HOST_MAINTENANCE",
     "WorkerHosts",
     "host_maintenance",
     "sandbox_parent",
