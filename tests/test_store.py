@@ -631,7 +631,7 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 8
+        assert await s.schema_version() == SCHEMA_VERSION == 9
         assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
         await s.put_engine_status(_status("at_target", T0))
         assert (await s.get_engine_status()).reason_kind == "at_target"

@@ -136,6 +136,28 @@ class ProvingSection:
 
 
 @dataclass
+class BidsSection:
+    """Interruptible (bid) rentals: vastui/engine/bidding.py. ``mode``: "off" rents on
+    demand only; "auto" rents each offer on demand or as a bid, whichever has the lower
+    expected $/proof with the interruptions it risks."""
+
+    mode: str = "off"
+    margin: float = 0.15  # the first bid: the going min_bid plus this share
+    raise_step: float = 0.15  # outbid: bid the going price plus this share (up to the cap)
+    keep_outbid_min: float = 45.0  # an outbid worker waits this long for its bid to win again
+    # Until a machine and its GPU model have a record: interruptions per running hour, and how
+    # long one lasts.
+    prior_interruptions_per_h: float = 0.1
+    prior_outbid_h: float = 1.0
+    # Proving time a resumed worker loses: setup, its daemon's restart (SRS load, PCE
+    # re-extraction: a restarted daemon does not reload its PCE), and the proofs in flight.
+    restart_loss_min: float = 20.0
+
+
+BID_MODES = ("off", "auto")
+
+
+@dataclass
 class UiSection:
     theme: str = "textual-dark"
     keymap: dict[str, str] = field(default_factory=dict)
@@ -150,6 +172,7 @@ class Config:
     ssh: SshSection = field(default_factory=SshSection)
     curio: CurioSection = field(default_factory=CurioSection)
     proving: ProvingSection = field(default_factory=ProvingSection)
+    bids: BidsSection = field(default_factory=BidsSection)
     ui: UiSection = field(default_factory=UiSection)
     path: Path | None = None  # where it was read from (None: defaults only)
 
@@ -319,6 +342,17 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("proving.strikes_to_ban", lambda c: c.proving.strikes_to_ban >= 1, "an integer >= 1"),
     ("proving.deadline_margin", lambda c: 0 <= c.proving.deadline_margin <= 2, "0 to 2"),
     ("proving.max_overdue", lambda c: c.proving.max_overdue >= 1, "an integer >= 1"),
+    ("bids.mode", lambda c: c.bids.mode in BID_MODES, "off or auto"),
+    ("bids.margin", lambda c: 0 <= c.bids.margin <= 2, "a number from 0 to 2"),
+    ("bids.raise_step", lambda c: 0 <= c.bids.raise_step <= 2, "a number from 0 to 2"),
+    ("bids.keep_outbid_min", lambda c: 0 <= c.bids.keep_outbid_min <= 1440, "0 to 1440 (min)"),
+    (
+        "bids.prior_interruptions_per_h",
+        lambda c: 0 <= c.bids.prior_interruptions_per_h <= 10,
+        "a number from 0 to 10",
+    ),
+    ("bids.prior_outbid_h", lambda c: 0 <= c.bids.prior_outbid_h <= 48, "0 to 48 (hours)"),
+    ("bids.restart_loss_min", lambda c: 0 <= c.bids.restart_loss_min <= 240, "0 to 240 (min)"),
 ]
 
 

@@ -11,6 +11,7 @@ mark the moments the crash trials kill the engine at.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ from typing import Any
 
 from vastui.config import Config, load_curio_db_password
 from vastui.engine import fleetwide, identity, policy
+from vastui.engine.bidding import BidQuote
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
 from vastui.engine.transitions import (
@@ -100,13 +102,23 @@ class Acts:
 
     # -- rent ---------------------------------------------------------------------------
 
-    async def rent(self, offer: Offer, reason: str) -> int | None:
-        """Rent one offer: the instance id, or None (a dry run, or an outcome not known yet)."""
+    async def rent(self, offer: Offer, reason: str, bid: BidQuote | None = None) -> int | None:
+        """Rent one offer, on demand or as ``bid``: the instance id, or None (a dry run, or an
+        outcome not known yet)."""
         await self.check_rentable(offer)
         now = self.clock()
-        min_rate = self.config.min_rate_for(offer.dph_total)
+        price = offer.dph_total if bid is None else bid.total
+        min_rate = self.config.min_rate_for(price)
         label = new_label(self.config.fleet.name, await self.load_identity())
-        detail = {"offer": offer.to_json(), "min_rate": min_rate, "image": self.config.fleet.image}
+        # What it will bill running: the bid and the offer's storage, when a bid.
+        detail = {
+            "offer": {**offer.to_json(), "dph_total": round(price, 5)},
+            "min_rate": min_rate,
+            "image": self.config.fleet.image,
+        }
+        if bid is not None:
+            detail["bid"] = bid.to_json()
+            detail["storage_dph"] = offer.storage_total_cost
         if self.settings.dry_run:
             await self._dry_rent(offer, label, min_rate, detail, reason, now)
             return None
@@ -146,6 +158,7 @@ class Acts:
             result = await self.client.create_instance(
                 offer.id, label=label, image=self.config.fleet.image,
                 disk_gb=self.config.fleet.disk_gb, env=env, onstart=ONSTART,
+                bid_price=None if bid is None else bid.price,
             )  # fmt: skip
         except CreateOutcomeUnknown as exc:
             log.warning("%s", exc)  # stays pending: resolved by label on later steps
@@ -241,6 +254,7 @@ class Acts:
             loading_at=now,
             runner_id=detail.get("runner_id") if isinstance(detail.get("runner_id"), int) else None,
             paramfetch_timeout=_int_or_none(detail.get("paramfetch_timeout")),
+            **_bid_fields(detail),
         )
         rec = await self.store.upsert_instance(rec, now=now)
         await self.store.add_event(
@@ -564,6 +578,26 @@ class Acts:
                 cpu_ram_gb=rec.cpu_ram_gb, host_id=rec.host_id, now=now,
             )  # fmt: skip
         self.offers_changed(None)  # the ranking must see this measurement before the next rent
+
+
+def _bid_fields(detail: dict[str, Any]) -> dict[str, Any]:
+    """The record's bid columns from a rent intent's detail (empty: on demand)."""
+    bid = detail.get("bid")
+    if not isinstance(bid, dict):
+        return {}
+    storage = detail.get("storage_dph")
+    return {
+        "is_bid": True,
+        "bid_price": _float_or_none(bid.get("price")),
+        "bid_cap": _float_or_none(bid.get("cap")),
+        "storage_dph": _float_or_none(storage),
+    }
+
+
+def _float_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def _int_or_none(value: Any) -> int | None:

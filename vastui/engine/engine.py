@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine import identity, policy, production, provision, transitions
+from vastui.engine import bidding, identity, policy, production, provision, transitions
 from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, worker_curio_env
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
@@ -405,12 +405,36 @@ class Engine:
                 await self._vanished(rec, now)
             return
         rec = await self._refresh(rec, inst, now)
+        if rec.outbid_since is not None and await self._outbid(rec, inst, now):
+            return
         bad_reason = bad.get(rec.machine_id) if rec.machine_id is not None else None
         kill = policy.reconcile_kill(rec, now, self.config, bad_reason)
         if kill is not None:
             await self.acts.kill(rec, kill)
             return
         self.follow.ensure(rec)
+
+    async def _outbid(self, rec: InstanceRecord, inst: Instance, now: float) -> bool:
+        """A worker stopped by a higher bid: raise the bid, wait, or let it go (the outbid
+        policy, vastui/engine/bidding.py). True when nothing else is to be judged now."""
+        act = bidding.on_outbid(rec, inst.min_bid, now, self.config.bids)
+        if isinstance(act, bidding.RaiseBid):
+            try:
+                await self.client.change_bid(rec.vast_id, act.price)
+            except VastError as exc:
+                log.warning("instance %s: raising its bid failed: %s", rec.vast_id, exc)
+                return True
+            await self.store.update_instance(rec.vast_id, bid_price=act.price)
+            await self.store.add_event(
+                "bid",
+                f"bid raised ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
+                f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
+                instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
+            )  # fmt: skip
+            return True
+        if isinstance(act, policy.Kill):  # the market's doing: no strike, no ban
+            await self.acts.kill(rec, act)
+        return True
 
     async def _refresh(self, rec: InstanceRecord, inst: Instance, now: float) -> InstanceRecord:
         status = inst.actual_status
@@ -424,11 +448,23 @@ class Engine:
         }
         if endpoint is not None:
             fields["ssh_host"], fields["ssh_port"] = endpoint
-        if status in policy.UNHEALTHY:
+        # A bid stopped by a higher one is not unhealthy: the outbid policy decides on it.
+        outbid = rec.is_bid and inst.outbid
+        if status in policy.UNHEALTHY and not outbid:
             fields["unhealthy_since"] = rec.unhealthy_since or now
         elif rec.unhealthy_since is not None:
             fields["unhealthy_since"] = None
+        change = bidding.observe(rec, outbid, status, now)
+        if change is not None:
+            fields.update(change.fields)
         rec = await self.store.update_instance(rec.vast_id, **fields)
+        if change is not None:
+            await self.store.add_event(
+                "bid", change.note, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
+            )
+            log.info("instance %s: %s", rec.vast_id, change.note)
+            if change.stage is not None:
+                rec = await self.store.set_stage(rec.vast_id, change.stage, now=now)
         if rec.state == "loading" and status == "running" and endpoint is not None:
             rec = await self.store.set_stage(rec.vast_id, "setup", now=now)
             log.info("instance %s running on machine %s: setup", rec.vast_id, rec.machine_id)
@@ -539,6 +575,8 @@ class Engine:
             rec = await self.store.get_instance(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
+            if rec.outbid_since is not None:
+                return True  # stopped by a higher bid: nothing to read, nothing to judge
             now = self.clock()
             if unreachable:
                 self._ssh_reached.pop(vast_id, None)
@@ -637,9 +675,14 @@ class Engine:
             allocated_storage=self.config.fleet.disk_gb,  # price the disk we will rent
         )  # fmt: skip
         bad = {e.machine_id: e.reason for e in await self.store.list_bad(now=self.clock())}
+        bids = None
+        if self.config.bids.mode != "off":
+            history = await self.store.bid_history(now=self.clock())
+            bids = (self.config, bidding.RiskModel(history, self.config))
         self._offers = rank_offers(
-            result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof
-        )
+            result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof,
+            bids,
+        )  # fmt: skip
         # A ban or a measurement while this search ran: ranked on stale records, re-rank soon.
         self._offers_at = time.monotonic() if generation == self._offers_gen else None
         # Attached consoles show these: what this engine would rent, not a search of their own.
@@ -743,7 +786,9 @@ class Engine:
                 break
             offer = decision.rent.offer
             try:
-                await self.acts.rent(offer, provision.rent_reason(view, decision.rent))
+                await self.acts.rent(
+                    offer, provision.rent_reason(view, decision.rent), decision.rent.bid
+                )
             except EngineError as exc:
                 log.warning("%s", exc)
                 view = replace(view, blocked_offers=view.blocked_offers | {offer.id})

@@ -61,6 +61,7 @@ class Candidate:
     rate_source: str
     expected_cost_per_proof: float | None
     max_cost_per_proof: float
+    bid_price: float | None = None  # rented as a bid at this $/h (vastui/engine/bidding.py)
 
     @classmethod
     def of(cls, ranked: RankedOffer, max_cost_per_proof: float) -> Candidate:
@@ -70,12 +71,13 @@ class Candidate:
             machine_id=o.machine_id,
             gpu_name=o.gpu_name,
             num_gpus=o.num_gpus,
-            dph_total=o.dph_total,
+            dph_total=ranked.dph_total,
             expected_rate=ranked.expected_rate,
             required_rate=ranked.required_rate,
             rate_source=ranked.rate_source,
             expected_cost_per_proof=ranked.expected_cost_per_proof,
             max_cost_per_proof=max_cost_per_proof,
+            bid_price=None if ranked.bid is None else ranked.bid.price,
         )
 
     @property
@@ -98,7 +100,8 @@ class Candidate:
         return f"${cost:.4f}/proof <= max ${cap:.4f}"
 
     def describe(self) -> str:
-        return f"{self.offer_id} {self.gpu} {self.economics()}"
+        bid = "" if self.bid_price is None else f" as a bid at ${self.bid_price:.4f}/h"
+        return f"{self.offer_id} {self.gpu}{bid} {self.economics()}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -116,6 +119,7 @@ class Candidate:
                 else round(self.expected_cost_per_proof, 5)
             ),
             "max_cost_per_proof": self.max_cost_per_proof,
+            "bid_price": self.bid_price,
         }
 
 
@@ -236,7 +240,7 @@ def decide(view: FleetView, offers: Sequence[RankedOffer]) -> Decision:
     open_offers = [r for r in offers if _rentable(view, r)]
     viable = [r for r in open_offers if r.viable]
     for ranked in viable:
-        if view.dph_in_use + ranked.offer.dph_total <= view.max_total_dph:
+        if view.dph_in_use + ranked.dph_total <= view.max_total_dph:
             return Decision(ranked, _dry_reason(view, ranked) if view.dry_run else None)
     if viable:
         best = Candidate.of(viable[0], view.max_cost_per_proof)
@@ -268,7 +272,9 @@ def rent_reason(view: FleetView, ranked: RankedOffer) -> str:
     best = Candidate.of(ranked, view.max_cost_per_proof)
     return (
         f"auto: {view.workers}/{view.target} workers; offer {best.offer_id} {best.gpu} "
-        f"on machine {best.machine_id}: {best.economics()} ({best.rate_source})"
+        f"on machine {best.machine_id}"
+        + ("" if best.bid_price is None else f" as a bid at ${best.bid_price:.4f}/h")
+        + f": {best.economics()} ({best.rate_source})"
     )
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vastui.config import Config
+from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
 from vastui.pricing import required_rate_at
 from vastui.store.records import PerfRecord
 from vastui.vast.models import ModelError, Offer, unchecked_constructor
@@ -61,6 +63,14 @@ class RankedOffer:
     expected_cost_per_proof: float | None
     bad: bool
     bad_reason: str | None = None
+    # Rented as this bid (vastui/engine/bidding.py), when it beats on-demand; then the
+    # required rate and the expected $/proof above are the bid's.
+    bid: BidQuote | None = None
+
+    @property
+    def dph_total(self) -> float:
+        """What it bills while running, as it would be rented."""
+        return self.bid.total if self.bid is not None else self.offer.dph_total
 
     @property
     def viable(self) -> bool:
@@ -72,7 +82,7 @@ class RankedOffer:
         )
 
     def sort_key(self) -> tuple[int, float, int, float]:
-        return _sort_key(self.expected_cost_per_proof, self.known_rate, self.offer.dph_total)
+        return _sort_key(self.expected_cost_per_proof, self.known_rate, self.dph_total)
 
     def to_json(self) -> dict[str, object]:
         row: dict[str, object] = dict(self.offer.to_json())
@@ -84,6 +94,7 @@ class RankedOffer:
             required_rate=self.required_rate,
             expected_cost_per_proof=_r(self.expected_cost_per_proof, 5),
             bad=self.bad,
+            bid=None if self.bid is None else self.bid.to_json(),
         )
         return row
 
@@ -114,6 +125,7 @@ def to_record(ranked: RankedOffer) -> dict[str, object]:
         "expected_cost_per_proof": ranked.expected_cost_per_proof,
         "bad": ranked.bad,
         "bad_reason": ranked.bad_reason,
+        "bid": None if ranked.bid is None else ranked.bid.to_json(),
     }
 
 
@@ -133,9 +145,22 @@ def from_record(row: Mapping[str, Any]) -> RankedOffer | None:
             expected_cost_per_proof=_opt(row.get("expected_cost_per_proof")),
             bad=row.get("bad") is True,
             bad_reason=None if row.get("bad_reason") is None else str(row["bad_reason"]),
+            bid=_bid_from(row.get("bid")),
         )
     except (KeyError, TypeError, ValueError, ModelError):
         return None
+
+
+def _bid_from(raw: Any) -> BidQuote | None:
+    if not isinstance(raw, Mapping):
+        return None
+    numbers = [_opt(raw.get(k)) for k in ("price", "cap", "total", "cost_per_proof")]
+    per_hour, outbid_h = _opt(raw.get("interruptions_per_h")), _opt(raw.get("outbid_h"))
+    if any(n is None or n < 0 for n in numbers) or per_hour is None or outbid_h is None:
+        return None
+    price, cap, total, cost = (float(n) for n in numbers if n is not None)
+    source = str(raw.get("risk_source") or "prior")[:40]
+    return BidQuote(price, cap, total, cost, Risk(per_hour, outbid_h, 0.0, source))
 
 
 def _opt(value: Any) -> float | None:
@@ -210,8 +235,12 @@ def rank_offers(
     perf: Iterable[PerfRecord],
     bad: Mapping[int, str | None] | set[int],
     max_cost_per_proof: float,
+    bids: tuple[Config, RiskModel] | None = None,
 ) -> list[RankedOffer]:
-    """Annotate and sort offers, cheapest expected $/proof first (unknown last)."""
+    """Annotate and sort offers, cheapest expected $/proof first (unknown last). With
+    ``bids`` (the config, bids on, and what interruptions cost each machine), an offer is
+    ranked as a bid when that is cheaper per proof than renting it on demand."""
+    bidding = bids is not None and bids[0].bids.mode != "off"
     model = RateModel(perf)
     measured = model.by_machine
     bad_reasons: Mapping[int, str | None] = bad if isinstance(bad, Mapping) else dict.fromkeys(bad)
@@ -240,6 +269,15 @@ def rank_offers(
             source = "measured"
         dph = offer.dph_total
         cost = dph / expected if expected and expected > 0 else None
+        bid = None
+        if bidding and offer.min_bid is not None and bids is not None:
+            config, risks = bids
+            risk = risks.risk(machine, offer.gpu_name, expected)
+            bid = quote(offer.min_bid, offer.storage_total_cost, expected, cost, risk, config)
+            if better(bid, cost) and bid is not None:
+                dph, cost = bid.total, bid.cost_per_proof
+            else:
+                bid = None
         ranked.append(
             _build_ranked(
                 offer,
@@ -251,6 +289,7 @@ def rank_offers(
                 cost,
                 machine in bad_reasons,
                 bad_reasons.get(machine),
+                bid,
             )
         )
         keys.append(_sort_key(cost, known, dph))

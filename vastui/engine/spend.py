@@ -12,7 +12,9 @@ object, and §11, the lifecycle):
   engine's clock at the create call for one it rented: "storage billing starts at creation")
   to ``killed_at``, or to ``now`` for an instance still alive. All in the engine's clock.
 
-This is a ceiling: Vast bills only storage while an instance loads and the GPU from
+An interruptible (bid) instance bills only storage while outbid (``storage_dph``; the time
+stopped is ``stopped_s`` plus the open episode since ``outbid_since``). This is a ceiling:
+Vast bills only storage while an instance loads and the GPU from
 ``running`` on, which for a few minutes of image load is cents. Legacy rows (imported from the
 original tool) are not counted: what the original tool paid is not recorded, and their ends are
 often unknown.
@@ -71,10 +73,25 @@ def instance_cost(rec: InstanceRecord, now: float, since: float | None = None) -
     span = billed_interval(rec, now)
     if span is None or not rec.dph_total or rec.dph_total < 0:
         return 0.0
-    start, end = span
-    if since is not None:
-        start = max(start, since)
-    return max(0.0, end - start) / 3600.0 * rec.dph_total
+    first, end = span
+    start = first if since is None else max(first, since)
+    billed = max(0.0, end - start)
+    stopped = _stopped_within(rec, first, start, end)
+    storage = rec.storage_dph if rec.storage_dph is not None else 0.0
+    return ((billed - stopped) * rec.dph_total + stopped * min(storage, rec.dph_total)) / 3600.0
+
+
+def _stopped_within(rec: InstanceRecord, first: float, start: float, end: float) -> float:
+    """Seconds of [start, end] an outbid bid spent stopped (billing storage only): the open
+    episode exactly, the closed ones (``stopped_s``) spread over the rental in proportion."""
+    if not rec.is_bid:
+        return 0.0
+    open_s = 0.0
+    if rec.outbid_since is not None:
+        open_s = max(0.0, end - max(start, rec.outbid_since))
+    whole = max(0.0, end - first)
+    closed = rec.stopped_s * ((end - start) / whole) if whole > 0 else 0.0
+    return min(max(0.0, end - start), open_s + closed)
 
 
 SURPLUS_KIND = "surplus"  # destroyed because the target was lowered (provision.surplus)

@@ -92,7 +92,10 @@ class BidMarket:
     def going_price(self, machine_id: int, floor: float, t: float) -> float:
         """An offer's minimum winning bid at ``t`` ($/h for its slice; ``floor`` its min_bid
         with nobody else bidding), rounded up to 1/10000 $: bidding what it shows wins."""
-        return math.ceil(floor * self.multiple(machine_id, t) * 10_000 - 1e-6) / 10_000
+        going = floor * self.multiple(machine_id, t)
+        if not (math.isfinite(going) and abs(going) < 1e12):  # a test's impossible offer
+            return going
+        return math.ceil(going * 10_000 - 1e-6) / 10_000
 
     def wins(self, machine_id: int, floor: float, bid: float, t: float) -> bool:
         """Whether a bid of ``bid`` $/h on an offer with that floor runs at ``t`` (a tie wins:

@@ -26,6 +26,7 @@ PROGRESS_COLUMNS = frozenset(
         "bench_rate", "bench_outcome", "min_rate", "label", "dph_total", "bench_failed",
         "prod_completed", "prod_failed", "prod_rate", "prod_checked_at", "prod_state",
         "tunnel_down_since", "tunnel_detail", "max_pending", "curio_info", "runner_id",
+        "bid_price", "bid_cap", "outbid_since", "interruptions", "stopped_s", "storage_dph",
     }
 )  # fmt: skip
 COMMAND_KINDS = ("deploy", "destroy", "ignore", "unignore")

@@ -282,7 +282,21 @@ CREATE TABLE foreign_instances (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+# Version 9: interruptible (bid) instances. The bid and its cap (the highest bid at which the
+# machine still beats on-demand and the budget), the storage part of the price (what a stopped
+# instance bills), since when it is outbid, how often it was, and the seconds it spent stopped.
+_V9 = """
+ALTER TABLE instances ADD COLUMN is_bid INTEGER NOT NULL DEFAULT 0 CHECK (is_bid IN (0, 1));
+ALTER TABLE instances ADD COLUMN bid_price REAL;
+ALTER TABLE instances ADD COLUMN bid_cap REAL;
+ALTER TABLE instances ADD COLUMN storage_dph REAL;
+ALTER TABLE instances ADD COLUMN outbid_since REAL;
+ALTER TABLE instances ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0
+    CHECK (interruptions >= 0);
+ALTER TABLE instances ADD COLUMN stopped_s REAL NOT NULL DEFAULT 0 CHECK (stopped_s >= 0);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

@@ -116,6 +116,18 @@ def _json_obj(text: str | None) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True, slots=True)
+class BidHistory:
+    """A machine's record as a bid (Store.bid_history): how often it was outbid, the hours it
+    ran and the hours it was stopped."""
+
+    machine_id: int
+    gpu_name: str
+    interruptions: int
+    running_h: float
+    stopped_h: float
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceRecord:
     """One rented Vast instance (table ``instances``)."""
 
@@ -169,6 +181,14 @@ class InstanceRecord:
     max_pending: int | None = None  # [Cuzk] MaxPending its curio runs with
     curio_info: str | None = None  # JSON: its curio node as the cluster knows it
     paramfetch_timeout: int | None = None  # seconds the worker's parameter fetch was given
+    # Interruptible (bid) rentals: vastui/engine/bidding.py.
+    is_bid: bool = False
+    bid_price: float | None = None  # $/h for the machine, what it pays while it runs
+    bid_cap: float | None = None  # never bid above: the machine would lose to on-demand
+    storage_dph: float | None = None  # what it bills while stopped
+    outbid_since: float | None = None  # stopped by a higher bid since
+    interruptions: int = 0  # times a higher bid stopped it
+    stopped_s: float = 0.0  # seconds spent outbid (closed episodes)
 
     @property
     def stage(self) -> str | None:
@@ -183,6 +203,7 @@ class InstanceRecord:
     def from_row(cls, row: sqlite3.Row) -> InstanceRecord:
         data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row needs keys()
         data["error_lines"] = _json_list(data.get("error_lines"))
+        data["is_bid"] = bool(data.get("is_bid"))
         return cls(**data)
 
     def to_json(self) -> dict[str, Any]:
