@@ -34,7 +34,7 @@ import aiosqlite
 
 from vastui.config import ensure_parent_dir, open_private, tighten_private
 from vastui.store.fleet import BAN_KEY, FleetOps, Intent
-from vastui.store.records import BidHistory
+from vastui.store.records import BidHistory, bid_history
 
 from .errors import StoreError, StoreFatal, StoreNotCurrent
 from .health import FileIdentity, check_identity, decode_row, quick_check, store_error
@@ -936,31 +936,12 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         return [PerfRecord.from_row(r) for r in rows]
 
     async def bid_history(self, *, now: float) -> list[BidHistory]:
-        """Each machine's record as a bid (vastui/engine/bidding.py learns from it): how often
-        it was outbid, the hours it ran and the hours it was stopped, over every bid rental."""
+        """Each machine's record as a bid (vastui/engine/bidding.py learns from it)."""
         async with self._read() as conn:
             rows = await self._fetchall(
-                conn,
-                "SELECT machine_id, gpu_name, interruptions, stopped_s, outbid_since, created_at,"
-                " setup_at, killed_at FROM instances WHERE is_bid = 1 AND machine_id IS NOT NULL"
-                " AND gpu_name IS NOT NULL ORDER BY machine_id",
+                conn, "SELECT * FROM instances WHERE is_bid = 1 ORDER BY vast_id"
             )
-        sums: dict[tuple[int, str], list[float]] = {}
-        for r in rows:
-            end = r["killed_at"] if r["killed_at"] is not None else now
-            start = r["setup_at"] if r["setup_at"] is not None else r["created_at"]
-            stopped = float(r["stopped_s"] or 0.0)
-            if r["outbid_since"] is not None:  # stopped still, or when it was let go
-                stopped += max(0.0, end - r["outbid_since"])
-            running = max(0.0, end - (start if start is not None else end) - stopped)
-            acc = sums.setdefault((r["machine_id"], r["gpu_name"]), [0.0, 0.0, 0.0])
-            acc[0] += int(r["interruptions"] or 0)
-            acc[1] += running / 3600.0
-            acc[2] += stopped / 3600.0
-        return [
-            BidHistory(machine, gpu, int(n), hours, stopped)
-            for (machine, gpu), (n, hours, stopped) in sums.items()
-        ]
+        return bid_history((self._instance(r) for r in rows), now)
 
     # -- events -----------------------------------------------------------------------------
 
