@@ -10,6 +10,9 @@
 # to its own file under var/log/vastui/, every stage change appends one JSON event to
 # var/lib/vastui/events.jsonl and rewrites var/lib/vastui/status.json. A failed stage emits a
 # "fail" event (reason + error_tail) and the script exits non-zero; later stages never start.
+# A container that Vast stopped and started again runs this from the top: it appends to the same
+# events, skips a benchmark that passed on this same machine (benchmark-passed.json) and proves
+# again as the same curio machine (README.md, Restarts).
 # See worker-image/README.md for the contract. Never prints environment values (secrets).
 
 set -uo pipefail
@@ -30,6 +33,10 @@ signal_guard "$@"
 EVENTS="$STATE_DIR/events.jsonl"
 STATUS="$STATE_DIR/status.json"
 RESULT_FILE="$STATE_DIR/bench-result.json"
+# Written when the benchmark passes: its rate and what it was measured on (bench_marker_write). A
+# container that Vast stopped and started again (an outbid interruptible instance: every process
+# killed, the filesystem kept, the onstart command run again) skips the benchmark when it holds.
+BENCH_MARKER="$STATE_DIR/benchmark-passed.json"
 PARAM_DIR="$R/data/zk/params"
 CUZK_CONFIG="$STATE_DIR/cuzk.toml"
 CURIO_LOG="$LOG_DIR/curio.log"
@@ -225,6 +232,7 @@ driver_version() {
 
 stage_setup() {
   start_stage setup
+  [[ -z $RESTART_NOTE ]] || slog setup "$RESTART_NOTE"
   slog setup "image ${VASTUI_IMAGE} digest ${VASTUI_IMAGE_DIGEST}"
   if command -v nvidia-smi >/dev/null; then
     timeout 30 nvidia-smi -L >>"$LOG_DIR/setup.log" 2>&1
@@ -275,6 +283,16 @@ stage_setup() {
     slog setup "error: $PLAN_SHORT"
     fail_plain "$PLAN_SHORT" "[$(json_str "error: $PLAN_SHORT")]"
   fi
+  # The PCE files an earlier run's daemon saved (a container stopped and started again): no
+  # daemon reads them back (PceCache::load_from_disk has no caller), and this run's daemon writes
+  # them again, each to a temporary file renamed over the old one (cuzk-pce/src/disk.rs): kept,
+  # they would take the disk plan's room for the PCE files.
+  local pce old_pce=()
+  for pce in "$PARAM_DIR"/pce-*.bin "$PARAM_DIR"/pce-*.tmp; do
+    [[ -f $pce ]] && rm -f -- "$pce" && old_pce+=("${pce##*/}")
+  done
+  ((${#old_pce[@]} == 0)) ||
+    slog setup "removed the PCE files of an earlier run (no daemon reads them back; this run's daemon saves them again): ${old_pce[*]}"
   # The disk plan: every parameter file curio fetches with EnableProofShare, and the PCE files
   local free have need
   mkdir -p -- "$FIL_PROOFS_PARAMETER_CACHE"
@@ -329,11 +347,114 @@ stage_paramfetch() {
   ok_stage
 }
 
+# ------------------------------------------------------------------ resuming
+# What the benchmark's verdict was measured on, as this script sees it, one JSON value per key
+# (FP): the GPUs (`nvidia-smi -L`: index, name and UUID of each), the host driver, the
+# container's CPUs and memory (the cgroup's and MemTotal, whole GiB: what cuzk's plan and tuning
+# come from), the CPU model, the image, MIN_RATE and curio's deadline (what the verdict and the
+# MaxPending production runs with depend on). The last of FP_KEYS are the machine's.
+declare -A FP=()
+FP_KEYS=(image image_digest min_rate deadline gpus driver cpus cpu_model memory_total_gib memory_limit_gib)
+FP_MACHINE_FROM=4
+machine_fingerprint() {
+  local gpus="" model="" m
+  if command -v nvidia-smi >/dev/null; then
+    gpus=$(timeout 30 nvidia-smi -L 2>/dev/null | tr -d '\r' | sed -E 's/[[:space:]]+$//')
+  fi
+  FP[gpus]=$(json_lines <<<"$gpus")
+  FP[driver]=$(json_str "$(driver_version)")
+  cuzk_plan "$CUZK_SAFETY_MARGIN_GIB" # CPUS, MEM_TOTAL_BYTES, MEM_LIMIT_BYTES
+  FP[cpus]=$CPUS
+  if [[ -r $R/proc/cpuinfo ]]; then
+    model=$(sed -nE 's/^model name[[:space:]]*:[[:space:]]*(.*)$/\1/p' "$R/proc/cpuinfo" | head -n 1)
+  fi
+  FP[cpu_model]=$(json_str "$model")
+  FP[memory_total_gib]=null
+  [[ -n $MEM_TOTAL_BYTES ]] && FP[memory_total_gib]=$((MEM_TOTAL_BYTES / 1073741824))
+  FP[memory_limit_gib]=null
+  [[ -n $MEM_LIMIT_BYTES ]] && FP[memory_limit_gib]=$((MEM_LIMIT_BYTES / 1073741824))
+  FP[image]=$(json_str "$VASTUI_IMAGE")
+  FP[image_digest]=$(json_str "$VASTUI_IMAGE_DIGEST")
+  if m=$(to_milli "${MIN_RATE:-0}"); then
+    FP[min_rate]=$(fmt_milli "$m")
+  else
+    FP[min_rate]=$(json_str "${MIN_RATE:-}")
+  fi
+  FP[deadline]=$(json_str "MaxPending $CUZK_MAX_PENDING, ProveTimeout $CUZK_PROVE_TIMEOUT, margin ${PROVE_DEADLINE_MARGIN:-0.2}")
+}
+
+# The raw JSON value of member $1 in the one-line JSON text $2 (a string, an array of strings, a
+# number, true, false or null: what the marker and bench-result.json hold), or status 1.
+json_member() {
+  local s='"([^"\\]|\\.)*"'
+  local re='[{,]"'"$1"'":(\[('"$s"'(,'"$s"')*)?\]|'"$s"'|[-+.0-9eE]+|true|false|null)'
+  [[ $2 =~ $re ]] || return 1
+  printf '%s' "${BASH_REMATCH[1]}"
+}
+
+# The marker of a passed benchmark ($1: bench-result.json's text), written whole (tmp + mv).
+bench_marker_write() {
+  local rate key members="" machine="" tmp="$BENCH_MARKER.tmp.$$" i=0
+  rate=$(json_member rate_per_hour "$1")
+  if ! [[ $rate =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    slog benchmark "no benchmark marker: the passing result has no rate"
+    return 0
+  fi
+  for key in "${FP_KEYS[@]}"; do
+    if ((i++ < FP_MACHINE_FROM)); then
+      members+=",\"$key\":${FP[$key]}"
+    else
+      machine+="${machine:+,}\"$key\":${FP[$key]}"
+    fi
+  done
+  printf '{"rate_per_hour":%s,"passed_at":%s%s,"machine":{%s}}\n' "$rate" "$EPOCHREALTIME" \
+    "$members" "$machine" >"$tmp" && mv -f -- "$tmp" "$BENCH_MARKER"
+  slog benchmark "benchmark marker written: $rate proofs/hour on this machine (a restart of this container skips the benchmark)"
+}
+
+# True when an earlier run of this container passed the benchmark on this same machine, with
+# this image and MIN_RATE, and its result (production's MaxPending) is still there: sets
+# RESUME_RATE. Else the marker is removed, and the stage log says what differed.
+RESUME_RATE=""
+bench_resume() {
+  [[ -e $BENCH_MARKER ]] || return 1
+  local marker="" result="" key old rate passed diffs=() list
+  marker=$(tr -d '\n' <"$BENCH_MARKER" 2>/dev/null)
+  rate=$(json_member rate_per_hour "$marker") || rate=""
+  if [[ $marker != "{"*"}" || ! $rate =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    diffs+=("the marker is unreadable")
+  else
+    for key in "${FP_KEYS[@]}"; do
+      old=$(json_member "$key" "$marker") || old="nothing"
+      [[ $old == "${FP[$key]}" ]] || diffs+=("$key (was ${old:0:300}, now ${FP[$key]:0:300})")
+    done
+    [[ -s $RESULT_FILE ]] && result=$(tr -d '\n' <"$RESULT_FILE")
+    if [[ $(json_member outcome "$result") != '"pass"' || $(json_member rate_per_hour "$result") != "$rate" ]]; then
+      diffs+=("bench-result.json is not the passing result")
+    fi
+  fi
+  if ((${#diffs[@]} > 0)); then
+    printf -v list '%s; ' "${diffs[@]}"
+    slog benchmark "an earlier run passed the benchmark, but not on this: ${list%; }; benchmarking again"
+    rm -f -- "$BENCH_MARKER"
+    return 1
+  fi
+  passed=$(json_member passed_at "$marker") || passed=""
+  [[ $passed =~ ^[0-9]+ ]] && passed=$(date -u -d "@${BASH_REMATCH[0]}" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+  slog benchmark "resumed: this container passed the benchmark ${passed:+at $passed }with $rate proofs/hour on the same machine (GPUs, driver, CPUs, memory), image and MIN_RATE ${FP[min_rate]}: not benchmarked again"
+  RESUME_RATE=$rate
+}
+
 stage_benchmark() {
   start_stage benchmark
+  machine_fingerprint
+  if bench_resume; then
+    ok_stage "\"resumed\":true,\"rate\":$RESUME_RATE"
+    return 0
+  fi
   local log="$LOG_DIR/benchmark.log" offset pid rc result reason tail_json outcome=""
   offset=$(file_size "$log")
-  rm -f -- "$RESULT_FILE"
+  rm -f -- "$RESULT_FILE" "$BENCH_MARKER"
   BENCH_KEEP_DAEMON=1 "$BIN_DIR/benchmark.sh" >>"$log" 2>&1 &
   pid=$!
   children+=("$pid")
@@ -348,6 +469,7 @@ stage_benchmark() {
   emit_event benchmark result "\"result\":$result"
   [[ $result =~ \"outcome\":\"([a-z_]+)\" ]] && outcome=${BASH_REMATCH[1]}
   if [[ $outcome == pass ]]; then
+    bench_marker_write "$result"
     ok_stage
     return 0
   fi
@@ -634,6 +756,58 @@ stage_prove() {
   done
 }
 
+# ------------------------------------------------------------------ restarts
+# The start time of process $1 (clock ticks since boot: /proc/PID/stat field 22), or status 1.
+proc_start_time() {
+  local stat="" rest
+  { read -r stat <"/proc/$1/stat"; } 2>/dev/null
+  [[ -n $stat ]] || return 1
+  rest=${stat##*) }
+  local -a fields
+  read -r -a fields <<<"$rest"
+  [[ ${fields[19]:-} =~ ^[0-9]+$ ]] || return 1
+  printf '%s' "${fields[19]}"
+}
+
+# The pid of another entrypoint.sh that runs now (run/entrypoint.pid: "PID START_TIME"), or
+# status 1. A container that was stopped and started again numbers its processes afresh: the pid
+# of the killed run can be anyone now, this script's own guard (vastui-lib.sh signal_guard) or a
+# process that merely names entrypoint.sh. The start time tells them apart.
+entrypoint_running() {
+  local pid="" start="" now
+  { read -r pid start <"$RUN_DIR/entrypoint.pid"; } 2>/dev/null
+  [[ $pid =~ ^[0-9]{1,9}$ && $pid != "$$" && $pid != "$PPID" ]] || return 1
+  now=$(proc_start_time "$pid") || return 1
+  [[ -z $start || $now == "$start" ]] || return 1
+  grep -qa entrypoint.sh "/proc/$pid/cmdline" 2>/dev/null || return 1
+  printf '%s' "$pid"
+}
+
+# Vast stops an interruptible instance that was outbid: every process is killed, the filesystem
+# is kept, and the next start runs the onstart command, this script, from the top. What the
+# killed run left must not mislead this one: its pid files name processes that are gone (their
+# numbers may be anyone's now), the signal guards' files and half-written temporary files are
+# its own. events.jsonl is appended to, never truncated (the controller follows it by line); a
+# line the kill cut short is ended, so that the next event is a line of its own.
+RESTART_NOTE=""
+entrypoint_restart() {
+  local f removed=()
+  if [[ -s $EVENTS ]]; then
+    [[ -n $(tail -c 1 -- "$EVENTS") ]] && printf '\n' >>"$EVENTS"
+    RESTART_NOTE="restarted: an earlier run left $(wc -l <"$EVENTS") event lines (kept)"
+  fi
+  for f in "$DAEMON_PID_FILE" "$DAEMON_EXIT_FILE" "$DAEMON_PID_FILE.tmp" "$DAEMON_EXIT_FILE.tmp" \
+    "$RUN_DIR/curio.pid" "$RUN_DIR/curio-info.json" "$RUN_DIR/curio-config-set.out" \
+    "$RUN_DIR/cuzk-prove-offset" "$RUN_DIR/curio-prove-offset" "$RUN_DIR/curio-prove-start" \
+    "$RUN_DIR"/signal-guard.* "$STATE_DIR"/*.tmp.*; do
+    [[ -e $f && $f != "$GUARD_FILE" ]] || continue
+    rm -f -- "$f" && removed+=("${f##*/}")
+  done
+  if ((${#removed[@]} > 0)); then
+    RESTART_NOTE+="${RESTART_NOTE:+; }removed what a killed run left: ${removed[*]}"
+  fi
+}
+
 # ------------------------------------------------------------------ main
 # Whole seconds only (never let an env value reach bash arithmetic unchecked).
 TUNNEL_WAIT=$(int_or "$TUNNEL_WAIT" 0)
@@ -648,15 +822,13 @@ CURIO_READY_TIMEOUT=$(int_or "$CURIO_READY_TIMEOUT" 600)
 CURIO_MAX_RESTARTS=$(int_or "$CURIO_MAX_RESTARTS" 3)
 CUZK_MAX_PENDING=$(int_or "$CUZK_MAX_PENDING" 10)
 mkdir -p -- "$LOG_DIR" "$STATE_DIR" "$RUN_DIR" "$PARAM_DIR"
-if [[ -s $RUN_DIR/entrypoint.pid ]]; then
-  other=$(<"$RUN_DIR/entrypoint.pid")
-  if [[ $other =~ ^[0-9]+$ && $other != "$$" ]] && kill -0 "$other" 2>/dev/null &&
-    grep -qa entrypoint.sh "/proc/$other/cmdline" 2>/dev/null; then
-    printf 'entrypoint.sh already running (pid %s)\n' "$other" >&2
-    exit 0
-  fi
+if other=$(entrypoint_running); then
+  printf 'entrypoint.sh already running (pid %s)\n' "$other" >&2
+  exit 0
 fi
-printf '%s\n' "$$" >"$RUN_DIR/entrypoint.pid"
+entrypoint_restart
+start_time=$(proc_start_time "$$") || start_time=""
+printf '%s%s\n' "$$" "${start_time:+ $start_time}" >"$RUN_DIR/entrypoint.pid"
 write_status running
 
 stage_setup
