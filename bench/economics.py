@@ -49,24 +49,38 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 # The headline opponent is the original at its best (economics_original.py ``fair``), on
 # several worlds (hidden machines and faults drawn from each world seed, the market from the
-# same seed). Bids are not built yet: only the bids_off figures are measured.
+# same seed). vastui runs with bids on (``[bids] mode = "auto"``) and off; the original rents
+# on demand only (original-system.md: its deploy sends no bid price).
 WORLD_SEEDS_FULL = (7, 8, 9, 10, 11)
 WORLD_SEEDS_QUICK = (7,)
-FAIR = "economics.vs_fair_original.bids_off"
+FAIR = "economics.vs_fair_original"
+FAIR_OFF = f"{FAIR}.bids_off"
+# Other bidders per machine (vastui/sim/bids.py): no source publishes how often an
+# interruptible instance is outbid (vast-api.md §14), so the headline takes the simulator's
+# pressure 1 and the sweep shows where bids stop paying.
+BID_PRESSURE = 1.0
+PRESSURES_FULL = (0.0, 0.25, 1.0, 2.0, 4.0, 8.0)
+PRESSURES_QUICK = (0.25, 1.0, 4.0)
 GOALS = [
     Goal(f"{FAIR}.cost_per_proof_ratio.median", "<=", 0.75, "vastui $/proof ÷ the fair original's"),
     Goal(f"{FAIR}.cost_per_proof_ratio.worst", "<=", 0.85, "the same, the worst world"),
+    Goal(f"{FAIR_OFF}.cost_per_proof_ratio.median", "<=", 0.75, "the same, bids off"),
+    Goal(f"{FAIR_OFF}.cost_per_proof_ratio.worst", "<=", 0.85, "bids off, the worst world"),
     Goal(f"{FAIR}.rejected_spend_ratio.median", "<=", 0.3, "$ on rejected workers, ratio"),
     Goal(f"{FAIR}.hours_to_target_ratio.median", "<=", 1.0, "hours to the target, ratio"),
 ]
 Policy = Callable[[Market, Config], Outcome]
 
 
-def config(target: int = TARGET_WORKERS, **fleet: Any) -> Config:
+def config(target: int = TARGET_WORKERS, bids: str = "off", **fleet: Any) -> Config:
     """vastui's defaults (max $0.008/proof, 2 benchmarks at once, $5/h cap, the deadlines),
-    with the fleet's target."""
+    with the fleet's target and its bid mode."""
     base = Config()
-    return replace(base, fleet=replace(base.fleet, target_workers=target, **fleet))
+    return replace(
+        base,
+        fleet=replace(base.fleet, target_workers=target, **fleet),
+        bids=replace(base.bids, mode=bids),
+    )
 
 
 def policies(hours: float, sensitivity: bool = False, fair: bool = False) -> dict[str, Policy]:
@@ -169,35 +183,96 @@ def compare(vastui: Totals, other: Totals) -> dict[str, float | None]:
 
 
 def vs_fair(world_seeds: Sequence[int], hours: float, cfg: Config) -> dict[str, Any]:
-    """vastui against the original at its best on each world (the demo's market shape, the
-    world and its market drawn from the seed): per-world ratios, their median and worst."""
+    """vastui (bids on, and off) against the original at its best on each world (the demo's
+    market shape, the world and its market drawn from the seed): per-world ratios, their
+    median, worst and best; and the sweep over how often bids are outbid."""
     demo = next(s for s in SCENARIOS if s.name == HEADLINE)
-    ratios: dict[str, list[float]] = {"cost_per_proof": [], "rejected_spend": [], "hours": []}
+    on = replace(cfg, bids=replace(cfg.bids, mode="auto"))
+    off = replace(cfg, bids=replace(cfg.bids, mode="off"))
+    ratios: dict[str, dict[str, list[float]]] = {FAIR: {}, FAIR_OFF: {}}
+    fair_cpp: dict[int, float] = {}
+    off_cpp: dict[int, float] = {}
     for ws in world_seeds:
         progress(f"economics: vastui vs the fair original, world {ws}")
-        market = Market(world_seed=ws, seed=ws, hosts=HOSTS, scenario=demo, config=cfg, days=DAYS)
-        runs = {
-            "vastui": VastuiPolicy(market, cfg).run(hours),
-            "fair": OriginalPolicy(market, cfg, fair=True).run(hours),
-        }
-        v, f = runs["vastui"], runs["fair"]
-        v_cpp = v.spent / v.proofs if v.proofs else math.inf
-        f_cpp = f.spent / f.proofs if f.proofs else math.inf
-        ratios["cost_per_proof"].append(_div(v_cpp, f_cpp))
-        ratios["rejected_spend"].append(_div(v.rejected_spent, f.rejected_spent))
-        vh = math.inf if v.target_hours is None else v.target_hours
-        fh = math.inf if f.target_hours is None else f.target_hours
-        ratios["hours"].append(_div(vh, fh))
+        market = Market(
+            world_seed=ws, seed=ws, hosts=HOSTS, scenario=demo, config=cfg, days=DAYS,
+            bid_pressure=BID_PRESSURE,
+        )  # fmt: skip
+        fair = OriginalPolicy(market, off, fair=True).run(hours)
+        fair_cpp[ws] = _cpp(fair)
+        for prefix, c in ((FAIR, on), (FAIR_OFF, off)):
+            v = VastuiPolicy(market, c).run(hours)
+            if prefix == FAIR_OFF:
+                off_cpp[ws] = _cpp(v)
+            r = ratios[prefix]
+            r.setdefault("cost_per_proof", []).append(_div(_cpp(v), fair_cpp[ws]))
+            r.setdefault("rejected_spend", []).append(_div(v.rejected_spent, fair.rejected_spent))
+            vh = math.inf if v.target_hours is None else v.target_hours
+            fh = math.inf if fair.target_hours is None else fair.target_hours
+            r.setdefault("hours", []).append(_div(vh, fh))
     out: dict[str, Any] = {"economics.world_seeds": len(world_seeds)}
-    for name, key in (("cost_per_proof", "cost_per_proof_ratio"),
-                      ("rejected_spend", "rejected_spend_ratio"),
-                      ("hours", "hours_to_target_ratio")):  # fmt: skip
-        values = ratios[name]
-        finite = [x for x in values if math.isfinite(x)]
-        out[f"{FAIR}.{key}.median"] = _round(statistics.median(values))
-        out[f"{FAIR}.{key}.worst"] = _round(max(values))
-        out[f"{FAIR}.{key}.best"] = _round(min(finite)) if finite else None
+    out["economics.bid_pressure"] = BID_PRESSURE
+    for prefix, by_name in ratios.items():
+        for name, key in (("cost_per_proof", "cost_per_proof_ratio"),
+                          ("rejected_spend", "rejected_spend_ratio"),
+                          ("hours", "hours_to_target_ratio")):  # fmt: skip
+            out.update(_spread(f"{prefix}.{key}", by_name[name]))
+    return out | {"_fair_cpp": fair_cpp, "_off_cpp": off_cpp}
+
+
+def bid_sweep(
+    world_seeds: Sequence[int],
+    pressures: Sequence[float],
+    hours: float,
+    cfg: Config,
+    fair_cpp: dict[int, float],
+    off_cpp: dict[int, float],
+) -> dict[str, Any]:
+    """vastui with bids on at each outbid pressure, on every world: its $/proof against the
+    fair original's and against its own with bids off (the original never bids, and bids off
+    never meets another bidder: both are the same at every pressure), interruptions per worker
+    and day, and the lowest pressure at which bids stop paying (median over worlds >= 1)."""
+    demo = next(s for s in SCENARIOS if s.name == HEADLINE)
+    on = replace(cfg, bids=replace(cfg.bids, mode="auto"))
+    out: dict[str, Any] = {}
+    stops: float | None = None
+    for pressure in pressures:
+        progress(f"economics: bids at outbid pressure {pressure:g}")
+        vs_fair_r: list[float] = []
+        vs_off: list[float] = []
+        per_day: list[float] = []
+        for ws in world_seeds:
+            market = Market(
+                world_seed=ws, seed=ws, hosts=HOSTS, scenario=demo, config=cfg, days=DAYS,
+                bid_pressure=pressure,
+            )  # fmt: skip
+            v = VastuiPolicy(market, on).run(hours)
+            vs_fair_r.append(_div(_cpp(v), fair_cpp[ws]))
+            vs_off.append(_div(_cpp(v), off_cpp[ws]))
+            per_day.append(v.interruptions / (TARGET_WORKERS * hours / 24.0))
+        key = f"economics.bids_sweep.pressure_{pressure:g}"
+        out.update(_spread(f"{key}.cost_per_proof_ratio", vs_fair_r))
+        out.update(_spread(f"{key}.vs_bids_off", vs_off))
+        out[f"{key}.interruptions_per_worker_day"] = round(statistics.median(per_day), 3)
+        if stops is None and statistics.median(vs_off) >= 1.0:
+            stops = pressure
+    out["economics.bids_sweep.stop_paying_pressure"] = (
+        stops if stops is not None else f"still paying at {max(pressures):g}"
+    )
     return out
+
+
+def _spread(key: str, values: Sequence[float]) -> dict[str, Any]:
+    finite = [x for x in values if math.isfinite(x)]
+    return {
+        f"{key}.median": _round(statistics.median(values)),
+        f"{key}.worst": _round(max(values)),
+        f"{key}.best": _round(min(finite)) if finite else None,
+    }
+
+
+def _cpp(o: Outcome) -> float:
+    return o.spent / o.proofs if o.proofs else math.inf
 
 
 def _div(a: float, b: float) -> float:
@@ -224,7 +299,12 @@ def run(quick: bool) -> dict[str, Any]:
         "economics.hosts": HOSTS,
         "economics.operator_check_min": OPERATOR_CHECK_S / 60.0,
     }
-    figures.update(vs_fair(WORLD_SEEDS_QUICK if quick else WORLD_SEEDS_FULL, hours, cfg))
+    worlds = WORLD_SEEDS_QUICK if quick else WORLD_SEEDS_FULL
+    fair = vs_fair(worlds, hours, cfg)
+    fair_cpp, off_cpp = fair.pop("_fair_cpp"), fair.pop("_off_cpp")
+    figures.update(fair)
+    pressures = PRESSURES_QUICK if quick else PRESSURES_FULL
+    figures.update(bid_sweep(worlds, pressures, hours, cfg, fair_cpp, off_cpp))
     scenarios = [s for s in SCENARIOS if s.name == HEADLINE] if quick else list(SCENARIOS)
     for scenario in scenarios:
         progress(f"economics: {scenario.name} market, {len(seeds)} seed(s), {DAYS} days")

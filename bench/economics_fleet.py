@@ -17,6 +17,7 @@ from bench.economics_worker import Bench, Production, Rental, plan
 from bench.economics_world import MACHINE_DOWN_S, Market, rental_rng
 from vastui.config import Config
 from vastui.engine import spend
+from vastui.engine.bidding import BidQuote
 from vastui.store.records import InstanceRecord
 from vastui.vast.models import Offer
 
@@ -62,6 +63,13 @@ class Worker:
     rental: Rental
     bench: Bench | None = None
     production: Production | None = None
+    # An interruptible worker: proofs of its earlier runs (before an outbid stopped it), the
+    # run it is in (events and readings of an earlier run are dropped), when the container
+    # starts again after a resume, and the host's floor for a bid on this offer.
+    banked: int = 0
+    run: int = 0
+    boot_until: float | None = None
+    floor: float = 0.0
 
     @property
     def live(self) -> bool:
@@ -70,9 +78,9 @@ class Worker:
     def delivered(self, now: float) -> int:
         """Proofs delivered in production by now (the truth, not what was measured)."""
         if self.production is None:
-            return 0
+            return self.banked
         end = now if self.rec.killed_at is None else min(now, self.rec.killed_at)
-        return self.production.counts(end)[0]
+        return self.banked + self.production.counts(end)[0]
 
 
 @dataclass
@@ -105,9 +113,9 @@ class Fleet:
             if o.machine_id not in busy and self.down_until.get(o.machine_id, 0.0) <= now
         ]
 
-    def rent(self, offer: Offer, min_rate: float) -> Worker:
+    def rent(self, offer: Offer, min_rate: float, bid: BidQuote | None = None) -> Worker:
         """Create the instance (it appears at once, as Vast answers a create), with its
-        hidden timeline drawn from the machine's k-th rental dice."""
+        hidden timeline drawn from the machine's k-th rental dice; as ``bid`` when given."""
         now = self.clock.now
         k = self.rentals[offer.machine_id]
         self.rentals[offer.machine_id] += 1
@@ -140,7 +148,12 @@ class Fleet:
             loading_at=now,
             min_rate=min_rate,
         )
-        worker = Worker(rec, offer, rental)
+        if bid is not None:  # acts.record_rent's bid columns
+            rec = replace(
+                rec, dph_total=bid.total, is_bid=True, bid_price=bid.price, bid_cap=bid.cap,
+                storage_dph=offer.storage_total_cost,
+            )  # fmt: skip
+        worker = Worker(rec, offer, rental, floor=self.market.floor(offer))
         self.workers[vast_id] = self._live[vast_id] = worker
         return worker
 
@@ -192,6 +205,8 @@ class Fleet:
             if self.target_reached_at is None
             else self.target_reached_at / 3600.0,
             kinds=dict(kinds),
+            interruptions=sum(r.interruptions for r in records),
+            bid_rentals=sum(1 for r in records if r.is_bid),
         )
 
 
@@ -205,6 +220,8 @@ class Outcome:
     target_hours: float | None  # None: the target was never reached
     kinds: dict[str, int] = field(default_factory=dict)
     bans: int = 0
+    interruptions: int = 0  # outbids of its bid rentals
+    bid_rentals: int = 0
 
     @property
     def cost_per_proof(self) -> float:

@@ -16,22 +16,38 @@ or counters reading does to it is the engine's own transition (``transitions.on_
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 from bench.economics_fleet import Clock, Fleet, Outcome, Worker
-from bench.economics_worker import PROVE_START_S, Production, vastui_bench
+from bench.economics_worker import (
+    DAEMON_READY_S,
+    PCE_EXTRACT_CORE_S,
+    PROVE_START_S,
+    SETUP_S,
+    SRS_LOAD_S,
+    Production,
+    vastui_bench,
+)
 from bench.economics_world import Market
 from vastui.config import Config
-from vastui.engine import policy, production, provision, transitions
+from vastui.engine import bidding, policy, production, provision, transitions
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.pricing import required_rate
-from vastui.store.records import PerfRecord, json_dict
+from vastui.store.records import PerfRecord, bid_history, json_dict
 
 ENGINE_STEP_S = 30.0  # EngineSettings.poll_interval
 EVENT_DELAY_S = 1.0  # a worker's event reaches the engine over SSH (follow.py)
 DAEMON_PID = 4242
+# With bids on, the market is ranked again this often (the going bids move; the engine's
+# offers_refresh is of this order).
+BID_RERANK_S = 300.0
+# vastui/sim/cloud.py _boot: a resumed container loads in U(2, 10) s and runs U(10, 40) s later.
+RESUME_BOOT_S = (12.0, 50.0)
+# A resumed worker's paramfetch finds every file on its disk (ASSUMPTION: a check, no download).
+PARAMS_PRESENT_S = 20.0
 
 
 class VastuiPolicy:
@@ -64,10 +80,14 @@ class VastuiPolicy:
 
     def _reconcile(self, w: Worker) -> None:
         now = self.clock.now
-        status = self._vast_status(w, now)
-        since = (w.rec.unhealthy_since or now) if status in policy.UNHEALTHY else None
+        outbid = self._outbid_now(w, now)
+        status = "stopped" if outbid else self._vast_status(w, now)
+        unhealthy = status in policy.UNHEALTHY and not outbid
+        since = (w.rec.unhealthy_since or now) if unhealthy else None
         if (status, since) != (w.rec.vast_status, w.rec.unhealthy_since):  # replace() is dear
             w.rec = replace(w.rec, vast_status=status, unhealthy_since=since)
+        if w.rec.is_bid and self._bids(w, outbid, status, now):
+            return
         if w.rec.state == "loading" and status == "running":
             self.fleet.set_stage(w, "setup")
         kill = policy.reconcile_kill(w.rec, now, self.config, self.bad.get(w.offer.machine_id))
@@ -77,6 +97,73 @@ class VastuiPolicy:
         for event in self.buffered.pop(w.rec.vast_id, []):  # follow.ensure: events stream
             if w.live:
                 self.on_event(w, event)
+
+    def _outbid_now(self, w: Worker, now: float) -> bool:
+        """A higher bid holds the machine (the sim's _settle_bids)."""
+        price = w.rec.bid_price
+        if not w.rec.is_bid or price is None:
+            return False
+        return not self.fleet.market.bids.wins(w.offer.machine_id, w.floor, price, now)
+
+    def _bids(self, w: Worker, outbid: bool, status: str, now: float) -> bool:
+        """Engine._refresh and Engine._outbid: the outbid noted (the worker's run stops), a
+        resume restarts the worker; while outbid, the outbid policy. True: nothing else to
+        judge now."""
+        change = bidding.observe(w.rec, outbid, status, now)
+        if change is not None:
+            w.rec = replace(w.rec, **change.fields)
+            if change.stage is None:
+                self._pause(w, now)
+            else:
+                self.prod.pop(w.rec.vast_id, None)  # prod_state None: measured afresh
+                self.fleet.set_stage(w, change.stage)
+                self._resume(w, now)
+        going = self.fleet.market.bids.going_price(w.offer.machine_id, w.floor, now)
+        if w.rec.outbid_since is None:
+            act = bidding.lower(w.rec, going, self.config.bids)
+            if act is not None and status == "running":
+                w.rec = replace(
+                    w.rec, bid_price=act.price, dph_total=act.price + (w.rec.storage_dph or 0.0)
+                )
+            return False
+        act = bidding.on_outbid(w.rec, going, now, self.config.bids)
+        if isinstance(act, bidding.RaiseBid):
+            storage = w.rec.storage_dph or 0.0
+            w.rec = replace(w.rec, bid_price=act.price, dph_total=act.price + storage)
+        elif isinstance(act, policy.Kill):
+            self._kill(w, act)
+        return True
+
+    def _pause(self, w: Worker, now: float) -> None:
+        """The container is stopped: the proofs in flight are lost, the run's events too."""
+        w.run += 1
+        self.buffered.pop(w.rec.vast_id, None)
+        if w.production is not None:
+            w.banked += w.production.counts(now)[0]
+            w.production = None
+        self._version += 1  # the interruption is learned (bid_history)
+
+    def _resume(self, w: Worker, now: float) -> None:
+        """The container starts again: onstart runs entrypoint.sh from the top. A worker
+        whose benchmark passed skips it on the same machine (worker-image/README.md) and its
+        daemon starts afresh (SRS load, PCE extraction); else it benchmarks again."""
+        seed = self.fleet.market.seed
+        rng = random.Random(f"resume:{seed}:{w.rec.vast_id}:{w.rec.interruptions}")
+        boot = now + rng.uniform(*RESUME_BOOT_S)
+        start = boot + rng.uniform(*SETUP_S)
+        fetched = None if w.rental.paramfetch_end is None else start + PARAMS_PRESENT_S
+        w.rental = replace(w.rental, running=boot, paramfetch_start=start, paramfetch_end=fetched)
+        if w.rec.bench_outcome != "pass" or fetched is None:
+            self._schedule(w)
+            return
+        r = w.rental
+        self._event_at(w, r.running + 2.0, {"event": "start", "stage": "setup"})
+        self._event_at(w, start, {"event": "start", "stage": "paramfetch"})
+        self._event_at(w, fetched, {"event": "start", "stage": "benchmark"})
+        self._event_at(w, fetched + 1.0, {"event": "start", "stage": "prove"})
+        restart = DAEMON_READY_S + SRS_LOAD_S + PCE_EXTRACT_CORE_S / r.cores + PROVE_START_S
+        w.production = Production(fetched + restart, r.interval, r.fill, r.hidden, r.offline)
+        self._schedule_death(w)
 
     @staticmethod
     def _vast_status(w: Worker, now: float) -> str:
@@ -108,19 +195,28 @@ class VastuiPolicy:
         if decision is None:
             decision = provision.decide(view, self._offers())
         if decision.rent is not None:
-            offer = decision.rent.offer
-            min_rate = required_rate(offer.dph_total, self.config.fleet.max_cost_per_proof)
-            self._schedule(self.fleet.rent(offer, min_rate))
+            offer, bid = decision.rent.offer, decision.rent.bid
+            price = offer.dph_total if bid is None else bid.total
+            min_rate = required_rate(price, self.config.fleet.max_cost_per_proof)
+            self._schedule(self.fleet.rent(offer, min_rate, bid))
 
     def _offers(self) -> list[RankedOffer]:
         """Engine.refresh_offers: the search ranked with the record (re-ranked when a
         measurement, a ban or the market changed)."""
         now = self.clock.now
         offers = self.fleet.available(now)
-        key = (self._version, tuple(o.id for o in offers))
+        bidding_on = self.config.bids.mode != "off"
+        epoch = int(now // BID_RERANK_S) if bidding_on else 0
+        key = (self._version, tuple(o.id for o in offers), epoch)
         if key != self._ranked_key:
+            bids = None
+            if bidding_on:  # Engine.refresh_offers: the going bids, the learned risk
+                offers = self.fleet.market.with_going_bids(offers, now)
+                records = (w.rec for w in self.fleet.workers.values())
+                model = bidding.RiskModel(bid_history(records, now), self.config)
+                bids = (self.config, model)
             self._ranked = rank_offers(
-                offers, self.perf.values(), self.bad, self.config.fleet.max_cost_per_proof
+                offers, self.perf.values(), self.bad, self.config.fleet.max_cost_per_proof, bids
             )
             self._ranked_key = key
         return self._ranked
@@ -141,18 +237,21 @@ class VastuiPolicy:
         if w.bench.passed:
             self._event_at(w, done + 1.0, {"event": "start", "stage": "prove"})
             w.production = Production(done + PROVE_START_S, r.interval, r.fill, r.hidden, r.offline)
-            death = w.production.death()
-            if death is not None:
-                at, reason, tail = death
-                fail = {"event": "fail", "stage": "prove", "reason": reason, "error_tail": tail}
-                self._event_at(w, at, fail)
+            self._schedule_death(w)
+
+    def _schedule_death(self, w: Worker) -> None:
+        death = None if w.production is None else w.production.death()
+        if death is not None:
+            at, reason, tail = death
+            fail = {"event": "fail", "stage": "prove", "reason": reason, "error_tail": tail}
+            self._event_at(w, at, fail)
 
     def _event_at(self, w: Worker, t: float, event: dict[str, Any]) -> None:
         if w.rental.alive_at(t):  # a host offline says nothing more
-            self.clock.at(t + EVENT_DELAY_S, self._deliver, w, event)
+            self.clock.at(t + EVENT_DELAY_S, self._deliver, w, event, w.run)
 
-    def _deliver(self, w: Worker, event: dict[str, Any]) -> None:
-        if not w.live:
+    def _deliver(self, w: Worker, event: dict[str, Any], run: int = 0) -> None:
+        if not w.live or run != w.run:  # a stopped container's run says nothing more
             return
         if w.rec.state == "loading":  # not followed yet: the next step sees it running
             self.buffered.setdefault(w.rec.vast_id, []).append(event)
@@ -176,7 +275,7 @@ class VastuiPolicy:
                 case transitions.EnterStage(stage):
                     self.fleet.set_stage(w, stage)
                     if stage == "proving":  # a follower starts reading its counters
-                        self.clock.at(now + self.config.proving.poll_s, self._poll, w)
+                        self.clock.at(now + self.config.proving.poll_s, self._poll, w, w.run)
                 case transitions.Production(state):
                     self.prod[w.rec.vast_id] = state  # the record's other prod_* go unread
                 case transitions.RecordRate(rate):
@@ -191,15 +290,15 @@ class VastuiPolicy:
 
     # -- production --------------------------------------------------------------------------
 
-    def _poll(self, w: Worker) -> None:
+    def _poll(self, w: Worker, run: int = 0) -> None:
         """Followers' counters read every proving.poll_s, then Engine.handle_counters."""
-        if not w.live or w.rec.state != "proving":
+        if not w.live or w.rec.state != "proving" or run != w.run:
             return
         now = self.clock.now
         reachable = w.rental.alive_at(now)  # an offline host: no SSH connection at all
         self.on_counters(w, self._reading(w, now), not reachable, self._others_reachable(w, now))
         if w.live:
-            self.clock.at(now + self.config.proving.poll_s, self._poll, w)
+            self.clock.at(now + self.config.proving.poll_s, self._poll, w, run)
 
     def on_counters(
         self,
@@ -233,14 +332,16 @@ class VastuiPolicy:
         done, failed = p.counts(now)
         death = p.death()
         dead = death is not None and now >= death[0]
+        # A resumed container runs a new daemon: its counters start from nothing.
+        first = w.run == 0
         return production.Reading(
-            pid=DAEMON_PID,
+            pid=DAEMON_PID + w.run,
             alive=not dead,
             exit_status=(134 if w.rental.hidden.fault == "cuda_abort" else 137) if dead else None,
             signal=None,
-            completed=int(result.get("daemon_completed", 0)) + done,
-            failed=int(result.get("daemon_failed", 0)) + failed,
-            uptime=now - w.rental.created,
+            completed=(int(result.get("daemon_completed", 0)) if first else 0) + done,
+            failed=(int(result.get("daemon_failed", 0)) if first else 0) + failed,
+            uptime=now - (w.rental.created if first else w.rental.running),
             busy=True,  # the Snark market never runs dry (an assumption, both policies)
             error_tail=death[2] if dead and death else (),
         )

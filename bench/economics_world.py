@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vastui.config import Config
+from vastui.sim.bids import BidMarket
 from vastui.sim.market import (
     Machine,
     generate_market,
@@ -108,10 +109,14 @@ class Market:
         scenario: Scenario,
         config: Config,
         days: int,
+        bid_pressure: float = 1.0,
     ) -> None:
         self.world_seed = world_seed
         self.seed = seed
         self.scenario = scenario
+        # Other bidders on each machine (vastui/sim/bids.py, the simulator's own market),
+        # drawn from the run's seed: the same for every policy.
+        self.bids = BidMarket(seed, 0.0, bid_pressure)
         self.machines: list[Machine] = generate_market(world_seed, hosts=hosts, clock_now=WORLD_T0)
         self.by_id = {m.machine_id: m for m in self.machines}
         self.hidden = {
@@ -138,6 +143,23 @@ class Market:
     def listed(self, now: float) -> Sequence[Offer]:
         day = min(int(now // DAY), len(self._days) - 1)
         return self._days[day]
+
+    @staticmethod
+    def floor(offer: Offer) -> float:
+        """The host's floor for a bid on the offer: its min_bid with nobody else bidding."""
+        return offer.min_bid or 0.0
+
+    def with_going_bids(self, offers: Sequence[Offer], now: float) -> list[Offer]:
+        """The offers as a search at ``now`` lists them: min_bid is the going price (the
+        floor times the highest other bid on the machine)."""
+        out = []
+        for o in offers:
+            if o.min_bid is None:
+                out.append(o)
+                continue
+            going = self.bids.going_price(o.machine_id, o.min_bid, now)
+            out.append(o if going == o.min_bid else replace(o, min_bid=going))
+        return out
 
     def rate(self, offer: Offer) -> float:
         """The slice's true proofs/hour when fed (hidden): the machine's draw, RAM and CPU

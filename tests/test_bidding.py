@@ -100,13 +100,30 @@ def _outbid(**kw: object) -> InstanceRecord:
     ],
 )
 def test_the_outbid_policy_raises_waits_or_lets_go(rec, going, now, expect):
-    act = bidding.on_outbid(rec, going, now, Config().bids)
+    act = bidding.on_outbid(rec, going, now, replace(Config().bids, keep_outbid_min=45.0))
     if isinstance(expect, str):
         assert isinstance(act, policy.Kill) and act.kind == expect
         assert not act.strike and act.ban is None, "the market's doing, not the machine's"
         assert "outbid for 46 min" in act.reason
     else:
         assert act == expect
+
+
+@pytest.mark.parametrize(
+    ("rec", "going", "expect"),
+    [
+        # raised to 0.20 over a bidder who left: back to the going price plus the margin
+        (_outbid(outbid_since=None, bid_price=0.20), 0.10, RaiseBid(0.115)),
+        # within 5 % of where it would go: left alone (no churn)
+        (_outbid(outbid_since=None, bid_price=0.118), 0.10, None),
+        # never over the cap, never while outbid, never without a going price
+        (_outbid(outbid_since=None, bid_price=0.30, bid_cap=0.10), 0.12, RaiseBid(0.10)),
+        (_outbid(bid_price=0.20), 0.10, None),
+        (_outbid(outbid_since=None, bid_price=0.20), None, None),
+    ],
+)
+def test_a_running_bid_comes_down_when_the_going_price_does(rec, going, expect):
+    assert bidding.lower(rec, going, Config().bids) == expect
 
 
 def test_observe_counts_an_outbid_and_a_resume_restarts_the_worker():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from tests.enginekit import World
 from vastui.engine.engine import Engine
 from vastui.sim.bids import BidMarket
@@ -67,6 +69,7 @@ async def test_an_outbid_under_the_cap_is_raised_and_the_worker_restarts(
     # Another bidder above ours, still under our cap.
     assert rec.bid_cap is not None and rec.bid_price is not None
     assert rec.bid_cap > rec.bid_price
+    floor = sim.bid_floor
     sim.bid_floor = round(rec.bid_price + (rec.bid_cap - rec.bid_price) / 2, 4)
     assert world.cloud.bids.going_price(sim.machine.machine_id, sim.bid_floor, 0) <= rec.bid_cap
     world.clock.advance(30)
@@ -87,6 +90,16 @@ async def test_an_outbid_under_the_cap_is_raised_and_the_worker_restarts(
     assert rec.state in ("loading", "setup"), rec.state
     await world.until_running(engine)
     assert not await store.list_strikes(), "an outbid never strikes the machine"
+    # The other bidder leaves: the raised bid comes down to the going price plus the margin.
+    raised = rec.bid_price
+    sim.bid_floor = floor
+    world.clock.advance(30)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.bid_price is not None and raised is not None and rec.bid_price < raised
+    assert world.cloud.instances[iid].bid_price == rec.bid_price
+    assert rec.dph_total == pytest.approx(world.cloud.instances[iid].offer["dph_total"])
+    assert any(e.reason.startswith("bid lowered") for e in await store.list_events(kind="bid"))
     await engine.close()
 
 
@@ -114,7 +127,7 @@ async def test_an_outbid_over_the_cap_waits_then_lets_go_without_a_strike(
     assert rec.killed and rec.kill_kind == "outbid", (rec.kill_kind, rec.kill_reason)
     assert iid not in world.cloud.instances
     assert not await store.list_strikes() and not await store.list_bad(now=world.clock.now())
-    history = await store.bid_history(now=world.clock.now())
+    history = [h for h in await store.bid_history(now=world.clock.now()) if h.interruptions]
     assert [(h.machine_id, h.interruptions) for h in history] == [(rec.machine_id, 1)]
     assert history[0].stopped_h > keep / 3600 - 0.01
     await engine.close()

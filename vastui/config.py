@@ -142,9 +142,15 @@ class BidsSection:
     expected $/proof with the interruptions it risks."""
 
     mode: str = "off"
+    # A bid is rented only when its expected $/proof is this share below on demand's: what
+    # the model leaves out (an outbid past the cap ends in a new rental and benchmark) and
+    # what it cannot know (other bidders) are paid from this margin.
+    min_saving: float = 0.2
     margin: float = 0.15  # the first bid: the going min_bid plus this share
     raise_step: float = 0.15  # outbid: bid the going price plus this share (up to the cap)
-    keep_outbid_min: float = 45.0  # an outbid worker waits this long for its bid to win again
+    # An outbid worker waits this long for its bid to win again (a new rental costs a
+    # benchmark; bench/README.md, the bid sweep)
+    keep_outbid_min: float = 120.0
     # Until a machine and its GPU model have a record: interruptions per running hour, and how
     # long one lasts.
     prior_interruptions_per_h: float = 0.1
@@ -343,6 +349,7 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("proving.deadline_margin", lambda c: 0 <= c.proving.deadline_margin <= 2, "0 to 2"),
     ("proving.max_overdue", lambda c: c.proving.max_overdue >= 1, "an integer >= 1"),
     ("bids.mode", lambda c: c.bids.mode in BID_MODES, "off or auto"),
+    ("bids.min_saving", lambda c: 0 <= c.bids.min_saving < 1, "a number from 0 to 0.99"),
     ("bids.margin", lambda c: 0 <= c.bids.margin <= 2, "a number from 0 to 2"),
     ("bids.raise_step", lambda c: 0 <= c.bids.raise_step <= 2, "a number from 0 to 2"),
     ("bids.keep_outbid_min", lambda c: 0 <= c.bids.keep_outbid_min <= 1440, "0 to 1440 (min)"),

@@ -74,7 +74,8 @@ class BidQuote:
 
 @dataclass(frozen=True, slots=True)
 class RaiseBid:
-    """Outbid, and the going price is still under the cap: bid this."""
+    """Bid this instead: outbid with the going price under the cap (a raise), or running far
+    above the going price (bidding.lower)."""
 
     price: float
 
@@ -129,11 +130,12 @@ def quote(
     return BidQuote(price, round(cap, 4), price + storage, cost, risk)
 
 
-def better(bid: BidQuote | None, on_demand_cost: float | None) -> bool:
-    """Whether to rent the offer as this bid rather than on demand."""
+def better(bid: BidQuote | None, on_demand_cost: float | None, min_saving: float = 0.0) -> bool:
+    """Whether to rent the offer as this bid rather than on demand: cheaper per proof by at
+    least ``min_saving`` (a share of the on-demand $/proof)."""
     if bid is None:
         return False
-    return on_demand_cost is None or bid.cost_per_proof < on_demand_cost
+    return on_demand_cost is None or bid.cost_per_proof < on_demand_cost * (1.0 - min_saving)
 
 
 def on_outbid(
@@ -158,6 +160,17 @@ def on_outbid(
         + where,
         rec.state,
     )
+
+
+def lower(rec: InstanceRecord, going: float | None, bids: BidsSection) -> RaiseBid | None:
+    """A running bid raised over a bidder who has since left: bid the going price plus the
+    margin again (a raise is not for ever). Only a drop of 5 % or more, so as not to churn."""
+    if rec.outbid_since is not None or going is None or rec.bid_price is None:
+        return None
+    target = price_up(going * (1.0 + bids.margin))
+    if rec.bid_cap is not None:
+        target = min(target, rec.bid_cap)
+    return RaiseBid(target) if target <= rec.bid_price * 0.95 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +254,7 @@ __all__ = [
     "RiskModel",
     "better",
     "cost_per_proof",
+    "lower",
     "max_bid",
     "observe",
     "on_outbid",

@@ -407,6 +407,8 @@ class Engine:
         rec = await self._refresh(rec, inst, now)
         if rec.outbid_since is not None and await self._outbid(rec, inst, now):
             return
+        if rec.is_bid and inst.is_running:
+            await self._rebid(rec, bidding.lower(rec, inst.min_bid, self.config.bids), inst, now)
         bad_reason = bad.get(rec.machine_id) if rec.machine_id is not None else None
         kill = policy.reconcile_kill(rec, now, self.config, bad_reason)
         if kill is not None:
@@ -419,22 +421,34 @@ class Engine:
         policy, vastui/engine/bidding.py). True when nothing else is to be judged now."""
         act = bidding.on_outbid(rec, inst.min_bid, now, self.config.bids)
         if isinstance(act, bidding.RaiseBid):
-            try:
-                await self.client.change_bid(rec.vast_id, act.price)
-            except VastError as exc:
-                log.warning("instance %s: raising its bid failed: %s", rec.vast_id, exc)
-                return True
-            await self.store.update_instance(rec.vast_id, bid_price=act.price)
-            await self.store.add_event(
-                "bid",
-                f"bid raised ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
-                f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
-                instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
-            )  # fmt: skip
-            return True
-        if isinstance(act, policy.Kill):  # the market's doing: no strike, no ban
+            await self._rebid(rec, act, inst, now)
+        elif isinstance(act, policy.Kill):  # the market's doing: no strike, no ban
             await self.acts.kill(rec, act)
         return True
+
+    async def _rebid(
+        self, rec: InstanceRecord, act: bidding.RaiseBid | None, inst: Instance, now: float
+    ) -> None:
+        """Change the instance's bid on Vast, then in the record (a refused change is
+        logged: the next look tries again)."""
+        if act is None:
+            return
+        try:
+            await self.client.change_bid(rec.vast_id, act.price)
+        except VastError as exc:
+            log.warning("instance %s: changing its bid failed: %s", rec.vast_id, exc)
+            return
+        storage = rec.storage_dph or 0.0
+        await self.store.update_instance(
+            rec.vast_id, bid_price=act.price, dph_total=round(act.price + storage, 6)
+        )
+        what = "raised" if act.price > (rec.bid_price or 0.0) else "lowered"
+        await self.store.add_event(
+            "bid",
+            f"bid {what} ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
+            f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
+            instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
+        )  # fmt: skip
 
     async def _refresh(self, rec: InstanceRecord, inst: Instance, now: float) -> InstanceRecord:
         status = inst.actual_status

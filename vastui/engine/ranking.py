@@ -274,7 +274,7 @@ def rank_offers(
             config, risks = bids
             risk = risks.risk(machine, offer.gpu_name, expected)
             bid = quote(offer.min_bid, offer.storage_total_cost, expected, cost, risk, config)
-            if better(bid, cost) and bid is not None:
+            if better(bid, cost, config.bids.min_saving) and bid is not None:
                 dph, cost = bid.total, bid.cost_per_proof
             else:
                 bid = None
