@@ -195,7 +195,7 @@ class VastuiPolicy:
         if decision is None:
             decision = provision.decide(view, self._offers())
         if decision.rent is not None:
-            offer, bid = decision.rent.offer, decision.rent.bid
+            offer, bid = decision.rent.offer, decision.rent.rent_bid
             price = offer.dph_total if bid is None else bid.total
             min_rate = required_rate(price, self.config.fleet.max_cost_per_proof)
             self._schedule(self.fleet.rent(offer, min_rate, bid))

@@ -151,13 +151,16 @@ class Market:
 
     def with_going_bids(self, offers: Sequence[Offer], now: float) -> list[Offer]:
         """The offers as a search at ``now`` lists them: min_bid is the going price (the
-        floor times the highest other bid on the machine)."""
+        floor times the highest other bid on the machine); a machine whose going price is over
+        its on-demand price is rented on demand by someone else (vastui/sim/cloud.py search)."""
         out = []
         for o in offers:
             if o.min_bid is None:
                 out.append(o)
                 continue
             going = self.bids.going_price(o.machine_id, o.min_bid, now)
+            if o.storage_total_cost is not None and going >= o.dph_total - o.storage_total_cost:
+                continue
             out.append(o if going == o.min_bid else replace(o, min_bid=going))
         return out
 

@@ -167,14 +167,15 @@ def test_a_bid_is_ranked_as_a_bid_only_when_cheaper_per_proof():
 
     offers = [offer(101, 0.26, 0.12), offer(102, 0.20, 0.19)]
     plain = rank_offers(offers, [], {}, 0.008)
-    assert all(r.bid is None for r in plain)
+    assert all(r.bid is None and r.rent_bid is None for r in plain)
     ranked = rank_offers(offers, [], {}, 0.008, (AUTO, RiskModel([], AUTO)))
     by_id = {r.offer.id: r for r in ranked}
-    bid = by_id[101].bid
+    bid = by_id[101].rent_bid
     assert bid is not None and by_id[101].dph_total == pytest.approx(bid.total)
     assert by_id[101].expected_cost_per_proof == pytest.approx(bid.cost_per_proof)
     assert bid.cost_per_proof < 0.26 / by_id[101].expected_rate  # type: ignore[operator]
-    assert by_id[102].bid is None, "a bid near the on-demand price loses to it per proof"
+    assert by_id[102].rent_bid is None, "a bid near the on-demand price loses to it per proof"
+    assert by_id[102].dph_total == 0.20 and not by_id[102].as_bid
     assert ranked[0].offer.id == 101, "the cheaper per proof first"
 
 

@@ -14,12 +14,14 @@ from vastui.cli import main
 
 OFFER_KEYS = {
     "id", "machine_id", "host_id", "gpu_name", "num_gpus", "gpu_ram_gb", "cpu_ram_gb",
-    "cpu_cores", "dph_total", "inet_down", "reliability", "geolocation",
+    "cpu_cores", "dph_total", "inet_down", "reliability", "geolocation", "min_bid",
 }  # fmt: skip
 # The ranking the console's offers pane shows (engine/ranking.py RankedOffer.to_json).
 RANK_KEYS = {
     "known_rate", "prior_rate", "rate_source", "expected_rate", "required_rate",
-    "expected_cost_per_proof", "bad",
+    "expected_cost_per_proof", "bad", "bid", "as_bid",
+    # the bid beside the on-demand price (bids off: none)
+    "bid_price", "bid_cost_per_proof", "rent_as",
 }  # fmt: skip
 BAD_KEYS = {"machine_id", "host_id", "gpu_name", "reason", "source", "created_at", "expires_at"}
 EVENT_KEYS = {"ts", "kind", "instance_id", "machine_id", "reason"}

@@ -83,7 +83,8 @@ def _warn(message: str) -> None:
 OFFER_COLUMNS = [
     "id", "machine_id", "gpu_name", "num_gpus", "dph_total", "expected_cost_per_proof",
     "required_rate", "known_rate", "expected_rate", "rate_source", "gpu_ram_gb", "cpu_ram_gb",
-    "cpu_cores", "inet_down", "reliability", "geolocation", "bad",
+    "cpu_cores", "inet_down", "reliability", "geolocation", "bid_price", "bid_cost_per_proof",
+    "rent_as", "bad",
 ]  # fmt: skip
 OFFER_HEADERS = {
     "expected_cost_per_proof": "EXP $/P",
@@ -91,11 +92,15 @@ OFFER_HEADERS = {
     "known_rate": "KNOWN",
     "expected_rate": "EXP RATE",
     "rate_source": "FROM",
+    "bid_price": "BID $/H",
+    "bid_cost_per_proof": "BID $/P",
+    "rent_as": "AS",
 }
 
 
 async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_client, open_store
+    from vastui.engine.bidding import RiskModel
     from vastui.engine.ranking import rank_offers
 
     query = args.filter if args.filter is not None else opts.config.offers.filter
@@ -105,18 +110,27 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
             order=opts.config.offers.order,
             limit=args.limit or opts.config.offers.limit,
             allocated_storage=opts.config.fleet.disk_gb,  # price includes the disk we rent
+            offer_type=args.type,
         )
         bad = {e.machine_id: e.reason for e in await store.list_bad()}
         perf = await store.list_perf()
+        history = await store.bid_history(now=time.time())
     for line in result.rejected:
         _warn(f"skipped offer: {line}")
-    # The engine's and the console's ranking (engine/ranking.py), in its order.
-    ranked = rank_offers(result.offers, perf, bad, opts.config.fleet.max_cost_per_proof)
+    # The engine's and the console's ranking (engine/ranking.py), in its order; with bids on,
+    # each offer's bid beside its on-demand price, as the engine would weigh them.
+    bids = None
+    if opts.config.bids.mode != "off" and args.type == "on-demand":
+        bids = (opts.config, RiskModel(history, opts.config))
+    ranked = rank_offers(result.offers, perf, bad, opts.config.fleet.max_cost_per_proof, bids)
     rows = []
     for r in ranked:
         if r.bad and not args.all:
             continue
         row = r.to_json()
+        row["bid_cost_per_proof"] = None if r.bid is None else round(r.bid.cost_per_proof, 5)
+        row["bid_price"] = None if r.bid is None else r.bid.price
+        row["rent_as"] = "bid" if r.as_bid else "on-demand"
         if not args.json:
             row["bad"] = "BAD" if r.bad else ""
         rows.append(row)
@@ -136,7 +150,8 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
     rows = [r.to_json() for r in records]
     columns = [
         "id", "label", "machine_id", "gpu_name", "state", "stage", "dph_total",
-        "bench_rate", "min_rate", "prod_completed", "prod_rate", "kill_reason",
+        "bench_rate", "min_rate", "prod_completed", "prod_rate", "bid_price", "interruptions",
+        "outbid_since", "kill_reason",
     ]  # fmt: skip
     if args.all:  # another controller's, as the engine last listed them: apart, never ours
         rows += [
@@ -470,6 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", help="vastai query syntax (default: the configured filter)")
     p.add_argument("--limit", type=_positive_int, help="maximum offers to ask for")
     p.add_argument("--all", action="store_true", help="include offers on bad-listed machines")
+    p.add_argument(
+        "--type", "-t", default="on-demand", choices=("on-demand", "bid", "interruptible"),
+        help="pricing as the vastai CLI's --type: bid (interruptible) prices at each offer's "
+        "min_bid; with [bids] mode = auto the on-demand search also shows each offer's bid",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=cmd_offers)
 

@@ -49,6 +49,7 @@ async def gather(
     if holder is not None and holder_is_dead(holder):
         holder = None  # SIGKILLed on this host: its row lapses later, its process is gone now
     stages = Counter(r.state for r in records)
+    live_bids = [r for r in records if r.is_bid and not r.killed]
     foreign = await store.list_foreign()
     pause = await store.get_fleet_failure()
     seen_age = None
@@ -69,6 +70,12 @@ async def gather(
         },
         "stages": {state: stages[state] for state in STATES if stages[state]},
         "spend": fleet_spend(records, now, start).to_json(),
+        # Interruptible workers: how many, how many a higher bid has stopped now.
+        "bids": {
+            "workers": len(live_bids),
+            "stopped_outbid": sum(1 for r in live_bids if r.outbid_since is not None),
+            "interruptions": sum(r.interruptions for r in live_bids),
+        },
         "fleet_failure": None
         if pause is None
         else {"text": pause.get("text"), "since": iso_utc(_float(pause.get("since")))},
@@ -121,6 +128,11 @@ def _workers_line(report: dict[str, Any]) -> str:
     pending = status["workers"] - sum(by_stage.values())
     if pending > 0:
         parts.append(f"renting {pending}")
+    bids = report.get("bids") or {}
+    if bids.get("workers"):
+        parts.append(f"{bids['workers']} as bids")
+    if bids.get("stopped_outbid"):
+        parts.append(f"stopped: outbid {bids['stopped_outbid']}")
     line = f"workers {status['workers']}/{status['target']}"
     if parts:
         line += f" ({', '.join(parts)})"

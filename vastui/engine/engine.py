@@ -801,7 +801,7 @@ class Engine:
             offer = decision.rent.offer
             try:
                 await self.acts.rent(
-                    offer, provision.rent_reason(view, decision.rent), decision.rent.bid
+                    offer, provision.rent_reason(view, decision.rent), decision.rent.rent_bid
                 )
             except EngineError as exc:
                 log.warning("%s", exc)

@@ -77,7 +77,7 @@ class Candidate:
             rate_source=ranked.rate_source,
             expected_cost_per_proof=ranked.expected_cost_per_proof,
             max_cost_per_proof=max_cost_per_proof,
-            bid_price=None if ranked.bid is None else ranked.bid.price,
+            bid_price=None if ranked.rent_bid is None else ranked.rent_bid.price,
         )
 
     @property

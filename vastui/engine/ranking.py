@@ -63,14 +63,27 @@ class RankedOffer:
     expected_cost_per_proof: float | None
     bad: bool
     bad_reason: str | None = None
-    # Rented as this bid (vastui/engine/bidding.py), when it beats on-demand; then the
-    # required rate and the expected $/proof above are the bid's.
+    # The bid it would place (vastui/engine/bidding.py; None: bids off, or no bid worth it)
+    # and whether it rents it so, beating on demand; then the required rate and the expected
+    # $/proof above are the bid's.
     bid: BidQuote | None = None
+    as_bid: bool = False
+
+    @property
+    def rent_bid(self) -> BidQuote | None:
+        """The bid to rent it with; None: on demand."""
+        return self.bid if self.as_bid else None
 
     @property
     def dph_total(self) -> float:
         """What it bills while running, as it would be rented."""
-        return self.bid.total if self.bid is not None else self.offer.dph_total
+        return self.bid.total if self.as_bid and self.bid is not None else self.offer.dph_total
+
+    @property
+    def on_demand_cost_per_proof(self) -> float | None:
+        """Expected $/proof rented on demand, whichever way it would be rented."""
+        rate = self.expected_rate
+        return self.offer.dph_total / rate if rate and rate > 0 else None
 
     @property
     def viable(self) -> bool:
@@ -95,6 +108,7 @@ class RankedOffer:
             expected_cost_per_proof=_r(self.expected_cost_per_proof, 5),
             bad=self.bad,
             bid=None if self.bid is None else self.bid.to_json(),
+            as_bid=self.as_bid,
         )
         return row
 
@@ -126,6 +140,7 @@ def to_record(ranked: RankedOffer) -> dict[str, object]:
         "bad": ranked.bad,
         "bad_reason": ranked.bad_reason,
         "bid": None if ranked.bid is None else ranked.bid.to_json(),
+        "as_bid": ranked.as_bid,
     }
 
 
@@ -146,6 +161,7 @@ def from_record(row: Mapping[str, Any]) -> RankedOffer | None:
             bad=row.get("bad") is True,
             bad_reason=None if row.get("bad_reason") is None else str(row["bad_reason"]),
             bid=_bid_from(row.get("bid")),
+            as_bid=row.get("as_bid") is True and _bid_from(row.get("bid")) is not None,
         )
     except (KeyError, TypeError, ValueError, ModelError):
         return None
@@ -270,14 +286,14 @@ def rank_offers(
         dph = offer.dph_total
         cost = dph / expected if expected and expected > 0 else None
         bid = None
+        as_bid = False
         if bidding and offer.min_bid is not None and bids is not None:
             config, risks = bids
             risk = risks.risk(machine, offer.gpu_name, expected)
             bid = quote(offer.min_bid, offer.storage_total_cost, expected, cost, risk, config)
-            if better(bid, cost, config.bids.min_saving) and bid is not None:
+            as_bid = better(bid, cost, config.bids.min_saving)
+            if as_bid and bid is not None:
                 dph, cost = bid.total, bid.cost_per_proof
-            else:
-                bid = None
         ranked.append(
             _build_ranked(
                 offer,
@@ -290,6 +306,7 @@ def rank_offers(
                 machine in bad_reasons,
                 bad_reasons.get(machine),
                 bid,
+                as_bid,
             )
         )
         keys.append(_sort_key(cost, known, dph))

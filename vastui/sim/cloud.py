@@ -450,9 +450,10 @@ class SimCloud:
     def search(self, query: Any, select_cols: Any = None) -> dict[str, Any]:
         now = self.now()
         try:
-            offers = search_offers(
-                query, (self._bid_view(self.offers[i], now) for i in self.available)
-            )
+            views = (self._bid_view(self.offers[i], now) for i in self.available)
+            # A bidder above the on-demand price stands for an on-demand renter (bids.py):
+            # the machine is rented, not listed.
+            offers = search_offers(query, (o for o in views if o["min_bid"] < o["dph_base"]))
         except QueryError as e:
             raise ApiError(e.status, e.body) from e
         if isinstance(select_cols, list) and select_cols and "*" not in select_cols:

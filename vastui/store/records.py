@@ -251,6 +251,9 @@ class InstanceRecord:
             "runner_id": self.runner_id,
             "max_pending": self.max_pending,
             "tunnel_down_since": iso_utc(self.tunnel_down_since),
+            "bid_price": self.bid_price if self.is_bid else None,
+            "interruptions": self.interruptions if self.is_bid else None,
+            "outbid_since": iso_utc(self.outbid_since),
         }
 
 

@@ -465,12 +465,15 @@ class VastClient:
         order: str | None = None,
         limit: int | None = None,
         allocated_storage: float = 5.0,
+        offer_type: str = "on-demand",
     ) -> SearchResult:
-        """Search with a vastai-syntax filter string (or an already built JSON body)."""
+        """Search with a vastai-syntax filter string (or an already built JSON body);
+        ``offer_type`` "bid" (or "interruptible") prices offers at their min_bid."""
         if isinstance(query, str):
             body = build_search_body(
-                query, order=order, limit=limit, allocated_storage=allocated_storage
-            )
+                query, order=order, limit=limit, allocated_storage=allocated_storage,
+                offer_type=offer_type,
+            )  # fmt: skip
         else:
             body = dict(query)
         offers, reasons = await self._request(

@@ -107,7 +107,7 @@ class InstancesPane(TablePane):
         cpp, estimated = cost_per_proof(rec)
         return [
             t(rec.vast_id),
-            stage_text(rec),
+            stage_text(rec, host.clock()),
             t(f"{rec.gpu_name or '?'} x{rec.num_gpus or 1}"),
             t(fmt(rec.bench_rate, ".1f")),
             _measured_rate(rec),
@@ -207,8 +207,9 @@ class InstancesPane(TablePane):
             self.host.open_logs(rec)
 
 
-def stage_text(rec: InstanceRecord) -> Text:
-    """The state with a five-step progress bar; for the dead, what killed them."""
+def stage_text(rec: InstanceRecord, now: float | None = None) -> Text:
+    """The state with a five-step progress bar; for the dead, what killed them; for a bid,
+    whether a higher bid has it stopped (and how long) and how often that happened."""
     if rec.killed:
         return Text(sanitize_line(f"✗ {rec.kill_kind} in {rec.failed_stage}", 60), style="red")
     done = STAGES.index(rec.state) if rec.state in STAGES else 0
@@ -218,6 +219,11 @@ def stage_text(rec: InstanceRecord) -> Text:
     text.append(f" {rec.state}", style=STATE_STYLE.get(rec.state, ""))
     if rec.tunnel_down_since is not None:  # waiting for the controller's tunnel to prove
         text.append(" ⚠ tunnel down", style="bold yellow")
+    if rec.outbid_since is not None:
+        since = "" if now is None else f" {age(max(0.0, now - rec.outbid_since))}"
+        text.append(f" ⏸ stopped: outbid{since}", style="bold yellow")
+    elif rec.is_bid:
+        text.append(f" bid ⇅{rec.interruptions}" if rec.interruptions else " bid", style="dim")
     return text
 
 

@@ -34,13 +34,15 @@ class OffersPane(TablePane):
         Column("gpu", "GPU", 16, "GPU model (green: fast for PoRep C2, red: slow)"),
         Column("n", "#", 2, "GPUs in the offer"),
         Column("dph", "$/h", 6, "price per hour, Vast's dph_total with the disk we rent"),
-        Column("cpp", "Exp $/p", 7, "expected $/proof = $/h ÷ expected proofs/h; green when "
-               "under fleet.max_cost_per_proof (the engine may rent it)"),
+        Column("cpp", "Exp $/p", 7, "expected $/proof on demand = $/h ÷ expected proofs/h; "
+               "green when under fleet.max_cost_per_proof (the engine may rent it)"),
         Column("req", "Req", 4, "proofs/h required: ceil($/h ÷ max $/proof), the min_rate "
                "its benchmark must reach or the worker is destroyed"),
         Column("known", "Known", 5, "proofs/h this machine measured before (its best), blank "
                "if vastui never ran it; unknown machines are expected at the median of "
                "measured peers with the same GPU"),
+        Column("bid", "Bid $/p", 7, "expected $/proof as an interruptible bid, its interruptions "
+               "priced in ([bids] mode = auto); green: the engine would rent it as this bid"),
         Column("ram", "RAM GB", 6, "host RAM (green ≥ 300 GB per GPU; PoRep C2 needs a lot)"),
         Column("bad", "Bad", 3, "BAD: the machine is on the bad list (shown with b)"),
         Column("vram", "VRAM", 4, "GPU memory, GB"),
@@ -68,6 +70,7 @@ class OffersPane(TablePane):
         "n": lambda r: r.offer.num_gpus,
         "dph": lambda r: r.offer.dph_total,
         "cpp": lambda r: r.expected_cost_per_proof,
+        "bid": lambda r: None if r.bid is None else r.bid.cost_per_proof,
         "req": lambda r: r.required_rate,
         "known": lambda r: r.known_rate,
         "ram": lambda r: r.offer.cpu_ram_gb,
@@ -296,15 +299,17 @@ def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None
 def offer_cells(ranked: RankedOffer) -> list[Text]:
     o = ranked.offer
     known = ranked.known_rate
-    cpp = ranked.expected_cost_per_proof
-    cpp_style = "green" if ranked.viable else ("yellow" if cpp is not None else "dim")
+    cpp = ranked.on_demand_cost_per_proof
+    bid = None if ranked.bid is None else ranked.bid.cost_per_proof
+    chosen = "green" if ranked.viable else ("yellow" if cpp is not None else "dim")
     return [
         t(o.gpu_name, gpu_style(o.gpu_name)),
         t(o.num_gpus),
         t(f"{o.dph_total:.3f}"),
-        t(fmt(cpp, ".4f"), cpp_style),
+        t(fmt(cpp, ".4f"), "dim" if ranked.as_bid else chosen),
         t(f"{ranked.required_rate:.0f}"),
         t(fmt(known, ".0f"), "bold" if known else "dim"),
+        t(fmt(bid, ".4f"), chosen if ranked.as_bid else "dim"),
         t(fmt(o.cpu_ram_gb, ".0f"), ram_style(o.cpu_ram_gb, o.num_gpus)),
         t("BAD" if ranked.bad else "", "bold red"),
         t(fmt(o.gpu_ram_gb, ".0f")),
