@@ -312,6 +312,7 @@ def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
     cloud = make_demo_cloud(
         args.seed, args.speed, api_key=args.api_key, faults=args.faults,
         host_maintenance=host_maintenance(args.machine_fault_rate) if args.workers else 0.0,
+        bid_pressure=args.bid_pressure,
     )  # fmt: skip
     serve = ServeOptions(
         port=args.port,
@@ -566,6 +567,10 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument(
         "--machine-fault-rate", type=_non_negative, default=1.0,
         help="machine faults and host outages, scaled (1: the demo's; 0: none)",
+    )  # fmt: skip
+    ss.add_argument(
+        "--bid-pressure", type=_non_negative, default=1.0,
+        help="how often other bidders outbid an interruptible instance, scaled (0: never)",
     )  # fmt: skip
     ss.add_argument(
         "--write-config", type=Path, metavar="PATH",
