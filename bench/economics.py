@@ -262,6 +262,37 @@ def bid_sweep(
     return out
 
 
+# The ranking's levers (issue 18, item 4), each against vastui without it (bids off, the same
+# worlds): kept on by default only where the median world pays.
+LEVERS: dict[str, dict[str, Any]] = {
+    "setup_over_48h": {"setup_lifetime_h": 48.0},
+    "setup_over_168h": {"setup_lifetime_h": 168.0},
+    "prior_blend": {"prior_blend": True},
+}
+
+
+def levers(
+    world_seeds: Sequence[int], hours: float, cfg: Config, base_cpp: dict[int, float]
+) -> dict[str, Any]:
+    """vastui's $/proof with each lever of the ranking ÷ without (``base_cpp``, the same
+    config otherwise), per world: median, worst, best."""
+    demo = next(s for s in SCENARIOS if s.name == HEADLINE)
+    out: dict[str, Any] = {}
+    for name, offers in LEVERS.items():
+        progress(f"economics: the ranking's lever {name}")
+        ratios = []
+        lever_cfg = replace(cfg, offers=replace(cfg.offers, **offers))
+        for ws in world_seeds:
+            market = Market(
+                world_seed=ws, seed=ws, hosts=HOSTS, scenario=demo, config=cfg, days=DAYS,
+                bid_pressure=BID_PRESSURE,
+            )  # fmt: skip
+            v = VastuiPolicy(market, lever_cfg).run(hours)
+            ratios.append(_div(_cpp(v), base_cpp[ws]))
+        out.update(_spread(f"economics.levers.{name}.vs_without", ratios))
+    return out
+
+
 def _spread(key: str, values: Sequence[float]) -> dict[str, Any]:
     finite = [x for x in values if math.isfinite(x)]
     return {
@@ -305,6 +336,8 @@ def run(quick: bool) -> dict[str, Any]:
     figures.update(fair)
     pressures = PRESSURES_QUICK if quick else PRESSURES_FULL
     figures.update(bid_sweep(worlds, pressures, hours, cfg, fair_cpp, off_cpp))
+    if not quick:
+        figures.update(levers(worlds, hours, cfg, off_cpp))
     scenarios = [s for s in SCENARIOS if s.name == HEADLINE] if quick else list(SCENARIOS)
     for scenario in scenarios:
         progress(f"economics: {scenario.name} market, {len(seeds)} seed(s), {DAYS} days")

@@ -34,7 +34,7 @@ from bench.economics_worker import (
 from bench.economics_world import Market
 from vastui.config import Config
 from vastui.engine import bidding, policy, production, provision, transitions
-from vastui.engine.ranking import RankedOffer, rank_offers
+from vastui.engine.ranking import Levers, RankedOffer, rank_offers
 from vastui.pricing import required_rate
 from vastui.store.records import PerfRecord, bid_history, json_dict
 
@@ -216,8 +216,9 @@ class VastuiPolicy:
                 model = bidding.RiskModel(bid_history(records, now), self.config)
                 bids = (self.config, model)
             self._ranked = rank_offers(
-                offers, self.perf.values(), self.bad, self.config.fleet.max_cost_per_proof, bids
-            )
+                offers, self.perf.values(), self.bad, self.config.fleet.max_cost_per_proof, bids,
+                Levers.of(self.config),
+            )  # fmt: skip
             self._ranked_key = key
         return self._ranked
 

@@ -101,7 +101,7 @@ OFFER_HEADERS = {
 async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_client, open_store
     from vastui.engine.bidding import RiskModel
-    from vastui.engine.ranking import rank_offers
+    from vastui.engine.ranking import Levers, rank_offers
 
     query = args.filter if args.filter is not None else opts.config.offers.filter
     async with open_client(opts) as client, open_store(opts) as store:
@@ -122,7 +122,10 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
     bids = None
     if opts.config.bids.mode != "off" and args.type == "on-demand":
         bids = (opts.config, RiskModel(history, opts.config))
-    ranked = rank_offers(result.offers, perf, bad, opts.config.fleet.max_cost_per_proof, bids)
+    ranked = rank_offers(
+        result.offers, perf, bad, opts.config.fleet.max_cost_per_proof, bids,
+        Levers.of(opts.config),
+    )  # fmt: skip
     rows = []
     for r in ranked:
         if r.bad and not args.all:

@@ -53,6 +53,12 @@ class OffersSection:
     order: str = "dph"
     limit: int = 500
     refresh_s: float = 120.0
+    # Levers of the ranking, each kept off unless the economics bench shows it pays
+    # (bench/README.md): the set-up a rental bills before it proves (parameter download at the
+    # offer's inet_down, the benchmark) spread over this many hours of its life (0: ignored);
+    # a GPU model's measured median blended with the built-in prior by n/(n+2).
+    setup_lifetime_h: float = 0.0
+    prior_blend: bool = False
 
 
 @dataclass
@@ -349,6 +355,7 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("proving.deadline_margin", lambda c: 0 <= c.proving.deadline_margin <= 2, "0 to 2"),
     ("proving.max_overdue", lambda c: c.proving.max_overdue >= 1, "an integer >= 1"),
     ("bids.mode", lambda c: c.bids.mode in BID_MODES, "off or auto"),
+    ("offers.setup_lifetime_h", lambda c: 0 <= c.offers.setup_lifetime_h <= 10_000, "0 to 10000"),
     ("bids.min_saving", lambda c: 0 <= c.bids.min_saving < 1, "a number from 0 to 0.99"),
     ("bids.margin", lambda c: 0 <= c.bids.margin <= 2, "a number from 0 to 2"),
     ("bids.raise_step", lambda c: 0 <= c.bids.raise_step <= 2, "a number from 0 to 2"),

@@ -25,9 +25,10 @@ from typing import Any
 
 from vastui.backend import Options, make_client, make_demo_cloud
 from vastui.config import state_dir
+from vastui.engine.bidding import RiskModel
 from vastui.engine.engine import Engine
 from vastui.engine.keys import ensure_ssh_key
-from vastui.engine.ranking import RankedOffer, from_record, rank_offers
+from vastui.engine.ranking import Levers, RankedOffer, from_record, rank_offers
 from vastui.engine.runtime import EngineRuntime, RunOptions, engine_runtime
 from vastui.engine.spend import Spend, fleet_spend, instance_cost, local_midnight
 from vastui.logfmt import ClockFormatter
@@ -331,9 +332,15 @@ class FleetBridge:
         bad = {e.machine_id: e.reason for e in await self.store.list_bad()}
         busy = {r.machine_id for r in await self.store.list_instances(include_killed=False)}
         offers = [o for o in result.offers if o.machine_id not in busy]
+        # ranked as the engine ranks them (engine.refresh_offers): bids, the levers
+        bids = None
+        if cfg.bids.mode != "off":
+            history = await self.store.bid_history(now=self.now())
+            bids = (cfg, RiskModel(history, cfg))
         self._offers = rank_offers(
-            offers, await self.store.list_perf(), bad, cfg.fleet.max_cost_per_proof
-        )
+            offers, await self.store.list_perf(), bad, cfg.fleet.max_cost_per_proof, bids,
+            Levers.of(cfg),
+        )  # fmt: skip
         self._offers_at = time.monotonic()
         return self._offers
 

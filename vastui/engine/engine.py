@@ -28,7 +28,7 @@ from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, worker_c
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
 from vastui.engine.labels import is_vastui_label, owner_of
-from vastui.engine.ranking import RankedOffer, rank_offers, to_record
+from vastui.engine.ranking import Levers, RankedOffer, rank_offers, to_record
 from vastui.engine.spend import SURPLUS_KIND
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
@@ -695,7 +695,7 @@ class Engine:
             bids = (self.config, bidding.RiskModel(history, self.config))
         self._offers = rank_offers(
             result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof,
-            bids,
+            bids, Levers.of(self.config),
         )  # fmt: skip
         # A ban or a measurement while this search ran: ranked on stale records, re-rank soon.
         self._offers_at = time.monotonic() if generation == self._offers_gen else None

@@ -20,6 +20,7 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
+from vastui.engine.plan import GIB, PARAMS_DISK_GIB
 from vastui.pricing import required_rate_at
 from vastui.store.records import PerfRecord
 from vastui.vast.models import ModelError, Offer, unchecked_constructor
@@ -190,10 +191,40 @@ def _r(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
+@dataclass(frozen=True, slots=True)
+class Levers:
+    """Optional refinements of the ranking ([offers] setup_lifetime_h, prior_blend), each on
+    only when the economics bench shows it pays."""
+
+    setup_lifetime_h: float = 0.0
+    bench_proofs: int = 12
+    prior_blend: bool = False
+
+    @classmethod
+    def of(cls, config: Config) -> Levers:
+        return cls(
+            config.offers.setup_lifetime_h, config.fleet.bench_proofs, config.offers.prior_blend
+        )
+
+
+# Before its first proof a rental downloads every parameter file (plan.PARAMS_DISK_GIB at the
+# offer's listed inet_down), loads and extracts (cuzk: SRS, PCE) and benchmarks.
+SETUP_FIXED_H = 0.3  # image load, setup, daemon start, PCE extraction (ASSUMPTION)
+DEFAULT_INET_MBPS = 1000.0
+
+
+def setup_hours(inet_down: float | None, rate: float, bench_proofs: int) -> float:
+    """Billed hours before a rental proves: the download, the fixed set-up, the benchmark."""
+    mbps = inet_down if inet_down and inet_down > 0 else DEFAULT_INET_MBPS
+    download = PARAMS_DISK_GIB * GIB * 8 / (mbps * 1e6) / 3600.0
+    return download + SETUP_FIXED_H + (1 + bench_proofs) / rate
+
+
 class RateModel:
     """What we know about machine speed, built from the performance record."""
 
-    def __init__(self, perf: Iterable[PerfRecord]) -> None:
+    def __init__(self, perf: Iterable[PerfRecord], prior_blend: bool = False) -> None:
+        self.prior_blend = prior_blend
         self.by_machine: dict[int, list[PerfRecord]] = {}
         peers: dict[tuple[str, str], list[float]] = {}
         models: dict[str, list[float]] = {}
@@ -208,10 +239,10 @@ class RateModel:
             models.setdefault(rec.gpu_name, []).append(per_gpu)
         # (median per-GPU rate, the source's label): labels made once, not once per offer.
         self._peer_median = {
-            k: (statistics.median(v), f"peers({len(v)})") for k, v in peers.items()
+            k: (statistics.median(v), f"peers({len(v)})", len(v)) for k, v in peers.items()
         }
         self._model_median = {
-            k: (statistics.median(v), f"model({len(v)})") for k, v in models.items()
+            k: (statistics.median(v), f"model({len(v)})", len(v)) for k, v in models.items()
         }
 
     def known_rate(self, offer: Offer) -> float | None:
@@ -235,15 +266,24 @@ class RateModel:
 
     def _prior(self, gpu_name: str, num_gpus: int, klass: str) -> tuple[float | None, str]:
         peer = self._peer_median.get((gpu_name, klass))
+        default = DEFAULT_GPU_RATES.get(gpu_name)
         if peer is not None:
-            return peer[0] * num_gpus, peer[1]
+            return self._blend(peer, default, RAM_FACTORS.get(klass, 0.7)) * num_gpus, peer[1]
         model = self._model_median.get(gpu_name)
         if model is not None:
-            return model[0] * num_gpus * RAM_FACTORS.get(klass, 0.7), model[1]
-        default = DEFAULT_GPU_RATES.get(gpu_name)
+            ram = RAM_FACTORS.get(klass, 0.7)
+            return self._blend(model, default, 1.0) * num_gpus * ram, model[1]
         if default is not None:
             return default * num_gpus * RAM_FACTORS.get(klass, 0.7), "model-default"
         return None, "unknown"
+
+    def _blend(self, measured: tuple[float, str, int], default: float | None, ram: float) -> float:
+        """A median of n measurements, or (with prior_blend) its blend with the built-in
+        prior: n/(n+2) of the measured, 2/(n+2) of the prior."""
+        if not self.prior_blend or default is None:
+            return measured[0]
+        n = measured[2]
+        return (n * measured[0] + 2 * default * ram) / (n + 2)
 
 
 def rank_offers(
@@ -252,13 +292,16 @@ def rank_offers(
     bad: Mapping[int, str | None] | set[int],
     max_cost_per_proof: float,
     bids: tuple[Config, RiskModel] | None = None,
+    levers: Levers | None = None,
 ) -> list[RankedOffer]:
     """Annotate and sort offers, cheapest expected $/proof first (unknown last). With
     ``bids`` (the config, bids on, and what interruptions cost each machine), an offer is
     ranked as a bid when that is cheaper per proof than renting it on demand."""
     bidding = bids is not None and bids[0].bids.mode != "off"
-    model = RateModel(perf)
+    levers = levers or Levers()
+    model = RateModel(perf, levers.prior_blend)
     measured = model.by_machine
+    lifetime = levers.setup_lifetime_h
     bad_reasons: Mapping[int, str | None] = bad if isinstance(bad, Mapping) else dict.fromkeys(bad)
     required = required_rate_at(max_cost_per_proof)  # the budget validated once, not per offer
     # The prior depends only on (GPU model, count, RAM class): thousands of offers share a few
@@ -285,6 +328,9 @@ def rank_offers(
             source = "measured"
         dph = offer.dph_total
         cost = dph / expected if expected and expected > 0 else None
+        if cost is not None and lifetime > 0 and expected:
+            # the set-up billed before the first proof, spread over the rental's life
+            cost *= 1.0 + setup_hours(offer.inet_down, expected, levers.bench_proofs) / lifetime
         bid = None
         as_bid = False
         if bidding and offer.min_bid is not None and bids is not None:
