@@ -174,3 +174,135 @@ async def test_the_bench_and_the_engine_agree(world: World, store: Store, name: 
         "proving well": "proving",
     }.get(name, "killed")
     assert engine["record"]["state"] == expected_state, engine
+
+
+# -- bids: what one look at Vast does to an interruptible worker ---------------------------------
+#
+# ("going", where): another bidder sets the going price "between" the worker's bid and its cap,
+# "over" its cap, or leaves ("floor": the host's floor again); ("wait", minutes): the engine's
+# reconcile every minute meanwhile. Both sides run vastui.engine.bidding (observe, on_outbid,
+# lower); the engine against the simulated cloud's bid market, the bench against a stand-in
+# market that says the same going price.
+
+BID_FIELDS = ("state", "kill_kind", "is_bid", "bid_price", "interruptions")
+
+BID_SCENARIOS: dict[str, tuple[list[tuple[str, Any]], str]] = {
+    "outbid under the cap: raised, resumed": (
+        [("going", "between"), ("wait", 3)],
+        "setup",
+    ),
+    "outbid over the cap: kept, then let go": (
+        [("going", "over"), ("wait", 60), ("wait", 70)],
+        "killed",
+    ),
+    "outbid, then the bidder leaves": (
+        [("going", "over"), ("wait", 30), ("going", "floor"), ("wait", 3)],
+        "setup",
+    ),
+    "raised, then lowered once the bidder left": (
+        [("going", "between"), ("wait", 3), ("going", "floor"), ("wait", 3)],
+        "setup",
+    ),
+}
+
+
+class StandInBids:
+    """The bench market's bids, answering one going price for the worker's machine."""
+
+    def __init__(self) -> None:
+        self.going = 0.0
+
+    def going_price(self, _machine_id: int, _floor: float, _t: float) -> float:
+        return self.going
+
+    def wins(self, _machine_id: int, _floor: float, bid: float, _t: float) -> bool:
+        return bid >= self.going - 1e-9
+
+
+def _going(where: str, floor: float, rec0: Any) -> float:
+    if where == "between":
+        return round(rec0.bid_price + (rec0.bid_cap - rec0.bid_price) / 2, 4)
+    return round(rec0.bid_cap * 2, 4) if where == "over" else floor
+
+
+async def _engine_bid_side(world: World, store: Store, steps: list[tuple[str, Any]]) -> dict:
+    from vastui.sim.bids import BidMarket
+
+    world.config = replace(world.config, bids=replace(world.config.bids, mode="auto"))
+    world.cloud.bids = BidMarket(world.cloud.seed, world.clock.now(), 0.0)
+    engine = await world.engine(store)
+    ranked = next(r for r in await engine.refresh_offers(force=True) if r.rent_bid is not None)
+    iid = await engine.acts.rent(ranked.offer, "test", ranked.rent_bid)
+    assert iid is not None
+    await world.until_running(engine)
+    rented = await store.get_instance(iid)
+    assert rented is not None and rented.min_rate
+    for kind, what in PROVING:
+        world.clock.advance(STEP_S)
+        event = _result(*what, min_rate=rented.min_rate) if kind == "bench" else dict(what)
+        await engine.handle_worker_event(iid, event)
+    rec0 = await store.get_instance(iid)
+    assert rec0 is not None and rec0.state == "proving" and rec0.is_bid
+    sim = world.cloud.instances[iid]
+    floor, t0 = sim.bid_floor, world.clock.now()
+    for kind, what in steps:
+        if kind == "going":
+            sim.bid_floor = _going(what, floor, rec0)
+            what = 1
+        for _ in range(what):
+            world.clock.advance(STEP_S)
+            await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec is not None
+    strikes = await store.list_strikes(rec.machine_id)
+    await engine.close()
+    return {
+        "rec0": rec0, "t0": t0, "floor": floor,
+        "record": {f: getattr(rec, f) for f in BID_FIELDS},
+        "outbid": rec.outbid_since is not None, "stopped_min": round(rec.stopped_s / 60),
+        "strikes": len(strikes),
+    }  # fmt: skip
+
+
+def _bench_bid_side(
+    world: World, rec0: Any, steps: list[tuple[str, Any]], t0: float, floor: float
+) -> dict:
+    demo = next(x for x in SCENARIOS if x.name == "demo")
+    market = Market(
+        world_seed=WORLD_SEED, seed=1, hosts=20, scenario=demo, config=world.config, days=1
+    )
+    bids = StandInBids()
+    market.bids = bids  # type: ignore[assignment]
+    policy = VastuiPolicy(market, world.config)
+    offer = market.listed(0.0)[0]
+    w = policy.fleet.rent(offer, rec0.min_rate)
+    w.rec = replace(rec0, vast_id=w.rec.vast_id, machine_id=offer.machine_id)
+    w.rental = replace(w.rental, offline=None, running=0.0)  # the host stays up, running
+    bids.going = floor
+    policy.clock.now = t0
+    for kind, what in steps:
+        if kind == "going":
+            bids.going = _going(what, floor, rec0)
+            what = 1
+        for _ in range(what):
+            policy.clock.now += STEP_S
+            if w.live:
+                policy._reconcile(w)
+    return {
+        "record": {f: getattr(w.rec, f) for f in BID_FIELDS},
+        "outbid": w.rec.outbid_since is not None, "stopped_min": round(w.rec.stopped_s / 60),
+        "strikes": len(policy.strikes.get(offer.machine_id, [])),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(BID_SCENARIOS))
+async def test_the_bench_and_the_engine_agree_on_bids(
+    world: World, store: Store, name: str
+) -> None:
+    steps, expected_state = BID_SCENARIOS[name]
+    engine = await _engine_bid_side(world, store, steps)
+    rec0, t0, floor = engine.pop("rec0"), engine.pop("t0"), engine.pop("floor")
+    played = _bench_bid_side(world, rec0, steps, t0, floor)
+    assert played == engine
+    assert engine["record"]["state"] == expected_state, engine
+    assert engine["record"]["interruptions"] == 1 and engine["strikes"] == 0

@@ -193,7 +193,8 @@ def observe(rec: InstanceRecord, outbid: bool, status: str | None, now: float) -
             f"outbid: stopped by a higher bid (bid ${rec.bid_price or 0:.4f}/h, interruption "
             f"{rec.interruptions + 1})",
         )
-    if not outbid and rec.outbid_since is not None and status in ("loading", "running"):
+    # Its bid wins again: Vast means it to run (its status may be none yet, as at a create).
+    if not outbid and rec.outbid_since is not None and status not in policy.UNHEALTHY:
         stopped = max(0.0, now - rec.outbid_since)
         return BidChange(
             # Its counters start again from a new daemon: production is measured afresh.
