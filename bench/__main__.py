@@ -42,7 +42,7 @@ MODULES: dict[str, tuple[str, int, int]] = {
     "keys": ("key to screen in a real terminal vs a minimal Textual app", 45, 180),
     "fleet": ("engine following 200 workers: CPU, RSS, tick, event-to-decision", 35, 120),
     "logstream": ("log lines/s into the log pane vs a bare asyncssh reader", 20, 90),
-    "economics": ("vastui's policy vs the original's over a simulated week", 40, 240),
+    "economics": ("vastui's policy vs the original's over a simulated week", 150, 1200),
 }
 
 

@@ -13,6 +13,7 @@ from vastui.backend import Options
 from vastui.config import DEFAULT_IMAGE, Config
 from vastui.console.app import VastuiApp
 from vastui.console.bridge import FleetBridge, Snapshot
+from vastui.engine.bidding import RiskModel
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.sim import ManualClock, SimCloud
@@ -136,7 +137,12 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
                           bench_rate=None, reason="slow host",
                           legacy_added_at=T0 - 86400 * 90, imported_at=T0, source_path="x.db"),
     ]  # fmt: skip
-    ranked = rank_offers(offers, perf, {b.machine_id: b.reason for b in bad}, 0.008)
+    # With bids on, as an operator who rents interruptible GPUs sees it: each offer's bid beside.
+    bidding = replace(Config(), bids=replace(Config().bids, mode="auto"))
+    ranked = rank_offers(
+        offers, perf, {b.machine_id: b.reason for b in bad}, 0.008,
+        (bidding, RiskModel([], bidding)),
+    )  # fmt: skip
 
     def inst(vid: int, o: Offer, state: str, **kw: Any) -> InstanceRecord:
         kw.setdefault("image", DEFAULT_IMAGE)
@@ -165,6 +171,11 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
              tunnel_detail="lotus api 127.0.0.1:1234: curl: (7) Failed to connect to 127.0.0.1 "
                            "port 1234: Connection refused"),
         inst(3000002, m[1], "benchmark", runner_id=2),
+        # An interruptible worker a higher bid has stopped for 12 minutes, its second time.
+        inst(3000007, m[8], "proving", bench_rate=61.0, bench_outcome="pass", bench_failed=0,
+             prod_completed=40, prod_failed=0, prod_rate=60.2, runner_id=7, max_pending=10,
+             is_bid=True, bid_price=round(m[8].dph_total * 0.55, 4), bid_cap=m[8].dph_total,
+             storage_dph=0.02, outbid_since=T0 - 720, interruptions=2, stopped_s=1500.0),
         inst(3000003, m[2], "paramfetch", image="ghcr.io/vastui/curio-cuzk-worker:v0.9",
              runner_id=3),
         inst(3000004, m[3], "killed", bench_rate=141.0, bench_outcome="below_min",
@@ -187,7 +198,7 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
               reason="rented", detail={}),
     ]  # fmt: skip
     status = EngineStatus(
-        target=5, workers=4, by_stage={"proving": 2, "benchmark": 1, "paramfetch": 1},
+        target=5, workers=5, by_stage={"proving": 3, "benchmark": 1, "paramfetch": 1},
         reason_kind="fleet_dph_cap",
         reason=f"fleet $/h cap: $4.000/h in use + ${m[7].dph_total:.3f}/h for offer {m[7].id} "
                "> max $4.00/h",

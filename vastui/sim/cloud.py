@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 MAX_LABEL = 1024
 PAGE_MAX = 25
-# Simulated seconds after running when a host under maintenance goes offline.
-MAINTENANCE_AFTER = (5400.0, 14400.0)
 # A reboot (docker stop, then start) takes this long, simulated seconds: stopping ...
 REBOOT_STOP = (5.0, 15.0)
 # ... then starting the container again (no image pull).
@@ -269,8 +267,9 @@ class SimCloud:
         what price; :func:`vastui.sim.market.market_moment`).
 
         ``instance_ids_after``: every instance id is above it (real ids only grow: a demo
-        passes the highest id its database already holds). ``host_maintenance``: the chance
-        that a new instance's host goes offline for maintenance some time after it runs.
+        passes the highest id its database already holds). ``host_maintenance``: the scale of
+        host outages (0: none; 1: the hazard each machine's listed reliability implies,
+        vastui/sim/outages.py).
 
         ``direct_ssh_after``: as Vast does, a running instance shows its SSH proxy endpoint
         (``ssh_host``:``ssh_port``) at once and its direct port (``public_ipaddr`` +

@@ -69,7 +69,7 @@ class OffersPane(TablePane):
         "gpu": lambda r: r.offer.gpu_name,
         "n": lambda r: r.offer.num_gpus,
         "dph": lambda r: r.offer.dph_total,
-        "cpp": lambda r: r.expected_cost_per_proof,
+        "cpp": lambda r: r.on_demand_cost_per_proof,
         "bid": lambda r: None if r.bid is None else r.bid.cost_per_proof,
         "req": lambda r: r.required_rate,
         "known": lambda r: r.known_rate,
