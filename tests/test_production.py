@@ -249,6 +249,25 @@ async def test_engine_records_measured_production(world, store):
     await engine.close()
 
 
+async def test_a_reading_is_dated_when_it_was_read_not_when_the_engine_got_to_it(world, store):
+    # The race behind a flaky e2e rate under load: a step holding the engine's lock delays
+    # the handling of a reading; dated at handling, the proofs it counts were spread over a
+    # longer time than they took, and the rate bent.
+    engine, iid, rec = await proving_worker(world, store)
+    rate = rec.min_rate + 4
+    t0 = world.clock.now()
+    for minute in range(0, 31):
+        read_at = t0 + 60 * minute
+        world.clock.set(read_at + (45 if minute % 2 else 0))  # every other one handled late
+        done = 13 + int(rate * minute / 60)
+        assert await engine.handle_counters(iid, Reading.parse(raw(done, pid=77)), False, read_at)
+    rec = await store.get_instance(iid)
+    assert rec.prod_checked_at == t0 + 1800
+    assert rec.prod_rate == pytest.approx(rate, rel=0.05)
+    assert production.ProdState.from_json(rec.prod_state).last_ok == t0 + 1800
+    await engine.close()
+
+
 async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_second(world, store):
     world.config = replace(world.config, proving=replace(world.config.proving, window_min=10))
     engine, iid, rec = await proving_worker(world, store)

@@ -100,7 +100,7 @@ class Engine:
         self.follow = Followers(
             ssh, store, on_event=self.handle_worker_event, on_counters=self.handle_counters,
             prove_poll=lambda: self.settings.prove_poll or self.config.proving.poll_s,
-            on_crash=self._task_failed,
+            on_crash=self._task_failed, clock=clock,
         )  # fmt: skip
         self.acts = Acts(
             config, store, client, clock=clock,
@@ -581,17 +581,21 @@ class Engine:
     # -- worker events and counters (from the followers) -----------------------------------
 
     async def handle_counters(
-        self, vast_id: int, reading: production.Reading | None, unreachable: bool = False
+        self,
+        vast_id: int,
+        reading: production.Reading | None,
+        unreachable: bool = False,
+        read_at: float | None = None,
     ) -> bool:
         """Fold one counters reading (None: unreadable; ``unreachable``: no SSH connection at
-        all) and decide. False once not proving."""
+        all; ``read_at``: when it was read, default now) and decide. False once not proving."""
         async with self._lock:
             rec = await self.store.get_instance(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
             if rec.outbid_since is not None:
                 return True  # stopped by a higher bid: nothing to read, nothing to judge
-            now = self.clock()
+            now = self.clock() if read_at is None else min(read_at, self.clock())
             if unreachable:
                 self._ssh_reached.pop(vast_id, None)
             else:

@@ -19,8 +19,8 @@ from vastui.store import InstanceRecord, Store
 log = logging.getLogger("vastui.engine")
 
 EventHandler = Callable[..., Awaitable[bool]]  # (vast_id, event, position=) → still live
-# (instance, reading or None, unreachable: no SSH connection at all)
-CountersHandler = Callable[[int, "production.Reading | None", bool], Awaitable[bool]]
+# (instance, reading or None, unreachable: no SSH connection at all, when it was read)
+CountersHandler = Callable[[int, "production.Reading | None", bool, float], Awaitable[bool]]
 
 
 class Followers:
@@ -33,8 +33,10 @@ class Followers:
         on_counters: CountersHandler,
         prove_poll: Callable[[], float],
         on_crash: Callable[[BaseException], None],
+        clock: Callable[[], float],
     ) -> None:
         self.ssh = ssh
+        self.clock = clock  # the engine's: a reading is dated when it arrives
         self.store = store
         self.on_event = on_event
         self.on_counters = on_counters
@@ -133,7 +135,9 @@ class Followers:
                 except SshError as exc:
                     log.info("instance %s: cuzk counters unavailable: %s", vast_id, exc)
                     reading = None
-                if not await self.on_counters(vast_id, reading, unreachable):
+                # Dated now, not when the engine gets to it: a step holding the engine's lock
+                # would otherwise stretch the time between readings and bend the rate.
+                if not await self.on_counters(vast_id, reading, unreachable, self.clock()):
                     return
                 await asyncio.sleep(self.prove_poll())
         except asyncio.CancelledError:
