@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import os
 import shutil
 import signal
@@ -40,11 +41,14 @@ from vastui.console.logview import LogView
 from vastui.console.messages import OffersLoaded, Problem, SnapshotLoaded
 from vastui.console.panes import BadListPane, InstancesPane, LogsPane, OffersPane, TablePane
 from vastui.console.summary import STRIP_HELP, SpendView, StripState, SummaryStrip
+from vastui.console.terminal import TerminalGuard, guarded_terminal
 from vastui.console.themes import load_theme_dirs, register_themes, resolve_theme_name, theme_dirs
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord
+
+log = logging.getLogger("vastui.console")
 
 PANE_IDS = ("offers", "instances", "logs", "bad")
 FRAME_SWITCH_INTERVAL = 0.001  # seconds: see on_mount
@@ -127,6 +131,8 @@ class VastuiApp(App[int]):
         self.offers: list[RankedOffer] = []
         self.ui_state = _load_ui_state()
         self.handover = False  # set when the operator chose to hand the fleet to a headless engine
+        # The terminal's writer, when run_console wraps it: its loss stops the console.
+        self.terminal_guard: TerminalGuard | None = None
         self._offers_seen: int | None = None
         self._detached_told = False
         self._switch_interval = sys.getswitchinterval()
@@ -187,9 +193,17 @@ class VastuiApp(App[int]):
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGHUP, signal.SIGTERM):
                 loop.add_signal_handler(sig, self.exit)
+        # ... and so should a terminal that went away without a SIGHUP (vastui/console/terminal.py)
+        if self.terminal_guard is not None:
+            loop = asyncio.get_running_loop()
+            self.terminal_guard.on_lost(lambda: loop.call_soon_threadsafe(self._terminal_lost))
         self.render_summary()
         self.pane("offers").focus_table()
         self.start_bridge()
+
+    def _terminal_lost(self) -> None:
+        log.warning("the terminal went away: stopping")
+        self.exit()
 
     @work(exit_on_error=False, group="bridge")
     async def start_bridge(self) -> None:
@@ -552,7 +566,9 @@ def run_console(
     register_themes(probe, app.themes)
     source = "--theme" if theme else str(opts.config.path or "config")
     resolve_theme_name(probe, app.theme_choice, source=source)
-    code = app.run() or 0
+    with guarded_terminal() as guard:
+        app.terminal_guard = guard
+        code = app.run() or 0
     if app.handover:
         pid = hand_over(opts)
         print(f"vastui: handed the fleet over to a headless engine (pid {pid}); "
