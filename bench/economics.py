@@ -182,11 +182,20 @@ def compare(vastui: Totals, other: Totals) -> dict[str, float | None]:
     }
 
 
+def world_market(world_seed: int, cfg: Config, bid_pressure: float) -> Market:
+    """The demo's market shape on one world: its machines, hidden speeds and faults, and its
+    market all drawn from the world seed; other bidders at ``bid_pressure``."""
+    demo = next(s for s in SCENARIOS if s.name == HEADLINE)
+    return Market(
+        world_seed=world_seed, seed=world_seed, hosts=HOSTS, scenario=demo, config=cfg,
+        days=DAYS, bid_pressure=bid_pressure,
+    )  # fmt: skip
+
+
 def vs_fair(world_seeds: Sequence[int], hours: float, cfg: Config) -> dict[str, Any]:
     """vastui (bids on, and off) against the original at its best on each world (the demo's
     market shape, the world and its market drawn from the seed): per-world ratios, their
     median, worst and best; and the sweep over how often bids are outbid."""
-    demo = next(s for s in SCENARIOS if s.name == HEADLINE)
     on = replace(cfg, bids=replace(cfg.bids, mode="auto"))
     off = replace(cfg, bids=replace(cfg.bids, mode="off"))
     ratios: dict[str, dict[str, list[float]]] = {FAIR: {}, FAIR_OFF: {}}
@@ -194,10 +203,7 @@ def vs_fair(world_seeds: Sequence[int], hours: float, cfg: Config) -> dict[str, 
     off_cpp: dict[int, float] = {}
     for ws in world_seeds:
         progress(f"economics: vastui vs the fair original, world {ws}")
-        market = Market(
-            world_seed=ws, seed=ws, hosts=HOSTS, scenario=demo, config=cfg, days=DAYS,
-            bid_pressure=BID_PRESSURE,
-        )  # fmt: skip
+        market = world_market(ws, cfg, BID_PRESSURE)
         fair = OriginalPolicy(market, off, fair=True).run(hours)
         fair_cpp[ws] = _cpp(fair)
         for prefix, c in ((FAIR, on), (FAIR_OFF, off)):
@@ -232,7 +238,6 @@ def bid_sweep(
     fair original's and against its own with bids off (the original never bids, and bids off
     never meets another bidder: both are the same at every pressure), interruptions per worker
     and day, and the lowest pressure at which bids stop paying (median over worlds >= 1)."""
-    demo = next(s for s in SCENARIOS if s.name == HEADLINE)
     on = replace(cfg, bids=replace(cfg.bids, mode="auto"))
     out: dict[str, Any] = {}
     stops: float | None = None
@@ -242,10 +247,7 @@ def bid_sweep(
         vs_off: list[float] = []
         per_day: list[float] = []
         for ws in world_seeds:
-            market = Market(
-                world_seed=ws, seed=ws, hosts=HOSTS, scenario=demo, config=cfg, days=DAYS,
-                bid_pressure=pressure,
-            )  # fmt: skip
+            market = world_market(ws, cfg, pressure)
             v = VastuiPolicy(market, on).run(hours)
             vs_fair_r.append(_div(_cpp(v), fair_cpp[ws]))
             vs_off.append(_div(_cpp(v), off_cpp[ws]))
@@ -276,17 +278,13 @@ def levers(
 ) -> dict[str, Any]:
     """vastui's $/proof with each lever of the ranking ÷ without (``base_cpp``, the same
     config otherwise), per world: median, worst, best."""
-    demo = next(s for s in SCENARIOS if s.name == HEADLINE)
     out: dict[str, Any] = {}
     for name, offers in LEVERS.items():
         progress(f"economics: the ranking's lever {name}")
         ratios = []
         lever_cfg = replace(cfg, offers=replace(cfg.offers, **offers))
         for ws in world_seeds:
-            market = Market(
-                world_seed=ws, seed=ws, hosts=HOSTS, scenario=demo, config=cfg, days=DAYS,
-                bid_pressure=BID_PRESSURE,
-            )  # fmt: skip
+            market = world_market(ws, cfg, BID_PRESSURE)
             v = VastuiPolicy(market, lever_cfg).run(hours)
             ratios.append(_div(_cpp(v), base_cpp[ws]))
         out.update(_spread(f"economics.levers.{name}.vs_without", ratios))

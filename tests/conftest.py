@@ -50,6 +50,13 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await s.close()
 
 
+# A demo runtime's state (its sandboxes, keys) under the test's own directory.
+@pytest.fixture
+def demo_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path
+
+
 # The controller a worker's tunnel reaches (tests/helpers.py); a module may define its own.
 @pytest.fixture
 def controller() -> Iterator[Controller]:

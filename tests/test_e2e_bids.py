@@ -16,8 +16,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from tests.test_e2e_fleet import until
 from vastui.backend import Options
 from vastui.config import Config
@@ -25,12 +23,6 @@ from vastui.engine.runtime import RunOptions, engine_runtime
 from vastui.sim.bids import BidMarket
 
 SPEED = 300.0
-
-
-@pytest.fixture
-def demo_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path
 
 
 def events(sandbox: Path) -> list[dict]:

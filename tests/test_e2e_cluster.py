@@ -19,8 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine import identity
@@ -52,12 +50,6 @@ def recovered(text: str) -> set[int]:
         int(m)
         for m in re.findall(r'Beginning work on Task\t\{"id": (\d+), "from": "recovered"', text)
     }
-
-
-@pytest.fixture
-def demo_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path
 
 
 async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:

@@ -39,12 +39,6 @@ async def until(engine, iid: int, predicate, what: str) -> InstanceRecord:
         raise AssertionError(f"timed out waiting for {what}; instance: {rec}") from None
 
 
-@pytest.fixture
-def demo_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path
-
-
 async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state: Path) -> None:
     # Time runs 300x: a loaded test machine stretches every step by as much, so the deadlines
     # (worker and engine) are generous here; what is tested is the path, not the timing.
