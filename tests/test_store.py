@@ -485,6 +485,9 @@ async def test_to_json_key_sets(store: Store) -> None:
         "runner_id",
         "max_pending",
         "tunnel_down_since",
+        "bid_price",
+        "interruptions",
+        "outbid_since",
     ]
     assert inst.to_json()["id"] == 3245511
     await store.set_stage(3245511, "paramfetch", now=T0 + 1)
