@@ -30,8 +30,8 @@ from textual.css.tokenize import tokenize_values
 from textual.css.tokenizer import TokenError
 from textual.theme import Theme
 
-import vastui
 from vastui.config import describe_value
+from vastui.resources import bundled_dir
 
 NAME_RE = re.compile(r"[a-z0-9-]+")
 VARIABLE_RE = re.compile(r"[a-z0-9-]+")
@@ -170,8 +170,8 @@ def load_theme_dirs(dirs: Iterable[Path]) -> list[Theme]:
 
 
 def bundled_themes_dir() -> Path:
-    """The repository's `themes/` directory, next to the `vastui` package."""
-    return Path(vastui.__file__).resolve().parent.parent / "themes"
+    """The bundled themes: the repository's `themes/`, or the installed package's copy."""
+    return bundled_dir("themes")
 
 
 def user_themes_dir() -> Path:

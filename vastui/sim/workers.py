@@ -29,6 +29,7 @@ from typing import Any
 
 import asyncssh
 
+from vastui.resources import bundled_dir
 from vastui.sim.clock import ScaledClock
 from vastui.sim.cloud import SimCloud
 from vastui.sim.fleet import BROKEN_C1_MINER
@@ -40,7 +41,7 @@ log = logging.getLogger("vastui.sim.workers")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 STANDINS_DIR = PACKAGE_DIR / "standins"
-WORKER_IMAGE_DIR = PACKAGE_DIR.parent.parent / "worker-image"
+WORKER_IMAGE_DIR = bundled_dir("worker-image")
 WORKER_SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl", "vastui-lib.sh")
 MARKER = "VASTUI_SIM_SANDBOX"
 GIB = 1024**3
