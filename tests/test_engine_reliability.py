@@ -15,6 +15,7 @@ from vastui.engine import policy, provision
 from vastui.engine.engine import EngineError
 from vastui.engine.provision import Worker, surplus
 from vastui.engine.spend import is_rejected
+from vastui.numbers import parse_number
 from vastui.store import InstanceRecord, Store
 from vastui.store.errors import StoreFatal
 
@@ -84,7 +85,7 @@ def test_reconcile_kill_bad_list_first():
      ("nan", None), (float("inf"), None), (True, None), ("0x10", None), (" 7 ", 7.0)],
 )  # fmt: skip
 def test_worker_numbers_are_plain_finite_decimals(raw, parsed):
-    assert policy._num(raw) == parsed
+    assert parse_number(raw) == parsed
 
 
 # -- the target honoured downwards --------------------------------------------------------

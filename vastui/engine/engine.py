@@ -30,6 +30,7 @@ from vastui.engine.follow import Followers
 from vastui.engine.labels import is_vastui_label, owner_of
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers, to_record
 from vastui.engine.spend import SURPLUS_KIND
+from vastui.numbers import parse_number
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
 from vastui.store import EngineStatus, ForeignInstance, InstanceRecord, Store, StoreError
@@ -858,15 +859,13 @@ def _cost_per_proof(rec: InstanceRecord) -> float | None:
 
 def _seconds(value: str | None) -> int | None:
     """Whole seconds from an instance's environment (untrusted), as the worker reads them."""
-    n = policy._num(value)
+    n = parse_number(value)
     return int(n) if n is not None and n == int(n) and 0 < n < 2**31 else None
 
 
 def _float(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
+    """A number from an adopted instance's environment (untrusted: never "inf" or "nan")."""
+    return parse_number(value)
 
 
 def _foreign(inst: Instance) -> ForeignInstance:

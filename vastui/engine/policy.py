@@ -22,6 +22,7 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.engine import plan
+from vastui.numbers import parse_number
 from vastui.store.records import InstanceRecord
 
 GPU_ERROR = re.compile(
@@ -251,7 +252,7 @@ def bench_rate(result: dict[str, Any]) -> float | None:
     rate_per_hour beside outcome error, and it is not taken (issue 17 item 5)."""
     if result.get("outcome") not in RATED_OUTCOMES:
         return None
-    return _num(result.get("rate_per_hour"))
+    return parse_number(result.get("rate_per_hour"))
 
 
 def bench_partial_rate(result: dict[str, Any]) -> float | None:
@@ -260,8 +261,8 @@ def bench_partial_rate(result: dict[str, Any]) -> float | None:
     rate_per_hour beside such an outcome. Never a rate to judge or record the machine by."""
     if result.get("outcome") in RATED_OUTCOMES:
         return None
-    partial = _num(result.get("partial_rate_per_hour"))
-    return partial if partial is not None else _num(result.get("rate_per_hour"))
+    partial = parse_number(result.get("partial_rate_per_hour"))
+    return partial if partial is not None else parse_number(result.get("rate_per_hour"))
 
 
 def deadline_sizing(result: dict[str, Any], config: Config) -> plan.Sizing | None:
@@ -271,7 +272,7 @@ def deadline_sizing(result: dict[str, Any], config: Config) -> plan.Sizing | Non
     that did not finish: bench_rate)."""
     rate = bench_rate(result)
     latency = result.get("latency_seconds")
-    service = _num(latency.get("service")) if isinstance(latency, dict) else None
+    service = parse_number(latency.get("service")) if isinstance(latency, dict) else None
     if rate is None or service is None or rate <= 0 or service <= 0:
         return None
     return plan.deadline_sizing(
@@ -466,24 +467,3 @@ def benchmark_strike(result: dict[str, Any]) -> str | None:
     tail = [str(x) for x in (result.get("error_tail") or []) if isinstance(x, str)]
     telling = (gpu_errors(tail) or tail or ["no error line"])[-1].strip()
     return f"{failed} of {total} benchmark proofs failed: {telling}"[:300]
-
-
-_DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-
-
-def _num(value: Any) -> float | None:
-    """A number a worker reported, or None: finite, plain decimal notation only (Python's
-    float() would take "1_0", "inf" and "nan" from an untrusted worker)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        value = value.strip()
-        if not _DECIMAL.fullmatch(value):
-            return None
-    if not isinstance(value, int | float | str):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return out if math.isfinite(out) else None

@@ -26,6 +26,7 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.engine.policy import Kill, curio_report, failure_kill
+from vastui.numbers import parse_count
 
 MAX_SAMPLES = 2000  # bounds prod_state whatever the poll cadence
 MIN_BUSY_S = 600.0  # a rate is published once it rests on this much busy time (noise)
@@ -58,28 +59,31 @@ class Reading:
         status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
         grpc = raw.get("grpc") if isinstance(raw.get("grpc"), dict) else {}
         counters = status.get("counters") if isinstance(status.get("counters"), dict) else {}
-        done = [_count(counters.get("total_completed")), _count(grpc.get("completed"))]
-        fail = [_count(counters.get("total_failed")), _count(grpc.get("failed"))]
-        uptimes = [_num(status.get("uptime_secs")), _num(grpc.get("uptime_seconds"))]
+        done = [parse_count(counters.get("total_completed")), parse_count(grpc.get("completed"))]
+        fail = [parse_count(counters.get("total_failed")), parse_count(grpc.get("failed"))]
+        uptimes = [
+            _count_float(status.get("uptime_secs")),
+            _count_float(grpc.get("uptime_seconds")),
+        ]
         pipelines = status.get("pipelines")
         workers = status.get("gpu_workers")
-        busy = bool(pipelines) or (_count(counters.get("queue_depth")) or 0) > 0
+        busy = bool(pipelines) or (parse_count(counters.get("queue_depth")) or 0) > 0
         if isinstance(workers, list):
             busy = busy or any(isinstance(w, dict) and w.get("state") == "proving" for w in workers)
         signal = raw.get("signal")
         tail = raw.get("error_tail") if isinstance(raw.get("error_tail"), list) else []
         curio = raw.get("curio") if isinstance(raw.get("curio"), dict) else {}
         return cls(
-            pid=_count(raw.get("daemon_pid")),
+            pid=parse_count(raw.get("daemon_pid")),
             alive=raw.get("alive") is True,
-            exit_status=_count(raw.get("exit_status")),
+            exit_status=parse_count(raw.get("exit_status")),
             signal=signal if isinstance(signal, str) and signal.isalnum() else None,
             completed=max((d for d in done if d is not None), default=None),
             failed=max((f for f in fail if f is not None), default=None),
             uptime=max((u for u in uptimes if u is not None), default=None),
             busy=busy,
             error_tail=tuple(x[:500] for x in tail if isinstance(x, str))[-20:],
-            curio_timeouts=_count(curio.get("timeouts")),
+            curio_timeouts=parse_count(curio.get("timeouts")),
             curio_info=curio_report(curio.get("info")),
         )
 
@@ -133,9 +137,9 @@ def baseline_from_bench(result: dict[str, Any] | None) -> tuple[int | None, int,
     if not isinstance(result, dict):
         return None, 0, 0
     return (
-        _count(result.get("daemon_pid")),
-        _count(result.get("daemon_completed")) or 0,
-        _count(result.get("daemon_failed")) or 0,
+        parse_count(result.get("daemon_pid")),
+        parse_count(result.get("daemon_completed")) or 0,
+        parse_count(result.get("daemon_failed")) or 0,
     )
 
 
@@ -318,15 +322,6 @@ def verdict(
     return None
 
 
-def _count(value: Any) -> int | None:
-    """A non-negative integer below 2^53 (JSON from a remote machine), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if value != value or value < 0 or value >= 2**53:  # NaN, negative, absurd
-        return None
-    return int(value)
-
-
-def _num(value: Any) -> float | None:
-    n = _count(value)
-    return float(value) if n is not None else None
+def _count_float(value: Any) -> float | None:
+    n = parse_count(value)
+    return None if n is None else float(value)

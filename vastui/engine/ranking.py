@@ -12,7 +12,6 @@ For each offer:
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 from vastui.config import Config
 from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
 from vastui.engine.plan import GIB, PARAMS_DISK_GIB
+from vastui.numbers import parse_number
 from vastui.pricing import required_rate_at
 from vastui.store.records import PerfRecord
 from vastui.vast.models import ModelError, Offer, unchecked_constructor
@@ -181,10 +181,7 @@ def _bid_from(raw: Any) -> BidQuote | None:
 
 
 def _opt(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    return parse_number(value)
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:

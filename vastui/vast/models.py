@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, compress
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from vastui.numbers import parse_int, parse_number
 from vastui.sanitize import sanitize_line
 from vastui.vast.errors import VastMalformedResponse, VastProtocolError
 
@@ -45,18 +45,13 @@ MAX_GPUS = 1024
 MAX_EPOCH = 1e11  # year ~5100: a start date beyond is not a date
 # JSON nesting deeper than this is not a Vast answer (offers are 2-3 levels deep).
 MAX_JSON_DEPTH = 64
-_MAX_NUMBER_TEXT = 64  # characters; a longer "number" is not one
 # JSON integers are exact within 64 bits (signed or not), as orjson reads them; beyond, they
 # read as the nearest float (null past the float range), so no integer is ever thousands of
 # digits long (int() of those is slow, and refused past 4300 digits).
 _JSON_INT_MIN = -(2**63)
 _JSON_INT_MAX = 2**64 - 1
 
-# Plain decimal or exponent notation only. Python's float()/int() also accept "1_0", "inf",
-# "nan", and non-ASCII digits; none of those is a number in a Vast answer.
-_NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-_FLOAT_INT_MAX = 2**53  # beyond this a float no longer holds every integer exactly
+# Numbers: vastui/numbers.py (plain decimal or exponent notation, finite, exact integers).
 
 
 class ModelError(VastProtocolError):
@@ -64,48 +59,6 @@ class ModelError(VastProtocolError):
 
 
 # -- strict scalars -------------------------------------------------------------------------
-
-
-def parse_number(value: Any) -> float | None:
-    """A finite float from a JSON number or a plain numeric string; None for anything else."""
-    kind = type(value)  # exact types first: what json.loads makes (bench/offers.py: hot path)
-    if kind is float:
-        return value if math.isfinite(value) else None
-    if kind is int:
-        return float(value) if -_FLOAT_INT_MAX <= value <= _FLOAT_INT_MAX else None
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        # float() of a huge int raises; anything this large is no quantity we accept.
-        return float(value) if -_FLOAT_INT_MAX <= value <= _FLOAT_INT_MAX else None
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        text = value.strip()
-        if len(text) > _MAX_NUMBER_TEXT or not _NUMBER_RE.fullmatch(text):
-            return None
-        parsed = float(text)
-        return parsed if math.isfinite(parsed) else None
-    return None
-
-
-def parse_int(value: Any) -> int | None:
-    """An exact integer from a JSON number or a plain numeric string; None for anything else.
-
-    Integers are kept exact (no float round trip); a float or "12.0" counts only when integral
-    and small enough to be exact."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        if len(text) <= _MAX_NUMBER_TEXT and _INT_RE.fullmatch(text):
-            return int(text)
-    number = parse_number(value)
-    if number is None or not number.is_integer() or abs(number) > _FLOAT_INT_MAX:
-        return None
-    return int(number)
 
 
 def valid_id(value: Any) -> int | None:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from vastui.vast.models import parse_number
+from vastui.numbers import parse_number
 
 __all__ = [
     "DEFAULT_FILTERS",
