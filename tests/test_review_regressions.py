@@ -149,7 +149,7 @@ async def test_failed_destroy_keeps_its_ban_and_one_intent(tmp_path: Path):
         for _ in range(3):
             await engine.step()
         assert len(await store.list_intents(kind="destroy")) == 1
-        engine._destroy_retry.clear()  # the backoff has passed
+        world.clock.advance(400)  # past the backoff (5 s doubling, at most 300 s: acts.py)
         await engine.step()
         rec = await store.get_instance(iid)
         assert rec.killed and rec.kill_kind == "bench_error" and rec.error_lines == tuple(tail)

@@ -41,7 +41,3 @@ def sanitize_line(text: str | bytes | None, max_len: int = MAX_LINE) -> str:
     if len(text) > max_len:  # the ellipsis counts: never longer than max_len, even for 0 or 1
         text = text[: max_len - 1] + "…" if max_len >= 1 else ""
     return text
-
-
-def sanitize_opt(text: str | None, max_len: int = 256) -> str | None:
-    return None if text is None else sanitize_line(text, max_len)

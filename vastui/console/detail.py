@@ -264,20 +264,28 @@ def render_cuzk(status: dict[str, Any]) -> Text:
     styles = {"done": "green", "gpu": "bold magenta", "synthesizing": "cyan", "failed": "red"}
     for pipe in (status.get("pipelines") or [])[:6]:
         out.append(
-            f"job {sanitize_line(str(pipe.get('job_id')), 12)} "
-            f"{pipe.get('partitions_done', 0)}/{pipe.get('total_partitions', 0)} "
+            f"job {_shown(pipe.get('job_id'), 12)} "
+            f"{_shown(pipe.get('partitions_done', 0), 6)}/"
+            f"{_shown(pipe.get('total_partitions', 0), 6)} "
         )
         for part in (pipe.get("partitions") or [])[:16]:
             state = str(part.get("state"))
             out.append("■", style=styles.get(state, "dim"))
         out.append("\n")
     for worker in (status.get("gpu_workers") or [])[:8]:
+        job = worker.get("current_job")
         out.append(
-            f"gpu{worker.get('gpu_ordinal')} worker {worker.get('worker_id')}: "
-            f"{sanitize_line(str(worker.get('state')), 20)} "
-            f"job {sanitize_line(str(worker.get('current_job')), 12)}\n"
+            f"gpu{_shown(worker.get('gpu_ordinal'), 4)} worker "
+            f"{_shown(worker.get('worker_id'), 6)}: {_shown(worker.get('state'), 20)}"
+            + ("" if job is None else f" job {_shown(job, 12)}")
+            + "\n"
         )
     return out
+
+
+def _shown(value: object, width: int) -> str:
+    """A value from cuzk's status (untrusted): "-" for none, else one sanitized short line."""
+    return "-" if value is None else sanitize_line(str(value), width)
 
 
 def _production(rec: InstanceRecord, when: Callable[[float | None], str | None]) -> Text | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -500,12 +499,12 @@ class Acts:
 
     def _retry_due(self, vast_id: int) -> bool:
         failures = self._destroy_retry.get(vast_id)
-        return failures is None or time.monotonic() >= failures[1]
+        return failures is None or self.clock() >= failures[1]
 
     def _note_destroy_failure(self, vast_id: int, exc: Exception) -> None:
         count = self._destroy_retry.get(vast_id, (0, 0.0))[0] + 1
         delay = min(300.0, 5.0 * 2 ** (count - 1))
-        self._destroy_retry[vast_id] = (count, time.monotonic() + delay)
+        self._destroy_retry[vast_id] = (count, self.clock() + delay)  # the engine's clock
         log.warning("destroy %s failed (%d), retry in %.0fs: %s", vast_id, count, delay, exc)
 
     # -- bans and strikes -----------------------------------------------------------------

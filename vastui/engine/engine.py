@@ -177,10 +177,6 @@ class Engine:
     async def close(self) -> None:
         await self.follow.close()
 
-    def halt(self, why: str) -> None:
-        """Stop deciding at once (the lease is gone: another engine may be running)."""
-        self.stop_fatal(why)
-
     def stop_fatal(self, why: str) -> None:
         """The engine cannot do its job: stop deciding at once and say why, once."""
         if not self.halted:
@@ -205,10 +201,6 @@ class Engine:
             self._offers_gen += 1
         else:
             self._offers = [r for r in self._offers if r.offer.id != dropped]
-
-    @property
-    def _destroy_retry(self) -> dict[int, tuple[int, float]]:
-        return self.acts._destroy_retry
 
     async def step(self) -> None:
         """One observe → decide → act pass, then the status. Errors are logged, never fatal."""
@@ -311,10 +303,6 @@ class Engine:
     async def destroy(self, instance_id: int, reason: str = "manually destroyed") -> None:
         async with self._lock:
             await self._destroy_locked(instance_id, "manual", reason)
-
-    async def ignore(self, machine_id: int, reason: str) -> None:
-        async with self._lock:
-            await self.acts.ban(machine_id, reason, "manual")
 
     # -- observe ------------------------------------------------------------------------
 

@@ -51,10 +51,6 @@ def primary_code(exc: BaseException) -> int | None:
     return code & 0xFF if isinstance(code, int) else None
 
 
-def is_fatal(exc: BaseException) -> bool:
-    return primary_code(exc) in UNWRITABLE | CORRUPT
-
-
 def _first_line(text: str) -> str:
     return " ".join(str(text).split())[:300]
 
