@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vastui.backend import Options, make_client, make_demo_cloud
-from vastui.config import state_dir
+from vastui.config import load_api_key, state_dir
 from vastui.engine.bidding import RiskModel
 from vastui.engine.engine import Engine
 from vastui.engine.keys import ensure_ssh_key
@@ -33,6 +33,7 @@ from vastui.engine.runtime import EngineRuntime, RunOptions, engine_runtime
 from vastui.engine.spend import Spend, fleet_spend, instance_cost, local_midnight
 from vastui.logfmt import ClockFormatter
 from vastui.pricing import required_rate
+from vastui.redact import SecretFilter
 from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
 from vastui.store import (
@@ -119,13 +120,17 @@ class FleetEconomics:
 
 
 class _RingHandler(logging.Handler):
-    """The in-process engine's log, for the Logs pane (bounded)."""
+    """The in-process engine's log, for the Logs pane (bounded), secrets redacted as in the
+    headless engine's log (vastui/engine/headless.py)."""
 
-    def __init__(self, ring: collections.deque[str], clock: Callable[[], float]) -> None:
+    def __init__(
+        self, ring: collections.deque[str], clock: Callable[[], float], secrets: list[str]
+    ) -> None:
         super().__init__(logging.INFO)
         self.ring = ring
         self.total = 0  # lines ever appended: the ring's length stops growing when full
         self.setFormatter(ClockFormatter(clock))  # the fleet's clock, as the workers' lines
+        self.addFilter(SecretFilter(secrets))
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):
@@ -177,7 +182,7 @@ class FleetBridge:
                 # A read-only console never runs an engine: engines rent and destroy.
                 await self._attach(holder)
                 return
-        self._handler = _RingHandler(self.engine_log, self.now)
+        self._handler = _RingHandler(self.engine_log, self.now, [_api_key()])
         logging.getLogger("vastui").addHandler(self._handler)
         logging.getLogger("vastui").setLevel(logging.INFO)
         self.runtime = await self._stack.enter_async_context(
@@ -498,3 +503,11 @@ def _home(path: Path) -> str:
     home = str(Path.home())
     text = str(path)
     return "~" + text[len(home) :] if home != "/" and text.startswith(home + "/") else text
+
+
+def _api_key() -> str:
+    """The account's key, to keep out of the Logs pane ("" when there is none: the demo)."""
+    try:
+        return load_api_key()[0] or ""
+    except Exception:  # a bad key file: the client says so itself
+        return ""
