@@ -706,3 +706,15 @@ async def test_the_engine_publishes_its_ranked_offers(world, store):
     assert back[0] == ranked[0] or back[0].to_json() == ranked[0].to_json()
     assert from_record({"raw": {"id": "x"}, "required_rate": 3}) is None  # skipped, not fatal
     await engine.close()
+
+
+async def test_the_image_digest_a_worker_reports_is_recorded_by_the_engine(world, store):
+    # The follower hands `workerctl status` to the engine, which writes under its lock
+    # (followers only observe); the text is untrusted: one sanitized line.
+    engine, iid = await rent_one(world, store)
+    await engine.handle_worker_status(iid, {"image": {"digest": "sha256:ab\x1b[31mcd"}})
+    assert (await store.get_instance(iid)).image_digest == "sha256:abcd"
+    for nothing in ({}, {"image": "x"}, {"image": {"digest": 7}}, []):
+        await engine.handle_worker_status(iid, nothing)  # type: ignore[arg-type]
+    assert (await store.get_instance(iid)).image_digest == "sha256:abcd"
+    await engine.close()

@@ -100,6 +100,7 @@ class Engine:
         self.fatal: str | None = None  # why the engine stopped itself (store, lease), one line
         self.follow = Followers(
             ssh, store, on_event=self.handle_worker_event, on_counters=self.handle_counters,
+            on_status=self.handle_worker_status,
             prove_poll=lambda: self.settings.prove_poll or self.config.proving.poll_s,
             on_crash=self._task_failed, clock=clock,
         )  # fmt: skip
@@ -599,6 +600,18 @@ class Engine:
             rec = await self.store.get_instance(vast_id)
         await self._notify("counters")
         return rec is not None and not rec.killed
+
+    async def handle_worker_status(self, vast_id: int, status: dict[str, Any]) -> None:
+        """What a worker says of itself (`workerctl status`, untrusted): the image digest it
+        runs, recorded under the engine's lock like every other write."""
+        image = status.get("image") if isinstance(status, dict) else None
+        digest = image.get("digest") if isinstance(image, dict) else None
+        if not isinstance(digest, str) or not digest:
+            return
+        async with self._lock:
+            rec = await self.store.get_instance(vast_id)
+            if rec is not None and not rec.killed:
+                await self.store.update_instance(vast_id, image_digest=sanitize_line(digest, 200))
 
     def _others_reachable(self, vast_id: int, now: float) -> bool:
         """Whether the engine reached another proving worker over SSH lately (within half of

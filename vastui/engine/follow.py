@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from vastui.engine import production
-from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
 from vastui.ssh.connection import SshUnreachable
 from vastui.store import InstanceRecord, Store
@@ -31,6 +30,7 @@ class Followers:
         *,
         on_event: EventHandler,
         on_counters: CountersHandler,
+        on_status: Callable[[int, dict[str, Any]], Awaitable[None]],
         prove_poll: Callable[[], float],
         on_crash: Callable[[BaseException], None],
         clock: Callable[[], float],
@@ -40,6 +40,7 @@ class Followers:
         self.store = store
         self.on_event = on_event
         self.on_counters = on_counters
+        self.on_status = on_status  # what the worker says of itself: the engine records it
         self.prove_poll = prove_poll
         self.on_crash = on_crash  # a follower's unexpected error: the engine judges it
         self._watchers: dict[int, asyncio.Task[None]] = {}
@@ -93,13 +94,7 @@ class Followers:
         worker = self.ssh.worker(vast_id, endpoint)
         try:
             try:
-                status = await worker.status()
-                image = status.get("image") if isinstance(status.get("image"), dict) else {}
-                digest = image.get("digest") if isinstance(image, dict) else None
-                if isinstance(digest, str) and digest:
-                    await self.store.update_instance(
-                        vast_id, image_digest=sanitize_line(digest, 200)
-                    )
+                await self.on_status(vast_id, await worker.status())
             except SshError as exc:
                 log.info("instance %s: status unavailable yet: %s", vast_id, exc)
             rec = await self.store.get_instance(vast_id)
