@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -123,3 +124,14 @@ def test_local_midnight_of_this_machine_is_at_most_a_day_back():
     start = local_midnight(NOW)
     assert NOW - 86400 - 3600 < start <= NOW  # a DST change may make a day 25 hours
     assert datetime.fromtimestamp(start).time().isoformat() == "00:00:00"
+
+
+def test_a_workers_cost_per_proof_is_measured_else_estimated():
+    from vastui.engine.spend import worker_cost_per_proof
+
+    rec = InstanceRecord(vast_id=1, dph_total=0.3, bench_rate=30.0)
+    assert worker_cost_per_proof(rec) == (pytest.approx(0.01), True)
+    assert worker_cost_per_proof(replace(rec, prod_rate=25.0)) == (pytest.approx(0.012), False)
+    for broken in (replace(rec, dph_total=None), replace(rec, bench_rate=0.0),
+                   replace(rec, dph_total=-1.0), replace(rec, bench_rate=-5.0)):  # fmt: skip
+        assert worker_cost_per_proof(broken) == (None, False)

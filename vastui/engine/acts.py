@@ -464,10 +464,9 @@ class Acts:
     def _ban_spec(self, rec: InstanceRecord, kill: policy.Kill, now: float) -> BanSpec | None:
         if not kill.ban or not rec.machine_id:
             return None
-        days = self.config.fleet.auto_ban_days
         return BanSpec(
             rec.machine_id, kill.ban, "automatic", host_id=rec.host_id, gpu_name=rec.gpu_name,
-            expires_at=now + days * 86400 if days > 0 else None,
+            expires_at=policy.ban_expiry(now, self.config.fleet.auto_ban_days),
             evidence=tuple(kill.error_lines[-10:]),
         )  # fmt: skip
 
@@ -528,8 +527,8 @@ class Acts:
                     gpu_name = gpu_name or rec.gpu_name
         now = self.clock()  # the engine's clock, like every other decision it records
         expires = None
-        if source == "automatic" and self.config.fleet.auto_ban_days > 0:
-            expires = now + self.config.fleet.auto_ban_days * 86400
+        if source == "automatic":
+            expires = policy.ban_expiry(now, self.config.fleet.auto_ban_days)
         await self.store.add_bad(
             machine_id, reason, source=source, host_id=host_id, gpu_name=gpu_name,
             expires_at=expires, evidence=evidence, now=now,

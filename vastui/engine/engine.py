@@ -29,7 +29,7 @@ from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
 from vastui.engine.labels import is_vastui_label, owner_of
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers, to_record
-from vastui.engine.spend import SURPLUS_KIND
+from vastui.engine.spend import SURPLUS_KIND, worker_cost_per_proof
 from vastui.numbers import parse_number
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
@@ -787,7 +787,7 @@ class Engine:
             if r.source == "vastui"
         }
         workers = [
-            provision.Worker(r.vast_id, r.state, r.created_at or 0.0, _cost_per_proof(r))
+            provision.Worker(r.vast_id, r.state, r.created_at or 0.0, worker_cost_per_proof(r)[0])
             for r in live.values()
         ]
         for w in provision.surplus(workers, view.target, view.pending_rents):
@@ -848,14 +848,6 @@ class Engine:
                 "fleet %d/%d workers: %s", status.workers, status.target, status.reason or "renting"
             )
         self.status = status
-
-
-def _cost_per_proof(rec: InstanceRecord) -> float | None:
-    """What a worker's proofs cost, measured: production rate, else its benchmark's."""
-    rate = rec.prod_rate or rec.bench_rate
-    if not rate or rate <= 0 or not rec.dph_total:
-        return None
-    return rec.dph_total / rate
 
 
 def _seconds(value: str | None) -> int | None:

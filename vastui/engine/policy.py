@@ -227,6 +227,11 @@ def reconcile_kill(
     )
 
 
+def ban_expiry(now: float, auto_ban_days: float) -> float | None:
+    """When an automatic ban made now lapses; None: never (``auto_ban_days`` 0)."""
+    return now + auto_ban_days * 86400.0 if auto_ban_days > 0 else None
+
+
 def strike_window_start(now: float, auto_ban_days: float) -> float | None:
     """The oldest strike that still counts towards a ban; None: every strike counts
     (``fleet.auto_ban_days`` 0, bans that never expire)."""

@@ -128,3 +128,15 @@ def local_midnight(now: float, tz: tzinfo | None = None) -> float:
     # A naive local datetime's timestamp() resolves the offset in force at that midnight.
     midnight = datetime.fromtimestamp(now, tz).replace(hour=0, minute=0, second=0, microsecond=0)
     return midnight.timestamp()
+
+
+def worker_cost_per_proof(rec: InstanceRecord) -> tuple[float | None, bool]:
+    """What a worker's proofs cost: $/h over its production rate measured, else over its
+    benchmark's (then ``True``: an estimate); None when neither is known."""
+    if not rec.dph_total or rec.dph_total <= 0:
+        return None, False
+    if rec.prod_rate and rec.prod_rate > 0:
+        return rec.dph_total / rec.prod_rate, False
+    if rec.bench_rate and rec.bench_rate > 0:
+        return rec.dph_total / rec.bench_rate, True
+    return None, False

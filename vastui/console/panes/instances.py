@@ -17,6 +17,7 @@ from vastui.console.cells import age, fmt, money, t
 from vastui.console.dialogs import ConfirmScreen
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
 from vastui.console.panes.offers import ask_ignore
+from vastui.engine.spend import worker_cost_per_proof
 from vastui.sanitize import sanitize_line
 from vastui.store import ForeignInstance, InstanceRecord
 
@@ -72,7 +73,7 @@ class InstancesPane(TablePane):
         "meas": lambda r: r.prod_rate,
         "proofs": lambda r: r.prod_completed,
         "dph": lambda r: r.dph_total,
-        "cpp": lambda r: cost_per_proof(r)[0],
+        "cpp": lambda r: worker_cost_per_proof(r)[0],
         "up": lambda r: r.created_at,
         "label": lambda r: r.label,
         "image": lambda r: r.image,
@@ -104,7 +105,7 @@ class InstancesPane(TablePane):
         image = Text(sanitize_line(_short_image(rec.image), 60))
         if rec.image and rec.image != host.opts.config.fleet.image:
             image.append(" old", style="bold yellow")
-        cpp, estimated = cost_per_proof(rec)
+        cpp, estimated = worker_cost_per_proof(rec)
         return [
             t(rec.vast_id),
             stage_text(rec, host.clock()),
@@ -225,15 +226,6 @@ def stage_text(rec: InstanceRecord, now: float | None = None) -> Text:
     elif rec.is_bid:
         text.append(f" bid ⇅{rec.interruptions}" if rec.interruptions else " bid", style="dim")
     return text
-
-
-def cost_per_proof(rec: InstanceRecord) -> tuple[float | None, bool]:
-    """$/proof and whether it is the benchmark's estimate (production not measured yet)."""
-    if rec.dph_total and rec.prod_rate:
-        return rec.dph_total / rec.prod_rate, False
-    if rec.dph_total and rec.bench_rate:
-        return rec.dph_total / rec.bench_rate, True
-    return None, False
 
 
 def _measured_rate(rec: InstanceRecord) -> Text:
