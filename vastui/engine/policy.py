@@ -23,14 +23,14 @@ from typing import Any
 from vastui.config import Config
 from vastui.engine import plan
 from vastui.numbers import parse_number
-from vastui.store.records import InstanceRecord
+from vastui.store.records import STAGES, InstanceRecord
 
 GPU_ERROR = re.compile(
     r"CUDA error|out of memory|illegal memory access|Xid \d+|GPU has fallen off|"
     r"cudaError|NVRM|ECC error",
     re.IGNORECASE,
 )
-LIVE_STAGES = ("loading", "setup", "paramfetch", "benchmark", "proving")
+LIVE_STAGES = STAGES  # the store's: loading, setup, paramfetch, benchmark, proving
 PIPELINE_STAGES = ("loading", "setup", "paramfetch", "benchmark")  # not yet proving
 # Not doing work on Vast: container exited, host offline/unknown, stopped or frozen.
 UNHEALTHY = ("exited", "offline", "unknown", "stopped", "frozen")

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
@@ -34,7 +33,7 @@ import aiosqlite
 
 from vastui.config import ensure_parent_dir, open_private, tighten_private
 from vastui.store.fleet import BAN_KEY, FleetOps, Intent
-from vastui.store.records import BidHistory, bid_history
+from vastui.store.records import BidHistory, bid_history, stamp
 
 from .errors import StoreError, StoreFatal, StoreNotCurrent
 from .health import FileIdentity, check_identity, decode_row, quick_check, store_error
@@ -79,10 +78,6 @@ class HostKeyRecord:
 
 # ---------------------------------------------------------------------------------------------
 # validation helpers (shared with legacy.py)
-
-
-def _now(now: float | None) -> float:
-    return time.time() if now is None else float(now)
 
 
 def check_positive_int(name: str, value: object) -> int:
@@ -467,7 +462,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         ``created_at`` and ``stage_started_at`` default to ``now`` when ``None``. Returns the
         stored record.
         """
-        ts = _now(now)
+        ts = stamp(now)
         check_positive_int("vast_id", rec.vast_id)
         check_optional_positive_int("machine_id", rec.machine_id)
         if rec.state not in STATES:
@@ -519,7 +514,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         Raises :class:`StoreError` for an unknown instance, an unknown stage, or a killed
         instance (use :meth:`mark_killed` to kill).
         """
-        ts = _now(now)
+        ts = stamp(now)
         check_positive_int("vast_id", vast_id)
         if stage not in STAGES:
             raise StoreError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
@@ -559,7 +554,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         nothing and writes no event (the first recorded cause wins). Raises
         :class:`StoreError` for an unknown instance.
         """
-        ts = _now(now)
+        ts = stamp(now)
         check_positive_int("vast_id", vast_id)
         kind = check_text("kill kind", kind)
         reason = check_text("kill reason", reason)
@@ -669,7 +664,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         intent's ban is still recorded. Returns (instance or None if it has no row, the
         bad-list entry written or None).
         """
-        ts = _now(now)
+        ts = stamp(now)
         check_positive_int("intent_id", intent_id)
         kind = check_text("kill kind", kind)
         reason = check_text("kill reason", reason)
@@ -738,7 +733,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         )  # fmt: skip
         ev = _lines_json("evidence", evidence)
         async with self.transaction() as conn:
-            row = await self.ban_row(conn, ban, ev, _now(now))
+            row = await self.ban_row(conn, ban, ev, stamp(now))
         return self._bad(row)
 
     async def ban_row(
@@ -810,7 +805,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         self, machine_id: int, reason: str = "manual unignore", now: float | None = None
     ) -> bool:
         """Unban a machine and write an 'unban' event atomically. False (and no event) if absent."""
-        ts = _now(now)
+        ts = stamp(now)
         check_positive_int("machine_id", machine_id)
         reason = check_text("reason", reason)
         async with self.transaction() as conn:
@@ -846,7 +841,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         self, include_expired: bool = False, now: float | None = None
     ) -> list[BadEntry]:
         """Bad-list entries, oldest first; expired ones only with ``include_expired``."""
-        ts = _now(now)
+        ts = stamp(now)
         sql = "SELECT * FROM bad_machines"
         params: tuple[Any, ...] = ()
         if not include_expired:
@@ -859,7 +854,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
 
     async def bad_machine_ids(self, now: float | None = None) -> set[int]:
         """Machine ids currently banned (expired entries excluded)."""
-        ts = _now(now)
+        ts = stamp(now)
         async with self._read() as conn:
             rows = await self._fetchall(
                 conn,
@@ -890,7 +885,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         now: float | None = None,
     ) -> PerfRecord:
         """Record a benchmark rate (proofs/hour): best = max, last = rate, samples += 1."""
-        ts = _now(now)
+        ts = stamp(now)
         check_positive_int("machine_id", machine_id)
         gpu_name = check_text("gpu_name", gpu_name)
         check_positive_int("num_gpus", num_gpus)
@@ -956,7 +951,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         now: float | None = None,
     ) -> Event:
         """Append one event (see ``records.EVENT_KINDS`` for the documented kinds)."""
-        ts = _now(now)
+        ts = stamp(now)
         kind = check_text("event kind", kind)
         reason = check_text("event reason", reason)
         check_optional_positive_int("instance_id", instance_id)
@@ -1023,7 +1018,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         key is refused with :class:`StoreError`: the operator must verify the re-key and call
         :meth:`forget_host_key` first.
         """
-        ts = _now(now)
+        ts = stamp(now)
         check_positive_int("instance_id", instance_id)
         host = check_text("host", host)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:

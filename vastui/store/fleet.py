@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vastui.store.records import BanSpec, EngineStatus, InstanceRecord, Strike
+from vastui.store.records import BanSpec, EngineStatus, InstanceRecord, Strike, stamp
 
 # Instance columns the engine may update piecemeal (stage moves go through set_stage).
 PROGRESS_COLUMNS = frozenset(
@@ -141,10 +141,6 @@ class Lease:
         return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118
 
 
-def _ts(now: float | None) -> float:
-    return time.time() if now is None else float(now)
-
-
 class FleetOps:
     """Engine-side operations; relies on Store's transaction()/_read()/_fetch* plumbing."""
 
@@ -210,7 +206,7 @@ class FleetOps:
     ) -> int:
         """Record a strike and its 'strike' event in one transaction; return the machine's
         strikes since ``since`` (all of them when None), this one included."""
-        ts = _ts(now)
+        ts = stamp(now)
         if isinstance(machine_id, bool) or not isinstance(machine_id, int) or machine_id <= 0:
             raise ValueError(f"machine_id must be a positive integer, got {machine_id!r}")
         async with self.transaction() as conn:  # type: ignore[attr-defined]
@@ -256,7 +252,7 @@ class FleetOps:
         status: str = "pending",
         now: float | None = None,
     ) -> Intent:
-        ts = _ts(now)
+        ts = stamp(now)
         async with self.transaction() as conn:  # type: ignore[attr-defined]
             cur = await conn.execute(
                 "INSERT INTO intents (kind, status, label, offer_id, machine_id, instance_id,"
@@ -285,7 +281,7 @@ class FleetOps:
             await conn.execute(
                 "UPDATE intents SET status = ?, instance_id = COALESCE(?, instance_id),"
                 " note = COALESCE(?, note), updated_at = ? WHERE id = ?",
-                (status, instance_id, note, _ts(now), intent_id),
+                (status, instance_id, note, stamp(now), intent_id),
             )
 
     async def mark_intent_sent(self, intent_id: int, *, now: float | None = None) -> None:
@@ -294,7 +290,7 @@ class FleetOps:
         async with self.transaction() as conn:  # type: ignore[attr-defined]
             await conn.execute(
                 "UPDATE intents SET note = ?, updated_at = ? WHERE id = ? AND status = 'pending'",
-                (INTENT_SENT, _ts(now), intent_id),
+                (INTENT_SENT, stamp(now), intent_id),
             )
 
     async def list_intents(
@@ -326,7 +322,7 @@ class FleetOps:
         async with self.transaction() as conn:  # type: ignore[attr-defined]
             cur = await conn.execute(
                 "INSERT INTO commands (kind, args, source, created_at) VALUES (?, ?, ?, ?)",
-                (kind, json.dumps(dict(args)), source, _ts(now)),
+                (kind, json.dumps(dict(args)), source, stamp(now)),
             )
             command_id = cur.lastrowid
             await cur.close()
@@ -353,7 +349,7 @@ class FleetOps:
         async with self.transaction() as conn:  # type: ignore[attr-defined]
             await conn.execute(
                 "UPDATE commands SET status = ?, result = ?, done_at = ? WHERE id = ?",
-                ("done" if ok else "failed", result, _ts(now), command_id),
+                ("done" if ok else "failed", result, stamp(now), command_id),
             )
 
     async def has_pending_commands(self) -> bool:
@@ -465,7 +461,7 @@ class FleetOps:
         now: float | None = None,
     ) -> Lease:  # fmt: skip
         """Take the engine lease, or raise LeaseHeld if a live one belongs to someone else."""
-        ts = _ts(now)
+        ts = stamp(now)
         async with self.transaction() as conn:  # type: ignore[attr-defined]
             row = await self._fetchone(  # type: ignore[attr-defined]
                 conn, "SELECT * FROM lease WHERE name = 'engine'"
@@ -492,7 +488,7 @@ class FleetOps:
         return Lease.from_row(row)
 
     async def renew_lease(self, owner: str, *, ttl: float, now: float | None = None) -> bool:
-        ts = _ts(now)
+        ts = stamp(now)
         async with self.transaction() as conn:  # type: ignore[attr-defined]
             cur = await conn.execute(
                 "UPDATE lease SET heartbeat_at = ?, expires_at = ? WHERE name = 'engine'"
@@ -513,7 +509,7 @@ class FleetOps:
             row = await self._fetchone(  # type: ignore[attr-defined]
                 conn, "SELECT * FROM lease WHERE name = 'engine'"
             )
-        if row is None or row["expires_at"] <= _ts(now):
+        if row is None or row["expires_at"] <= stamp(now):
             return None
         return Lease.from_row(row)
 

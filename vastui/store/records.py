@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,6 +18,13 @@ from typing import Any
 # Pipeline stages in order. ``killed`` is terminal; ``legacy`` marks imported rows whose original
 # state could not be mapped.
 STAGES: tuple[str, ...] = ("loading", "setup", "paramfetch", "benchmark", "proving")
+
+
+def stamp(now: float | None) -> float:
+    """The time a row is written at: the caller's clock (the engine's), else the wall's."""
+    return time.time() if now is None else float(now)
+
+
 STATES: tuple[str, ...] = (*STAGES, "killed", "legacy")
 
 # Known kill reason codes (``instances.kill_kind``). Free text is accepted; these are the ones

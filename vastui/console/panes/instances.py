@@ -17,6 +17,7 @@ from vastui.console.cells import age, fmt, money, t
 from vastui.console.dialogs import ConfirmScreen
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
 from vastui.console.panes.offers import ask_ignore
+from vastui.engine.policy import LIVE_STAGES
 from vastui.engine.spend import worker_cost_per_proof
 from vastui.sanitize import sanitize_line
 from vastui.store import ForeignInstance, InstanceRecord
@@ -30,7 +31,7 @@ STATE_STYLE = {
     "killed": "red",
     "legacy": "dim",
 }
-STAGES = ("loading", "setup", "paramfetch", "benchmark", "proving")
+STAGES = LIVE_STAGES
 MAX_ROWS = 500
 
 
