@@ -84,11 +84,21 @@ def test_arming_wildcard_and_unlisted() -> None:
 
 
 def test_unarmed_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What would be killed is recorded instead (this is the test process): unarmed, nothing;
+    # armed from the environment, the point that hits (so the first half can fail too).
+    killed: list[str] = []
+    monkeypatch.setattr(crashpoints, "_die", killed.append)
     monkeypatch.delenv(crashpoints.ENV_POINTS, raising=False)
     crashpoints.reset()
     try:
         for name in crashpoints.NAMES:
-            crashpoints.crash_point(name)  # alive
+            crashpoints.crash_point(name)
+        assert killed == []
+        monkeypatch.setenv(crashpoints.ENV_POINTS, "step.end:1")
+        crashpoints.reset()
+        for name in crashpoints.NAMES:
+            crashpoints.crash_point(name)
+        assert killed == ["step.end"]
     finally:
         crashpoints.reset()
 
