@@ -139,7 +139,7 @@ def test_offers_json_carries_the_ranking(capsys, db: Path):
     measured, banned = first[-1], first[0]
     in_store(
         db,
-        ("record_benchmark", (measured["machine_id"], measured["gpu_name"],
+        ("record_rate", (measured["machine_id"], measured["gpu_name"],
                               measured["num_gpus"], 500.0), {}),
         ("add_bad", (banned["machine_id"], "slow"), {"source": "manual"}),
     )  # fmt: skip

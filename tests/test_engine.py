@@ -54,7 +54,7 @@ async def test_never_rents_bad_or_too_slow_machines(world: World, store: Store):
         await engine.deploy(best.offer.id)
     # A machine known to be slow for its price is not rented automatically.
     slow = next(r for r in offers if r.viable and r.offer.machine_id != best.offer.machine_id)
-    await store.record_benchmark(slow.offer.machine_id, slow.offer.gpu_name,
+    await store.record_rate(slow.offer.machine_id, slow.offer.gpu_name,
                                  slow.offer.num_gpus, 1.0)  # fmt: skip
     world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=5))
     engine = await world.engine(store)

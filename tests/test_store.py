@@ -102,7 +102,7 @@ async def test_reopen_keeps_data_and_does_not_remigrate(tmp_path: Path) -> None:
     path = tmp_path / "vastui.db"
     async with await Store.open(path) as s:
         await s.add_bad(101, "flaky GPU", now=T0)
-        await s.record_benchmark(101, "RTX 4090", 1, 31.4, now=T0)
+        await s.record_rate(101, "RTX 4090", 1, 31.4, now=T0)
     async with await Store.open(path) as s:
         assert await s.schema_version() == SCHEMA_VERSION
         assert await s.bad_machine_ids(now=T0) == {101}
@@ -377,17 +377,15 @@ async def test_error_messages_are_one_line(store: Store) -> None:
 
 
 async def test_record_benchmark_best_last_samples(store: Store) -> None:
-    p = await store.record_benchmark(
-        18234, "RTX 4090", 1, 31.4, cpu_ram_gb=257.6, host_id=777, now=T0
-    )
+    p = await store.record_rate(18234, "RTX 4090", 1, 31.4, cpu_ram_gb=257.6, host_id=777, now=T0)
     assert (p.best_rate, p.last_rate, p.samples, p.measured_at) == (31.4, 31.4, 1, T0)
-    p = await store.record_benchmark(18234, "RTX 4090", 1, 28.0, now=T0 + HOUR)
+    p = await store.record_rate(18234, "RTX 4090", 1, 28.0, now=T0 + HOUR)
     assert (p.best_rate, p.last_rate, p.samples) == (31.4, 28.0, 2)
     assert p.cpu_ram_gb == 257.6 and p.host_id == 777 and p.measured_at == T0 + HOUR
-    p = await store.record_benchmark(18234, "RTX 4090", 1, 33.0, now=T0 + 2 * HOUR)
+    p = await store.record_rate(18234, "RTX 4090", 1, 33.0, now=T0 + 2 * HOUR)
     assert (p.best_rate, p.last_rate, p.samples) == (33.0, 33.0, 3)
-    await store.record_benchmark(18234, "RTX 4090", 2, 60.0, now=T0)
-    await store.record_benchmark(9, "RTX 5090", 1, 40.0, now=T0)
+    await store.record_rate(18234, "RTX 4090", 2, 60.0, now=T0)
+    await store.record_rate(9, "RTX 5090", 1, 40.0, now=T0)
     assert [(r.gpu_name, r.num_gpus) for r in await store.get_perf(18234)] == [
         ("RTX 4090", 1),
         ("RTX 4090", 2),
@@ -398,13 +396,13 @@ async def test_record_benchmark_best_last_samples(store: Store) -> None:
 
 async def test_record_benchmark_validation(store: Store) -> None:
     with pytest.raises(StoreError, match="rate"):
-        await store.record_benchmark(1, "RTX 4090", 1, float("nan"), now=T0)
+        await store.record_rate(1, "RTX 4090", 1, float("nan"), now=T0)
     with pytest.raises(StoreError, match="rate"):
-        await store.record_benchmark(1, "RTX 4090", 1, -1.0, now=T0)
+        await store.record_rate(1, "RTX 4090", 1, -1.0, now=T0)
     with pytest.raises(StoreError, match="num_gpus"):
-        await store.record_benchmark(1, "RTX 4090", 0, 1.0, now=T0)
+        await store.record_rate(1, "RTX 4090", 0, 1.0, now=T0)
     with pytest.raises(StoreError, match="gpu_name"):
-        await store.record_benchmark(1, "", 1, 1.0, now=T0)
+        await store.record_rate(1, "", 1, 1.0, now=T0)
     assert await store.list_perf() == []
 
 
@@ -518,7 +516,7 @@ async def test_to_json_key_sets(store: Store) -> None:
     assert rj["machine_id"] is None and rj["source"] == "legacy-review"
     assert rj["created_at"] is None and rj["expires_at"] is None
 
-    perf = await store.record_benchmark(18234, "RTX 4090", 1, 31.4, now=T0)
+    perf = await store.record_rate(18234, "RTX 4090", 1, 31.4, now=T0)
     assert set(perf.to_json()) == {
         "machine_id",
         "gpu_name",
@@ -540,7 +538,7 @@ async def test_to_json_key_sets(store: Store) -> None:
 async def test_concurrent_writes_are_serialized(store: Store) -> None:
     await asyncio.gather(
         *(store.add_bad(1 + i % 5, f"strike {i}", now=T0 + i) for i in range(25)),
-        *(store.record_benchmark(77, "RTX 4090", 1, float(i), now=T0 + i) for i in range(25)),
+        *(store.record_rate(77, "RTX 4090", 1, float(i), now=T0 + i) for i in range(25)),
     )
     assert sorted(b.strikes for b in await store.list_bad(now=T0)) == [5, 5, 5, 5, 5]
     [perf] = await store.get_perf(77)

@@ -303,8 +303,8 @@ async def test_post_rekey_imports_bad_and_perf(store: Store, tmp_path: Path) -> 
 async def test_post_rekey_never_downgrades_or_overwrites(store: Store, tmp_path: Path) -> None:
     await store.add_bad(18234, "operator ban", source="manual", now=T0 - 100)
     await store.add_bad(20000, "auto ban", source="automatic", expires_at=T0 + 3600, now=T0 - 100)
-    await store.record_benchmark(18234, "RTX 4090", 1, 25.0, now=T0 - 100)  # legacy 31.4 wins
-    await store.record_benchmark(30000, "RTX 5090", 1, 50.0, now=T0 - 100)  # ours 50 wins
+    await store.record_rate(18234, "RTX 4090", 1, 25.0, now=T0 - 100)  # legacy 31.4 wins
+    await store.record_rate(30000, "RTX 5090", 1, 50.0, now=T0 - 100)  # ours 50 wins
     await store.upsert_instance(
         InstanceRecord(vast_id=3245511, label="mine", state="proving"), now=T0 - 100
     )

@@ -571,7 +571,7 @@ class Acts:
     async def record_rate(self, rec: InstanceRecord, rate: float, now: float) -> None:
         """A measured rate into the machine's performance record (ranking reads last_rate)."""
         if rec.machine_id and rec.gpu_name:
-            await self.store.record_benchmark(
+            await self.store.record_rate(
                 rec.machine_id, rec.gpu_name, rec.num_gpus or 1, rate,
                 cpu_ram_gb=rec.cpu_ram_gb, host_id=rec.host_id, now=now,
             )  # fmt: skip

@@ -873,7 +873,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
 
     # -- performance ------------------------------------------------------------------------
 
-    async def record_benchmark(
+    async def record_rate(
         self,
         machine_id: int,
         gpu_name: str,
@@ -884,7 +884,8 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         host_id: int | None = None,
         now: float | None = None,
     ) -> PerfRecord:
-        """Record a benchmark rate (proofs/hour): best = max, last = rate, samples += 1."""
+        """Record a machine's measured rate (proofs/hour: a benchmark's, or production's when it
+        falls short): best = max, last = rate, samples += 1."""
         ts = stamp(now)
         check_positive_int("machine_id", machine_id)
         gpu_name = check_text("gpu_name", gpu_name)
