@@ -27,12 +27,8 @@ from tests.fuzz_strategies import HOSTILE_PIECES, hostile_bytes, hostile_text
 from vastui.console.cells import t
 from vastui.console.logview import LogView, _clean
 from vastui.sanitize import MAX_LINE, sanitize_line
-from vastui.ssh.connection import (
-    TEXT_LINE_BYTES,
-    SshConnectionLost,
-    _LineSplitter,
-    display_line,
-)
+from vastui.ssh.errors import SshConnectionLost
+from vastui.ssh.lines import TEXT_LINE_BYTES, _LineSplitter, display_line
 from vastui.ssh.worker import MAX_EVENT_DEPTH, Worker
 
 BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz_strategies import HOSTILE_PIECES, hostile_bytes
 from vastui.sanitize import MAX_LINE, sanitize_line
-from vastui.ssh.connection import (
+from vastui.ssh.lines import (
     LogBatch,
     _DisplaySplitter,
     _LineSplitter,

@@ -12,7 +12,7 @@ from typing import Any
 
 from vastui.engine import production
 from vastui.ssh import SshError, SshPool
-from vastui.ssh.connection import SshUnreachable
+from vastui.ssh.errors import SshUnreachable
 from vastui.store import InstanceRecord, Store
 
 log = logging.getLogger("vastui.engine")

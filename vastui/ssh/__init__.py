@@ -3,12 +3,9 @@
 No UI imports here, ever.
 """
 
-from .connection import (
-    CommandResult,
-    ConnState,
+from .connection import CommandResult, ConnState, RemoteForward, WorkerConnection
+from .errors import (
     HostKeyChanged,
-    LogBatch,
-    RemoteForward,
     SshAuthFailed,
     SshClosed,
     SshConnectionLost,
@@ -16,9 +13,9 @@ from .connection import (
     SshTimeout,
     SshUnreachable,
     WorkerCommandFailed,
-    WorkerConnection,
     WorkerProtocolError,
 )
+from .lines import LogBatch
 from .pins import HostKeyPins, MemoryPins, PinConflict, PinnedKey, StorePins
 from .pool import SshPool
 from .worker import LOG_SOURCES, Worker, workerctl

@@ -17,14 +17,9 @@ from typing import Any
 
 from vastui.sanitize import sanitize_line
 
-from .connection import (
-    LogBatch,
-    SshConnectionLost,
-    WorkerConnection,
-    WorkerProtocolError,
-    refuse_json_constant,
-    sanitize_json,
-)
+from .connection import WorkerConnection
+from .errors import SshConnectionLost, WorkerProtocolError
+from .lines import LogBatch, refuse_json_constant, sanitize_json
 
 log = logging.getLogger("vastui.ssh")
 
