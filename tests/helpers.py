@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
 import time
 from collections.abc import Callable
@@ -11,7 +13,9 @@ from vastui.sim.workers import free_port
 
 WAIT = 60.0  # generous upper bound for any condition
 
-__all__ = ["WAIT", "Controller", "free_port", "wait_for"]
+__all__ = [
+    "WAIT", "Controller", "eventually", "free_port", "settle", "until_instance", "wait_for",
+]  # fmt: skip
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:
@@ -24,6 +28,55 @@ def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condit
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+async def eventually(
+    check: Callable[[], Any], timeout: float = WAIT, what: str = "condition"
+) -> Any:
+    """Poll `check()` (awaited when it gives an awaitable) until it is truthy; its value.
+    `timeout` is an upper bound, never a timing assumption."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                value = check()
+                if inspect.isawaitable(value):
+                    value = await value
+                if value:
+                    return value
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def until_instance(
+    engine: Any, iid: int, predicate: Callable[[Any], bool], what: str, timeout: float = 180.0
+) -> Any:
+    """The engine's record of instance `iid` once `predicate` holds for it (the record is
+    named in the failure)."""
+
+    async def check() -> Any:
+        rec = await engine.store.get_instance(iid)
+        return rec if rec is not None and predicate(rec) else None
+
+    try:
+        return await eventually(check, timeout, what)
+    except AssertionError:
+        rec = await engine.store.get_instance(iid)
+        raise AssertionError(f"timed out waiting for {what}; instance: {rec}") from None
+
+
+async def settle(pilot: Any, app: Any, until: Callable[[], Any], tries: int = 400) -> None:
+    """Let a Textual app's workers and engine run until `until()` holds (awaited when it
+    gives an awaitable), a bounded number of pauses; no fixed sleeps."""
+    for _ in range(tries):
+        await pilot.pause()
+        result = until()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
 
 
 class Controller:

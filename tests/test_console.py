@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, Static
 
+from tests.helpers import settle
 from vastui.backend import Options, client_for_cloud
 from vastui.config import Config
 from vastui.console.app import VastuiApp
@@ -66,19 +66,6 @@ def make_app(tmp_path: Path, *, read_only: bool = False) -> tuple[VastuiApp, Eng
     bridge = EngineBridge(opts, SimCloud(seed=5, clock=ManualClock(), hosts=120),
                           read_only=read_only)  # fmt: skip
     return VastuiApp(opts, read_only=read_only, bridge=bridge), bridge
-
-
-async def settle(pilot, app: VastuiApp, until, tries: int = 400) -> None:
-    """Let workers and the engine run until a condition holds (bounded, no fixed sleeps)."""
-    for _ in range(tries):
-        await pilot.pause()
-        result = until()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from textual.widgets import DataTable, Static
 
+from tests.helpers import settle
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
@@ -19,15 +19,6 @@ async def hold_lease(db: Path) -> None:
         await store.acquire_lease("headless-1", pid=4242, hostname="ctl", mode="headless", ttl=600)
 
 
-async def wait_for(pilot, condition, tries: int = 400) -> None:
-    for _ in range(tries):
-        await pilot.pause()
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
-
-
 async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
     db = tmp_path / "a.db"
     await hold_lease(db)
@@ -35,10 +26,12 @@ async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
     bridge = FleetBridge(opts)
     app = VastuiApp(opts, bridge=bridge)
     async with app.run_test(size=(160, 40)) as pilot:
-        await wait_for(pilot, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         assert bridge.mode == "attached" and bridge.engine is None
         assert bridge.attached_to is not None and bridge.attached_to.pid == 4242
-        await wait_for(pilot, lambda: "ATTACHED" in str(app.query_one("#summary", Static).render()))
+        await settle(
+            pilot, None, lambda: "ATTACHED" in str(app.query_one("#summary", Static).render())
+        )
         machine = app.pane("offers").selected_offer().offer.machine_id
         await pilot.press("i")
         await pilot.pause()
@@ -58,14 +51,14 @@ async def test_read_only_console_runs_no_engine(tmp_path: Path):
     bridge = FleetBridge(opts, read_only=True)
     app = VastuiApp(opts, read_only=True, bridge=bridge)
     async with app.run_test(size=(120, 30)) as pilot:
-        await wait_for(pilot, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         assert bridge.mode == "watching" and bridge.engine is None
 
         def summary() -> str:
             return str(app.query_one("#summary", Static).render())
 
         # the strip says so once the first snapshot is in (the offers may come first)
-        await wait_for(pilot, lambda: "NO ENGINE" in summary())
+        await settle(pilot, None, lambda: "NO ENGINE" in summary())
         assert "READ-ONLY" in summary()
     async with await Store.open(db) as store:
         assert await store.lease_holder() is None

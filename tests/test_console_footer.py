@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tests.test_console import settle
+from tests.helpers import settle
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp

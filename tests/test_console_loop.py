@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Static
 
-from tests.test_console import make_app, settle
+from tests.helpers import settle
+from tests.test_console import make_app
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console import detail

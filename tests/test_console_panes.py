@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tests.test_console import settle
+from tests.helpers import settle
 from vastui.console.app import GC_THRESHOLDS, VastuiApp, settle_heap
 from vastui.console.fixtures import FixedBridge, fixed_app
 from vastui.console.messages import OffersLoaded, SnapshotLoaded

@@ -16,7 +16,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from tests.test_e2e_fleet import until
+from tests.helpers import until_instance
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
@@ -68,11 +68,13 @@ async def test_an_outbid_worker_resumes_without_a_new_benchmark(demo_state: Path
             assert rec.bid_cap is not None
             sim.bid_floor = rec.bid_cap * 2  # a bidder over what it may ever pay
 
-            rec = await until(engine, iid, lambda r: r.outbid_since is not None, "the outbid")
+            rec = await until_instance(
+                engine, iid, lambda r: r.outbid_since is not None, "the outbid"
+            )
             assert rec.interruptions == 1 and not rec.killed
             sim.bid_floor = floor  # the bidder leaves: its bid wins again
 
-            rec = await until(
+            rec = await until_instance(
                 engine, iid,
                 lambda r: r.killed or (r.outbid_since is None and r.state == "proving"
                                        and (r.prod_completed or 0) >= 2),

@@ -17,8 +17,8 @@ import re
 import signal
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from tests.helpers import eventually
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine import identity
@@ -27,18 +27,6 @@ from vastui.store import InstanceRecord
 
 SPEED = 300.0
 LONG = 300.0  # an upper bound only
-
-
-async def until(what: str, check: Any) -> Any:
-    try:
-        async with asyncio.timeout(LONG):
-            while True:
-                value = await check()
-                if value:
-                    return value
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 def begun(text: str) -> set[int]:
@@ -78,7 +66,7 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
                 proving = [r for r in live if r.state == "proving" and r.curio_info]
                 return proving if len(proving) >= 3 else None
 
-            workers = (await until("three workers proving", three_reporting))[:3]
+            workers = (await eventually(three_reporting, LONG, "three workers proving"))[:3]
             # their identities: unique runner ids, each curio at the address its id gives
             runner_ids = [w.runner_id for w in workers]
             assert None not in runner_ids and len(set(runner_ids)) == 3
@@ -107,7 +95,7 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
                 row = next(m for m in rt.cluster.view()["machines"] if m["id"] == victim_machine)
                 return row["claims"] if len(row["claims"]) >= 5 else None
 
-            await until("the victim holding tasks", holding)
+            await eventually(holding, LONG, "the victim holding tasks")
             root = rt.demo.sandboxes[victim.vast_id].root
             os.kill(int((root / "run" / "curio.pid").read_text()), signal.SIGKILL)
             # read once it is dead: what its machine owns in the cluster (a task claimed but not
@@ -126,7 +114,7 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
                 now = logs[victim.vast_id].read_text()[before_kill:]
                 return now if "Setting up RPC server" in now and recovered(now) else None
 
-            after = await until("curio restarted", restarted)
+            after = await eventually(restarted, LONG, "curio restarted")
             assert [m["id"] for m in rt.cluster.view()["machines"]].count(victim_machine) == 1
             taken = recovered(after)
             # its own tasks: what its machine owned when its curio died (begun or about to be)

@@ -16,27 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import world_busy_rate
+from tests.helpers import until_instance, world_busy_rate
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
-from vastui.store import InstanceRecord
 
 SPEED = 300.0  # simulated seconds per real second
 LONG = 180.0  # an upper bound only
-
-
-async def until(engine, iid: int, predicate, what: str) -> InstanceRecord:
-    try:
-        async with asyncio.timeout(LONG):
-            while True:
-                rec = await engine.store.get_instance(iid)
-                if rec is not None and predicate(rec):
-                    return rec
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        rec = await engine.store.get_instance(iid)
-        raise AssertionError(f"timed out waiting for {what}; instance: {rec}") from None
 
 
 async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state: Path) -> None:
@@ -78,12 +64,14 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
         stop = asyncio.Event()
         runner = asyncio.create_task(engine.run(stop))
         try:
-            rec = await until(engine, iid, lambda r: r.state == "proving" or r.killed, "proving")
+            rec = await until_instance(
+                engine, iid, lambda r: r.state == "proving" or r.killed, "proving"
+            )
             assert rec.state == "proving", rec.kill_reason
             assert rec.bench_outcome == "pass" and rec.bench_failed == 0
             # measured, not assumed: cuzk's counters since the benchmark, and a rate
             # (ten proofs at least: over three, one proof more or less is a third of the rate)
-            rec = await until(
+            rec = await until_instance(
                 engine, iid, lambda r: (r.prod_completed or 0) >= 10 or r.killed, "a rate"
             )
             assert rec.prod_rate is not None and rec.prod_failed == 0
@@ -95,7 +83,7 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
             assert rec.prod_rate == pytest.approx(world_busy_rate(cuzk_log, skip=13), rel=0.15)
             exit_file = sandbox / "run" / "cuzk-daemon.exit"
 
-            rec = await until(engine, iid, lambda r: r.killed, "the kill")
+            rec = await until_instance(engine, iid, lambda r: r.killed, "the kill")
             assert exit_file.read_text().strip() == "134"
             assert rec.kill_kind == "prove_daemon_died" and rec.failed_stage == "proving"
             assert rec.kill_reason == "prove failed: cuzk-daemon exited (SIGABRT, status 134)"

@@ -21,6 +21,7 @@ from typing import Any
 import asyncssh
 import pytest
 
+from tests.helpers import eventually
 from vastui.backend import client_for_cloud
 from vastui.config import DEFAULT_FILTER
 from vastui.engine.engine import ONSTART
@@ -69,16 +70,6 @@ def sandbox_pids(root: Path) -> list[int]:
         if marker in environ.split(b"\0"):
             pids.append(int(entry.name))
     return pids
-
-
-async def until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
-    """Wait for a condition; ``timeout`` is an upper bound, never a timing assumption."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 @dataclass
@@ -189,7 +180,7 @@ async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
         await host.close()
         # Nothing may outlive the test: not the entrypoint, not the stand-in daemons.
         for root in s.roots:
-            await until(lambda r=root: not sandbox_pids(r), SHORT, f"{root} processes to exit")
+            await eventually(lambda r=root: not sandbox_pids(r), SHORT, f"{root} processes to exit")
 
 
 def tunnel(lotus: FakeLotus) -> list[RemoteForward]:
@@ -404,8 +395,8 @@ async def test_destroy_stops_the_sandbox(sim: Sim, lotus: FakeLotus) -> None:
             async for _ in lines:
                 pass
     await lines.aclose()
-    await until(lambda: inst.id not in sim.host.sandboxes, LONG, "the sandbox to be stopped")
-    await until(lambda: not sandbox_pids(root), SHORT, "the sandbox processes to exit")
+    await eventually(lambda: inst.id not in sim.host.sandboxes, LONG, "the sandbox to be stopped")
+    await eventually(lambda: not sandbox_pids(root), SHORT, "the sandbox processes to exit")
     assert kill_sandbox_processes(root) == 0
     with pytest.raises(SshUnreachable):
         await conn.run("true", timeout=SHORT)
