@@ -14,7 +14,8 @@ import pytest
 
 from tests.enginekit import PUBKEY, World, rent_one, result
 from vastui.engine import policy
-from vastui.engine.engine import COMMAND_TTL, EngineError
+from vastui.engine.commands import COMMAND_TTL
+from vastui.engine.engine import EngineError
 from vastui.engine.labels import is_vastui_label
 from vastui.engine.ranking import from_record
 from vastui.store import Store

@@ -25,6 +25,7 @@ from typing import Any
 from vastui.config import Config
 from vastui.engine import bidding, identity, policy, production, provision, transitions
 from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, worker_curio_env
+from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
 from vastui.engine.labels import is_vastui_label, owner_of
@@ -35,11 +36,11 @@ from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
 from vastui.store import EngineStatus, ForeignInstance, InstanceRecord, Store, StoreError
 from vastui.store.errors import StoreFatal
-from vastui.store.fleet import Command, Intent
+from vastui.store.fleet import Intent
 from vastui.store.records import json_dict
 from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
-from vastui.vast.models import Instance, Offer
+from vastui.vast.models import Instance
 
 log = logging.getLogger("vastui.engine")
 
@@ -52,9 +53,6 @@ RENT_RECOVERY_GRACE = 600.0
 RENT_MISSES = 3
 RENT_MISS_MIN_AGE = 60.0
 PUBLISHED_OFFERS = 500  # ranked offers published for attached consoles
-# A console command not picked up within this many (wall) seconds was sent while no engine ran:
-# the operator has long been told it failed, so a later engine must not carry it out.
-COMMAND_TTL = 60.0
 
 
 @dataclass
@@ -110,6 +108,7 @@ class Engine:
             public_key=public_key, stopping=lambda: self._stopping or self.halted,
             forget_worker=self.follow.stop, offers_changed=self._offers_changed,
         )  # fmt: skip
+        self.commands = Commands(self)  # the operator's: carried out on the step, under the lock
         self._wake = asyncio.Event()
         self.vast_seen_at: float | None = None  # wall time of the last good Vast list
         self.last_error: str | None = None
@@ -211,7 +210,7 @@ class Engine:
         try:
             await self.store.check_health()  # deleted or replaced under us: stop, not limp
             async with self._lock:
-                await self._run_commands()
+                await self.commands.run_pending()
             # Vast's list (paced pages: seconds for a big fleet) is read without the lock, so
             # worker events are decided meanwhile; the reconcile then reads the store afresh.
             await self.acts.load_identity()
@@ -252,58 +251,13 @@ class Engine:
 
     # -- commands (console, CLI) ----------------------------------------------------------
 
-    async def _run_commands(self) -> None:
-        for cmd in await self.store.claim_commands():
-            waited = time.time() - cmd.created_at
-            if waited > COMMAND_TTL:
-                await self.store.finish_command(
-                    cmd.id, False, f"expired: sent {waited:.0f} s ago while no engine ran; not done"
-                )
-                log.warning(
-                    "command %s (%s) expired after %.0f s unclaimed", cmd.id, cmd.kind, waited
-                )
-                continue
-            try:
-                result = await self._execute(cmd)
-                await self.store.finish_command(cmd.id, True, result)
-            except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
-                await self.store.finish_command(cmd.id, False, sanitize_line(str(exc), 300))
-            except Exception as exc:  # a bad command must fail, not take the engine down
-                log.exception("command %s (%s) failed", cmd.id, cmd.kind)
-                await self.store.finish_command(
-                    cmd.id, False, sanitize_line(f"{type(exc).__name__}: {exc}", 300)
-                )
-
-    async def _execute(self, cmd: Command) -> str:
-        args = cmd.args
-        if cmd.kind == "deploy":
-            iid = await self._deploy_locked(int(args["offer_id"]), reason="manual deploy")
-            if iid:
-                return f"rented instance {iid}"
-            if self.settings.dry_run:
-                return "dry-run: not rented"
-            return "create outcome unknown: resolving by label (do not deploy again)"
-        if cmd.kind == "destroy":
-            await self._destroy_locked(
-                int(args["instance_id"]), "manual", str(args.get("reason") or "manually destroyed")
-            )
-            return f"destroyed instance {args['instance_id']}"
-        if cmd.kind == "ignore":
-            await self.acts.ban(int(args["machine_id"]), str(args["reason"]), "manual")
-            return f"machine {args['machine_id']} ignored"
-        if cmd.kind == "unignore":
-            if not await self.store.remove_bad(int(args["machine_id"]), now=self.clock()):
-                raise EngineError(f"machine {args['machine_id']} is not on the bad list")
-            return f"machine {args['machine_id']} unignored"
-        raise EngineError(f"unknown command {cmd.kind}")
-
     async def deploy(self, offer_id: int, reason: str = "manual deploy") -> int | None:
         async with self._lock:
-            return await self._deploy_locked(offer_id, reason)
+            return await self.commands.deploy(offer_id, reason)
 
     async def destroy(self, instance_id: int, reason: str = "manually destroyed") -> None:
         async with self._lock:
-            await self._destroy_locked(instance_id, "manual", reason)
+            await self.commands.destroy(instance_id, "manual", reason)
 
     # -- observe ------------------------------------------------------------------------
 
@@ -642,43 +596,6 @@ class Engine:
         now = self.clock()
         effects = transitions.on_event(rec, event, now, self.config, position)
         await self.acts.carry_out(rec, effects, now)
-
-    # -- commands carried out -----------------------------------------------------------
-
-    async def _destroy_locked(self, instance_id: int, kind: str, reason: str) -> None:
-        rec = await self.store.get_instance(instance_id)
-        if rec is None:
-            raise EngineError(f"instance {instance_id} is not one of vastui's")
-        if rec.killed:
-            raise EngineError(f"instance {instance_id} is already destroyed")
-        if not self.acts.ours(rec.label):
-            raise EngineError(f"instance {instance_id} has no label of this fleet; not destroying")
-        if not await self.acts.kill(rec, policy.Kill(kind, reason)):
-            why = self.acts.last_error or "retrying"
-            raise EngineError(
-                f"destroy of {instance_id} did not go through yet ({why}); it is retried"
-            )
-
-    async def _deploy_locked(self, offer_id: int, reason: str) -> int | None:
-        view = await self._fleet_view()
-        full = provision.manual_rent_refusal(view)
-        if full is not None:
-            raise EngineError(full)
-        offer = await self._find_offer(offer_id)
-        if offer is None:
-            raise EngineError(f"offer {offer_id} is not on the market (any more)")
-        return await self.acts.rent(offer, reason)
-
-    async def _find_offer(self, offer_id: int) -> Offer | None:
-        for ranked in self._offers:
-            if ranked.offer.id == offer_id:
-                return ranked.offer
-        result = await self.client.search_offers(
-            f"id={offer_id} rentable=any verified=any",
-            limit=5,
-            allocated_storage=self.config.fleet.disk_gb,
-        )
-        return next((o for o in result.offers if o.id == offer_id), None)
 
     # -- offers and provisioning ---------------------------------------------------------
 

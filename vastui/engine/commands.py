@@ -1,0 +1,119 @@
+"""The operator's commands (the console, `vastui` subcommands through the store): deploy an
+offer, destroy an instance, ignore or unignore a machine. The engine carries them out on its
+step, under its lock, and answers each in the store; a command older than COMMAND_TTL (sent
+while no engine ran) is answered as expired, not done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from vastui.engine import policy, provision
+from vastui.engine.acts import EngineError
+from vastui.sanitize import sanitize_line
+from vastui.store import StoreError
+from vastui.store.fleet import Command
+from vastui.vast.errors import VastError
+from vastui.vast.models import Offer
+
+if TYPE_CHECKING:
+    from vastui.engine.engine import Engine
+
+log = logging.getLogger("vastui.engine")
+
+# A console command not picked up within this many (wall) seconds was sent while no engine ran:
+# the operator has long been told it failed, so a later engine must not carry it out.
+COMMAND_TTL = 60.0
+
+
+class Commands:
+    """What the engine does for the operator, with the engine's store, acts and view."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def run_pending(self) -> None:
+        """Carry out the commands waiting in the store (the engine's lock held), each
+        answered in the store: done, refused with one line, or expired."""
+        for cmd in await self.engine.store.claim_commands():
+            waited = time.time() - cmd.created_at
+            if waited > COMMAND_TTL:
+                await self.engine.store.finish_command(
+                    cmd.id, False, f"expired: sent {waited:.0f} s ago while no engine ran; not done"
+                )
+                log.warning(
+                    "command %s (%s) expired after %.0f s unclaimed", cmd.id, cmd.kind, waited
+                )
+                continue
+            try:
+                result = await self._execute(cmd)
+                await self.engine.store.finish_command(cmd.id, True, result)
+            except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
+                await self.engine.store.finish_command(cmd.id, False, sanitize_line(str(exc), 300))
+            except Exception as exc:  # a bad command must fail, not take the engine down
+                log.exception("command %s (%s) failed", cmd.id, cmd.kind)
+                await self.engine.store.finish_command(
+                    cmd.id, False, sanitize_line(f"{type(exc).__name__}: {exc}", 300)
+                )
+
+    async def _execute(self, cmd: Command) -> str:
+        args = cmd.args
+        if cmd.kind == "deploy":
+            iid = await self.deploy(int(args["offer_id"]), reason="manual deploy")
+            if iid:
+                return f"rented instance {iid}"
+            if self.engine.settings.dry_run:
+                return "dry-run: not rented"
+            return "create outcome unknown: resolving by label (do not deploy again)"
+        if cmd.kind == "destroy":
+            await self.destroy(
+                int(args["instance_id"]), "manual", str(args.get("reason") or "manually destroyed")
+            )
+            return f"destroyed instance {args['instance_id']}"
+        if cmd.kind == "ignore":
+            await self.engine.acts.ban(int(args["machine_id"]), str(args["reason"]), "manual")
+            return f"machine {args['machine_id']} ignored"
+        if cmd.kind == "unignore":
+            if not await self.engine.store.remove_bad(
+                int(args["machine_id"]), now=self.engine.clock()
+            ):
+                raise EngineError(f"machine {args['machine_id']} is not on the bad list")
+            return f"machine {args['machine_id']} unignored"
+        raise EngineError(f"unknown command {cmd.kind}")
+
+    async def destroy(self, instance_id: int, kind: str, reason: str) -> None:
+        rec = await self.engine.store.get_instance(instance_id)
+        if rec is None:
+            raise EngineError(f"instance {instance_id} is not one of vastui's")
+        if rec.killed:
+            raise EngineError(f"instance {instance_id} is already destroyed")
+        if not self.engine.acts.ours(rec.label):
+            raise EngineError(f"instance {instance_id} has no label of this fleet; not destroying")
+        if not await self.engine.acts.kill(rec, policy.Kill(kind, reason)):
+            why = self.engine.acts.last_error or "retrying"
+            raise EngineError(
+                f"destroy of {instance_id} did not go through yet ({why}); it is retried"
+            )
+
+    async def deploy(self, offer_id: int, reason: str) -> int | None:
+        view = await self.engine._fleet_view()
+        full = provision.manual_rent_refusal(view)
+        if full is not None:
+            raise EngineError(full)
+        offer = await self._find_offer(offer_id)
+        if offer is None:
+            raise EngineError(f"offer {offer_id} is not on the market (any more)")
+        return await self.engine.acts.rent(offer, reason)
+
+    async def _find_offer(self, offer_id: int) -> Offer | None:
+        for ranked in self.engine._offers:
+            if ranked.offer.id == offer_id:
+                return ranked.offer
+        result = await self.engine.client.search_offers(
+            f"id={offer_id} rentable=any verified=any",
+            limit=5,
+            allocated_storage=self.engine.config.fleet.disk_gb,
+        )
+        return next((o for o in result.offers if o.id == offer_id), None)
