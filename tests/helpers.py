@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from vastui.sim.workers import free_port
@@ -77,6 +78,41 @@ async def settle(pilot: Any, app: Any, until: Callable[[], Any], tries: int = 40
             return
         await asyncio.sleep(0.02)
     raise AssertionError("condition not reached")
+
+
+def e2e_config(**sections: Any) -> Any:
+    """vastui's defaults for an end-to-end run at 300x: a loaded test machine stretches every
+    step by as much, so the worker's and the engine's deadlines are generous, and so is curio's
+    ProveTimeout (its 30 min are 6 real seconds, which a loaded machine's stall alone can pass;
+    proofs past it are tests/test_policy_cluster.py's). What is tested is the path, not the
+    timing. ``sections``: whole config sections to use instead."""
+    from dataclasses import replace
+
+    from vastui.config import Config
+
+    base = Config()
+    config = replace(
+        base,
+        deadlines=replace(
+            base.deadlines, paramfetch_min=24 * 60.0, benchmark_min=24 * 60.0, setup_min=600.0
+        ),
+        curio=replace(base.curio, prove_timeout="4h"),
+    )
+    return replace(config, **sections)
+
+
+@contextlib.asynccontextmanager
+async def sim_api(cloud: Any, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """An httpx client on a simulated cloud's API, in process (ASGI)."""
+    import httpx
+
+    from vastui.sim import make_app
+
+    transport = httpx.ASGITransport(app=make_app(cloud))
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://vast.sim", headers=headers
+    ) as client:
+        yield client
 
 
 class Controller:

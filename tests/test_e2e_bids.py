@@ -16,7 +16,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from tests.helpers import until_instance
+from tests.helpers import e2e_config, until_instance
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
@@ -31,16 +31,8 @@ def events(sandbox: Path) -> list[dict]:
 
 
 async def test_an_outbid_worker_resumes_without_a_new_benchmark(demo_state: Path) -> None:
-    base = Config()
-    config = replace(
-        base,
-        deadlines=replace(
-            base.deadlines, paramfetch_min=24 * 60.0, benchmark_min=24 * 60.0, setup_min=600.0
-        ),
-        curio=replace(base.curio, prove_timeout="4h"),
-        # waits out the outbid the test makes (simulated time runs 300x)
-        bids=replace(base.bids, mode="auto", keep_outbid_min=24 * 60.0),
-    )
+    # generous deadlines at 300x; the outbid the test makes is waited out
+    config = e2e_config(bids=replace(Config().bids, mode="auto", keep_outbid_min=24 * 60.0))
     opts = Options(config=config, db=demo_state / "fleet.db", demo=True, seed=1, speed=SPEED)
     run = RunOptions(speed=SPEED, seed=1, target_workers=1, machine_fault_rate=0.0)
     async with engine_runtime(opts, run) as rt:

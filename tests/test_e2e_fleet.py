@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import until_instance, world_busy_rate
+from tests.helpers import e2e_config, until_instance, world_busy_rate
 from vastui.backend import Options
-from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
 
 SPEED = 300.0  # simulated seconds per real second
@@ -26,18 +24,7 @@ LONG = 180.0  # an upper bound only
 
 
 async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state: Path) -> None:
-    # Time runs 300x: a loaded test machine stretches every step by as much, so the deadlines
-    # (worker and engine) are generous here; what is tested is the path, not the timing.
-    base = Config()
-    config = replace(
-        base,
-        deadlines=replace(
-            base.deadlines, paramfetch_min=24 * 60.0, benchmark_min=24 * 60.0, setup_min=600.0
-        ),
-        # curio's ProveTimeout too: at 300x its 30 min are 6 real seconds, which a loaded
-        # machine's stall alone can pass (proofs past it are tests/test_policy_cluster.py's)
-        curio=replace(base.curio, prove_timeout="4h"),
-    )
+    config = e2e_config()  # time runs 300x: generous deadlines, the path is tested
     # The market of seed 8: the demo's world is off vastui's priors (vastui.sim.market
     # world_rate_mean), and its market of seed 7 has no 1-GPU offer 20 % above its min_rate.
     opts = Options(config=config, db=demo_state / "fleet.db", demo=True, seed=8, speed=SPEED)

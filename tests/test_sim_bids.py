@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers import sim_api
 from vastui.sim import ManualClock, SimCloud, make_app
 from vastui.sim.bids import SPREAD, BidMarket
 
@@ -42,10 +43,7 @@ def cloud(clock: ManualClock) -> SimCloud:
 
 @pytest.fixture
 async def api(cloud: SimCloud) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=make_app(cloud))
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://vast.sim", headers=AUTH
-    ) as client:
+    async with sim_api(cloud, AUTH) as client:
         yield client
 
 

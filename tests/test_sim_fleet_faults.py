@@ -24,18 +24,17 @@ import httpx
 import pytest
 
 from tests import test_e2e_worker
-from tests.helpers import wait_for
+from tests.helpers import eventually, sim_api, wait_for
 from tests.test_e2e_worker import (
     SHORT,
     Sim,
     events_until,
     no_sleep,
     sandbox_pids,
-    until,
 )
 from tests.test_sim_serve_cloud import AUTH, KEY, start_served, stop_served
 from vastui.backend import client_for_cloud
-from vastui.sim import ManualClock, SimCloud, make_app
+from vastui.sim import ManualClock, SimCloud
 from vastui.sim.fleet import FleetFaultError, familiar
 from vastui.sim.hosting import worker_hosts
 from vastui.ssh import RemoteForward, Worker
@@ -76,10 +75,7 @@ def cloud(clock: ManualClock) -> SimCloud:
 
 @pytest.fixture
 async def api(cloud: SimCloud) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=make_app(cloud))
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://vast.sim", headers=AUTH
-    ) as client:
+    async with sim_api(cloud, AUTH) as client:
         yield client
 
 
@@ -339,7 +335,7 @@ async def test_the_controller_down_is_a_tunnel_down_on_every_worker(tmp_path: Pa
             assert events[-1]["detail"] == "the controller's tunnel is up"
         await asyncio.gather(*(s.host.stop_instance(iid) for iid in list(s.host.sandboxes)))
         for root in s.roots:
-            await until(lambda r=root: not sandbox_pids(r), SHORT, f"{root} processes to exit")
+            await eventually(lambda r=root: not sandbox_pids(r), SHORT, f"{root} processes to exit")
 
 
 # -- the served cloud: the same switches over HTTP -----------------------------------------------

@@ -25,9 +25,9 @@ import asyncssh
 import httpx
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import sim_api, wait_for
 from vastui.backend import client_for_cloud
-from vastui.sim import ManualClock, SimCloud, make_app
+from vastui.sim import ManualClock, SimCloud
 from vastui.sim.hosting import worker_hosts
 from vastui.sim.workers import MARKER
 from vastui.ssh import MemoryPins, Worker, WorkerConnection
@@ -62,10 +62,7 @@ def cloud(clock: ManualClock) -> SimCloud:
 
 @pytest.fixture
 async def api(cloud: SimCloud) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=make_app(cloud))
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://vast.sim", headers=AUTH
-    ) as client:
+    async with sim_api(cloud, AUTH) as client:
         yield client
 
 
