@@ -288,8 +288,13 @@ class Offer:
             cuda if type(cuda) is float and 0.0 <= cuda <= 1000.0 else _quantity(cuda, 1000.0),
             True if verification == "verified" else _verified(verification),
             rentable if type(rentable) is bool else _bool_value(rentable),
-            valid_price(min_bid),
-            _quantity(storage, MAX_DPH),
+            # the usual exact types inline, as for the fields above (bench/offers.py: hot path)
+            min_bid
+            if type(min_bid) is float and MIN_DPH <= min_bid <= MAX_DPH
+            else valid_price(min_bid),
+            storage
+            if type(storage) is float and 0.0 <= storage <= MAX_DPH
+            else _quantity(storage, MAX_DPH),
         )
 
     def to_api(self) -> dict[str, Any]:
