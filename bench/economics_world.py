@@ -117,6 +117,7 @@ class Market:
         # Other bidders on each machine (vastui/sim/bids.py, the simulator's own market),
         # drawn from the run's seed: the same for every policy.
         self.bids = BidMarket(seed, 0.0, bid_pressure)
+        self._floors: dict[int, float] = {}  # offer id -> the host's floor (min_bid, no bidder)
         self.machines: list[Machine] = generate_market(world_seed, hosts=hosts, clock_now=WORLD_T0)
         self.by_id = {m.machine_id: m for m in self.machines}
         self.hidden = {
@@ -144,10 +145,10 @@ class Market:
         day = min(int(now // DAY), len(self._days) - 1)
         return self._days[day]
 
-    @staticmethod
-    def floor(offer: Offer) -> float:
-        """The host's floor for a bid on the offer: its min_bid with nobody else bidding."""
-        return offer.min_bid or 0.0
+    def floor(self, offer: Offer) -> float:
+        """The host's floor for a bid on the offer: its min_bid with nobody else bidding (not
+        the going price a search at some moment put there: with_going_bids)."""
+        return self._floors.get(offer.id, offer.min_bid or 0.0)
 
     def with_going_bids(self, offers: Sequence[Offer], now: float) -> list[Offer]:
         """The offers as a search at ``now`` lists them: min_bid is the going price (the
@@ -158,6 +159,7 @@ class Market:
             if o.min_bid is None:
                 out.append(o)
                 continue
+            self._floors[o.id] = o.min_bid
             going = self.bids.going_price(o.machine_id, o.min_bid, now)
             if o.storage_total_cost is not None and going >= o.dph_total - o.storage_total_cost:
                 continue

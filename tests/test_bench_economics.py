@@ -364,3 +364,23 @@ def test_the_fair_original_ignores_a_failing_machine_and_rents_it_once() -> None
     rents = [w for w in fair.fleet.workers.values() if w.offer.machine_id == mid]
     assert len(rents) == 1 and mid in fair.ignored
     assert rents[0].rec.kill_kind == "bench_below_min"  # 0 proofs/h posted, destroyed at once
+
+
+def test_a_bid_worker_keeps_the_hosts_floor_not_the_going_price_it_was_rented_at():
+    # The bench's outbid check is floor x the highest other bid at t (vastui/sim/bids.py); a
+    # floor taken from a search's going price would count the bidders present at the rent twice.
+    market = Market(
+        world_seed=7, seed=7, hosts=40, scenario=Scenario("demo", 1.0, 0.0), config=config(),
+        days=1, bid_pressure=8.0,
+    )  # fmt: skip
+    listed = list(market.listed(0.0))
+    for t in (h * 3600.0 for h in range(0, 48)):
+        seen = {o.id: o for o in market.with_going_bids(listed, t)}
+        raised = [o for o in listed if o.id in seen and seen[o.id].min_bid != o.min_bid]
+        if raised:
+            break
+    assert raised, "no other bidder in 48 h at pressure 8"
+    for original in raised:
+        going = seen[original.id]
+        assert going.min_bid > original.min_bid
+        assert market.floor(going) == original.min_bid
