@@ -206,23 +206,24 @@ def world_rate(cuzk_log: str, skip: int = 1) -> float:
     return slope * 3_600_000  # per ms → per hour
 
 
-def world_busy_rate(cuzk_log: str, skip: int) -> float:
-    """What the simulated daemon did while it had work, as the engine measures production (over
-    busy time, production.measure): finishes after the first ``skip`` proofs, from the first to
-    the last, over the time between them that some proof was in flight (its first SYNTH_START
-    to its last GPU_END). A daemon that curio left idle on a loaded machine is not slower."""
+def world_busy_rate(cuzk_log: str, skip: int, between: tuple[float, float]) -> float:
+    """What the simulated daemon did while it had work, counted as the engine counts production
+    (production.measure) over the same stretch of the daemon's own clock (``between``: uptime
+    seconds, the engine's first busy reading and its last): proofs after the first ``skip`` that
+    finished in it, over the time in it that some proof was in flight (its first SYNTH_START to
+    its last GPU_END). A daemon that curio left idle on a loaded machine is not slower."""
     starts, ends = _timeline(cuzk_log)
+    lo, hi = (round(x * 1000) for x in between)
     jobs = [j for j in sorted(starts, key=starts.__getitem__)[skip:] if j in ends]
-    assert len(jobs) >= 3, f"only {len(jobs)} finishes after the first {skip}"
-    finishes = sorted(ends[j] for j in jobs)
-    lo, hi = finishes[0], finishes[-1]
+    done = sum(1 for j in jobs if lo < ends[j] <= hi)
+    assert done >= 3, f"only {done} finishes after the first {skip} in {between}"
     busy, reach = 0, lo
     for a, b in sorted((max(starts[j], lo), min(ends[j], hi)) for j in jobs):
         if b <= reach:
             continue
         busy += b - max(a, reach)
         reach = b
-    return (len(finishes) - 1) * 3_600_000 / busy
+    return done * 3_600_000 / busy
 
 
 def _timeline(cuzk_log: str) -> tuple[dict[str, int], dict[str, int]]:

@@ -120,6 +120,41 @@ def test_measure_counts_only_busy_time_after_the_pipeline_filled() -> None:
     assert early.rate is None and early.completed == 3
 
 
+@pytest.mark.parametrize(
+    ("case", "second", "latency", "busy_s"),
+    [
+        # the second read took 500 s (a stalled host): the daemon counted over 600 s, not 1100
+        ("late arrival", (1200.0, 700.0), 500.0, 600.0),
+        ("the arrivals agree", (900.0, 900.0), 0.0, 800.0),
+        # a clock that ran further than the reads allow: arrival times
+        ("a clock that lies", (900.0, 5000.0), 10.0, 800.0),
+        ("a clock that stands", (900.0, 100.0), 10.0, 800.0),
+        ("no clock", (900.0, None), 300.0, 800.0),
+    ],
+)
+def test_busy_time_is_the_daemons_own_clock_within_the_reads_latency(
+    case: str, second: tuple[float, float | None], latency: float, busy_s: float
+) -> None:
+    state = ProdState()
+    t2, up2 = second
+    points = [(0.0, 0, 0.0, 0.0), (100.0, 1, 100.0, 0.0), (t2, 11, up2, latency)]
+    for t, done, up, lat in points:
+        reading = replace(Reading.parse(raw(done, uptime=up)), latency=lat)
+        state = production.fold(state, reading, t, WINDOW, (None, 0, 0))
+    m = production.measure(state, t2, WINDOW)
+    assert m.busy_s == busy_s, case
+    assert m.rate == pytest.approx(10 * 3600 / busy_s)
+
+
+def test_a_restart_between_reads_is_timed_by_the_arrivals() -> None:
+    state = ProdState()
+    points = [(0.0, 1, 0, 500.0), (100.0, 1, 1, 600.0), (700.0, 2, 6, 550.0)]
+    for t, pid, done, up in points:
+        reading = replace(Reading.parse(raw(done, pid=pid, uptime=up)), latency=50.0)
+        state = production.fold(state, reading, t, WINDOW, (None, 0, 0))
+    assert production.measure(state, 700.0, WINDOW).busy_s == 600.0
+
+
 def test_samples_are_bounded() -> None:
     state = feed([(float(t), raw(t)) for t in range(0, 20000, 5)])
     assert len(state.samples) <= production.MAX_SAMPLES

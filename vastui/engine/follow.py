@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -120,9 +121,12 @@ class Followers:
         try:
             while True:
                 unreachable = False
+                sent = self.clock()
                 try:
                     raw = await worker.cuzk_counters()
-                    reading: production.Reading | None = production.Reading.parse(raw)
+                    reading: production.Reading | None = replace(
+                        production.Reading.parse(raw), latency=self.clock() - sent
+                    )
                 except SshUnreachable as exc:
                     # No connection at all: says nothing of the daemon (engine decides whose).
                     log.info("instance %s: unreachable over SSH: %s", vast_id, exc)

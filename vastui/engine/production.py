@@ -47,6 +47,9 @@ class Reading:
     error_tail: tuple[str, ...] = ()  # the daemon's error lines and how it died, once it has
     curio_timeouts: int | None = None  # curio's Prove calls past ProveTimeout, since proving
     curio_info: dict[str, Any] | None = None  # the node as the cluster knows it
+    # the engine's own: how long the read took (engine clock), which bounds how far the daemon's
+    # clock may be trusted over the arrival times (``measure``)
+    latency: float = 0.0
 
     @property
     def exit_reason(self) -> str:
@@ -106,7 +109,8 @@ class ProdState:
     silent_since: float | None = None  # the first failed read since the last good one
     # the first read since the last good one that found no SSH connection at all
     unreachable_since: float | None = None
-    samples: list[list[float]] = field(default_factory=list)  # [t, completed, failed, busy]
+    # [t, completed, failed, busy, curio timeouts, daemon uptime (-1: none), read latency]
+    samples: list[list[float]] = field(default_factory=list)
 
     @property
     def completed(self) -> int:
@@ -181,7 +185,11 @@ def fold(
     s.primed = s.primed or s.completed > 0
     busy = reading.busy and s.primed
     timeouts = float(reading.curio_timeouts or 0)
-    s.samples.append([now, float(s.completed), float(s.failed), 1.0 if busy else 0.0, timeouts])
+    uptime = -1.0 if reading.uptime is None else reading.uptime
+    s.samples.append(
+        [now, float(s.completed), float(s.failed), 1.0 if busy else 0.0, timeouts, uptime,
+         max(0.0, reading.latency)]
+    )  # fmt: skip
     keep_from = now - 2 * window_s
     s.samples = [x for x in s.samples if x[0] >= keep_from][-MAX_SAMPLES:]
     return s
@@ -232,7 +240,7 @@ def measure(state: ProdState, now: float, window_s: float) -> Measure:
     # samples of older releases have no timeouts; a restarted curio starts its count again
     for a, b in itertools.pairwise(points):
         if a[3]:
-            busy += b[0] - a[0]
+            busy += _elapsed(a, b)
             done += b[1] - a[1]
         ta, tb = (a[4] if len(a) > 4 else 0.0), (b[4] if len(b) > 4 else 0.0)
         overdue += int(tb - ta) if tb >= ta else int(tb)
@@ -240,6 +248,21 @@ def measure(state: ProdState, now: float, window_s: float) -> Measure:
     completed = int(points[-1][1] - points[0][1]) if len(points) >= 2 else 0
     rate = done * 3600.0 / busy if busy >= min(MIN_BUSY_S, 0.9 * window_s) else None
     return Measure(rate, busy, failed, completed, overdue)
+
+
+def _elapsed(a: list[float], b: list[float]) -> float:
+    """The time between two readings. The daemon dates its counters itself (``uptime_secs`` in
+    the same /status answer, cuzk-core/src/status.rs:467): between two readings of one daemon
+    that is the time the proofs were counted over, where the arrival times also carry each
+    read's latency (an SSH round trip, a cuzk-bench process; seconds on a loaded host). It is
+    trusted only within what the latencies allow (a restart, a clock that lies or runs at
+    another rate falls back to the arrival times); 1 s is gRPC's whole-second uptime."""
+    dt = b[0] - a[0]
+    if len(a) > 6 and len(b) > 6 and a[5] >= 0 and b[5] >= 0:
+        dd = b[5] - a[5]
+        if dt - b[6] - 1.0 <= dd <= dt + a[6] + 1.0 and dd > 0:
+            return dd
+    return dt
 
 
 def verdict(
