@@ -593,9 +593,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    with contextlib.suppress(AttributeError, ValueError):
+    reconfigure = getattr(sys.stdout, "reconfigure", None)  # not on a test's capture
+    with contextlib.suppress(ValueError):
         # Remote text that cannot be encoded must not turn a listing into a traceback.
-        sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         db = getattr(args, "db", None)
         if db is not None and not Path(db).parent.is_dir():
@@ -618,7 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             result = asyncio.run(result)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
-        return int(result or 0)
+        return result if isinstance(result, int) else 0
     except BrokenPipeError as exc:  # an OSError: caught before the one-line error below
         if _stdout_reader_gone():
             return _reader_left()

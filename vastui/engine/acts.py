@@ -438,13 +438,13 @@ class Acts:
                         detail=dict(detail) if detail is not None else None, now=now,
                     )  # fmt: skip
                 case Production(state, measured, rate, checked_at, curio_info):
-                    fields: dict[str, Any] = {"prod_state": state.to_json()}
+                    prod: dict[str, Any] = {"prod_state": state.to_json()}
                     if measured:
-                        fields.update(
+                        prod.update(
                             prod_completed=state.completed, prod_failed=state.failed,
                             prod_rate=rate, prod_checked_at=checked_at, curio_info=curio_info,
                         )  # fmt: skip
-                    rec = await self.store.update_instance(rec.vast_id, **fields)
+                    rec = await self.store.update_instance(rec.vast_id, **prod)
                 case RecordRate(rate):
                     await self.record_rate(rec, rate, now)
                 case Strike(kind, reason):

@@ -34,6 +34,9 @@ class _SafeText(logging.Filter):
         return True
 
 
+_INSTALLED: list[logging.Handler] = []  # this module's handlers: a second setup replaces them
+
+
 def _api_key() -> str:
     try:
         return load_api_key()[0] or ""
@@ -48,15 +51,16 @@ def setup_logging(path: Path, level: int = logging.INFO) -> ClockFormatter:
     fmt = ClockFormatter()
     root = logging.getLogger()
     root.setLevel(level)
-    for old in [h for h in root.handlers if getattr(h, "vastui", False)]:
+    for old in [h for h in root.handlers if h in _INSTALLED]:
         root.removeHandler(old)
         old.close()
+    _INSTALLED.clear()
     secrets = SecretFilter([_api_key()])  # in any message, from any library: never the key
     for handler in (logging.StreamHandler(sys.stderr), PrivateFileHandler(path)):
         handler.setFormatter(fmt)
         handler.addFilter(secrets)
         handler.addFilter(_SafeText())
-        handler.vastui = True  # type: ignore[attr-defined]
+        _INSTALLED.append(handler)
         root.addHandler(handler)
     # The HTTP libraries log every request at INFO; keep the engine's log about the fleet.
     for noisy in ("httpx", "httpcore", "asyncssh", "uvicorn"):

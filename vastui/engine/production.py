@@ -59,9 +59,9 @@ class Reading:
 
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> Reading:
-        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
-        grpc = raw.get("grpc") if isinstance(raw.get("grpc"), dict) else {}
-        counters = status.get("counters") if isinstance(status.get("counters"), dict) else {}
+        status = _obj(raw.get("status"))
+        grpc = _obj(raw.get("grpc"))
+        counters = _obj(status.get("counters"))
         done = [parse_count(counters.get("total_completed")), parse_count(grpc.get("completed"))]
         fail = [parse_count(counters.get("total_failed")), parse_count(grpc.get("failed"))]
         uptimes = [
@@ -74,8 +74,9 @@ class Reading:
         if isinstance(workers, list):
             busy = busy or any(isinstance(w, dict) and w.get("state") == "proving" for w in workers)
         signal = raw.get("signal")
-        tail = raw.get("error_tail") if isinstance(raw.get("error_tail"), list) else []
-        curio = raw.get("curio") if isinstance(raw.get("curio"), dict) else {}
+        tail = raw.get("error_tail")
+        tail = tail if isinstance(tail, list) else []
+        curio = _obj(raw.get("curio"))
         return cls(
             pid=parse_count(raw.get("daemon_pid")),
             alive=raw.get("alive") is True,
@@ -333,16 +334,22 @@ def verdict(
             strike=True,
             detail={"overdue": m.overdue, "completed": m.completed},
         )
-    judged = min_rate is not None and m.rate is not None and m.busy_s >= 0.9 * window
-    if judged and m.rate < min_rate:  # type: ignore[operator]
+    rate = m.rate
+    judged = min_rate is not None and rate is not None and m.busy_s >= 0.9 * window
+    if judged and rate is not None and min_rate is not None and rate < min_rate:
         return Kill(
             "prove_below_min",
-            f"measured {m.rate:.1f} < {min_rate:.1f} proofs/h over {p.window_min:g} min of proving",
+            f"measured {rate:.1f} < {min_rate:.1f} proofs/h over {p.window_min:g} min of proving",
             "proving",
             strike=True,
-            detail={"rate": round(m.rate, 3)},
+            detail={"rate": round(rate, 3)},
         )
     return None
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A JSON object from the worker, or an empty one for anything else."""
+    return value if isinstance(value, dict) else {}
 
 
 def _count_float(value: Any) -> float | None:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -14,9 +14,10 @@ from vastui.sim.cloud import ApiError, SimCloud
 from vastui.sim.faults import FaultResponse
 from vastui.sim.fleet import FleetFaultError
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+# httpx's and uvicorn's ASGI types: mappings, not dicts
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _LOG_RE = re.compile(r"^/_sim/logs/([0-9A-Za-z_-]+)\.log$")
 _FLEET_RE = re.compile(r"^/_sim/faults(?:/([0-9A-Za-z_-]+))?$")

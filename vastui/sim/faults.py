@@ -158,10 +158,10 @@ class Faults:
                 return kind
         if self.profile == "none":
             return None
-        kind = self._random_kind(endpoint)
-        if kind is not None:
-            self.injected.append((endpoint, kind))
-        return kind
+        drawn = self._random_kind(endpoint)
+        if drawn is not None:
+            self.injected.append((endpoint, drawn))
+        return drawn
 
     def _random_kind(self, endpoint: str) -> str | None:
         r = self.rng.random()

@@ -249,7 +249,7 @@ def search_offers(query: Any, offers: Iterable[dict[str, Any]]) -> list[dict[str
     for key, conds in query.items():
         if key in SPECIAL_KEYS:
             continue
-        field = ALIASES.get(key, key)
+        field = ALIASES.get(key) or str(key)  # JSON keys are strings
         if not isinstance(conds, dict):
             # Scalar top-level extras (e.g. has_avx sent bare) are ignored, like unknown keys.
             continue

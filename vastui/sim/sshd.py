@@ -203,8 +203,8 @@ class SandboxSshd:
             asyncio.create_task(_pump_out(proc.stderr, process.stderr)),
         ]
         feeder = asyncio.create_task(_pump_in(process.stdin, proc.stdin))
-        finished = asyncio.gather(proc.wait(), *pumps)
-        closed = asyncio.ensure_future(process.channel.wait_closed())
+        finished: asyncio.Future[Any] = asyncio.gather(proc.wait(), *pumps)
+        closed: asyncio.Future[Any] = asyncio.ensure_future(process.channel.wait_closed())
         try:
             await asyncio.wait({finished, closed}, return_when=asyncio.FIRST_COMPLETED)
             if not finished.done() or finished.exception() is not None:

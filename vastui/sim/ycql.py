@@ -231,7 +231,7 @@ class _Body:
     def short(self) -> int:
         return int(struct.unpack(">H", self.take(2))[0])
 
-    def int(self) -> int:
+    def int32(self) -> int:
         return int(struct.unpack(">i", self.take(4))[0])
 
     def byte(self) -> int:
@@ -241,7 +241,7 @@ class _Body:
         return self.take(self.short()).decode("utf-8", "replace")
 
     def long_string(self) -> str:
-        return self.take(self.int()).decode("utf-8", "replace")
+        return self.take(self.int32()).decode("utf-8", "replace")
 
     def short_bytes(self) -> bytes:
         return self.take(self.short())
@@ -519,12 +519,12 @@ class FakeYcql:
             statement_id = body.short_bytes()
             body.short()  # consistency
             flags = body.byte()
-            query = self._prepared.get(statement_id)
-            if query is None:
+            prepared = self._prepared.get(statement_id)
+            if prepared is None:
                 return ERROR, _error(ERR_UNPREPARED, "Unprepared query") + _short(
                     len(statement_id)
                 ) + statement_id
-            return self._run(conn, query, no_metadata=bool(flags & 0x02))
+            return self._run(conn, prepared, no_metadata=bool(flags & 0x02))
         if opcode == BATCH:
             return RESULT, _int(VOID)
         return ERROR, _error(ERR_PROTOCOL, "Unknown opcode")

@@ -20,7 +20,7 @@ import json
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -346,7 +346,10 @@ class WorkerConnection:
     def _load_client_key(self) -> asyncssh.SSHKey:
         if self._client_key is None:
             try:
-                self._client_key = asyncssh.read_private_key(self._client_key_src)
+                src = self._client_key_src
+                self._client_key = (
+                    src if isinstance(src, asyncssh.SSHKey) else asyncssh.read_private_key(src)
+                )
             except (OSError, asyncssh.KeyImportError, ValueError) as e:
                 # Only the path and the error class: never the key text.
                 raise SshAuthFailed(
@@ -611,7 +614,7 @@ class WorkerConnection:
 
     async def iter_text_lines(
         self, command: str, *, max_line_bytes: int = TEXT_LINE_BYTES
-    ) -> AsyncIterator[tuple[str, bool]]:
+    ) -> AsyncGenerator[tuple[str, bool], None]:
         """Stream ``command``'s stdout as ``(text, cut)`` lines: decoded, **not sanitised**.
 
         For parsers (JSON) only; display text goes through :meth:`follow`. ``cut`` marks a line
@@ -631,7 +634,7 @@ class WorkerConnection:
 
     async def follow_batches(
         self, command: str, *, keep: int | None = None
-    ) -> AsyncIterator[LogBatch]:
+    ) -> AsyncGenerator[LogBatch, None]:
         """Stream ``command``'s stdout as lists of sanitised lines: what each read brought.
 
         The lines of :meth:`follow`, with the same ending and errors; a log firehose then costs
@@ -649,7 +652,7 @@ class WorkerConnection:
             async for batch in lines:
                 yield batch
 
-    async def follow(self, command: str) -> AsyncIterator[str]:
+    async def follow(self, command: str) -> AsyncGenerator[str, None]:
         """Stream ``command``'s stdout as sanitised lines, as they arrive.
 
         Use ``async with contextlib.aclosing(conn.follow(cmd)) as lines`` so that leaving the
@@ -660,7 +663,7 @@ class WorkerConnection:
                 for line in batch:
                     yield line
 
-    async def _stdout_chunks(self, command: str) -> AsyncIterator[bytes]:
+    async def _stdout_chunks(self, command: str) -> AsyncGenerator[bytes, None]:
         """``command``'s stdout as it is read. Ends when the command exits 0; raises
         :class:`WorkerCommandFailed` on another status, :class:`SshConnectionLost` if the
         connection drops. Closing the iterator closes the channel."""

@@ -498,9 +498,10 @@ class CqlPinProxy:
         peer = cwriter.get_extra_info("peername")
         uwriter: asyncio.StreamWriter | None = None
         self._writers.add(cwriter)
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]
         try:
             try:
-                ureader, uwriter = await asyncio.wait_for(
+                upstream = await asyncio.wait_for(
                     asyncio.open_connection(self.upstream_host, self.upstream_port),
                     UPSTREAM_CONNECT_TIMEOUT,
                 )
@@ -514,6 +515,7 @@ class CqlPinProxy:
                     exc,
                 )
                 return
+            ureader, uwriter = upstream
             self._writers.add(uwriter)
             await _Link(self, creader, cwriter, ureader, uwriter).run()
         except asyncio.CancelledError:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from vastui.sanitize import MAX_LINE, sanitize_line
@@ -143,7 +143,7 @@ class _ReadAhead:
     only, in chunks, so skipping costs per chunk, not per line; the line in progress waits
     here (its first ``max_line_bytes`` + 1: enough for the consumer to cut it as too long)."""
 
-    def __init__(self, source: AsyncIterator[bytes], keep: int, max_line_bytes: int) -> None:
+    def __init__(self, source: AsyncGenerator[bytes, None], keep: int, max_line_bytes: int) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
         self._source = source
@@ -246,7 +246,7 @@ class _ReadAhead:
             await self._task
 
 
-async def display_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[LogBatch]:
+async def display_batches(chunks: AsyncGenerator[bytes, None]) -> AsyncGenerator[LogBatch, None]:
     """Display lines of a byte stream, a batch per chunk that ends a line or more."""
     splitter = _DisplaySplitter(_DISPLAY_LINE_BYTES)
     async with contextlib.aclosing(chunks) as source:
@@ -259,7 +259,9 @@ async def display_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[LogBatc
         yield LogBatch([last])
 
 
-async def display_batches_ahead(chunks: AsyncIterator[bytes], keep: int) -> AsyncIterator[LogBatch]:
+async def display_batches_ahead(
+    chunks: AsyncGenerator[bytes, None], keep: int
+) -> AsyncGenerator[LogBatch, None]:
     """Display lines of a byte stream read ahead (:class:`_ReadAhead`): each batch what came
     since the last, its newest ``keep`` lines at most (``skipped`` counts the others)."""
     reader = _ReadAhead(chunks, keep, _DISPLAY_LINE_BYTES)

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from vastui.sanitize import sanitize_line
@@ -81,12 +81,14 @@ class Worker:
         """The daemon's pid, liveness, /status and gRPC proof counters (see the worker README)."""
         return await self._json_object("cuzk-counters")
 
-    async def events(self, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, after: int = 0) -> AsyncGenerator[dict[str, Any], None]:
         """The events alone; see :meth:`positioned_events`."""
         async for _position, event in self.positioned_events(after):
             yield event
 
-    async def positioned_events(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    async def positioned_events(
+        self, after: int = 0
+    ) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
         """Follow the worker's event log from line ``after``, across reconnects.
 
         Each line is one JSON object; other lines are skipped with a warning (they still count
@@ -155,7 +157,7 @@ class Worker:
 
     async def log_batches(
         self, source: str, follow: bool = True, tail: int = 200, *, keep: int | None = None
-    ) -> AsyncIterator[LogBatch]:
+    ) -> AsyncGenerator[LogBatch, None]:
         """Sanitised lines of one worker log, a list per read (a console appends each list at
         once); with ``follow`` it runs until closed. ``keep``: read ahead, and a batch holds at
         most the newest ``keep`` lines of what came since the last (``batch.skipped`` counts
@@ -172,7 +174,9 @@ class Worker:
             async for batch in batches:
                 yield batch
 
-    async def logs(self, source: str, follow: bool = True, tail: int = 200) -> AsyncIterator[str]:
+    async def logs(
+        self, source: str, follow: bool = True, tail: int = 200
+    ) -> AsyncGenerator[str, None]:
         """Sanitised lines of one worker log; with ``follow`` it runs until closed."""
         async with contextlib.aclosing(self.log_batches(source, follow, tail)) as batches:
             async for batch in batches:

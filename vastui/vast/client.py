@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from vastui.numbers import parse_int, parse_number
 from vastui.redact import SecretFilter, redact
 from vastui.vast.errors import (
     CreateAnswerInvalid,
@@ -49,9 +50,7 @@ from vastui.vast.models import (
     User,
     describe,
     key_material,
-    parse_int,
     parse_json,
-    parse_number,
     valid_id,
 )
 from vastui.vast.query import build_search_body
@@ -595,6 +594,7 @@ class VastClient:
 
     async def list_instances(self) -> list[Instance]:
         """All instances of the account: v1 pages, falling back to the legacy v0 list."""
+        raw: Any
         try:
             raw = await self._list_v1()
         except VastNotFound:
