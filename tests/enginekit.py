@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from tests.helpers import deploy
 from vastui.backend import client_for_cloud
 from vastui.config import Config
 from vastui.engine.engine import Engine, EngineSettings
@@ -66,7 +67,7 @@ async def rent_one(world: World, store: Store) -> tuple[Engine, int]:
     engine = await world.engine(store)
     offers = await engine.refresh_offers(force=True)
     viable = next(r for r in offers if r.viable)
-    iid = await engine.deploy(viable.offer.id)
+    iid = await deploy(engine, viable.offer.id)
     assert iid is not None
     await world.until_running(engine)
     return engine, iid
@@ -81,7 +82,7 @@ async def rent_distinct(world: World, engine: Engine, n: int) -> list[int]:
             break
         if ranked.offer.machine_id in used:
             continue
-        iid = await engine.deploy(ranked.offer.id)
+        iid = await deploy(engine, ranked.offer.id)
         assert iid is not None
         ids.append(iid)
         used.add(ranked.offer.machine_id)

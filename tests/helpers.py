@@ -80,6 +80,38 @@ async def settle(pilot: Any, app: Any, until: Callable[[], Any], tries: int = 40
     raise AssertionError("condition not reached")
 
 
+async def operate(engine: Any, kind: str, **args: Any) -> Any:
+    """An operator's command as the console and the CLI send it: into the store's command
+    table, carried out by the engine's command step (``Engine.run_commands``, which every step
+    starts with). A running loop may claim it first: it finishes it under the lock the call
+    here waits for, so the command is answered when this returns."""
+    cid = await engine.store.submit_command(kind, args, source="test")
+    await engine.run_commands()
+    cmd = await engine.store.get_command(cid)
+    assert cmd is not None and cmd.status in ("done", "failed"), cmd
+    return cmd
+
+
+async def deploy(engine: Any, offer_id: int) -> int | None:
+    """Rent ``offer_id`` by the operator's command; the engine's refusal raises EngineError."""
+    from vastui.engine.acts import EngineError
+
+    cmd = await operate(engine, "deploy", offer_id=offer_id)
+    if cmd.status == "failed":
+        raise EngineError(cmd.result)
+    found = re.fullmatch(r"rented instance (\d+)", cmd.result or "")
+    return int(found.group(1)) if found else None
+
+
+async def destroy(engine: Any, instance_id: int, reason: str = "manually destroyed") -> None:
+    """Destroy ``instance_id`` by the operator's command; a refusal raises EngineError."""
+    from vastui.engine.acts import EngineError
+
+    cmd = await operate(engine, "destroy", instance_id=instance_id, reason=reason)
+    if cmd.status == "failed":
+        raise EngineError(cmd.result)
+
+
 def e2e_config(**sections: Any) -> Any:
     """vastui's defaults for an end-to-end run at 300x: a loaded test machine stretches every
     step by as much, so the worker's and the engine's deadlines are generous, and so is curio's

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import e2e_config, until_instance, world_busy_rate
+from tests.helpers import deploy, e2e_config, until_instance, world_busy_rate
 from vastui.backend import Options
 from vastui.engine.production import ProdState
 from vastui.engine.runtime import RunOptions, engine_runtime
@@ -47,7 +47,7 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
         # benchmark's).
         rt.demo.fault_overrides[offer.machine_id] = {"fault": "cuda_abort", "fault_after": 50}
         engine.settings.worker_env["BENCH_TIMEOUT"] = str(24 * 3600)
-        iid = await engine.deploy(offer.id)
+        iid = await deploy(engine, offer.id)
         assert iid is not None
         stop = asyncio.Event()
         runner = asyncio.create_task(engine.run(stop))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.enginekit import PUBKEY, World, rent_one, result
+from tests.helpers import deploy, destroy
 from vastui.engine import policy
 from vastui.engine.commands import COMMAND_TTL
 from vastui.engine.engine import EngineError
@@ -52,7 +53,7 @@ async def test_never_rents_bad_or_too_slow_machines(world: World, store: Store):
     best = next(r for r in offers if r.viable)
     await store.add_bad(best.offer.machine_id, "test ban")
     with pytest.raises(EngineError, match=f"machine {best.offer.machine_id} is on the bad list"):
-        await engine.deploy(best.offer.id)
+        await deploy(engine, best.offer.id)
     # A machine known to be slow for its price is not rented automatically.
     slow = next(r for r in offers if r.viable and r.offer.machine_id != best.offer.machine_id)
     await store.record_rate(slow.offer.machine_id, slow.offer.gpu_name,
@@ -69,9 +70,9 @@ async def test_never_rents_bad_or_too_slow_machines(world: World, store: Store):
 async def test_no_double_rent_of_one_offer(world: World, store: Store):
     engine = await world.engine(store)
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    iid = await engine.deploy(offer.id)
+    iid = await deploy(engine, offer.id)
     with pytest.raises(EngineError, match=f"already has live instance {iid}"):
-        await engine.deploy(offer.id)
+        await deploy(engine, offer.id)
     assert len(world.cloud.instances) == 1
     await engine.close()
 
@@ -82,7 +83,7 @@ async def test_a_rent_in_flight_blocks_its_offer_and_its_machine(world: World, s
     intent = await store.create_intent("rent", "auto", label="vastui-main-0123456789ab",
                                        offer_id=offer.id, machine_id=offer.machine_id)  # fmt: skip
     with pytest.raises(EngineError, match=f"in flight \\(intent {intent.id}\\); not renting twice"):
-        await engine.deploy(offer.id)
+        await deploy(engine, offer.id)
     assert world.cloud.instances == {}
     await engine.close()
 
@@ -111,8 +112,8 @@ def _only_machine(world: World, machine_id: int, target: int) -> None:
 async def test_a_machine_that_proved_well_is_rented_again_by_hand_and_automatically(world, store):
     engine, rec = await _proved_well(world, store)
     # Destroyed for a reason that is not the machine's: the same offer may be rented again.
-    await engine.destroy(rec.vast_id, "operator needed the budget")
-    again = await engine.deploy(rec.offer_id)
+    await destroy(engine, rec.vast_id, "operator needed the budget")
+    again = await deploy(engine, rec.offer_id)
     assert again is not None and again != rec.vast_id
     assert (await store.get_instance(again)).machine_id == rec.machine_id
     # Ended outside vastui (vanished): the next step rents the machine back on its own.
@@ -146,7 +147,7 @@ async def test_a_banned_machine_is_not_rented_again(world, store):
     assert (await store.get_instance(rec.vast_id)).killed
     assert rec.machine_id in await store.bad_machine_ids(now=world.clock.now())
     with pytest.raises(EngineError, match=f"machine {rec.machine_id} is on the bad list"):
-        await engine.deploy(rec.offer_id)
+        await deploy(engine, rec.offer_id)
     _only_machine(world, rec.machine_id, target=1)
     auto = await world.engine(store)
     await auto.step()
@@ -283,7 +284,7 @@ async def test_lost_create_answer_yields_one_instance_and_one_record(world, stor
     engine = await world.engine(store)
     engine.client.timeout = 0.3
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    iid = await engine.deploy(offer.id)
+    iid = await deploy(engine, offer.id)
     await engine.step()
     await engine.step()
     assert list(world.cloud.instances) == [iid]
@@ -560,7 +561,7 @@ async def test_no_first_report_deadline(world, store):
 async def test_stuck_image_load_is_destroyed_and_banned(world, store):
     engine = await world.engine(store)
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    iid = await engine.deploy(offer.id)
+    iid = await deploy(engine, offer.id)
     world.cloud.force_status(iid, "loading")
     world.clock.advance(31 * 60)
     await engine.step()
@@ -620,7 +621,7 @@ async def test_never_destroys_an_instance_without_vastui_label(world, store):
     assert theirs.instance_id in world.cloud.instances
     assert await store.get_instance(theirs.instance_id) is None, "not adopted either"
     with pytest.raises(EngineError, match=f"instance {theirs.instance_id} is not one of vastui's"):
-        await engine.destroy(theirs.instance_id)
+        await destroy(engine, theirs.instance_id)
     assert await store.list_events(kind="destroy") == []
     await engine.close()
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from tests.enginekit import World, rent_one, result
+from tests.helpers import deploy
 from vastui.config import Config
 from vastui.engine import policy, provision
 from vastui.engine.engine import EngineError
@@ -96,7 +97,7 @@ async def _fleet_of(world: World, store: Store, n: int) -> list[int]:
     offers = [r for r in await engine.refresh_offers(force=True) if r.viable]
     ids = []
     for ranked in offers[:n]:
-        iid = await engine.deploy(ranked.offer.id)
+        iid = await deploy(engine, ranked.offer.id)
         assert iid is not None
         ids.append(iid)
     await world.until_running(engine)
@@ -136,7 +137,7 @@ async def test_a_manual_rent_at_a_positive_target_is_refused(world: World, store
     engine = await world.engine(store)
     offers = [r for r in await engine.refresh_offers(force=True) if r.viable]
     with pytest.raises(EngineError, match="at target: 1/1 workers"):
-        await engine.deploy(offers[-1].offer.id)
+        await deploy(engine, offers[-1].offer.id)
     assert len(world.cloud.instances) == 1
     await engine.close()
 
@@ -163,7 +164,7 @@ async def test_a_rent_intent_never_sent_frees_its_slot_at_once(world: World, sto
     await engine.step()
     (after,) = [i for i in await store.list_intents() if i.id == intent.id]
     assert after.status == "failed" and after.note == "never sent: the engine stopped first"
-    await engine.deploy(offer.id)  # the machine is free again
+    await deploy(engine, offer.id)  # the machine is free again
     await engine.close()
 
 
@@ -175,7 +176,7 @@ async def test_a_sent_rent_intent_still_waits_for_its_label(world: World, store:
     (after,) = [i for i in await store.list_intents() if i.id == intent.id]
     assert after.status == "pending" and after.sent
     with pytest.raises(EngineError, match="in flight"):
-        await engine.deploy(offer.id)
+        await deploy(engine, offer.id)
     await engine.close()
 
 
@@ -191,7 +192,7 @@ async def test_a_sent_rent_vast_never_lists_frees_its_slot(world: World, store: 
         statuses.append(after.status)
     assert statuses == ["pending", "pending", "failed", "failed"]
     assert after.note == "no instance with its label in 3 instance lists"
-    assert await engine.deploy(offer.id) is not None  # the machine is free again
+    assert await deploy(engine, offer.id) is not None  # the machine is free again
     await engine.close()
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.enginekit import World, rent_distinct, rent_one, result
+from tests.helpers import deploy
 from vastui.config import Config
 from vastui.engine import production
 from vastui.engine.policy import failure_kill
@@ -349,7 +350,7 @@ async def rent_again(world: World, store, engine, machine_id: int):
     offers = await engine.refresh_offers(force=True)
     same = [r for r in offers if r.offer.machine_id == machine_id and r.offer.id not in used]
     assert same, "the seeded market has a second slice of this machine"
-    iid = await engine.deploy(same[0].offer.id)
+    iid = await deploy(engine, same[0].offer.id)
     assert iid is not None
     await world.until_running(engine)
     await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})

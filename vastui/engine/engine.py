@@ -209,8 +209,7 @@ class Engine:
         self._cycle_error = None
         try:
             await self.store.check_health()  # deleted or replaced under us: stop, not limp
-            async with self._lock:
-                await self.commands.run_pending()
+            await self.run_commands()
             # Vast's list (paced pages: seconds for a big fleet) is read without the lock, so
             # worker events are decided meanwhile; the reconcile then reads the store afresh.
             await self.acts.load_identity()
@@ -251,13 +250,11 @@ class Engine:
 
     # -- commands (console, CLI) ----------------------------------------------------------
 
-    async def deploy(self, offer_id: int, reason: str = "manual deploy") -> int | None:
+    async def run_commands(self) -> None:
+        """The operator's commands waiting in the store, carried out under the lock: the
+        console's and the CLI's only way in (each step starts with it)."""
         async with self._lock:
-            return await self.commands.deploy(offer_id, reason)
-
-    async def destroy(self, instance_id: int, reason: str = "manually destroyed") -> None:
-        async with self._lock:
-            await self.commands.destroy(instance_id, "manual", reason)
+            await self.commands.run_pending()
 
     # -- observe ------------------------------------------------------------------------
 
