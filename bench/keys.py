@@ -23,6 +23,8 @@ The two apps take turns in blocks (the one not measured is stopped with SIGSTOP,
 console's log stream does not load the machine while the minimal app is measured); ratios are
 of medians within this run. The detection itself (this process parsing each frame) costs about
 1 ms per full-screen frame; both apps pay it alike.
+
+One file: the pty driver, the terminal's answers and the timing are one measurement.
 """
 
 from __future__ import annotations

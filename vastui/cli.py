@@ -2,6 +2,9 @@
 
 Errors are one line on stderr (`vastui: error: ...`) and exit status 2, argparse's included;
 nothing is lost. A reader that leaves early (`vastui offers | head -1`) ends the listing quietly.
+
+One file: every subcommand's parser and handler side by side, so the command line reads as
+one table; the work is done in backend, engine and store.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Location: `$VASTUI_CONFIG`, else `$XDG_CONFIG_HOME/vastui/config.toml` (`~/.config/...`).
 A missing file means defaults. An unknown key or a wrong type is a `ConfigError` whose one-line
 message names the file, the key and what was expected. The Vast API key never comes from here.
+
+One file: the schema, defaults and validation of one TOML file, so a key's type, default and
+error message are found together.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ the kill, its event and the ban or strike it carries are stored. A crash at any 
 pending intent the next start finishes (a rent resolved by its label, a destroy carried out or
 completed again: destroys, bans and strikes are idempotent). Crash points (``crash_point``)
 mark the moments the crash trials kill the engine at.
+
+One file: every act follows one intent protocol (write the intent, act, complete), shared by
+rent, destroy, ban and strike.
 """
 
 from __future__ import annotations

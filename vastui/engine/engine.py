@@ -9,6 +9,10 @@ over SSH and are decided as they arrive, not at the next poll.
 The engine stops itself (``fatal``) when it cannot do its job: its store unwritable, deleted or
 replaced, its lease lost. It never limps on: headless, that is one line and a non-zero exit,
 and systemd restarts it.
+
+One file: the loop's order (commands, observe, reconcile, provision, status) and the lock it
+holds read as one; the decisions are provision/policy/production/transitions, the acts
+acts.py, the operator's commands commands.py, the followers follow.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 The HTTP layer (:mod:`vastui.sim.app`) calls the plain methods here; errors are raised as
 :class:`ApiError` carrying the exact HTTP status and JSON body of vast-api.md.
 Instance state is derived lazily from the clock: no background task is needed.
+
+One file: the cloud's state is one object under one clock (every endpoint reads and changes the
+same instances, machines, bids and credit); the market, bids, outages, faults, the worker
+fleet and HTTP are their own modules.
 """
 
 from __future__ import annotations

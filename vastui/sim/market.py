@@ -13,6 +13,9 @@ Identifier ranges never overlap, so ids can not be confused:
 * offer ``id``    8 digits  (20000000-69999999), == ``ask_contract_id``
 * ``bundle_id``   10 digits
 * instance ids (``new_contract``) start at 7 digits and only grow: :mod:`vastui.sim.cloud`.
+
+One file: one seeded generator, world then market, whose order of draws fixes every id and
+price; outages are outages.py, hosting behaviour hosting.py.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ addresses: ``FakeYcql(rpc_address="10.0.0.5", peers=("10.0.0.6", "10.0.0.7"))``.
 
 This module writes its own frames and does not share code with the proxy in front of it
 (vastui/ssh/cqlpin.py): each is checked against the other and against an independent driver.
+
+One file: the protocol subset one server answers.
 """
 
 from __future__ import annotations

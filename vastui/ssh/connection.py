@@ -10,6 +10,9 @@
   :mod:`vastui.ssh.lines` (decoded, split, sanitized); the errors (:mod:`vastui.ssh.errors`)
   quote remote text sanitized too.
 * Nothing from the user's ``~/.ssh`` is consulted: no config file, no agent, no known_hosts.
+
+One file: one connection's state machine (connect, pin, reconnect, block); its errors are
+errors.py, its line handling lines.py.
 """
 
 from __future__ import annotations

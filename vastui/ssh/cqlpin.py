@@ -45,6 +45,9 @@ re-queries system.partitions on every routed query of a table with no partition 
 Frames from upstream are untrusted: lengths over 256 MiB close the connection, everything is
 parsed with bounds checks, and a result the proxy cannot parse is relayed unchanged (and
 counted), never crashing the proxy. Frames it does not rewrite are streamed, not buffered.
+
+One file: the proxy and the CQL frames it must parse to rewrite addresses are one protocol
+boundary, kept apart from the server it fronts (vastui/sim/ycql.py) on purpose.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Everything a server sends is bounded: each answer's size (per endpoint), each ca
 retry time, the instance list's pages (with loop detection), JSON nesting and numbers (see
 models.parse_json). Every wait is a plain asyncio sleep, so cancelling the calling task ends a
 call at once. The API key never appears in an error, a log line or an exception's text.
+
+One file: every call shares one retry, pacing, bounds and secrecy policy (``_request``); the
+typed views are models.py, the query syntax query.py.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ Validation lives here too, so nothing past this boundary sees an impossible valu
 read strictly (`parse_number`: plain decimal notation; `"1_0"`, `"inf"`, `"nan"` are not numbers),
 ids fit SQLite's signed 64-bit INTEGER, a price is positive, finite and plausible; an optional
 value out of range is unknown (None); a required one makes the record a `ModelError`.
+
+One file: the trust boundary for Vast's answers is one place, by the rule above.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ fails with ``gocql: no hosts available in the pool`` (session.go ErrNoConnection
 Error texts are gocql's; ``NewSession`` wraps all but ErrNoConnectionsStarted in
 ``gocql: unable to create session: %v`` (session.go). Standard library only: the stand-in
 ``curio`` script imports this with its own directory on sys.path.
+
+One file: one client's session set-up, in gocql's order.
 """
 
 from __future__ import annotations

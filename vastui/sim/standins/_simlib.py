@@ -42,6 +42,8 @@ Environment: ``WORKER_ROOT`` (sandbox root, default ``/``), ``SIM_SPEED`` (simul
 real second), ``SIM_T0`` (optional anchor of the simulated clock; else machine.json's mtime),
 ``NO_COLOR`` (tracing-subscriber's switch for ANSI colours, which are on by default, even into a
 file), ``RUST_LOG`` (the daemon's and the bench's log filter, overriding their configured level).
+
+One file: the one module every stand-in imports (standard library only, no package).
 """
 
 from __future__ import annotations
