@@ -1,0 +1,147 @@
+"""Prometheus metrics (vastui/metrics.py): prometheus-client's own parser reads what the
+engine's registry serves; per-worker series go with the worker; loopback unless asked."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from vastui.metrics import (
+    FleetCollector,
+    FleetSample,
+    MetricsError,
+    MetricsServer,
+    WorkerSample,
+    is_loopback,
+    parse_listen,
+    quantiles,
+)
+
+
+def sample(workers: tuple[WorkerSample, ...] = ()) -> FleetSample:
+    return FleetSample(
+        heartbeat=1_800_000_000.0, target=2, by_stage={"proving": 1, "benchmark": 1},
+        workers=workers, fleet_dollars_per_hour=0.9, spend_all=12.5, spend_rejected=1.5,
+        spend_today=3.0, cost_per_proof=0.0051, kills={"bench_below_min": 2, "surplus": 1},
+        bans=1, rents=5, api_errors={"429": 3}, blocked_reason="at_target",
+        reason_kinds=("at_target", "daily_budget", "no_credit"),
+        market={"RTX 4090": [0.3, 0.35, 0.4, 0.5], "RTX 5090": [0.7]}, credit=42.0,
+        max_daily_spend=50.0, max_total_dph=5.0,
+    )  # fmt: skip
+
+
+W1 = WorkerSample("vastui-main.f-aa", 10001, "RTX 4090", "proving", 40, 1, 30.5, 0.42)
+W2 = WorkerSample("vastui-main.f-bb", 10002, "RTX 5090", "benchmark", 0, 0, None, 0.48)
+
+
+def scrape(collector: FleetCollector) -> dict[str, list[tuple[dict[str, str], float]]]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_the_series_are_there_and_parse() -> None:
+    c = FleetCollector()
+    assert set(scrape(c)) == {"vastui_up"}  # before the first step
+    c.update(sample((W1, W2)))
+    got = scrape(c)
+    assert got["vastui_up"] == [({}, 1.0)]
+    assert got["vastui_target_workers"] == [({}, 2.0)]
+    assert dict((d["stage"], v) for d, v in got["vastui_workers"]) == {
+        "benchmark": 1.0, "proving": 1.0,
+    }  # fmt: skip
+    key = {"label": W1.label, "machine_id": "10001", "gpu_name": "RTX 4090"}
+    assert got["vastui_proofs_total"] == [(key, 40.0)]
+    assert got["vastui_proof_failures_total"] == [(key, 1.0)]
+    assert got["vastui_worker_proofs_per_hour"] == [(key, 30.5)]
+    assert len(got["vastui_worker_dollars_per_hour"]) == 2  # a benchmarking worker costs too
+    assert dict((d["kind"], v) for d, v in got["vastui_spend_dollars_total"]) == {
+        "all": 12.5, "rejected": 1.5,
+    }  # fmt: skip
+    assert got["vastui_cost_per_proof_dollars"] == [({}, 0.0051)]
+    assert dict((d["kind"], v) for d, v in got["vastui_kills_total"]) == {
+        "bench_below_min": 2.0, "surplus": 1.0,
+    }  # fmt: skip
+    assert got["vastui_bans_total"] == [({}, 1.0)] and got["vastui_rents_total"] == [({}, 5.0)]
+    assert got["vastui_vast_api_errors_total"] == [({"status": "429"}, 3.0)]
+    blocked = {d["reason"]: v for d, v in got["vastui_provision_blocked"]}
+    assert blocked == {"at_target": 1.0, "daily_budget": 0.0, "no_credit": 0.0}
+    assert dict((d["gpu_name"], v) for d, v in got["vastui_market_offers"]) == {
+        "RTX 4090": 4.0, "RTX 5090": 1.0,
+    }  # fmt: skip
+    bands = {(d["gpu_name"], d["quantile"]): v for d, v in got["vastui_market_dollars_per_hour"]}
+    assert bands[("RTX 5090", "0.5")] == 0.7 and bands[("RTX 4090", "0.5")] == 0.375
+    assert got["vastui_account_credit_dollars"] == [({}, 42.0)]
+    assert got["vastui_daily_budget_dollars"] == [({}, 50.0)]
+
+
+def test_a_destroyed_workers_series_disappear() -> None:
+    c = FleetCollector()
+    c.update(sample((W1,)))
+    assert "vastui_proofs_total" in scrape(c)
+    c.update(sample(()))
+    got = scrape(c)
+    assert "vastui_proofs_total" not in got and "vastui_worker_dollars_per_hour" not in got
+
+
+def test_unknown_numbers_are_left_out_not_invented() -> None:
+    c = FleetCollector()
+    c.update(FleetSample(heartbeat=1.0, target=0, by_stage={}, cost_per_proof=None,
+                         credit=None, max_daily_spend=float("inf")))  # fmt: skip
+    got = scrape(c)
+    for name in ("vastui_cost_per_proof_dollars", "vastui_account_credit_dollars",
+                 "vastui_daily_budget_dollars"):  # fmt: skip
+        assert name not in got
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("127.0.0.1:9464", ("127.0.0.1", 9464)), (":9000", ("127.0.0.1", 9000)),
+     ("9464", ("127.0.0.1", 9464)), ("[::1]:9464", ("::1", 9464)),
+     ("0.0.0.0:80", ("0.0.0.0", 80))],
+)  # fmt: skip
+def test_parse_listen(text: str, want: tuple[str, int]) -> None:
+    assert parse_listen(text) == want
+
+
+@pytest.mark.parametrize("text", ["host:port", "127.0.0.1:70000", "127.0.0.1:"])
+def test_a_bad_address_is_one_line(text: str) -> None:
+    with pytest.raises(MetricsError, match="metrics address"):
+        parse_listen(text)
+
+
+def test_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5")
+
+
+def test_quantiles() -> None:
+    assert quantiles([5.0]) == (5.0, 5.0, 5.0)
+    lo, mid, hi = quantiles([float(x) for x in range(1, 12)])
+    assert (lo, mid, hi) == (2.0, 6.0, 10.0)
+
+
+def test_the_server_serves_the_engines_own_registry_on_loopback() -> None:
+    a, b = FleetCollector(), FleetCollector()
+    a.update(sample((W1,)))
+    b.update(sample(()))
+    sa, sb = MetricsServer(a), MetricsServer(b)  # two engines in one process
+    try:
+        host, port_a = sa.start("127.0.0.1:0")
+        _, port_b = sb.start(":0")
+        assert host == "127.0.0.1" and port_a != port_b
+        text_a = httpx.get(f"http://127.0.0.1:{port_a}/metrics", timeout=30).text
+        text_b = httpx.get(f"http://127.0.0.1:{port_b}/metrics", timeout=30).text
+        assert "vastui_proofs_total{" in text_a and "vastui_proofs_total{" not in text_b
+        assert "python_gc" not in text_a  # not the process-global default registry
+    finally:
+        sa.stop()
+        sb.stop()

@@ -1,0 +1,270 @@
+"""The fleet in Prometheus: ``vastui --engine-only --metrics 127.0.0.1:9464``.
+
+prometheus-client writes the exposition format and serves it (a kept library, not a
+hand-written one). The engine builds a :class:`FleetSample` after every step, from the store
+and its own counters, and hands it to a :class:`FleetCollector` in the engine's **own
+registry** (never the process-global default, so tests run several engines). A scrape reads
+the last sample only: the HTTP thread never touches the store. Per-worker series exist only in
+the sample of live workers, so they disappear with the worker (bounded cardinality: one set of
+series per live worker, per GPU model of the market, per kill kind).
+
+Listening is off unless asked; the address defaults to loopback, and any other must be given
+explicitly (it is logged at start).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import statistics
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+log = logging.getLogger("vastui.metrics")
+
+DEFAULT_PORT = 9464
+QUANTILES = (0.1, 0.5, 0.9)
+WORKER_LABELS = ("label", "machine_id", "gpu_name")
+
+
+class MetricsError(ValueError):
+    """A bad ``--metrics`` / ``[metrics] listen`` address, one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSample:
+    label: str
+    machine_id: int | None
+    gpu_name: str
+    stage: str
+    proofs: int  # cuzk's counters since the benchmark (production)
+    failures: int
+    proofs_per_hour: float | None  # measured in production
+    dollars_per_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSample:
+    """What one scrape shows; built by the engine after each step."""
+
+    heartbeat: float  # wall clock of the step (seconds since the epoch)
+    target: int
+    by_stage: Mapping[str, int]
+    workers: Sequence[WorkerSample] = ()
+    fleet_dollars_per_hour: float = 0.0
+    spend_all: float = 0.0  # dollars, since the database began
+    spend_rejected: float = 0.0
+    spend_today: float = 0.0  # the UTC day
+    cost_per_proof: float | None = None  # measured: spend on proving workers ÷ their proofs
+    kills: Mapping[str, int] = field(default_factory=dict)  # by kind, since the database began
+    bans: int = 0
+    rents: int = 0
+    api_errors: Mapping[str, int] = field(default_factory=dict)  # by HTTP status (or "network")
+    blocked_reason: str | None = None  # the provisioning reason now (None: renting)
+    reason_kinds: Sequence[str] = ()  # every reason there is, so each has a 0 or a 1
+    market: Mapping[str, Sequence[float]] = field(default_factory=dict)  # GPU → $/h of offers
+    credit: float | None = None
+    max_daily_spend: float | None = None
+    max_total_dph: float | None = None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port``, ``:port`` (loopback) or ``port``; IPv6 as ``[::1]:9464``."""
+    text = value.strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise MetricsError(f"metrics address {value!r}: expected host:port") from None
+    if not 0 <= port <= 65535:
+        raise MetricsError(f"metrics address {value!r}: port {port} is not 0-65535")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class FleetCollector(Collector):
+    """The families of the last sample (none before the first step but ``vastui_up``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sample: FleetSample | None = None
+
+    def update(self, sample: FleetSample) -> None:
+        with self._lock:
+            self._sample = sample
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            s = self._sample
+        yield GaugeMetricFamily("vastui_up", "1 while the engine runs its steps", value=1)
+        if s is None:
+            return
+        yield from _fleet(s)
+        yield from _workers(s.workers)
+        yield from _money(s)
+        yield from _events(s)
+        yield from _market(s.market)
+
+
+def _gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
+    if value is not None and math.isfinite(value):
+        yield GaugeMetricFamily(name, doc, value=value)
+
+
+def _fleet(s: FleetSample) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "vastui_engine_heartbeat_timestamp_seconds",
+        "Wall clock of the engine's last step",
+        value=s.heartbeat,
+    )
+    yield GaugeMetricFamily("vastui_target_workers", "Target number of workers", value=s.target)
+    stages = GaugeMetricFamily("vastui_workers", "Live workers by stage", labels=["stage"])
+    for stage, n in sorted(s.by_stage.items()):
+        stages.add_metric([stage], n)
+    yield stages
+    blocked = GaugeMetricFamily(
+        "vastui_provision_blocked",
+        "1 for the reason the engine is not renting now, 0 for the others",
+        labels=["reason"],
+    )
+    for kind in s.reason_kinds:
+        blocked.add_metric([kind], 1.0 if kind == s.blocked_reason else 0.0)
+    yield blocked
+
+
+def _workers(workers: Iterable[WorkerSample]) -> Iterator[Metric]:
+    proofs = CounterMetricFamily(
+        "vastui_proofs", "Proofs completed in production (cuzk's counters)", labels=WORKER_LABELS
+    )
+    failures = CounterMetricFamily(
+        "vastui_proof_failures", "Proofs failed in production", labels=WORKER_LABELS
+    )
+    rate = GaugeMetricFamily(
+        "vastui_worker_proofs_per_hour", "Measured production rate", labels=WORKER_LABELS
+    )
+    dph = GaugeMetricFamily(
+        "vastui_worker_dollars_per_hour", "What the worker costs", labels=WORKER_LABELS
+    )
+    for w in workers:
+        key = [w.label, "" if w.machine_id is None else str(w.machine_id), w.gpu_name]
+        dph.add_metric(key, w.dollars_per_hour)
+        if w.stage != "proving":
+            continue
+        proofs.add_metric(key, w.proofs)
+        failures.add_metric(key, w.failures)
+        if w.proofs_per_hour is not None:
+            rate.add_metric(key, w.proofs_per_hour)
+    yield from (proofs, failures, rate, dph)
+
+
+def _money(s: FleetSample) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "vastui_fleet_dollars_per_hour", "What the live fleet costs", value=s.fleet_dollars_per_hour
+    )
+    spend = CounterMetricFamily(
+        "vastui_spend_dollars", "Dollars spent (rejected: on workers that never proved)",
+        labels=["kind"],
+    )  # fmt: skip
+    spend.add_metric(["all"], s.spend_all)
+    spend.add_metric(["rejected"], s.spend_rejected)
+    yield spend
+    yield GaugeMetricFamily(
+        "vastui_daily_spend_dollars", "Dollars spent this UTC day", value=s.spend_today
+    )
+    yield from _gauge(
+        "vastui_cost_per_proof_dollars", "Measured $/proof of proving workers", s.cost_per_proof
+    )
+    yield from _gauge("vastui_daily_budget_dollars", "[fleet] max_daily_spend", s.max_daily_spend)
+    yield from _gauge("vastui_fleet_dph_cap_dollars", "[fleet] max_total_dph", s.max_total_dph)
+    yield from _gauge("vastui_account_credit_dollars", "The Vast account's credit", s.credit)
+
+
+def _events(s: FleetSample) -> Iterator[Metric]:
+    kills = CounterMetricFamily("vastui_kills", "Workers destroyed, by kind", labels=["kind"])
+    for kind, n in sorted(s.kills.items()):
+        kills.add_metric([kind], n)
+    yield kills
+    yield CounterMetricFamily("vastui_bans", "Machines put on the bad list", value=s.bans)
+    yield CounterMetricFamily("vastui_rents", "Workers rented", value=s.rents)
+    errors = CounterMetricFamily(
+        "vastui_vast_api_errors", "Failed Vast API calls, by HTTP status", labels=["status"]
+    )
+    for status, n in sorted(s.api_errors.items()):
+        errors.add_metric([status], n)
+    yield errors
+
+
+def _market(market: Mapping[str, Sequence[float]]) -> Iterator[Metric]:
+    count = GaugeMetricFamily(
+        "vastui_market_offers", "Offers passing the filter, by GPU model", labels=["gpu_name"]
+    )
+    price = GaugeMetricFamily(
+        "vastui_market_dollars_per_hour",
+        "$/h of the offers passing the filter, by GPU model",
+        labels=["gpu_name", "quantile"],
+    )
+    for gpu, prices in sorted(market.items()):
+        count.add_metric([gpu], len(prices))
+        for q, value in zip(QUANTILES, quantiles(prices), strict=True):
+            price.add_metric([gpu, f"{q:g}"], value)
+    yield count
+    yield price
+
+
+def quantiles(values: Sequence[float]) -> tuple[float, ...]:
+    """The 10th, 50th and 90th percentiles (inclusive method; one value is all three)."""
+    if len(values) == 1:
+        return (values[0],) * len(QUANTILES)
+    cuts = statistics.quantiles(sorted(values), n=10, method="inclusive")
+    return (cuts[0], cuts[4], cuts[8])
+
+
+class MetricsServer:
+    """The engine's registry served over HTTP (prometheus-client's own server, in a thread)."""
+
+    def __init__(self, collector: FleetCollector) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self._server: WSGIServer | None = None
+        self.address: tuple[str, int] | None = None
+
+    def start(self, listen: str) -> tuple[str, int]:
+        host, port = parse_listen(listen)
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise MetricsError(f"metrics address {listen}: {exc.strerror or exc}") from None
+        self._server = server
+        bound = server.server_address
+        self.address = (host, int(bound[1]))
+        where = f"{host}:{self.address[1]}"
+        if is_loopback(host):
+            log.info("metrics on http://%s/metrics", where)
+        else:
+            log.warning("metrics on http://%s/metrics: beyond loopback, as asked", where)
+        return self.address
+
+    def stop(self) -> None:
+        server = self._server
+        self._server = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
