@@ -51,6 +51,7 @@ PLAUSIBLE: dict[Any, st.SearchStrategy[Any]] = {
     dict[str, str]: st.dictionaries(
         hostile_file_text, st.sampled_from(["q", "ctrl+d"]), max_size=2
     ),
+    list[str]: st.lists(st.sampled_from(["notify-send", "vastui", "", "ü", "x\x00"]), max_size=3),
 }
 
 

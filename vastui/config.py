@@ -48,6 +48,9 @@ class VastSection:
     api_url: str = "https://console.vast.ai"
     timeout_s: float = 30.0
     max_attempts: int = 5
+    # The account's credit is read this often (seconds; the current-user endpoint): metrics,
+    # the status, [alerts] min_credit.
+    credit_poll_s: float = 300.0
 
 
 @dataclass
@@ -83,6 +86,10 @@ class FleetSection:
     # not theirs: no strikes or bans, provisioning paused. 0 turns the check off.
     fleet_failure_machines: int = 3
     fleet_failure_window_min: float = 60.0
+    # Dollars a UTC day may spend (as `vastui status` counts today: every worker's billed time
+    # since midnight UTC). At the cap nothing more is rented that day; nothing is destroyed for
+    # it. 0: no daily cap (max_total_dph still caps the hourly rate).
+    max_daily_spend: float = 0.0
 
 
 @dataclass
@@ -173,6 +180,29 @@ BID_MODES = ("off", "auto")
 
 
 @dataclass
+class MetricsSection:
+    """Prometheus metrics (vastui/metrics.py): off unless an address is given here or by
+    ``--metrics``; anything but loopback must be given explicitly."""
+
+    listen: str = ""  # e.g. "127.0.0.1:9464"
+
+
+@dataclass
+class AlertsSection:
+    """Alerts without Prometheus (vastui/alerts.py): a JSON POST and/or a command (no shell,
+    the alert as JSON on stdin), each at most once per episode and once when it clears."""
+
+    webhook: str = ""
+    command: list[str] = field(default_factory=list)
+    min_credit: float = 0.0  # dollars; 0: no low-credit alert
+    below_target_min: float = 15.0
+    storm_bans: int = 5  # machines banned within an hour; 0: off
+    storm_kills: int = 10  # workers destroyed within an hour; 0: off
+    max_per_hour: int = 20
+    timeout_s: float = 10.0  # per hook call
+
+
+@dataclass
 class UiSection:
     theme: str = "textual-dark"
     keymap: dict[str, str] = field(default_factory=dict)
@@ -188,6 +218,8 @@ class Config:
     curio: CurioSection = field(default_factory=CurioSection)
     proving: ProvingSection = field(default_factory=ProvingSection)
     bids: BidsSection = field(default_factory=BidsSection)
+    metrics: MetricsSection = field(default_factory=MetricsSection)
+    alerts: AlertsSection = field(default_factory=AlertsSection)
     ui: UiSection = field(default_factory=UiSection)
     path: Path | None = None  # where it was read from (None: defaults only)
 
@@ -214,6 +246,13 @@ def _quote(key: str) -> str:
 
 def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
     origin = typing.get_origin(expected)
+    if origin is list:
+        (item_type,) = typing.get_args(expected)
+        if not isinstance(value, list):
+            raise ConfigError(
+                f"{path}: key {_quote(key)}: expected an array, got {describe_value(value)}"
+            )
+        return [_check_value(path, f"{key}[{i}]", item_type, v) for i, v in enumerate(value)]
     if origin is dict:
         _, value_type = typing.get_args(expected)
         if not isinstance(value, dict):
@@ -277,6 +316,16 @@ def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
     return cls(**kwargs)
 
 
+def _is_listen(value: str) -> bool:
+    from vastui.metrics import MetricsError, parse_listen
+
+    try:
+        parse_listen(value)
+    except MetricsError:
+        return False
+    return True
+
+
 def _disk_need() -> float:
     from vastui.engine.plan import disk_need_gb
 
@@ -310,6 +359,29 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
         "a number of minutes > 0 (at most a week)",
     ),
     ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
+    ("fleet.max_daily_spend", lambda c: c.fleet.max_daily_spend >= 0, "a number >= 0 (0: off)"),
+    ("vast.credit_poll_s", lambda c: 30 <= c.vast.credit_poll_s <= 86400, "30 to 86400 seconds"),
+    (
+        "metrics.listen",
+        lambda c: not c.metrics.listen or _is_listen(c.metrics.listen),
+        "host:port (e.g. 127.0.0.1:9464), or empty for off",
+    ),
+    (
+        "alerts.webhook",
+        lambda c: not c.alerts.webhook or c.alerts.webhook.startswith(("http://", "https://")),
+        "an http(s) URL, or empty for none",
+    ),
+    (
+        "alerts.command",
+        lambda c: all(c.alerts.command) and len(c.alerts.command) <= 64,
+        "an array of non-empty strings (the program first)",
+    ),
+    ("alerts.min_credit", lambda c: c.alerts.min_credit >= 0, "a number >= 0 (0: off)"),
+    ("alerts.below_target_min", lambda c: c.alerts.below_target_min > 0, "minutes > 0"),
+    ("alerts.storm_bans", lambda c: c.alerts.storm_bans >= 0, "an integer >= 0 (0: off)"),
+    ("alerts.storm_kills", lambda c: c.alerts.storm_kills >= 0, "an integer >= 0 (0: off)"),
+    ("alerts.max_per_hour", lambda c: 1 <= c.alerts.max_per_hour <= 1000, "1 to 1000"),
+    ("alerts.timeout_s", lambda c: 1 <= c.alerts.timeout_s <= 300, "1 to 300 seconds"),
     (
         "fleet.bench_snap_proofs",
         lambda c: 0 <= c.fleet.bench_snap_proofs < c.fleet.bench_proofs,
