@@ -77,6 +77,14 @@ CASES: list[tuple[str, FleetView, tuple[str, ...], int | None, str | None]] = [
      None, "tunnel_down"),
     ("a tunnel down does not hide the target", view(by_stage={"proving": 3},
      tunnel_down="instance 7: lotus api refused"), ALL, None, "at_target"),
+    ("out of credit rents nothing", view(no_credit="Vast API error 400 [missing_billing]"),
+     ALL, None, "no_credit"),
+    ("the daily budget reached", view(spent_today=50.0, max_daily_spend=50.0), ALL, None,
+     "daily_budget"),
+    ("under the daily budget", view(spent_today=49.99, max_daily_spend=50.0), ALL, 1, None),
+    ("no daily budget (0)", view(spent_today=1e6, max_daily_spend=0.0), ALL, 1, None),
+    ("the budget does not hide the target", view(by_stage={"proving": 3}, spent_today=60.0,
+     max_daily_spend=50.0), ALL, None, "at_target"),
     ("too little RAM for the memory plan is never rented", view(), ("small", "dear"), 2, None),
     ("only offers too small for the plan", view(), ("small",), None, "no_viable_offer"),
 ]  # fmt: skip
@@ -102,6 +110,14 @@ def test_gate_needs_no_market_only_when_the_answer_does_not_depend_on_it() -> No
     assert early.reason.text == (
         "benchmark concurrency cap: 2 worker(s) not yet proving "
         "(fleet.max_concurrent_benchmarks = 2)"
+    )
+
+
+def test_the_budget_reason_names_both_numbers() -> None:
+    early = gate(view(spent_today=50.004, max_daily_spend=50.0))
+    assert early is not None and early.reason is not None
+    assert early.reason.text.startswith(
+        "daily budget reached: $50.00 spent today (UTC) of $50.00 (fleet.max_daily_spend)"
     )
 
 

@@ -9,6 +9,10 @@ is the offer to rent (or none) and, whenever the fleet is not being grown, a typ
 ``target_zero``             the target is 0: nothing is rented
 ``at_target``               live workers + rents in flight reach the target
 ``api_error``               this cycle's Vast call failed: no decision on a stale view
+``no_credit``               Vast refused a rent for billing (the account is out of credit): no
+                            machine is blamed; cleared by the next credit read above zero
+``daily_budget``            today's spend (UTC) reached ``fleet.max_daily_spend``: nothing more
+                            is rented today, nothing is destroyed for it
 ``tunnel_down``             workers report the controller's tunnel (Lotus API, curio's database)
                             down: a new worker could benchmark but not prove
 ``fleet_failure``           one failure on several machines (engine/fleetwide.py): the image,
@@ -38,6 +42,8 @@ REASON_KINDS: tuple[str, ...] = (
     "target_zero",
     "at_target",
     "api_error",
+    "no_credit",
+    "daily_budget",
     "tunnel_down",
     "fleet_failure",
     "dry_run",
@@ -149,6 +155,9 @@ class FleetView:
     api_error: str | None = None  # this cycle's Vast error, one line
     tunnel_down: str | None = None  # what a worker says of the controller's tunnel, one line
     fleet_failure: str | None = None  # the signature that paused provisioning, one line
+    no_credit: str | None = None  # Vast's billing refusal of the last rent, one line
+    spent_today: float = 0.0  # dollars since midnight UTC (spend.fleet_spend)
+    max_daily_spend: float = 0.0  # fleet.max_daily_spend; 0: no daily cap
 
     @property
     def live(self) -> int:
@@ -193,6 +202,25 @@ def gate(view: FleetView) -> Decision | None:
         )
     if view.api_error:
         return Decision(None, Reason("api_error", f"error this cycle: {view.api_error}"))
+    if view.no_credit:
+        return Decision(
+            None,
+            Reason(
+                "no_credit",
+                f"no credit: {view.no_credit}; nothing is rented until the account has credit, "
+                "and no machine is blamed",
+            ),
+        )
+    if 0 < view.max_daily_spend <= view.spent_today:
+        return Decision(
+            None,
+            Reason(
+                "daily_budget",
+                f"daily budget reached: ${view.spent_today:.2f} spent today (UTC) of "
+                f"${view.max_daily_spend:.2f} (fleet.max_daily_spend); nothing more is rented "
+                "until midnight UTC, running workers are kept",
+            ),
+        )
     if view.tunnel_down:
         return Decision(
             None,

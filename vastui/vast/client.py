@@ -22,7 +22,7 @@ import logging
 import random
 import ssl
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -237,6 +237,8 @@ class VastClient:
         self._rand = rand
         self._clock = clock
         self._pacer = _Pacer(DEFAULT_PACING if pacing is None else pacing, clock, sleep)
+        # Every failed attempt by its HTTP status, or "network"/"timeout" (metrics)
+        self.error_counts: Counter[str] = Counter()
         # Bad records already warned about: a bad offer is logged once, not on every refresh.
         self._warned: OrderedDict[str, None] = OrderedDict()
         self._http = httpx.AsyncClient(
@@ -314,13 +316,19 @@ class VastClient:
             kwargs["json"] = {} if json_body is None else json_body
         request = self._http.build_request(method, _api_path(path), **kwargs)
         try:
-            return await self._fetch(request, endpoint)
+            answer = await self._fetch(request, endpoint)
         except _CONNECT_ERRORS:
+            self.error_counts["network"] += 1
             raise
         except (TimeoutError, httpx.TimeoutException) as exc:
+            self.error_counts["timeout"] += 1
             raise _Ambiguous(f"no answer within {self.timeout:g}s") from exc
         except httpx.HTTPError as exc:  # transport errors, and bodies that cannot be decoded
+            self.error_counts["network"] += 1
             raise _Ambiguous(self._exc_text(exc)) from None
+        if answer.status_code >= 400:
+            self.error_counts[str(answer.status_code)] += 1
+        return answer
 
     def _retry_after(self, answer: _Answer) -> float | None:
         """Retry-After in seconds (strictly parsed: "1_0", "inf", "nan" are ignored)."""
