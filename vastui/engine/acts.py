@@ -39,7 +39,7 @@ from vastui.sanitize import sanitize_line
 from vastui.store import BanSpec, InstanceRecord, Store
 from vastui.store.fleet import BAN_KEY, Intent
 from vastui.vast.client import VastClient
-from vastui.vast.errors import CreateOutcomeUnknown, VastError
+from vastui.vast.errors import CreateOutcomeUnknown, VastError, VastHTTPError
 from vastui.vast.models import Offer
 
 log = logging.getLogger("vastui.engine")
@@ -49,6 +49,18 @@ ONSTART = 'nohup entrypoint.sh > "${WORKER_ROOT:-}/var/log/entrypoint.log" 2>&1 
 
 class EngineError(Exception):
     """A command could not be carried out; one line for the operator."""
+
+
+class NoCredit(EngineError):
+    """Vast refused a rent for billing (``missing_billing``: the account is out of credit).
+    The account's, never the machine's: no strike, no ban, the offer stays rentable."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+BILLING_CODES = frozenset({"missing_billing"})  # vast-api.md § errors; the CLI's api/billing.py
 
 
 @dataclass
@@ -167,6 +179,8 @@ class Acts:
             return None
         except VastError as exc:
             await self.store.finish_intent(intent.id, "failed", note=str(exc)[:300], now=now)
+            if isinstance(exc, VastHTTPError) and exc.code in BILLING_CODES:
+                raise NoCredit(sanitize_line(exc.msg or str(exc), 200)) from exc
             self.offers_changed(offer.id)
             raise EngineError(f"rent of offer {offer.id} failed: {exc}") from exc
         finally:

@@ -24,17 +24,18 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC
 from typing import Any
 
 from vastui.config import Config
 from vastui.engine import bidding, identity, policy, production, provision, transitions
-from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, worker_curio_env
+from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, NoCredit, worker_curio_env
 from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
 from vastui.engine.labels import is_vastui_label, owner_of
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers, to_record
-from vastui.engine.spend import SURPLUS_KIND, worker_cost_per_proof
+from vastui.engine.spend import SURPLUS_KIND, fleet_spend, local_midnight, worker_cost_per_proof
 from vastui.numbers import parse_number
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
@@ -118,6 +119,9 @@ class Engine:
         self.last_error: str | None = None
         self._cycle_error: str | None = None  # this step's Vast error, for the status
         self.status: EngineStatus | None = None  # what the last step published
+        self.credit: float | None = None  # the account's, as last read (current user)
+        self._credit_at: float | None = None  # engine clock of that read
+        self.no_credit: str | None = None  # Vast's billing refusal of a rent, until credit
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -217,6 +221,7 @@ class Engine:
             # Vast's list (paced pages: seconds for a big fleet) is read without the lock, so
             # worker events are decided meanwhile; the reconcile then reads the store afresh.
             await self.acts.load_identity()
+            await self._read_credit()
             observed_at = self.clock()
             vast = await self._observe_vast()
             if vast is not None:
@@ -261,6 +266,24 @@ class Engine:
             await self.commands.run_pending()
 
     # -- observe ------------------------------------------------------------------------
+
+    async def _read_credit(self) -> None:
+        """The account's credit, every ``vast.credit_poll_s`` (and at once while a billing
+        refusal holds rents back, so credit added ends it within one step)."""
+        now = self.clock()
+        due = self._credit_at is None or now - self._credit_at >= self.config.vast.credit_poll_s
+        if not (due or self.no_credit):
+            return
+        try:
+            user = await self.client.current_user()
+        except VastError as exc:  # the credit is information: a failed read decides nothing
+            log.info("credit not read: %s", exc)
+            return
+        self._credit_at = now
+        self.credit = user.credit
+        if self.no_credit and user.credit is not None and user.credit > 0:
+            log.info("account credit $%.2f: renting again", user.credit)
+            self.no_credit = None
 
     async def _observe_vast(self) -> dict[int, Instance] | None:
         try:
@@ -667,7 +690,16 @@ class Engine:
                 None,
             ),
             fleet_failure=(await self.store.get_fleet_failure() or {}).get("text"),
+            no_credit=self.no_credit,
+            spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
+            max_daily_spend=fleet.max_daily_spend,
         )  # fmt: skip
+
+    async def _spent_today(self) -> float:
+        """Dollars since midnight UTC, as `vastui status` counts today."""
+        now = self.clock()
+        records = await self.store.list_instances(include_killed=True)
+        return fleet_spend(records, now, local_midnight(now, UTC)).today
 
     async def _provision(self) -> None:
         """Rent at most one worker towards the target, then publish the status and its reason."""
@@ -727,6 +759,12 @@ class Engine:
                 await self.acts.rent(
                     offer, provision.rent_reason(view, decision.rent), decision.rent.rent_bid
                 )
+            except NoCredit as exc:  # the account's: no other offer would fare better
+                if self.no_credit is None:
+                    log.warning("rent refused for billing: %s", exc.line)
+                self.no_credit = exc.line
+                view = replace(view, no_credit=exc.line)
+                return view, provision.decide(view, offers)
             except EngineError as exc:
                 log.warning("%s", exc)
                 view = replace(view, blocked_offers=view.blocked_offers | {offer.id})
