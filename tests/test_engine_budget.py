@@ -4,9 +4,14 @@ and credit added ends it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
+import httpx
+
 from tests.enginekit import World
+from vastui.alerts import Notifier
+from vastui.engine.monitor import Monitor
 from vastui.store import Store
 
 
@@ -48,3 +53,50 @@ async def test_the_daily_budget_stops_rents_and_destroys_nothing(world: World, s
     live = await store.list_instances()
     assert [r.vast_id for r in live] == [first[0].vast_id], "nothing rented, nothing destroyed"
     assert not any(r.killed for r in live)
+
+
+async def test_low_credit_alerts_once_per_episode_and_once_when_it_clears(world, store):
+    posts: list[dict[str, object]] = []
+
+    def hook(request: httpx.Request) -> httpx.Response:
+        posts.append(json.loads(request.content))
+        return httpx.Response(200)
+
+    config = replace(world.config, alerts=replace(world.config.alerts, min_credit=10.0))
+    world.config = replace(config, vast=replace(config.vast, credit_poll_s=30.0))
+    engine = await world.engine(store)
+    notifier = Notifier(webhook="https://hooks.example/x", transport=httpx.MockTransport(hook))
+    engine.monitor = Monitor(world.config, notifier=notifier)
+    world.cloud.user["credit"] = 5.0
+    for _ in range(4):  # one episode over several steps and credit reads
+        await engine.step()
+        world.clock.advance(60)
+    world.cloud.user["credit"] = 80.0
+    for _ in range(3):
+        await engine.step()
+        world.clock.advance(60)
+    await notifier.drain()
+    await notifier.close()
+    assert [(p["alert"], p["state"]) for p in posts] == [
+        ("low_credit", "firing"),
+        ("low_credit", "resolved"),
+    ]
+    assert "$5.00 is under the minimum $10.00" in str(posts[0]["summary"])
+
+
+async def test_a_hook_that_hangs_leaves_the_engine_stepping(world, store, tmp_path):
+    config = replace(world.config, alerts=replace(world.config.alerts, min_credit=10.0))
+    world.config = config
+    engine = await world.engine(store)
+    notifier = Notifier(command=["/bin/sh", "-c", "exec sleep 3600"], timeout_s=300)
+    engine.monitor = Monitor(world.config, notifier=notifier)
+    world.cloud.user["credit"] = 5.0
+    await engine.step()  # the alert goes to a hook that never answers
+    world.clock.advance(60)
+    world.cloud.user["credit"] = 0.0
+    world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=1))
+    engine.config = world.config
+    await engine.step()  # and the engine carries on deciding meanwhile
+    assert engine.status is not None and engine.status.reason_kind == "no_credit"
+    assert notifier.sent == 0 and not engine.halted
+    await notifier.close()

@@ -361,6 +361,7 @@ def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
         target_workers=args.target_workers,
         dry_run=args.dry_run,
         mode=mode,
+        metrics=args.metrics,
     )
 
 
@@ -468,6 +469,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vastui {__version__}")
     parser.add_argument("--engine-only", action="store_true", help="run headless (no console)")
     parser.add_argument("--for", dest="for_", metavar="DURATION", help="stop after e.g. 120s, 2h")
+    parser.add_argument(
+        "--metrics", metavar="HOST:PORT", default=None,
+        help="serve Prometheus metrics (e.g. 127.0.0.1:9464; else [metrics] listen; off)",
+    )  # fmt: skip
     parser.add_argument(
         "--speed", type=float, default=60.0, help="demo: simulated seconds per real second"
     )

@@ -34,6 +34,7 @@ from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
 from vastui.engine.labels import is_vastui_label, owner_of
+from vastui.engine.monitor import Monitor
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers, to_record
 from vastui.engine.spend import SURPLUS_KIND, fleet_spend, local_midnight, worker_cost_per_proof
 from vastui.numbers import parse_number
@@ -82,6 +83,7 @@ class Engine:
         clock: Callable[[], float] = time.time,
         settings: EngineSettings | None = None,
         on_change: Callable[[str], Awaitable[None] | None] | None = None,
+        monitor: Monitor | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -122,6 +124,7 @@ class Engine:
         self.credit: float | None = None  # the account's, as last read (current user)
         self._credit_at: float | None = None  # engine clock of that read
         self.no_credit: str | None = None  # Vast's billing refusal of a rent, until credit
+        self.monitor = monitor or Monitor(config)  # metrics and alerts: off unless asked
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -190,6 +193,7 @@ class Engine:
         if not self.halted:
             log.error("engine stopped: %s", why)
             self.fatal = why
+            self.monitor.stopped(why, self.clock())
         self.halted = True
         self.last_error = self.fatal or why
         self.wake()
@@ -238,6 +242,13 @@ class Engine:
         if not self.halted:  # a halt's reason outlives the step it interrupted
             self.last_error = self._cycle_error or self.acts.last_error
             self.acts.last_error = None
+            try:
+                await self.monitor.after_step(self)
+            except Exception as exc:  # metrics and alerts only observe: never the fleet's end
+                if isinstance(exc, StoreFatal):
+                    self.stop_fatal(str(exc))
+                else:
+                    log.warning("metrics/alerts: %s", sanitize_line(str(exc), 300))
         crash_point("step.end")
         await self._notify("step")
 
@@ -622,6 +633,10 @@ class Engine:
         await self.acts.carry_out(rec, effects, now)
 
     # -- offers and provisioning ---------------------------------------------------------
+
+    def ranked_offers(self) -> list[RankedOffer]:
+        """The market as the last search ranked it (the engine's filter, bad list flagged)."""
+        return list(self._offers)
 
     async def refresh_offers(self, force: bool = False) -> list[RankedOffer]:
         fresh = self._offers_at is not None and (

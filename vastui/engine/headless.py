@@ -23,6 +23,7 @@ from vastui.sanitize import sanitize_line
 from vastui.store import Store
 
 log = logging.getLogger("vastui.engine")
+ALERT_FLUSH_S = 15.0  # a stopping engine waits this long at most for its last alert to go
 
 
 class _SafeText(logging.Filter):
@@ -92,6 +93,8 @@ async def run_engine(
         )
         await rt.engine.run(stop)
         fatal = rt.engine.fatal
+        if fatal is not None:  # its one line to the operator's hooks before the exit
+            await rt.engine.monitor.flush(ALERT_FLUSH_S)
         log.info("stopping after %.0fs", time.monotonic() - started)
     if fatal is not None:
         return {}, fatal  # the store may be the cause: no summary from it

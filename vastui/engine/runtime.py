@@ -20,10 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vastui.alerts import Notifier
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
 from vastui.config import Config, FleetSection, load_curio_db_password
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
+from vastui.engine.monitor import Monitor
+from vastui.metrics import FleetCollector, MetricsServer
 from vastui.sanitize import sanitize_line
 from vastui.ssh import RemoteForward, SshPool, StorePins
 from vastui.store import Store, StoreError
@@ -49,6 +52,7 @@ class RunOptions:
     dry_run: bool = False
     mode: str = "headless"  # or "console"
     machine_fault_rate: float = 1.0  # demo only: about one machine in six has a fault
+    metrics: str | None = None  # --metrics host:port (else [metrics] listen; neither: off)
 
 
 def parse_duration(text: str) -> float:
@@ -130,6 +134,7 @@ async def engine_runtime(
                 on_change=on_change, clock=clock[0] if clock else time.time,
             )  # fmt: skip
         stack.push_async_callback(engine.close)
+        engine.monitor = await _monitor(stack, config, run, engine.client.secrets())
         heartbeat = asyncio.create_task(_heartbeat(store, owner, engine))
         try:
             yield EngineRuntime(engine, store, demo, cluster)
@@ -176,6 +181,24 @@ async def _demo_parts(
         settings=settings, on_change=on_change,
     )  # fmt: skip
     return engine, hosts.host, hosts.db
+
+
+async def _monitor(
+    stack: contextlib.AsyncExitStack, config: Config, run: RunOptions, secrets: tuple[str, ...]
+) -> Monitor:
+    """Metrics (served from the engine's own registry) and alerts, as configured."""
+    a = config.alerts
+    notifier = Notifier(
+        webhook=a.webhook or None, command=a.command, timeout_s=a.timeout_s, secrets=secrets
+    )
+    stack.push_async_callback(notifier.close)
+    listen = run.metrics or config.metrics.listen
+    monitor = Monitor(config, collector=FleetCollector() if listen else None, notifier=notifier)
+    if monitor.collector is not None:
+        monitor.server = MetricsServer(monitor.collector)
+        monitor.server.start(listen)
+        stack.callback(monitor.server.stop)
+    return monitor
 
 
 async def pin_cql(stack: contextlib.AsyncExitStack, upstream: str) -> str:

@@ -269,6 +269,10 @@ class VastClient:
             return {"Authorization": f"Bearer {self._api_key}"}
         return {}
 
+    def secrets(self) -> tuple[str, ...]:
+        """What must never appear in a log or a message: the API key (for other redactors)."""
+        return (self._api_key,) if self._api_key else ()
+
     def _redact(self, text: str) -> str:
         """Servers echo headers and libraries quote URLs: the key never leaves in a message."""
         return redact(text, (self._api_key,))

@@ -1,0 +1,54 @@
+"""The engine's metrics end to end (issue 20): the demo engine with ``--metrics`` serves, on
+loopback, what prometheus-client's own parser reads, with the fleet's and the market's series;
+without it nothing listens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import e2e_config
+from vastui.backend import Options
+from vastui.engine.runtime import RunOptions, engine_runtime
+
+
+async def test_the_demo_engine_serves_its_metrics_on_loopback(demo_state: Path) -> None:
+    opts = Options(config=e2e_config(), db=demo_state / "fleet.db", demo=True, seed=8)
+    run = RunOptions(seed=8, target_workers=2, dry_run=True, metrics="127.0.0.1:0")
+    async with engine_runtime(opts, run) as rt:
+        server = rt.engine.monitor.server
+        assert server is not None and server.address is not None
+        host, port = server.address
+        assert host == "127.0.0.1"
+        await rt.engine.step()
+        async with httpx.AsyncClient() as http:
+            answer = await http.get(f"http://127.0.0.1:{port}/metrics", timeout=60)
+        assert answer.status_code == 200
+        families = {f.name: f for f in text_string_to_metric_families(answer.text)}
+        for name in ("vastui_up", "vastui_engine_heartbeat_timestamp_seconds",
+                     "vastui_target_workers", "vastui_workers", "vastui_proofs",
+                     "vastui_fleet_dollars_per_hour", "vastui_spend_dollars", "vastui_kills",
+                     "vastui_bans", "vastui_rents", "vastui_vast_api_errors",
+                     "vastui_provision_blocked", "vastui_market_offers",
+                     "vastui_market_dollars_per_hour"):  # fmt: skip
+            assert name in families, name
+        target = families["vastui_target_workers"].samples[0].value
+        assert target == 2
+        blocked = {
+            s.labels["reason"]: s.value for s in families["vastui_provision_blocked"].samples
+        }
+        assert blocked["dry_run"] == 1 and sum(blocked.values()) == 1
+        offers = families["vastui_market_offers"].samples
+        assert offers and all(s.value >= 1 for s in offers)
+        bands = families["vastui_market_dollars_per_hour"].samples
+        assert {s.labels["quantile"] for s in bands} == {"0.1", "0.5", "0.9"}
+        # the demo's credit, read from the simulated account
+        assert families["vastui_account_credit_dollars"].samples[0].value > 0
+
+
+async def test_without_metrics_nothing_listens(demo_state: Path) -> None:
+    opts = Options(config=e2e_config(), db=demo_state / "fleet.db", demo=True, seed=8)
+    async with engine_runtime(opts, RunOptions(seed=8, target_workers=0)) as rt:
+        assert rt.engine.monitor.server is None and rt.engine.monitor.collector is None
