@@ -103,6 +103,20 @@ async def test_transient_failures_are_retried(first, sleeps):
     assert result.offers[0].machine_id == 10
 
 
+async def test_failed_attempts_are_counted_by_status_for_the_metrics(sleeps):
+    script = Script(
+        jsonr(429, {}), httpx.ConnectError("refused"), jsonr(503, {}),
+        jsonr(200, {"offers": [OFFER]}),
+    )  # fmt: skip
+    async with make(script, sleeps) as client:
+        await client.search_offers("num_gpus=1")
+        assert dict(client.error_counts) == {"429": 1, "network": 1, "503": 1}
+        script.answers = [jsonr(404, {"msg": "no such thing"})]
+        with pytest.raises(VastNotFound):
+            await client.current_user()
+        assert client.error_counts["404"] == 1
+
+
 async def test_retry_after_is_honoured(sleeps):
     script = Script(
         httpx.Response(429, text="API requests too frequent", headers={"Retry-After": "7"}),
