@@ -112,6 +112,17 @@ async def destroy(engine: Any, instance_id: int, reason: str = "manually destroy
         raise EngineError(cmd.result)
 
 
+# The worker's own waits for an end-to-end run at 300x, as e2e_config's are the engine's: the
+# benchmark's limit, and the prove stage's waits for a (re)started daemon and for curio to
+# enable cuzk (600 s each: 2 real seconds, which a loaded machine's Python start-up alone can
+# pass). What these runs test is the path, not the timing.
+E2E_WORKER_ENV = {
+    "BENCH_TIMEOUT": str(24 * 3600),
+    "CUZK_READY_TIMEOUT": str(24 * 3600),
+    "CURIO_READY_TIMEOUT": str(24 * 3600),
+}
+
+
 def e2e_config(**sections: Any) -> Any:
     """vastui's defaults for an end-to-end run at 300x: a loaded test machine stretches every
     step by as much, so the worker's and the engine's deadlines are generous, and so is curio's

@@ -16,7 +16,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from tests.helpers import e2e_config, until_instance
+from tests.helpers import E2E_WORKER_ENV, e2e_config, until_instance
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
@@ -38,7 +38,7 @@ async def test_an_outbid_worker_resumes_without_a_new_benchmark(demo_state: Path
     async with engine_runtime(opts, run) as rt:
         engine, cloud = rt.engine, rt.demo.cloud
         cloud.bids = BidMarket(cloud.seed, cloud.now(), 0.0)  # only the test outbids
-        engine.settings.worker_env["BENCH_TIMEOUT"] = str(24 * 3600)
+        engine.settings.worker_env.update(E2E_WORKER_ENV)
         stop = asyncio.Event()
         runner = asyncio.create_task(engine.run(stop))
         try:

@@ -18,7 +18,7 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
-from tests.helpers import eventually
+from tests.helpers import E2E_WORKER_ENV, eventually
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine import identity
@@ -56,7 +56,7 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
     run = RunOptions(speed=SPEED, seed=11, target_workers=3, machine_fault_rate=0.0)
     async with engine_runtime(opts, run) as rt:
         engine = rt.engine
-        engine.settings.worker_env["BENCH_TIMEOUT"] = str(24 * 3600)
+        engine.settings.worker_env.update(E2E_WORKER_ENV)
         stop = asyncio.Event()
         runner = asyncio.create_task(engine.run(stop))
         try:
@@ -111,6 +111,10 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
             async def restarted() -> str | None:
                 # curio's restart, and the recovered tasks' first lines: their goroutines log
                 # before or after the RPC server's line (cmd/curio/run.go:144-154)
+                rec = await engine.store.get_instance(victim.vast_id)
+                assert rec is not None and not rec.killed, (
+                    f"the victim was destroyed instead: {rec and rec.kill_reason}"
+                )
                 now = logs[victim.vast_id].read_text()[before_kill:]
                 return now if "Setting up RPC server" in now and recovered(now) else None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import deploy, e2e_config, until_instance, world_busy_rate
+from tests.helpers import E2E_WORKER_ENV, deploy, e2e_config, until_instance, world_busy_rate
 from vastui.backend import Options
 from vastui.engine.production import ProdState
 from vastui.engine.runtime import RunOptions, engine_runtime
@@ -46,7 +46,7 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
         # Production's 38th proof hits a sticky CUDA error (the daemon's first 13 are the
         # benchmark's).
         rt.demo.fault_overrides[offer.machine_id] = {"fault": "cuda_abort", "fault_after": 50}
-        engine.settings.worker_env["BENCH_TIMEOUT"] = str(24 * 3600)
+        engine.settings.worker_env.update(E2E_WORKER_ENV)
         iid = await deploy(engine, offer.id)
         assert iid is not None
         stop = asyncio.Event()
