@@ -335,7 +335,7 @@ async def test_destroy_and_ban_are_recorded_together(store: Store) -> None:
     again = await store.complete_destroy(intent.id, "stage_failed", "x", now=T0 + 3)
     assert again[1] is None and again[0] is not None and again[0].kill_kind == "stage_failed"
     assert len(await store.list_events()) == 2
-    assert (await store.get_bad(77)).strikes == 1  # type: ignore[union-attr]
+    assert (await store.get_bad(77)).bans == 1  # type: ignore[union-attr]
 
 
 async def test_a_failed_ban_leaves_the_destroy_pending(store: Store) -> None:

@@ -150,7 +150,7 @@ def _check_ban(ban: BanSpec) -> BanSpec:
 
 
 def _merge_expiry(old: float | None, new: float | None) -> float | None:
-    """A re-struck ban lasts as long as the longer of the two (None = forever)."""
+    """A repeat ban lasts as long as the longer of the two (None = forever)."""
     if old is None or new is None:
         return None
     return max(old, new)
@@ -719,9 +719,9 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         evidence: Iterable[str] | None = None,
         now: float | None = None,
     ) -> BadEntry:
-        """Ban a machine, or strike it again if already banned; writes a 'ban' event atomically.
+        """Ban a machine, or ban it again if already banned; writes a 'ban' event atomically.
 
-        On a repeat: ``strikes`` += 1, ``reason``/``updated_at`` are replaced, ``evidence`` is
+        On a repeat: ``bans`` += 1, ``reason``/``updated_at`` are replaced, ``evidence`` is
         replaced when given, the stronger source is kept (manual > automatic > legacy) and the
         ban lasts as long as the longer of the two expiries (``None`` = forever).
         """
@@ -752,20 +752,20 @@ class Store(FleetOps, OwnershipOps, PauseOps):
         if old is None:
             await conn.execute(
                 "INSERT INTO bad_machines (machine_id, host_id, gpu_name, reason, source,"
-                " created_at, updated_at, expires_at, strikes, evidence)"
+                " created_at, updated_at, expires_at, bans, evidence)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
                 (machine_id, ban.host_id, ban.gpu_name, reason, source, ts, ts,
                  ban.expires_at, evidence_json),
             )  # fmt: skip
-            strikes = 1
+            bans = 1
         else:
             keep_source = old["source"]
             if _BAD_RANK[source] < _BAD_RANK.get(keep_source, len(BAD_SOURCES)):
                 keep_source = source
-            strikes = int(old["strikes"]) + 1
+            bans = int(old["bans"]) + 1
             await conn.execute(
                 "UPDATE bad_machines SET reason = ?, source = ?, updated_at = ?,"
-                " expires_at = ?, strikes = ?, evidence = COALESCE(?, evidence),"
+                " expires_at = ?, bans = ?, evidence = COALESCE(?, evidence),"
                 " host_id = COALESCE(?, host_id), gpu_name = COALESCE(?, gpu_name)"
                 " WHERE machine_id = ?",
                 (
@@ -773,7 +773,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
                     keep_source,
                     ts,
                     _merge_expiry(old["expires_at"], ban.expires_at),
-                    strikes,
+                    bans,
                     evidence_json,
                     ban.host_id,
                     ban.gpu_name,
@@ -793,7 +793,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
             machine_id=machine_id,
             detail={
                 "source": row["source"],
-                "strikes": strikes,
+                "bans": bans,
                 "expires_at": row["expires_at"],
                 "host_id": row["host_id"],
                 "gpu_name": row["gpu_name"],
@@ -824,7 +824,7 @@ class Store(FleetOps, OwnershipOps, PauseOps):
                 detail={
                     "previous_reason": old["reason"],
                     "source": old["source"],
-                    "strikes": old["strikes"],
+                    "bans": old["bans"],
                 },
             )
         return True

@@ -303,7 +303,7 @@ async def _import_bad_hosts(
             continue
         await conn.execute(
             "INSERT INTO bad_machines (machine_id, reason, source, created_at, updated_at,"
-            " strikes) VALUES (?, ?, 'legacy', ?, ?, 1)",
+            " bans) VALUES (?, ?, 'legacy', ?, ?, 1)",
             (ident, reason, added if added is not None else ts, ts),
         )
         report.bad_machines += 1

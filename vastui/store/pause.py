@@ -83,7 +83,7 @@ class PauseOps:
                 await conn.execute("DELETE FROM strikes WHERE instance_id = ?", (iid,))
             for mid in forgive_machines:
                 cur = await conn.execute(
-                    "SELECT reason, source, strikes FROM bad_machines WHERE machine_id = ? "
+                    "SELECT reason, source, bans FROM bad_machines WHERE machine_id = ? "
                     "AND source = 'automatic' AND updated_at >= ?",
                     (mid, since),
                 )
@@ -95,7 +95,7 @@ class PauseOps:
                 await self.insert_event(  # type: ignore[attr-defined]
                     conn, "unban", f"fleet-wide failure, not the machine's: {text}"[:500],
                     ts=now, machine_id=mid,
-                    detail={"previous_reason": old[0], "source": old[1], "strikes": old[2]},
+                    detail={"previous_reason": old[0], "source": old[1], "bans": old[2]},
                 )  # fmt: skip
                 unbanned.append(mid)
             await self.insert_event(  # type: ignore[attr-defined]

@@ -58,7 +58,7 @@ BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
 # Event kinds written by vastui (``events.kind`` is free text; these are documented):
 #   rent       an instance was created on Vast
 #   destroy    an instance was destroyed on Vast
-#   ban        a machine was added to (or re-struck on) the bad list   [written by Store.add_bad]
+#   ban        a machine was added to (or banned again on) the bad list [written by Store.add_bad]
 #   unban      a machine was removed from the bad list               [written by Store.remove_bad]
 #   adopt      a running Vast instance not created by vastui was taken under management
 #   stage      an instance moved to another pipeline stage
@@ -277,7 +277,7 @@ class BadEntry:
     host_id: int | None = None
     gpu_name: str | None = None
     expires_at: float | None = None
-    strikes: int = 1
+    bans: int = 1  # times the machine was banned (a repeat ban adds one), not its strikes
     evidence: tuple[str, ...] | None = None
 
     def active(self, now: float) -> bool:
@@ -294,7 +294,7 @@ class BadEntry:
             host_id=row["host_id"],
             gpu_name=row["gpu_name"],
             expires_at=row["expires_at"],
-            strikes=row["strikes"],
+            bans=row["bans"],
             evidence=_json_list(row["evidence"]),
         )
 
