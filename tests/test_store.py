@@ -21,8 +21,8 @@ from vastui.store import (
     StoreError,
     iso_utc,
 )
+from vastui.store.common import json_dict
 from vastui.store.migrations import MIGRATIONS
-from vastui.store.records import json_dict
 
 T0 = 1_796_033_100.0  # 2026-11-30T10:05:00Z
 HOUR = 3600.0
@@ -83,7 +83,7 @@ async def test_open_creates_parent_dirs_and_file_mode_0600(tmp_path: Path) -> No
 
 async def test_wal_user_version_and_pragmas(store: Store) -> None:
     assert await store.schema_version() == SCHEMA_VERSION == len(MIGRATIONS)
-    conn = store._require()
+    conn = store.db.require()
     async with conn.execute("PRAGMA journal_mode") as cur:
         assert (await cur.fetchone())[0] == "wal"
     async with conn.execute("PRAGMA busy_timeout") as cur:
@@ -416,7 +416,7 @@ async def test_events_are_append_only(store: Store) -> None:
             raw.execute("UPDATE events SET reason = 'rewritten'")
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
             raw.execute("DELETE FROM events")
-    conn = store._require()
+    conn = store.db.require()
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         await conn.execute("DELETE FROM events WHERE id = 1")
     assert [e.reason for e in await store.list_events()] == ["rented offer 1234567"]

@@ -83,7 +83,7 @@ def test_an_error_without_a_code_is_not_fatal() -> None:
 async def test_a_read_only_database_is_fatal_and_stays_so(store: Store) -> None:
     """Works as root too: query_only makes every write fail with SQLITE_READONLY."""
     await store.upsert_instance(InstanceRecord(vast_id=5, state="loading"), now=T0)
-    await store._require().execute("PRAGMA query_only=1")
+    await store.db.require().execute("PRAGMA query_only=1")
     with pytest.raises(StoreFatal) as exc:
         await store.add_event("rent", "rented offer 1", instance_id=5, now=T0)
     assert _one_line(exc.value) == (
@@ -94,7 +94,7 @@ async def test_a_read_only_database_is_fatal_and_stays_so(store: Store) -> None:
         await store.check_health()
     assert str(again.value) == str(exc.value)
     # Once unfit, writes are refused outright: nothing half-recorded after the failure.
-    await store._require().execute("PRAGMA query_only=0")
+    await store.db.require().execute("PRAGMA query_only=0")
     with pytest.raises(StoreFatal):
         await store.mark_killed(5, "manual", "x", event="destroy", now=T0)
     assert (await store.get_instance(5)).state == "loading"  # type: ignore[union-attr]
@@ -120,7 +120,7 @@ async def test_a_read_only_file_and_directory_are_fatal(tmp_path: Path) -> None:
 
 
 async def test_disk_full_is_fatal(store: Store) -> None:
-    conn = store._require()
+    conn = store.db.require()
     async with conn.execute("PRAGMA page_count") as cur:
         row = await cur.fetchone()
     assert row is not None
@@ -138,7 +138,7 @@ async def test_disk_full_is_fatal(store: Store) -> None:
 async def test_an_io_error_in_a_write_is_fatal(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    conn = store._require()
+    conn = store.db.require()
     real = type(conn).execute
 
     def failing(self, sql: str, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -155,7 +155,7 @@ async def test_an_io_error_in_a_write_is_fatal(
 
 
 async def test_busy_is_not_fatal(store: Store) -> None:
-    await store._require().execute("PRAGMA busy_timeout=0")
+    await store.db.require().execute("PRAGMA busy_timeout=0")
     other = sqlite3.connect(store.path, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
@@ -175,7 +175,7 @@ async def test_renew_lease_says_the_real_reason(store: Store) -> None:
     await store.acquire_lease("a", now=T0, **LEASE)
     assert await store.renew_lease("a", ttl=30.0, now=T0 + 1) is True
     assert await store.renew_lease("b", ttl=30.0, now=T0 + 1) is False  # really lost
-    await store._require().execute("PRAGMA query_only=1")
+    await store.db.require().execute("PRAGMA query_only=1")
     with pytest.raises(StoreFatal, match=r"cannot be written: .*SQLITE_READONLY"):
         await store.renew_lease("a", ttl=30.0, now=T0 + 2)
 

@@ -363,8 +363,7 @@ def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
 
 def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     from vastui.engine.runtime import parse_duration
-    from vastui.store import StoreError
-    from vastui.store.fleet import LeaseHeld
+    from vastui.store import LeaseHeld, StoreError
 
     opts.seed, opts.speed = args.seed, args.speed
     try:

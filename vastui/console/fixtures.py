@@ -19,13 +19,13 @@ from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.sim import ManualClock, SimCloud
 from vastui.store import (
     BadEntry,
+    EngineStatus,
     Event,
     ForeignInstance,
     InstanceRecord,
     LegacyReviewEntry,
     PerfRecord,
 )
-from vastui.store.records import EngineStatus
 from vastui.vast.models import Offer
 
 T0 = 1_790_000_000.0

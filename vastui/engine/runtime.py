@@ -26,9 +26,8 @@ from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
 from vastui.sanitize import sanitize_line
 from vastui.ssh import RemoteForward, SshPool, StorePins
-from vastui.store import Store, StoreError
+from vastui.store import LeaseHeld, Store, StoreError
 from vastui.store.errors import StoreFatal
-from vastui.store.fleet import LeaseHeld
 
 if TYPE_CHECKING:
     from vastui.sim import SimCloud

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import asyncssh
 
-from vastui.store.db import Store
+from vastui.store import Store
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import sqlite3
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 import aiosqlite
 
@@ -128,7 +128,15 @@ async def quick_check(conn: aiosqlite.Connection, path: Path) -> None:
 
 # -- decoding rows --------------------------------------------------------------------------
 
-T = TypeVar("T")
+
+class RowRecord(Protocol):
+    """A record a row decodes to (every record dataclass of the store)."""
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Self: ...
+
+
+R = TypeVar("R", bound=RowRecord)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,6 +154,7 @@ def _columns(cls: type) -> dict[str, _Column]:
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        kinds: tuple[type, ...]
         if float in args:
             kinds, expected = (int, float), "a number"
         elif int in args or bool in args:  # SQLite has no booleans
@@ -161,7 +170,7 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def decode_row(path: Path, table: str, key: str, cls: type[T], row: sqlite3.Row) -> T:
+def decode_row(path: Path, table: str, key: str, cls: type[R], row: sqlite3.Row) -> R:
     """``cls.from_row(row)`` with every column's type checked first; a row that does not decode
     is StoreFatal naming the table and the row (a warning every step would change nothing)."""
     names = row.keys()
@@ -180,6 +189,6 @@ def decode_row(path: Path, table: str, key: str, cls: type[T], row: sqlite3.Row)
                 f" ({type(value).__name__}), expected {column.expected}"
             )
     try:
-        return cls.from_row(row)  # type: ignore[attr-defined,no-any-return]
+        return cls.from_row(row)
     except (ValueError, TypeError, KeyError) as exc:
         raise StoreFatal(f"{where} cannot be decoded: {_first_line(str(exc))}") from None

@@ -15,8 +15,7 @@ from textual.binding import Binding
 from vastui.console.cells import t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
-from vastui.store import BadEntry
-from vastui.store.records import iso_utc
+from vastui.store import BadEntry, iso_utc
 
 
 class BadListPane(TablePane):
