@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vastui.store import BanSpec, InstanceRecord, Store, StoreError, StoreFatal
-from vastui.store.health import fatal_error
+from vastui.store.health import decode_row, fatal_error
 
 T0 = 1_790_000_000.0
 LEASE = {"pid": 4242, "hostname": "elsewhere", "mode": "headless", "ttl": 30.0}
@@ -291,6 +291,27 @@ async def test_an_undecodable_instance_row_is_fatal(
     with pytest.raises(StoreFatal) as at_open:  # and at open
         await Store.open(path)
     assert str(at_open.value).startswith(head) and why in str(at_open.value)
+
+
+async def test_a_row_decodes_alike_whole_or_in_part(store: Store) -> None:
+    """A whole row (SELECT *) decodes by position; a selection of columns in any other order,
+    by name: the same record, the columns not selected at their defaults."""
+    rec = InstanceRecord(
+        vast_id=9, machine_id=7, state="proving", error_lines=("a", "b"), is_bid=True,
+        bid_price=0.3, interruptions=2, created_at=T0, stage_started_at=T0,
+    )  # fmt: skip
+    assert await store.upsert_instance(rec, now=T0) == rec
+    conn = store.db.require()
+    async with conn.execute(
+        "SELECT is_bid, error_lines, vast_id, machine_id, state FROM instances"
+    ) as cur:
+        part = decode_row(store.path, "instances", "vast_id", InstanceRecord, await cur.fetchone())
+    assert part == InstanceRecord(
+        vast_id=9, machine_id=7, state="proving", error_lines=("a", "b"), is_bid=True
+    )
+    async with conn.execute("SELECT vast_id, machine_id FROM instances") as cur:
+        row = await cur.fetchone()
+    assert InstanceRecord.from_row(row) == InstanceRecord(vast_id=9, machine_id=7)
 
 
 # -- destroy and ban: one intent --------------------------------------------------------------

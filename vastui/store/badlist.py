@@ -147,7 +147,7 @@ class Strike:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Strike:
-        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118 - sqlite3.Row needs keys()
+        return cls(**dict(zip(row.keys(), row, strict=True)))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -180,7 +180,7 @@ class LegacyReviewEntry:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> LegacyReviewEntry:
-        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118 - sqlite3.Row needs keys()
+        return cls(**dict(zip(row.keys(), row, strict=True)))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -28,7 +28,7 @@ class Command:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Command:
-        data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row needs keys()
+        data = dict(zip(row.keys(), row, strict=True))
         data["args"] = json.loads(data["args"])
         return cls(**data)
 

@@ -40,7 +40,7 @@ class Intent:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Intent:
-        data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row needs keys()
+        data = dict(zip(row.keys(), row, strict=True))
         data["detail"] = json.loads(data["detail"]) if data["detail"] else {}
         return cls(**data)
 

@@ -26,7 +26,7 @@ class Lease:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Lease:
-        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118 - sqlite3.Row needs keys()
+        return cls(**dict(zip(row.keys(), row, strict=True)))
 
 
 class LeaseHeld(Exception):

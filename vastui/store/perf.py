@@ -27,7 +27,7 @@ class PerfRecord:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> PerfRecord:
-        return cls(**{k: row[k] for k in row.keys()})  # noqa: SIM118 - sqlite3.Row needs keys()
+        return cls(**dict(zip(row.keys(), row, strict=True)))
 
     def to_json(self) -> dict[str, Any]:
         return {
