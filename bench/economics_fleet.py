@@ -18,7 +18,7 @@ from bench.economics_world import MACHINE_DOWN_S, Market, rental_rng
 from vastui.config import Config
 from vastui.engine import spend
 from vastui.engine.bidding import BidQuote
-from vastui.store.records import InstanceRecord
+from vastui.store import InstanceRecord
 from vastui.vast.models import Offer
 
 FIRST_ID = 3_000_001

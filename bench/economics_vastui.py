@@ -36,7 +36,9 @@ from vastui.config import Config
 from vastui.engine import bidding, policy, production, provision, transitions
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers
 from vastui.pricing import required_rate
-from vastui.store.records import PerfRecord, bid_history, json_dict
+from vastui.store import PerfRecord
+from vastui.store.bids import bid_history
+from vastui.store.common import json_dict
 
 ENGINE_STEP_S = 30.0  # EngineSettings.poll_interval
 EVENT_DELAY_S = 1.0  # a worker's event reaches the engine over SSH (follow.py)

@@ -176,7 +176,7 @@ def serve_vastui(state: Path) -> None:
     from vastui.console.bridge import Snapshot
     from vastui.console.fixtures import FixedBridge
     from vastui.engine.spend import fleet_spend, local_midnight
-    from vastui.store.records import EngineStatus
+    from vastui.store import EngineStatus
 
     offers = bench_offers()
     instances = bench_instances(offers)

@@ -16,7 +16,7 @@ from typing import Any
 
 from vastui.engine.labels import fleet_id_of, fleet_of, is_vastui_label, owner_of
 from vastui.engine.policy import gpu_errors
-from vastui.store.records import json_dict
+from vastui.store.common import json_dict
 
 # invariant → what it promises (the report prints these)
 INVARIANTS: dict[str, str] = {

@@ -12,7 +12,7 @@ from vastui.engine import bidding, policy
 from vastui.engine.bidding import BidQuote, RaiseBid, Risk, RiskModel
 from vastui.engine.ranking import rank_offers
 from vastui.engine.spend import instance_cost
-from vastui.store.records import BidHistory, InstanceRecord
+from vastui.store import BidHistory, InstanceRecord
 from vastui.vast.models import Offer
 
 AUTO = replace(Config(), bids=replace(Config().bids, mode="auto"))

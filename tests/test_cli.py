@@ -171,8 +171,7 @@ def test_module_entry_point_help():
 def test_status_says_target_reason_and_spend(capsys, db):
     import asyncio
 
-    from vastui.store import InstanceRecord, Store
-    from vastui.store.records import EngineStatus
+    from vastui.store import EngineStatus, InstanceRecord, Store
 
     async def seed() -> None:
         async with await Store.open(Path(db)) as store:

@@ -29,8 +29,7 @@ from vastui.console.detail import DetailScreen
 from vastui.console.dialogs import QuitScreen
 from vastui.console.fixtures import FixedBridge, fixed_app, fixed_data
 from vastui.console.help import HelpScreen
-from vastui.store import InstanceRecord, Store
-from vastui.store.records import EngineStatus
+from vastui.store import EngineStatus, InstanceRecord, Store
 
 
 def strip(app: VastuiApp) -> str:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from vastui.engine.ranking import RankedOffer, RateModel, rank_offers
 from vastui.pricing import MAX_REQUIRED_RATE, required_rate, required_rate_at
 from vastui.sanitize import sanitize_line
-from vastui.store.records import PerfRecord
+from vastui.store import PerfRecord
 from vastui.vast.errors import VastMalformedResponse
 from vastui.vast.models import (
     INT64_MAX,

@@ -10,7 +10,7 @@ import pytest
 
 from vastui.config import Config
 from vastui.engine import policy
-from vastui.store.records import InstanceRecord
+from vastui.store import InstanceRecord
 
 
 @pytest.mark.parametrize(

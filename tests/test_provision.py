@@ -9,7 +9,7 @@ import pytest
 
 from vastui.engine.provision import REASON_KINDS, Candidate, FleetView, decide, gate, rent_reason
 from vastui.engine.ranking import RankedOffer, rank_offers
-from vastui.store.records import PerfRecord
+from vastui.store import PerfRecord
 from vastui.vast.models import Offer
 
 MAX = 0.008  # $/proof

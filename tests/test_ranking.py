@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from vastui.engine.ranking import DEFAULT_GPU_RATES, RAM_FACTORS, ram_class, rank_offers
-from vastui.store.records import PerfRecord
+from vastui.store import PerfRecord
 from vastui.vast.models import Offer
 
 

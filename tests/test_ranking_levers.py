@@ -8,7 +8,7 @@ import pytest
 
 from vastui.config import Config
 from vastui.engine.ranking import DEFAULT_GPU_RATES, Levers, rank_offers, setup_hours
-from vastui.store.records import PerfRecord
+from vastui.store import PerfRecord
 from vastui.vast.models import Offer
 
 

@@ -15,7 +15,7 @@ from vastui.engine.spend import (
     is_rejected,
     local_midnight,
 )
-from vastui.store.records import InstanceRecord
+from vastui.store import InstanceRecord
 
 H = 3600.0
 DAY0 = datetime(2026, 11, 30, tzinfo=UTC).timestamp()  # the day boundary in these tests

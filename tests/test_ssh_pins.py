@@ -9,7 +9,7 @@ import asyncssh
 import pytest
 
 from vastui.ssh import MemoryPins, PinConflict, StorePins
-from vastui.ssh.pins import fingerprint, key_body
+from vastui.ssh.pins import fingerprint, key_body, ssh_key
 from vastui.store import SCHEMA_VERSION, Store, StoreError
 from vastui.store.migrations import MIGRATIONS
 
@@ -114,7 +114,7 @@ async def test_store_pins(store: Store) -> None:
     await pins.pin(9, "h", 22, key)
     got = await pins.get(9)
     assert got is not None and got.fingerprint == fingerprint(key)
-    assert got.ssh_key().public_data == asyncssh.import_public_key(key).public_data
+    assert ssh_key(got).public_data == asyncssh.import_public_key(key).public_data
     with pytest.raises(StoreError):
         await pins.pin(9, "h", 22, _key())
     assert await pins.forget(9) is True

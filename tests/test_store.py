@@ -21,8 +21,8 @@ from vastui.store import (
     StoreError,
     iso_utc,
 )
+from vastui.store.common import json_dict
 from vastui.store.migrations import MIGRATIONS
-from vastui.store.records import json_dict
 
 T0 = 1_796_033_100.0  # 2026-11-30T10:05:00Z
 HOUR = 3600.0
@@ -83,7 +83,7 @@ async def test_open_creates_parent_dirs_and_file_mode_0600(tmp_path: Path) -> No
 
 async def test_wal_user_version_and_pragmas(store: Store) -> None:
     assert await store.schema_version() == SCHEMA_VERSION == len(MIGRATIONS)
-    conn = store._require()
+    conn = store.db.require()
     async with conn.execute("PRAGMA journal_mode") as cur:
         assert (await cur.fetchone())[0] == "wal"
     async with conn.execute("PRAGMA busy_timeout") as cur:
@@ -273,16 +273,16 @@ async def test_bad_add_strike_remove_with_events(store: Store) -> None:
         host_id=777,
         gpu_name="RTX 3090",
         expires_at=None,
-        strikes=1,
+        bans=1,
         evidence=("bench 12.0/h",),
     )
     assert _event_count(store.path, "ban") == 1
 
-    # Second strike: reason/evidence/updated_at replaced, created_at kept, event written.
+    # Banned again: reason/evidence/updated_at replaced, created_at kept, event written.
     entry = await store.add_bad(
         18234, "failed again", source="automatic", evidence=["bench 10.0/h"], now=T0 + HOUR
     )
-    assert entry.strikes == 2
+    assert entry.bans == 2
     assert entry.reason == "failed again"
     assert entry.evidence == ("bench 10.0/h",)
     assert entry.created_at == T0 and entry.updated_at == T0 + HOUR
@@ -303,7 +303,7 @@ async def test_bad_add_strike_remove_with_events(store: Store) -> None:
     events = await store.list_events()
     assert [e.kind for e in events] == ["ban", "ban", "unban"]
     assert all(e.machine_id == 18234 for e in events)
-    assert events[1].detail is not None and events[1].detail["strikes"] == 2
+    assert events[1].detail is not None and events[1].detail["bans"] == 2
     assert events[2].reason == "manual unignore"
 
 
@@ -337,7 +337,7 @@ async def test_bad_source_upgrade_and_expiry_merge(store: Store) -> None:
     e = await store.add_bad(7, "auto strike", source="automatic", expires_at=T0 + HOUR, now=T0)
     assert e.source == "automatic" and e.expires_at == T0 + HOUR
     e = await store.add_bad(7, "operator says no", source="manual", now=T0 + 1)
-    assert e.source == "manual" and e.expires_at is None and e.strikes == 2
+    assert e.source == "manual" and e.expires_at is None and e.bans == 2
     e = await store.add_bad(8, "a", source="automatic", expires_at=T0 + HOUR, now=T0)
     e = await store.add_bad(8, "b", source="automatic", expires_at=T0 + 5 * HOUR, now=T0 + 2)
     assert e.expires_at == T0 + 5 * HOUR
@@ -416,7 +416,7 @@ async def test_events_are_append_only(store: Store) -> None:
             raw.execute("UPDATE events SET reason = 'rewritten'")
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
             raw.execute("DELETE FROM events")
-    conn = store._require()
+    conn = store.db.require()
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         await conn.execute("DELETE FROM events WHERE id = 1")
     assert [e.reason for e in await store.list_events()] == ["rented offer 1234567"]
@@ -540,7 +540,7 @@ async def test_concurrent_writes_are_serialized(store: Store) -> None:
         *(store.add_bad(1 + i % 5, f"strike {i}", now=T0 + i) for i in range(25)),
         *(store.record_rate(77, "RTX 4090", 1, float(i), now=T0 + i) for i in range(25)),
     )
-    assert sorted(b.strikes for b in await store.list_bad(now=T0)) == [5, 5, 5, 5, 5]
+    assert sorted(b.bans for b in await store.list_bad(now=T0)) == [5, 5, 5, 5, 5]
     [perf] = await store.get_perf(77)
     assert (perf.samples, perf.best_rate) == (25, 24.0)
     assert _event_count(store.path, "ban") == 25
@@ -632,10 +632,30 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 9
+        assert await s.schema_version() == SCHEMA_VERSION == 10
         assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
         await s.put_engine_status(_status("at_target", T0))
         assert (await s.get_engine_status()).reason_kind == "at_target"
         assert await s.get_engine_offers() is None
         await s.put_engine_offers("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
         assert await s.get_engine_offers() == ("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
+
+
+async def test_a_version_9_database_keeps_its_ban_counts_as_bans(tmp_path: Path) -> None:
+    """Migration 10 renames bad_machines.strikes (it counted bans, not strikes) to bans."""
+    path = tmp_path / "v9.db"
+    with sqlite3.connect(path) as raw:
+        for script in MIGRATIONS[:9]:
+            raw.executescript(script)
+        raw.execute("PRAGMA user_version = 9")
+        raw.execute(
+            "INSERT INTO bad_machines (machine_id, reason, source, created_at, updated_at, strikes)"
+            " VALUES (7, 'bad', 'automatic', ?, ?, 3)",
+            (T0, T0),
+        )
+    async with await Store.open(path) as s:
+        assert (await s.get_bad(7)).bans == 3  # type: ignore[union-attr]
+        assert (await s.add_bad(7, "bad again", now=T0 + HOUR)).bans == 4
+    with sqlite3.connect(path) as raw:
+        columns = [r[1] for r in raw.execute("PRAGMA table_info(bad_machines)")]
+    assert "bans" in columns and "strikes" not in columns

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vastui.store import InstanceRecord, Store, StoreError
-from vastui.store.fleet import LeaseHeld
+from vastui.store import InstanceRecord, LeaseHeld, Store, StoreError
 
 T0 = 1_790_000_000.0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vastui.store import BanSpec, InstanceRecord, Store, StoreError, StoreFatal
-from vastui.store.health import fatal_error
+from vastui.store.health import decode_row, fatal_error
 
 T0 = 1_790_000_000.0
 LEASE = {"pid": 4242, "hostname": "elsewhere", "mode": "headless", "ttl": 30.0}
@@ -83,7 +83,7 @@ def test_an_error_without_a_code_is_not_fatal() -> None:
 async def test_a_read_only_database_is_fatal_and_stays_so(store: Store) -> None:
     """Works as root too: query_only makes every write fail with SQLITE_READONLY."""
     await store.upsert_instance(InstanceRecord(vast_id=5, state="loading"), now=T0)
-    await store._require().execute("PRAGMA query_only=1")
+    await store.db.require().execute("PRAGMA query_only=1")
     with pytest.raises(StoreFatal) as exc:
         await store.add_event("rent", "rented offer 1", instance_id=5, now=T0)
     assert _one_line(exc.value) == (
@@ -94,7 +94,7 @@ async def test_a_read_only_database_is_fatal_and_stays_so(store: Store) -> None:
         await store.check_health()
     assert str(again.value) == str(exc.value)
     # Once unfit, writes are refused outright: nothing half-recorded after the failure.
-    await store._require().execute("PRAGMA query_only=0")
+    await store.db.require().execute("PRAGMA query_only=0")
     with pytest.raises(StoreFatal):
         await store.mark_killed(5, "manual", "x", event="destroy", now=T0)
     assert (await store.get_instance(5)).state == "loading"  # type: ignore[union-attr]
@@ -120,7 +120,7 @@ async def test_a_read_only_file_and_directory_are_fatal(tmp_path: Path) -> None:
 
 
 async def test_disk_full_is_fatal(store: Store) -> None:
-    conn = store._require()
+    conn = store.db.require()
     async with conn.execute("PRAGMA page_count") as cur:
         row = await cur.fetchone()
     assert row is not None
@@ -138,7 +138,7 @@ async def test_disk_full_is_fatal(store: Store) -> None:
 async def test_an_io_error_in_a_write_is_fatal(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    conn = store._require()
+    conn = store.db.require()
     real = type(conn).execute
 
     def failing(self, sql: str, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -155,7 +155,7 @@ async def test_an_io_error_in_a_write_is_fatal(
 
 
 async def test_busy_is_not_fatal(store: Store) -> None:
-    await store._require().execute("PRAGMA busy_timeout=0")
+    await store.db.require().execute("PRAGMA busy_timeout=0")
     other = sqlite3.connect(store.path, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
@@ -175,7 +175,7 @@ async def test_renew_lease_says_the_real_reason(store: Store) -> None:
     await store.acquire_lease("a", now=T0, **LEASE)
     assert await store.renew_lease("a", ttl=30.0, now=T0 + 1) is True
     assert await store.renew_lease("b", ttl=30.0, now=T0 + 1) is False  # really lost
-    await store._require().execute("PRAGMA query_only=1")
+    await store.db.require().execute("PRAGMA query_only=1")
     with pytest.raises(StoreFatal, match=r"cannot be written: .*SQLITE_READONLY"):
         await store.renew_lease("a", ttl=30.0, now=T0 + 2)
 
@@ -293,6 +293,27 @@ async def test_an_undecodable_instance_row_is_fatal(
     assert str(at_open.value).startswith(head) and why in str(at_open.value)
 
 
+async def test_a_row_decodes_alike_whole_or_in_part(store: Store) -> None:
+    """A whole row (SELECT *) decodes by position; a selection of columns in any other order,
+    by name: the same record, the columns not selected at their defaults."""
+    rec = InstanceRecord(
+        vast_id=9, machine_id=7, state="proving", error_lines=("a", "b"), is_bid=True,
+        bid_price=0.3, interruptions=2, created_at=T0, stage_started_at=T0,
+    )  # fmt: skip
+    assert await store.upsert_instance(rec, now=T0) == rec
+    conn = store.db.require()
+    async with conn.execute(
+        "SELECT is_bid, error_lines, vast_id, machine_id, state FROM instances"
+    ) as cur:
+        part = decode_row(store.path, "instances", "vast_id", InstanceRecord, await cur.fetchone())
+    assert part == InstanceRecord(
+        vast_id=9, machine_id=7, state="proving", error_lines=("a", "b"), is_bid=True
+    )
+    async with conn.execute("SELECT vast_id, machine_id FROM instances") as cur:
+        row = await cur.fetchone()
+    assert InstanceRecord.from_row(row) == InstanceRecord(vast_id=9, machine_id=7)
+
+
 # -- destroy and ban: one intent --------------------------------------------------------------
 
 BAN = BanSpec(
@@ -335,7 +356,7 @@ async def test_destroy_and_ban_are_recorded_together(store: Store) -> None:
     again = await store.complete_destroy(intent.id, "stage_failed", "x", now=T0 + 3)
     assert again[1] is None and again[0] is not None and again[0].kill_kind == "stage_failed"
     assert len(await store.list_events()) == 2
-    assert (await store.get_bad(77)).strikes == 1  # type: ignore[union-attr]
+    assert (await store.get_bad(77)).bans == 1  # type: ignore[union-attr]
 
 
 async def test_a_failed_ban_leaves_the_destroy_pending(store: Store) -> None:

@@ -264,7 +264,7 @@ async def test_post_rekey_imports_bad_and_perf(store: Store, tmp_path: Path) -> 
     assert bad is not None
     assert bad.source == "legacy" and bad.reason == "Not good enough (RTX 3090, Poland, PL)"
     assert bad.created_at == epoch("2026-03-13 18:03:00") and bad.expires_at is None
-    assert bad.strikes == 1
+    assert bad.bans == 1
 
     [perf] = await store.get_perf(18234)
     assert (perf.gpu_name, perf.num_gpus, perf.best_rate, perf.last_rate, perf.samples) == (

@@ -186,7 +186,7 @@ async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
             if args.machine_id <= 0:
                 raise CliError(f"machine id must be a positive integer, got {args.machine_id}")
             entry = await store.add_bad(args.machine_id, args.reason, source="manual")
-            print(f"machine {entry.machine_id} is on the bad list (strikes {entry.strikes})")
+            print(f"machine {entry.machine_id} is on the bad list (bans {entry.bans})")
             return 0
         if args.bad_cmd == "remove":
             if await store.remove_bad(args.machine_id):
@@ -367,8 +367,7 @@ def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
 
 def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     from vastui.engine.runtime import parse_duration
-    from vastui.store import StoreError
-    from vastui.store.fleet import LeaseHeld
+    from vastui.store import LeaseHeld, StoreError
 
     opts.seed, opts.speed = args.seed, args.speed
     try:

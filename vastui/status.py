@@ -20,7 +20,7 @@ from typing import Any
 
 from vastui.engine.spend import counted, fleet_spend, local_midnight
 from vastui.store import STATES, EngineStatus, Store, iso_utc
-from vastui.store.fleet import holder_is_dead
+from vastui.store.lease import holder_is_dead
 
 
 def fleet_now(engine: EngineStatus | None, wall: float) -> float:

@@ -38,16 +38,18 @@ from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES, SshPool, StorePins, Worker
 from vastui.store import (
     BadEntry,
+    EngineStatus,
     Event,
     ForeignInstance,
     InstanceRecord,
+    Lease,
     LegacyReviewEntry,
     PerfRecord,
     Store,
     StoreNotCurrent,
 )
-from vastui.store.fleet import Lease, holder_is_dead
-from vastui.store.records import EngineStatus, json_dict
+from vastui.store.common import json_dict
+from vastui.store.lease import holder_is_dead
 from vastui.vast.client import VastClient
 
 log = logging.getLogger("vastui.console")

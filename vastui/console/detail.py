@@ -22,8 +22,8 @@ from textual.widgets import Label, Static
 from vastui.console.cells import age, money, t
 from vastui.engine import identity, policy
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord
-from vastui.store.records import iso_utc, json_dict
+from vastui.store import InstanceRecord, iso_utc
+from vastui.store.common import json_dict
 
 RECORD_EVERY = 1.0  # seconds between re-reads of the record
 CUZK_EVERY = 1.5  # seconds between cuzk status polls (the original panel's cadence)

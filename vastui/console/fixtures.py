@@ -19,13 +19,13 @@ from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.sim import ManualClock, SimCloud
 from vastui.store import (
     BadEntry,
+    EngineStatus,
     Event,
     ForeignInstance,
     InstanceRecord,
     LegacyReviewEntry,
     PerfRecord,
 )
-from vastui.store.records import EngineStatus
 from vastui.vast.models import Offer
 
 T0 = 1_790_000_000.0
@@ -127,7 +127,7 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
     bad = [
         BadEntry(machine_id=m[5].machine_id, reason="benchmark error in warmup: CUDA error 700",
                  source="automatic", host_id=m[5].host_id, gpu_name=m[5].gpu_name,
-                 created_at=T0, updated_at=T0, expires_at=T0 + 30 * 86400, strikes=2),
+                 created_at=T0, updated_at=T0, expires_at=T0 + 30 * 86400, bans=2),
         BadEntry(machine_id=m[6].machine_id, reason="Not good enough (RTX 3090, Poland, PL)",
                  source="manual", host_id=m[6].host_id, gpu_name=m[6].gpu_name,
                  created_at=T0 - 3600, updated_at=T0 - 3600),

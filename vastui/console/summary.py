@@ -12,7 +12,7 @@ from textual.widgets import Static
 from vastui.console.bridge import FleetEconomics, Snapshot
 from vastui.console.cells import age, money
 from vastui.sanitize import sanitize_line
-from vastui.store.records import EngineStatus
+from vastui.store import EngineStatus
 
 # What each part of the strip means (help shows this).
 STRIP_HELP = (

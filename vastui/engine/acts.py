@@ -36,8 +36,8 @@ from vastui.engine.transitions import (
     Update,
 )
 from vastui.sanitize import sanitize_line
-from vastui.store import BanSpec, InstanceRecord, Store
-from vastui.store.fleet import BAN_KEY, Intent
+from vastui.store import BanSpec, InstanceRecord, Intent, Store
+from vastui.store.intents import BAN_KEY
 from vastui.vast.client import VastClient
 from vastui.vast.errors import CreateOutcomeUnknown, VastError, VastHTTPError
 from vastui.vast.models import Offer

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from vastui.config import BidsSection, Config
 from vastui.engine import policy
-from vastui.store.records import BidHistory, InstanceRecord
+from vastui.store import BidHistory, InstanceRecord
 
 # Pseudo-hours of prior behind a GPU model's rate, and of the model's rate behind a machine's.
 MODEL_PRIOR_H = 20.0

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 from vastui.engine import policy, provision
 from vastui.engine.acts import EngineError
 from vastui.sanitize import sanitize_line
-from vastui.store import StoreError
-from vastui.store.fleet import Command
+from vastui.store import Command, StoreError
 from vastui.vast.errors import VastError
 from vastui.vast.models import Offer
 

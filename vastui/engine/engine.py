@@ -40,10 +40,9 @@ from vastui.engine.spend import SURPLUS_KIND, fleet_spend, local_midnight, worke
 from vastui.numbers import parse_number
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
-from vastui.store import EngineStatus, ForeignInstance, InstanceRecord, Store, StoreError
+from vastui.store import EngineStatus, ForeignInstance, InstanceRecord, Intent, Store, StoreError
+from vastui.store.common import json_dict
 from vastui.store.errors import StoreFatal
-from vastui.store.fleet import Intent
-from vastui.store.records import json_dict
 from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
 from vastui.vast.models import Instance

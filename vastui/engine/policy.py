@@ -23,7 +23,7 @@ from typing import Any
 from vastui.config import Config
 from vastui.engine import plan
 from vastui.numbers import parse_number
-from vastui.store.records import STAGES, InstanceRecord
+from vastui.store import STAGES, InstanceRecord
 
 GPU_ERROR = re.compile(
     r"CUDA error|out of memory|illegal memory access|Xid \d+|GPU has fallen off|"

@@ -22,7 +22,7 @@ from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
 from vastui.engine.plan import GIB, PARAMS_DISK_GIB
 from vastui.numbers import parse_number
 from vastui.pricing import required_rate_at
-from vastui.store.records import PerfRecord
+from vastui.store import PerfRecord
 from vastui.vast.models import ModelError, Offer, unchecked_constructor
 
 # Per-GPU proofs/hour with ample RAM and CPU; used only until a machine of that model is measured.

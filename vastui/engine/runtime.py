@@ -29,9 +29,8 @@ from vastui.engine.monitor import Monitor
 from vastui.metrics import FleetCollector, MetricsServer
 from vastui.sanitize import sanitize_line
 from vastui.ssh import RemoteForward, SshPool, StorePins
-from vastui.store import Store, StoreError
+from vastui.store import LeaseHeld, Store, StoreError
 from vastui.store.errors import StoreFatal
-from vastui.store.fleet import LeaseHeld
 
 if TYPE_CHECKING:
     from vastui.sim import SimCloud

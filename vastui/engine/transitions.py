@@ -17,7 +17,7 @@ from typing import Any
 from vastui.config import Config
 from vastui.engine import policy, production
 from vastui.sanitize import sanitize_line
-from vastui.store.records import InstanceRecord
+from vastui.store import InstanceRecord
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from .errors import (
     WorkerProtocolError,
 )
 from .lines import LogBatch
-from .pins import HostKeyPins, MemoryPins, PinConflict, PinnedKey, StorePins
+from .pins import HostKeyPins, MemoryPins, PinConflict, StorePins
 from .pool import SshPool
 from .worker import LOG_SOURCES, Worker, workerctl
 
@@ -29,7 +29,6 @@ __all__ = [
     "LogBatch",
     "MemoryPins",
     "PinConflict",
-    "PinnedKey",
     "RemoteForward",
     "SshAuthFailed",
     "SshClosed",

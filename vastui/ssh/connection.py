@@ -32,6 +32,7 @@ from typing import Any
 import asyncssh
 
 from vastui.sanitize import sanitize_line
+from vastui.store import HostKeyRecord
 
 from .errors import (
     HostKeyChanged,
@@ -57,7 +58,7 @@ from .lines import (
     refuse_json_constant,
     sanitize_json,
 )
-from .pins import HostKeyPins, PinnedKey
+from .pins import HostKeyPins, ssh_key
 
 log = logging.getLogger("vastui.ssh")
 
@@ -423,11 +424,11 @@ class WorkerConnection:
             raise
         return conn
 
-    def _pinned_ssh_key(self, pinned: PinnedKey | None) -> asyncssh.SSHKey | None:
+    def _pinned_ssh_key(self, pinned: HostKeyRecord | None) -> asyncssh.SSHKey | None:
         if pinned is None:
             return None
         try:
-            return pinned.ssh_key()
+            return ssh_key(pinned)
         except (asyncssh.KeyImportError, ValueError):
             raise SshError(
                 self.instance_id, f"pinned host key {pinned.fingerprint} is unreadable"

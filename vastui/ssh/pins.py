@@ -8,30 +8,21 @@ verifies the re-key and forgets the pin (``Store.forget_host_key``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import asyncssh
 
-from vastui.store.db import Store
+from vastui.store import HostKeyRecord, Store
 
 
-@dataclass(frozen=True, slots=True)
-class PinnedKey:
-    instance_id: int
-    host: str
-    port: int
-    public_key: str  # OpenSSH "<type> <base64>"
-    fingerprint: str  # "SHA256:..."
-    pinned_at: float
-
-    def ssh_key(self) -> asyncssh.SSHKey:
-        return asyncssh.import_public_key(self.public_key)
+def ssh_key(pin: HostKeyRecord) -> asyncssh.SSHKey:
+    """The pinned key as asyncssh compares it with the one a server presents."""
+    return asyncssh.import_public_key(pin.public_key)
 
 
 @runtime_checkable
 class HostKeyPins(Protocol):
-    async def get(self, instance_id: int) -> PinnedKey | None: ...
+    async def get(self, instance_id: int) -> HostKeyRecord | None: ...
 
     async def pin(self, instance_id: int, host: str, port: int, public_key_openssh: str) -> None:
         """Pin a key. Re-pinning the same key may refresh host/port; a different key must raise."""
@@ -59,9 +50,9 @@ class MemoryPins:
     """In-memory pins (tests, throwaway sessions)."""
 
     def __init__(self) -> None:
-        self._pins: dict[int, PinnedKey] = {}
+        self._pins: dict[int, HostKeyRecord] = {}
 
-    async def get(self, instance_id: int) -> PinnedKey | None:
+    async def get(self, instance_id: int) -> HostKeyRecord | None:
         return self._pins.get(instance_id)
 
     async def pin(self, instance_id: int, host: str, port: int, public_key_openssh: str) -> None:
@@ -73,7 +64,7 @@ class MemoryPins:
                 f"({old.fingerprint})"
             )
         pinned_at = old.pinned_at if old is not None else time.time()
-        self._pins[instance_id] = PinnedKey(
+        self._pins[instance_id] = HostKeyRecord(
             instance_id, host, port, body, fingerprint(body), pinned_at
         )
 
@@ -87,13 +78,8 @@ class StorePins:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def get(self, instance_id: int) -> PinnedKey | None:
-        rec = await self._store.get_host_key(instance_id)
-        if rec is None:
-            return None
-        return PinnedKey(
-            rec.instance_id, rec.host, rec.port, rec.public_key, rec.fingerprint, rec.pinned_at
-        )
+    async def get(self, instance_id: int) -> HostKeyRecord | None:
+        return await self._store.get_host_key(instance_id)
 
     async def pin(self, instance_id: int, host: str, port: int, public_key_openssh: str) -> None:
         body = key_body(public_key_openssh)

@@ -16,7 +16,7 @@ import sqlite3
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, Protocol, Self, TypeVar
 
 import aiosqlite
 
@@ -128,32 +128,55 @@ async def quick_check(conn: aiosqlite.Connection, path: Path) -> None:
 
 # -- decoding rows --------------------------------------------------------------------------
 
-T = TypeVar("T")
+
+class RowRecord(Protocol):
+    """A record a row decodes to (every record dataclass of the store)."""
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Self: ...
+
+
+R = TypeVar("R", bound=RowRecord)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Column:
+    index: int  # its position in the row
+    name: str
     kinds: tuple[type, ...]  # the Python types SQLite may hand back for the field
     nullable: bool
     expected: str  # for the operator: "a number", "an integer", "text"
 
 
 @functools.cache
-def _columns(cls: type) -> dict[str, _Column]:
+def _fields(cls: type) -> tuple[tuple[str, tuple[type, ...], bool, str], ...]:
     """Per dataclass field, what a row must hold. JSON-carrying fields are TEXT."""
     hints = typing.get_type_hints(cls)
-    out: dict[str, _Column] = {}
+    out = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        kinds: tuple[type, ...]
         if float in args:
             kinds, expected = (int, float), "a number"
         elif int in args or bool in args:  # SQLite has no booleans
             kinds, expected = (int,), "an integer"
         else:  # str, or JSON text for tuples and dicts
             kinds, expected = (str,), "text"
-        out[f.name] = _Column(kinds, type(None) in args, expected)
-    return out
+        out.append((f.name, kinds, type(None) in args, expected))
+    return tuple(out)
+
+
+@functools.cache
+def _columns(cls: type, names: tuple[str, ...]) -> tuple[_Column, ...]:
+    """The checks for one query's columns, by position: sqlite3.Row finds a column by name
+    with a linear scan, which the engine's every-step listings would pay per field."""
+    where = {name: i for i, name in enumerate(names)}
+    return tuple(
+        _Column(where[name], name, kinds, nullable, expected)
+        for name, kinds, nullable, expected in _fields(cls)
+        if name in where  # a column the query did not select keeps the record's default
+    )
 
 
 def _describe(value: Any) -> str:
@@ -161,25 +184,29 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def decode_row(path: Path, table: str, key: str, cls: type[T], row: sqlite3.Row) -> T:
+def decode_row(path: Path, table: str, key: str, cls: type[R], row: sqlite3.Row) -> R:
     """``cls.from_row(row)`` with every column's type checked first; a row that does not decode
     is StoreFatal naming the table and the row (a warning every step would change nothing)."""
-    names = row.keys()
-    where = f"database {path}: table {table} row {_describe(row[key]) if key in names else '?'}"
-    for name, column in _columns(cls).items():
-        if name not in names:
-            continue  # a column the query did not select keeps the record's default
-        value = row[name]
+    for column in _columns(cls, tuple(row.keys())):
+        value = row[column.index]
         if value is None:
             if column.nullable:
                 continue
-            raise StoreFatal(f"{where} cannot be decoded: {name} is NULL")
-        if not isinstance(value, column.kinds) or isinstance(value, bool):
-            raise StoreFatal(
-                f"{where} cannot be decoded: {name} holds {_describe(value)}"
-                f" ({type(value).__name__}), expected {column.expected}"
-            )
+            _undecodable(path, table, key, row, f"{column.name} is NULL")
+        # SQLite hands back exactly int, float, str, bytes or None (never a bool or subclass).
+        if type(value) not in column.kinds:
+            _undecodable(
+                path, table, key, row,
+                f"{column.name} holds {_describe(value)} ({type(value).__name__}),"
+                f" expected {column.expected}",
+            )  # fmt: skip
     try:
-        return cls.from_row(row)  # type: ignore[attr-defined,no-any-return]
+        return cls.from_row(row)
     except (ValueError, TypeError, KeyError) as exc:
-        raise StoreFatal(f"{where} cannot be decoded: {_first_line(str(exc))}") from None
+        why = _first_line(str(exc))
+    _undecodable(path, table, key, row, why)  # outside the handler: no chained traceback
+
+
+def _undecodable(path: Path, table: str, key: str, row: sqlite3.Row, why: str) -> NoReturn:
+    ident = _describe(row[key]) if key in row.keys() else "?"  # noqa: SIM118 - Row has no `in`
+    raise StoreFatal(f"database {path}: table {table} row {ident} cannot be decoded: {why}")

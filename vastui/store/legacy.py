@@ -29,7 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .db import Store, StoreError
+from .errors import StoreError
+from .events import insert_event
+from .store import Store
 
 LEGACY_TABLES: tuple[str, ...] = ("bad_hosts", "host_perf", "instances")
 
@@ -152,10 +154,10 @@ def _as_id(value: object) -> int | None:
 
 
 def _as_float(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
+    if not isinstance(value, int | float | str | bytes) or isinstance(value, bool):
+        return None  # SQLite hands back nothing else
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)
     except (TypeError, ValueError):
         return None
     return number if number == number else None  # NaN -> None
@@ -241,7 +243,7 @@ async def import_legacy(store: Store, path: Path, now: float | None = None) -> I
             await _import_host_perf(conn, data, report, ts, source_path)
         if "instances" in data.rows:
             await _import_instances(conn, data, report, ts)
-        await Store.insert_event(
+        await insert_event(
             conn,
             "import",
             f"imported legacy state.db {path}",
@@ -303,7 +305,7 @@ async def _import_bad_hosts(
             continue
         await conn.execute(
             "INSERT INTO bad_machines (machine_id, reason, source, created_at, updated_at,"
-            " strikes) VALUES (?, ?, 'legacy', ?, ?, 1)",
+            " bans) VALUES (?, ?, 'legacy', ?, ?, 1)",
             (ident, reason, added if added is not None else ts, ts),
         )
         report.bad_machines += 1

@@ -296,7 +296,13 @@ ALTER TABLE instances ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0
 ALTER TABLE instances ADD COLUMN stopped_s REAL NOT NULL DEFAULT 0 CHECK (stopped_s >= 0);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+# Version 10: a bad-list row's count is of the times the machine was banned (a repeat ban adds
+# one), not of the rows of ``strikes`` (the marks that may lead to a ban): it is named so.
+_V10 = """
+ALTER TABLE bad_machines RENAME COLUMN strikes TO bans;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

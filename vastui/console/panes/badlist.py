@@ -15,8 +15,7 @@ from textual.binding import Binding
 from vastui.console.cells import t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
-from vastui.store import BadEntry
-from vastui.store.records import iso_utc
+from vastui.store import BadEntry, iso_utc
 
 
 class BadListPane(TablePane):
@@ -29,7 +28,7 @@ class BadListPane(TablePane):
         Column("reason", "Reason", 36, "why: the kill or strike that banned it, or yours"),
         Column("source", "Source", 9, "manual (you), automatic (the engine), legacy (import)"),
         Column("when", "When", 20, "when it was banned (UTC)"),
-        Column("strikes", "Str", 3, "strikes against the machine when it was banned"),
+        Column("strikes", "Str", 3, "times the machine was banned (a repeat ban adds one)"),
         Column("expires", "Expires", 20, "when the ban lapses, or never"),
     )
     BINDINGS: ClassVar[list[Binding]] = [
@@ -45,7 +44,7 @@ class BadListPane(TablePane):
         "reason": lambda e: getattr(e, "reason", None),
         "source": lambda e: getattr(e, "source", "legacy"),
         "when": lambda e: getattr(e, "created_at", None),
-        "strikes": lambda e: getattr(e, "strikes", None),
+        "strikes": lambda e: getattr(e, "bans", None),
         "expires": lambda e: getattr(e, "expires_at", None) or float("inf"),
     }
 
@@ -60,7 +59,7 @@ class BadListPane(TablePane):
                 t(entry.reason),
                 t(entry.source, "yellow" if entry.source == "automatic" else ""),
                 t(iso_utc(entry.created_at)),
-                t(entry.strikes),
+                t(entry.bans),
                 t(iso_utc(entry.expires_at) if entry.expires_at else "never"),
             ], entry))  # fmt: skip
         for item in snap.legacy:

@@ -1,0 +1,99 @@
+"""Commands from the console (or the CLI) to the engine that holds the database (table
+``commands``): submitted, claimed by one engine, answered."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .common import stamp
+from .database import Database, execute, fetch_all, fetch_one, insert
+
+COMMAND_KINDS = ("deploy", "destroy", "ignore", "unignore")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    id: int
+    kind: str
+    args: dict[str, Any]
+    status: str
+    source: str
+    created_at: float
+    done_at: float | None
+    result: str | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Command:
+        data = dict(zip(row.keys(), row, strict=True))
+        data["args"] = json.loads(data["args"])
+        return cls(**data)
+
+
+class CommandRepo:
+    """The ``commands`` table."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def submit(
+        self,
+        kind: str,
+        args: Mapping[str, Any],
+        *,
+        source: str = "console",
+        now: float | None = None,
+    ) -> int:
+        if kind not in COMMAND_KINDS:
+            raise ValueError(f"unknown command {kind!r}")
+        async with self._db.transaction() as conn:
+            return await insert(
+                conn,
+                "INSERT INTO commands (kind, args, source, created_at) VALUES (?, ?, ?, ?)",
+                (kind, json.dumps(dict(args)), source, stamp(now)),
+            )
+
+    async def claim(self, now: float | None = None) -> list[Command]:
+        """Pending commands, marked running atomically so no two engines run one twice."""
+        async with self._db.transaction() as conn:
+            rows = await fetch_all(
+                conn, "SELECT * FROM commands WHERE status = 'pending' ORDER BY id"
+            )
+            if rows:
+                await execute(
+                    conn,
+                    f"UPDATE commands SET status = 'running' WHERE id IN "
+                    f"({','.join('?' * len(rows))})",
+                    [r["id"] for r in rows],
+                )
+        return [Command.from_row(r) for r in rows]
+
+    async def finish(
+        self, command_id: int, ok: bool, result: str, now: float | None = None
+    ) -> None:
+        async with self._db.transaction() as conn:
+            await execute(
+                conn,
+                "UPDATE commands SET status = ?, result = ?, done_at = ? WHERE id = ?",
+                ("done" if ok else "failed", result, stamp(now), command_id),
+            )
+
+    async def has_pending(self) -> bool:
+        async with self._db.read() as conn:
+            row = await fetch_one(conn, "SELECT 1 FROM commands WHERE status = 'pending' LIMIT 1")
+        return row is not None
+
+    async def get(self, command_id: int) -> Command | None:
+        async with self._db.read() as conn:
+            row = await fetch_one(conn, "SELECT * FROM commands WHERE id = ?", (command_id,))
+        return Command.from_row(row) if row else None
+
+    async def requeue_running(self) -> int:
+        """After a crash: commands claimed but never finished go back to pending."""
+        async with self._db.transaction() as conn:
+            return await execute(
+                conn, "UPDATE commands SET status = 'pending' WHERE status = 'running'"
+            )

@@ -1,0 +1,372 @@
+"""Rented Vast instances (table ``instances``) and the runner identities given to them
+(table ``counters``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from .checks import check_optional_positive_int, check_positive_int, check_text
+from .common import iso_utc, json_list, lines_json, stamp
+from .database import Database, execute, fetch_all, fetch_one
+from .errors import StoreError
+from .health import decode_row
+
+# Pipeline stages in order. ``killed`` is terminal; ``legacy`` marks imported rows whose original
+# state could not be mapped.
+STAGES: tuple[str, ...] = ("loading", "setup", "paramfetch", "benchmark", "proving")
+STATES: tuple[str, ...] = (*STAGES, "killed", "legacy")
+
+# Known kill reason codes (``instances.kill_kind``). Free text is accepted; these are the ones
+# vastui writes itself.
+KILL_KINDS: tuple[str, ...] = (
+    "bench_below_min",  # benchmark finished below min_rate
+    "prove_below_min",  # measured production rate below min_rate over the window
+    "prove_failing",  # failed proofs in production
+    "prove_unresponsive",  # cuzk-daemon stopped answering while proving
+    "prove_unreachable",  # no SSH to the worker for long while its fellows answered
+    "prove_daemon_died",  # cuzk-daemon exited while proving
+    "prove_overdue",  # proofs outlived curio's ProveTimeout: the daemon proves unwanted work
+    "bench_deadline",  # too slow for curio's ProveTimeout at any MaxPending that keeps min_rate
+    "tunnel_down",  # waited too long for the controller's tunnel: the controller's fault
+    "setup_machine",  # the machine is not what it was listed as (memory, CPU, driver)
+    "setup_identity",  # no curio identity for the worker (the controller's configuration)
+    "deadline_setup",  # a stage exceeded its deadline (deadline_<stage>)
+    "deadline_paramfetch",
+    "deadline_benchmark",
+    "manual",  # operator killed it
+    "bad_machine",  # the machine is on the bad list
+    "vanished",  # instance disappeared from Vast
+    "exited",  # the worker / container exited
+    "unregistered",  # never reported in within the grace period
+    "legacy",  # imported from the original tool, cause unknown
+)
+
+# Instance columns the engine may update piecemeal (stage moves go through set_stage).
+PROGRESS_COLUMNS = frozenset(
+    {
+        "events_seen", "bench_result", "vast_status", "status_msg", "last_seen_at",
+        "unhealthy_since", "first_report_at", "image_digest", "ssh_host", "ssh_port",
+        "bench_rate", "bench_outcome", "min_rate", "label", "dph_total", "bench_failed",
+        "prod_completed", "prod_failed", "prod_rate", "prod_checked_at", "prod_state",
+        "tunnel_down_since", "tunnel_detail", "max_pending", "curio_info", "runner_id",
+        "bid_price", "bid_cap", "outbid_since", "interruptions", "stopped_s", "storage_dph",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """One rented Vast instance (table ``instances``).
+
+    All timestamps are REAL epoch seconds (UTC); ``to_json()`` renders them as ISO-8601 UTC and
+    produces the exact key set the CLI's ``--json`` output and the console rely on.
+    """
+
+    vast_id: int
+    label: str | None = None
+    offer_id: int | None = None
+    machine_id: int | None = None
+    host_id: int | None = None  # Vast operator ACCOUNT id, informational only
+    gpu_name: str | None = None
+    num_gpus: int | None = None
+    dph_total: float | None = None
+    cpu_ram_gb: float | None = None
+    geolocation: str | None = None
+    image: str | None = None  # image requested at rent time
+    image_digest: str | None = None  # digest reported by the worker
+    state: str = "loading"
+    stage_started_at: float | None = None
+    created_at: float | None = None
+    loading_at: float | None = None
+    setup_at: float | None = None
+    paramfetch_at: float | None = None
+    benchmark_at: float | None = None
+    proving_at: float | None = None
+    killed_at: float | None = None
+    bench_rate: float | None = None
+    min_rate: float | None = None
+    bench_outcome: str | None = None  # 'pass' / 'fail' (or another engine-defined outcome)
+    failed_stage: str | None = None
+    kill_kind: str | None = None
+    kill_reason: str | None = None
+    error_lines: tuple[str, ...] | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    source: str = "vastui"  # 'vastui' or 'legacy'
+    events_seen: int = 0  # worker events consumed, to resume `workerctl events --after N`
+    bench_result: str | None = None  # the worker's bench-result.json, as JSON text
+    vast_status: str | None = None  # last actual_status seen on Vast
+    status_msg: str | None = None  # last Vast status_msg (untrusted text)
+    last_seen_at: float | None = None  # last time the instance was in the Vast list
+    unhealthy_since: float | None = None  # exited/offline/unknown since
+    first_report_at: float | None = None  # first event from the worker
+    bench_failed: int | None = None  # proofs that failed in the benchmark
+    prod_completed: int | None = None  # proofs completed in production (since the benchmark)
+    prod_failed: int | None = None  # proofs failed in production
+    prod_rate: float | None = None  # measured proofs/hour while busy, over the proving window
+    prod_checked_at: float | None = None  # last time cuzk's counters were read
+    prod_state: str | None = None  # JSON: counter baselines and samples (engine-private)
+    runner_id: int | None = None  # the worker's identity in curio's cluster (unique per fleet)
+    tunnel_down_since: float | None = None  # the worker waits for the controller's tunnel
+    tunnel_detail: str | None = None  # what the worker says is down (untrusted text)
+    max_pending: int | None = None  # [Cuzk] MaxPending its curio runs with
+    curio_info: str | None = None  # JSON: its curio node as the cluster knows it
+    paramfetch_timeout: int | None = None  # seconds the worker's parameter fetch was given
+    # Interruptible (bid) rentals: vastui/engine/bidding.py.
+    is_bid: bool = False
+    bid_price: float | None = None  # $/h for the machine, what it pays while it runs
+    bid_cap: float | None = None  # never bid above: the machine would lose to on-demand
+    storage_dph: float | None = None  # what it bills while stopped
+    outbid_since: float | None = None  # stopped by a higher bid since
+    interruptions: int = 0  # times a higher bid stopped it
+    stopped_s: float = 0.0  # seconds spent outbid (closed episodes)
+
+    @property
+    def stage(self) -> str | None:
+        """The current stage; for killed rows, the stage the instance died in."""
+        return self.failed_stage if self.state == "killed" else self.state
+
+    @property
+    def killed(self) -> bool:
+        return self.state == "killed"
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> InstanceRecord:
+        names = tuple(row.keys())
+        if names == _COLUMNS:  # every column, in field order (SELECT *): the engine's listings
+            values = list(row)
+            values[_ERROR_LINES] = json_list(values[_ERROR_LINES])
+            values[_IS_BID] = bool(values[_IS_BID])
+            # Positional: 61 keywords cost 3x as much to match (the names are fresh strings).
+            return cls(*values)
+        data = dict(zip(names, row, strict=True))
+        if "error_lines" in data:
+            data["error_lines"] = json_list(data["error_lines"])
+        if "is_bid" in data:
+            data["is_bid"] = bool(data["is_bid"])
+        return cls(**data)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.vast_id,
+            "label": self.label,
+            "machine_id": self.machine_id,
+            "host_id": self.host_id,
+            "gpu_name": self.gpu_name,
+            "state": self.state,
+            "stage": self.stage,
+            "dph_total": self.dph_total,
+            "bench_rate": self.bench_rate,
+            "min_rate": self.min_rate,
+            "prod_completed": self.prod_completed,
+            "prod_failed": self.prod_failed,
+            "prod_rate": self.prod_rate,
+            "image": self.image,
+            "kill_reason": self.kill_reason,
+            "runner_id": self.runner_id,
+            "max_pending": self.max_pending,
+            "tunnel_down_since": iso_utc(self.tunnel_down_since),
+            "bid_price": self.bid_price if self.is_bid else None,
+            "interruptions": self.interruptions if self.is_bid else None,
+            "outbid_since": iso_utc(self.outbid_since),
+        }
+
+
+_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(InstanceRecord))
+_ERROR_LINES = _COLUMNS.index("error_lines")
+_IS_BID = _COLUMNS.index("is_bid")
+_UPSERT = (
+    f"INSERT INTO instances ({', '.join(_COLUMNS)}) VALUES ({', '.join(f':{c}' for c in _COLUMNS)})"
+    " ON CONFLICT(vast_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("vast_id", "created_at"))
+)
+_BY_ID = "SELECT * FROM instances WHERE vast_id = ?"
+
+
+async def verify_instances(conn: aiosqlite.Connection, path: Path) -> None:
+    """Every instance row decodes (at open: an engine that cannot read its fleet says so once)."""
+    async with conn.execute("SELECT * FROM instances") as cur:
+        async for row in cur:
+            decode_row(path, "instances", "vast_id", InstanceRecord, row)
+
+
+class InstanceRepo:
+    """The ``instances`` table and the ``runner_id_seq`` counter."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def decode(self, row: sqlite3.Row) -> InstanceRecord:
+        return self._db.decode("instances", "vast_id", InstanceRecord, row)
+
+    @staticmethod
+    async def row(conn: aiosqlite.Connection, vast_id: int) -> sqlite3.Row | None:
+        return await fetch_one(conn, _BY_ID, (vast_id,))
+
+    async def upsert(self, rec: InstanceRecord, *, now: float | None = None) -> InstanceRecord:
+        """Insert or replace an instance row (``created_at`` of an existing row is kept).
+
+        ``created_at`` and ``stage_started_at`` default to ``now`` when ``None``. Returns the
+        stored record.
+        """
+        ts = stamp(now)
+        check_positive_int("vast_id", rec.vast_id)
+        check_optional_positive_int("machine_id", rec.machine_id)
+        if rec.state not in STATES:
+            raise StoreError(f"unknown instance state {rec.state!r} (expected one of {STATES})")
+        if rec.source not in ("vastui", "legacy"):
+            raise StoreError(f"instance source must be 'vastui' or 'legacy', got {rec.source!r}")
+        if rec.created_at is None:
+            rec = replace(rec, created_at=ts)
+        if rec.stage_started_at is None:
+            rec = replace(rec, stage_started_at=ts)
+        values = {name: getattr(rec, name) for name in _COLUMNS}
+        values["error_lines"] = lines_json(rec.error_lines)
+        async with self._db.transaction() as conn:
+            await conn.execute(_UPSERT, values)
+            row = await self.row(conn, rec.vast_id)
+        assert row is not None
+        return self.decode(row)
+
+    async def get(self, vast_id: int) -> InstanceRecord | None:
+        async with self._db.read() as conn:
+            row = await self.row(conn, vast_id)
+        return self.decode(row) if row else None
+
+    async def all(self, include_killed: bool = True) -> list[InstanceRecord]:
+        """All instances, oldest first."""
+        sql = "SELECT * FROM instances"
+        if not include_killed:
+            sql += " WHERE state != 'killed'"
+        sql += " ORDER BY created_at, vast_id"
+        async with self._db.read() as conn:
+            rows = await fetch_all(conn, sql)
+        return [self.decode(r) for r in rows]
+
+    async def list_bids(self) -> list[InstanceRecord]:
+        """Every bid rental, killed or not."""
+        async with self._db.read() as conn:
+            rows = await fetch_all(
+                conn, "SELECT * FROM instances WHERE is_bid = 1 ORDER BY vast_id"
+            )
+        return [self.decode(r) for r in rows]
+
+    async def set_stage(self, vast_id: int, stage: str, now: float | None = None) -> InstanceRecord:
+        """Move a live instance to ``stage``: sets state, stage_started_at and ``<stage>_at``.
+
+        Setting the stage an instance is already in is a no-op (its clock is not reset).
+        Raises :class:`StoreError` for an unknown instance, an unknown stage, or a killed
+        instance (use ``mark_killed`` to kill).
+        """
+        ts = stamp(now)
+        check_positive_int("vast_id", vast_id)
+        if stage not in STAGES:
+            raise StoreError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+        async with self._db.transaction() as conn:
+            row = await self.row(conn, vast_id)
+            if row is None:
+                raise StoreError(f"no instance {vast_id}")
+            if row["state"] == "killed":
+                raise StoreError(f"instance {vast_id} is killed; cannot move it to {stage}")
+            if row["state"] != stage:
+                await conn.execute(
+                    f"UPDATE instances SET state = ?, stage_started_at = ?, {stage}_at = ?"
+                    " WHERE vast_id = ?",
+                    (stage, ts, ts, vast_id),
+                )
+                row = await self.row(conn, vast_id)
+        assert row is not None
+        return self.decode(row)
+
+    async def update(self, vast_id: int, **fields: Any) -> InstanceRecord:
+        """Update progress columns (:data:`PROGRESS_COLUMNS`) of an instance."""
+        unknown = set(fields) - PROGRESS_COLUMNS
+        if unknown:
+            raise ValueError(f"not updatable piecemeal: {sorted(unknown)}")
+        if not fields:
+            rec = await self.get(vast_id)
+            if rec is None:
+                raise StoreError(f"no instance {vast_id}")
+            return rec
+        sets = ", ".join(f"{k} = :{k}" for k in fields)
+        async with self._db.transaction() as conn:
+            await conn.execute(
+                f"UPDATE instances SET {sets} WHERE vast_id = :vast_id",
+                {**fields, "vast_id": vast_id},
+            )
+            row = await self.row(conn, vast_id)
+        if row is None:
+            raise StoreError(f"no instance {vast_id}")
+        return self.decode(row)
+
+    async def kill_row(
+        self,
+        conn: aiosqlite.Connection,
+        vast_id: int,
+        kind: str,
+        reason: str,
+        failed_stage: str | None,
+        bench_outcome: str | None,
+        lines_json: str | None,
+        ts: float,
+    ) -> tuple[sqlite3.Row, sqlite3.Row]:
+        """Inside the caller's transaction: mark a row killed unless it already is (the first
+        cause wins). Returns (row before, row after); StoreError for an unknown instance."""
+        row = await self.row(conn, vast_id)
+        if row is None:
+            raise StoreError(f"no instance {vast_id}")
+        if row["state"] == "killed":
+            return row, row
+        await conn.execute(
+            "UPDATE instances SET state = 'killed', killed_at = ?, stage_started_at = ?,"
+            " failed_stage = ?, kill_kind = ?, kill_reason = ?,"
+            " bench_outcome = COALESCE(?, bench_outcome),"
+            " error_lines = COALESCE(?, error_lines)"
+            " WHERE vast_id = ?",
+            (ts, ts, failed_stage or row["state"], kind, reason, bench_outcome, lines_json,
+             vast_id),
+        )  # fmt: skip
+        after = await self.row(conn, vast_id)
+        assert after is not None
+        return row, after
+
+    @staticmethod
+    def check_kill(
+        kind: str, reason: str, failed_stage: str | None, error_lines: Iterable[str] | None
+    ) -> tuple[str, str, str | None]:
+        """A kill's kind and reason, checked, and its error lines as JSON."""
+        kind = check_text("kill kind", kind)
+        reason = check_text("kill reason", reason)
+        if failed_stage is not None and failed_stage not in STATES:
+            raise StoreError(f"unknown failed_stage {failed_stage!r}")
+        return kind, reason, lines_json(error_lines)
+
+    # -- runner identities ---------------------------------------------------------------
+
+    async def next_runner_id(self) -> int:
+        """A new runner identity: one more than any this database gave or saw (monotonic, never
+        reused; a rent that never happened leaves a gap, as the original's counter does)."""
+        async with self._db.transaction() as conn:
+            row = await fetch_one(
+                conn,
+                "UPDATE counters SET value = MAX(value, (SELECT COALESCE(MAX(runner_id), 0)"
+                " FROM instances)) + 1 WHERE key = 'runner_id_seq' RETURNING value",
+            )
+        if row is None:
+            raise StoreError("the runner_id_seq counter is missing from the database")
+        return int(row["value"])
+
+    async def note_runner_id(self, runner_id: int) -> None:
+        """An identity seen on an instance (adopted): later ones are given above it."""
+        async with self._db.transaction() as conn:
+            await execute(
+                conn,
+                "UPDATE counters SET value = MAX(value, ?) WHERE key = 'runner_id_seq'",
+                (runner_id,),
+            )

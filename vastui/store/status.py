@@ -1,0 +1,157 @@
+"""What the engine publishes for its readers: its status (table ``engine_status``, one row)
+and its ranked offers (table ``engine_offers``, one row)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from .common import iso_utc, json_obj
+from .database import Database, fetch_one
+from .errors import StoreError
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatus:
+    """What the engine last said about its fleet (table ``engine_status``, one row).
+
+    Written every reconcile cycle; ``updated_at`` is the engine's clock. ``reason_kind`` is one
+    of ``vastui.engine.provision.REASON_KINDS`` (None while the engine is renting towards its
+    target); ``reason_since`` is when the current reason kind began (kept while it lasts).
+    """
+
+    target: int
+    workers: int  # live vastui instances + pending rents
+    by_stage: dict[str, int]  # live vastui instances per stage
+    reason_kind: str | None
+    reason: str | None  # one line for the operator
+    best: dict[str, Any] | None  # the best candidate offer, when it explains the reason
+    dry_run: bool
+    updated_at: float
+    reason_since: float | None = None
+    wall_at: float | None = None  # the wall clock when written (updated_at is the engine's)
+    simulated: bool = False  # the engine's clock is a simulator's (the demo), not the wall
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> EngineStatus:
+        by_stage = json_obj(row["by_stage"]) or {}
+        return cls(
+            target=int(row["target"]),
+            workers=int(row["workers"]),
+            by_stage={str(k): int(v) for k, v in by_stage.items()},
+            reason_kind=row["reason_kind"],
+            reason=row["reason"],
+            best=json_obj(row["best"]),
+            dry_run=bool(row["dry_run"]),
+            updated_at=float(row["updated_at"]),
+            reason_since=row["reason_since"],
+            wall_at=row["wall_at"],
+            simulated=bool(row["simulated"]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "workers": self.workers,
+            "by_stage": dict(self.by_stage),
+            "reason_kind": self.reason_kind,
+            "reason": self.reason,
+            "best": self.best,
+            "dry_run": self.dry_run,
+            "updated_at": iso_utc(self.updated_at),
+            "reason_since": iso_utc(self.reason_since),
+            "simulated_clock": self.simulated,
+        }
+
+    def check(self) -> None:
+        """StoreError naming the first field not fit to store."""
+        for name, value in (("target", self.target), ("workers", self.workers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StoreError(f"engine status {name} must be an integer >= 0, got {value!r}")
+        for stage, count in self.by_stage.items():
+            if not isinstance(stage, str) or isinstance(count, bool) or not isinstance(count, int):
+                raise StoreError(f"engine status by_stage must map stage to count, got {stage!r}")
+        if not isinstance(self.updated_at, int | float) or not math.isfinite(self.updated_at):
+            raise StoreError(
+                f"engine status updated_at must be epoch seconds, got {self.updated_at!r}"
+            )
+
+
+class StatusRepo:
+    """The ``engine_status`` and ``engine_offers`` tables."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def put(self, status: EngineStatus) -> EngineStatus:
+        """Replace the one status row; ``reason_since`` is kept while the reason kind lasts
+        (the given one is ignored) and set to ``updated_at`` when it changes."""
+        status.check()
+        async with self._db.transaction() as conn:
+            old = await fetch_one(
+                conn, "SELECT reason_kind, reason_since FROM engine_status WHERE id = 1"
+            )
+            since = status.updated_at
+            if old is not None and old["reason_kind"] == status.reason_kind:
+                since = old["reason_since"] if old["reason_since"] is not None else since
+            await conn.execute(
+                "INSERT INTO engine_status (id, target, workers, by_stage, reason_kind, reason,"
+                " best, dry_run, updated_at, reason_since, wall_at, simulated)"
+                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(id) DO UPDATE SET target = excluded.target,"
+                " workers = excluded.workers, by_stage = excluded.by_stage,"
+                " reason_kind = excluded.reason_kind, reason = excluded.reason,"
+                " best = excluded.best, dry_run = excluded.dry_run,"
+                " updated_at = excluded.updated_at, reason_since = excluded.reason_since,"
+                " wall_at = excluded.wall_at, simulated = excluded.simulated",
+                (
+                    status.target, status.workers, json.dumps(dict(status.by_stage)),
+                    status.reason_kind, status.reason,
+                    None if status.best is None else json.dumps(status.best, default=str),
+                    int(status.dry_run), status.updated_at, since,
+                    status.wall_at, int(status.simulated),
+                ),
+            )  # fmt: skip
+            row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")
+        assert row is not None
+        return EngineStatus.from_row(row)
+
+    async def get(self) -> EngineStatus | None:
+        """The engine's last published status, or None if no engine has run a cycle here."""
+        async with self._db.read() as conn:
+            row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")
+        return EngineStatus.from_row(row) if row else None
+
+    async def put_offers(self, filter_text: str, offers: list[dict[str, Any]], now: float) -> None:
+        """Replace the engine's published offers (already ranked, JSON-safe rows)."""
+        body = json.dumps(offers, separators=(",", ":"), default=str)
+        async with self._db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO engine_offers (id, filter, body, updated_at) VALUES (1, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET filter = excluded.filter, body = excluded.body,"
+                " updated_at = excluded.updated_at",
+                (filter_text, body, float(now)),
+            )
+
+    async def get_offers(self) -> tuple[str, list[dict[str, Any]], float] | None:
+        """(filter, rows, updated_at) the engine last published, or None."""
+        async with self._db.read() as conn:
+            row = await fetch_one(
+                conn, "SELECT filter, body, updated_at FROM engine_offers WHERE id = 1"
+            )
+        if row is None:
+            return None
+        try:
+            rows = json.loads(row["body"])
+        except ValueError:
+            return None
+        if not isinstance(rows, list):
+            return None
+        return (
+            str(row["filter"]),
+            [r for r in rows if isinstance(r, dict)],
+            float(row["updated_at"]),
+        )

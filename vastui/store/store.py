@@ -1,0 +1,546 @@
+"""The store: one facade over the database and its repositories, with the API the engine, the
+console, the CLI and the benches call.
+
+Each method delegates to the repository of its tables (``instances.py``, ``badlist.py``, ...);
+a write that spans several tables (:meth:`Store.complete_destroy`,
+:meth:`Store.declare_fleet_failure`, :meth:`Store.put_foreign`, ...) is one unit of work here:
+one transaction on one connection, each repository contributing its rows. Times are REAL epoch
+seconds (UTC); every writing method takes ``now=`` (default the wall clock) so callers and tests
+are deterministic. Invalid input is a one-line :class:`StoreError`; the store's health is the
+engine's (see ``database.py`` and ``health.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import aiosqlite
+
+from .badlist import BadEntry, BadListRepo, BanSpec, LegacyReviewEntry, Strike, verify_bad_list
+from .bids import BidHistory, bid_history
+from .checks import check_positive_int, check_text
+from .commands import Command, CommandRepo
+from .common import lines_json, stamp
+from .database import Database
+from .errors import StoreError
+from .events import Event, EventRepo, insert_event
+from .foreign import ForeignInstance, ForeignRepo
+from .hostkeys import HostKeyRecord, HostKeyRepo
+from .instances import InstanceRecord, InstanceRepo, verify_instances
+from .intents import BAN_KEY, Intent, IntentRepo
+from .lease import Lease, LeaseRepo
+from .meta import MetaRepo
+from .perf import PerfRecord, PerfRepo
+from .status import EngineStatus, StatusRepo
+
+
+async def _verify_rows(conn: aiosqlite.Connection, path: Path) -> None:
+    """Every instance and bad-list row decodes, or the store does not open (an engine that
+    cannot read its fleet must say so once, not warn every step)."""
+    await verify_instances(conn, path)
+    await verify_bad_list(conn, path)
+
+
+class Store:
+    """Async access to the vastui SQLite database. Create with ``await Store.open(path)``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._instances = InstanceRepo(db)
+        self._bad = BadListRepo(db)
+        self._perf = PerfRepo(db)
+        self._events = EventRepo(db)
+        self._intents = IntentRepo(db)
+        self._commands = CommandRepo(db)
+        self._lease = LeaseRepo(db)
+        self._host_keys = HostKeyRepo(db)
+        self._status = StatusRepo(db)
+        self._meta = MetaRepo(db)
+        self._foreign = ForeignRepo(db)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: Path, *, migrate: bool = True) -> Store:
+        """Open (creating if needed) and migrate the database at ``path``; see
+        :meth:`Database.open`. A row the engine decides on that does not decode is
+        :class:`StoreFatal` here, at open."""
+        return cls(await Database.open(path, migrate=migrate, verify=_verify_rows))
+
+    @classmethod
+    async def empty(cls, path: Path) -> Store:
+        """A store with nothing in it, in memory, for a reader that found no database at
+        ``path``: nothing is known yet, and the reader creates no file (the engine will)."""
+        return cls(await Database.empty(path))
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    @property
+    def closed(self) -> bool:
+        return self.db.closed
+
+    async def check_health(self) -> None:
+        """Raise :class:`StoreFatal` if this store can no longer be trusted: an earlier write hit
+        a fatal error, or the file was deleted or replaced under the open connection. Cheap (a
+        stat): the engine calls it every step."""
+        await self.db.check_health()
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def schema_version(self) -> int:
+        return await self.db.schema_version()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The database's write transaction (see :meth:`Database.transaction`), for the store
+        package's own writers (the legacy importer) and tests."""
+        async with self.db.transaction() as conn:
+            yield conn
+
+    # -- instances --------------------------------------------------------------------------
+
+    async def upsert_instance(
+        self, rec: InstanceRecord, *, now: float | None = None
+    ) -> InstanceRecord:
+        return await self._instances.upsert(rec, now=now)
+
+    async def get_instance(self, vast_id: int) -> InstanceRecord | None:
+        return await self._instances.get(vast_id)
+
+    async def list_instances(self, include_killed: bool = True) -> list[InstanceRecord]:
+        return await self._instances.all(include_killed)
+
+    async def set_stage(self, vast_id: int, stage: str, now: float | None = None) -> InstanceRecord:
+        return await self._instances.set_stage(vast_id, stage, now)
+
+    async def update_instance(self, vast_id: int, **fields: Any) -> InstanceRecord:
+        return await self._instances.update(vast_id, **fields)
+
+    async def next_runner_id(self) -> int:
+        return await self._instances.next_runner_id()
+
+    async def note_runner_id(self, runner_id: int) -> None:
+        await self._instances.note_runner_id(runner_id)
+
+    async def bid_history(self, *, now: float) -> list[BidHistory]:
+        """Each machine's record as a bid (vastui/engine/bidding.py learns from it)."""
+        return bid_history(await self._instances.list_bids(), now)
+
+    async def mark_killed(
+        self,
+        vast_id: int,
+        kind: str,
+        reason: str,
+        *,
+        failed_stage: str | None = None,
+        bench_outcome: str | None = None,
+        error_lines: Iterable[str] | None = None,
+        event: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> InstanceRecord:
+        """Mark an instance killed (terminal). ``failed_stage`` defaults to its current stage.
+
+        With ``event`` (e.g. ``"destroy"``), the event is appended in the same transaction, so a
+        destroy is never recorded without its event. Killing an already-killed instance changes
+        nothing and writes no event (the first recorded cause wins). Raises
+        :class:`StoreError` for an unknown instance.
+        """
+        ts = stamp(now)
+        check_positive_int("vast_id", vast_id)
+        kind, reason, lines = InstanceRepo.check_kill(kind, reason, failed_stage, error_lines)
+        async with self.db.transaction() as conn:
+            before, row = await self._instances.kill_row(
+                conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
+            )
+            if event is not None and before["state"] != "killed":
+                await insert_event(
+                    conn, event, reason, ts=ts, instance_id=vast_id,
+                    machine_id=row["machine_id"],
+                    detail={"kind": kind, "stage": row["failed_stage"], **(detail or {})},
+                )  # fmt: skip
+        return self._instances.decode(row)
+
+    # -- destroy and ban: one intent, one unit of work ----------------------------------------
+
+    async def create_destroy_intent(
+        self,
+        vast_id: int,
+        reason: str,
+        *,
+        machine_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+        ban: BanSpec | None = None,
+        now: float | None = None,
+    ) -> Intent:
+        """Record the decision to destroy ``vast_id`` (and, with ``ban``, to ban its machine)
+        before the DELETE is sent. The ban rides in the intent (``intent.ban``), so a restart
+        that redoes the destroy records the ban too. ``detail`` is the kill to redo (e.g.
+        ``policy.Kill.to_detail()``)."""
+        check_positive_int("vast_id", vast_id)
+        check_text("destroy reason", reason)
+        if ban is not None:
+            ban = ban.checked()
+        full = {**(detail or {}), BAN_KEY: ban.to_json() if ban is not None else None}
+        return await self._intents.create(
+            "destroy", reason, instance_id=vast_id, machine_id=machine_id, detail=full, now=now
+        )
+
+    async def complete_destroy(
+        self,
+        intent_id: int,
+        kind: str,
+        reason: str,
+        *,
+        failed_stage: str | None = None,
+        bench_outcome: str | None = None,
+        error_lines: Iterable[str] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> tuple[InstanceRecord | None, BadEntry | None]:
+        """After Vast confirmed a destroy: in ONE transaction mark the intent's instance killed
+        with its 'destroy' event, record the ban the intent carries (bad-list upsert + 'ban'
+        event) and close the intent. Either all of it is recorded or none of it is.
+
+        Idempotent: an intent no longer pending changes nothing (returns the instance, None).
+        An instance already killed keeps its first cause (no second destroy event) but the
+        intent's ban is still recorded. Returns (instance or None if it has no row, the
+        bad-list entry written or None).
+        """
+        ts = stamp(now)
+        check_positive_int("intent_id", intent_id)
+        kind, reason, lines = InstanceRepo.check_kill(kind, reason, failed_stage, error_lines)
+        async with self.db.transaction() as conn:
+            intent = await self._intents.get_row(conn, intent_id)
+            if intent is None or intent.kind != "destroy":
+                raise StoreError(f"no destroy intent {intent_id}")
+            vast_id = intent.instance_id
+            inst = await self._instances.row(conn, vast_id) if vast_id is not None else None
+            if intent.status != "pending":
+                return (self._instances.decode(inst) if inst is not None else None), None
+            if inst is not None and vast_id is not None:
+                before, inst = await self._instances.kill_row(
+                    conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
+                )
+                if before["state"] != "killed":
+                    await insert_event(
+                        conn, "destroy", reason, ts=ts, instance_id=vast_id,
+                        machine_id=inst["machine_id"],
+                        detail={"kind": kind, "stage": inst["failed_stage"], **(detail or {})},
+                    )  # fmt: skip
+            bad = None
+            ban = intent.ban
+            if ban is not None:
+                ban = ban.checked()
+                evidence = lines_json(ban.evidence) if ban.evidence else None
+                bad = await self._bad.ban_row(conn, ban, evidence, ts, instance_id=vast_id)
+            await self._intents.close_row(conn, intent_id, ts)
+        return (
+            self._instances.decode(inst) if inst is not None else None,
+            self._bad.decode(bad) if bad is not None else None,
+        )
+
+    # -- bad list and strikes -----------------------------------------------------------------
+
+    async def add_bad(
+        self,
+        machine_id: int,
+        reason: str,
+        *,
+        source: str = "manual",
+        host_id: int | None = None,
+        gpu_name: str | None = None,
+        expires_at: float | None = None,
+        evidence: Iterable[str] | None = None,
+        now: float | None = None,
+    ) -> BadEntry:
+        return await self._bad.add(
+            machine_id, reason, source=source, host_id=host_id, gpu_name=gpu_name,
+            expires_at=expires_at, evidence=evidence, now=now,
+        )  # fmt: skip
+
+    async def remove_bad(
+        self, machine_id: int, reason: str = "manual unignore", now: float | None = None
+    ) -> bool:
+        return await self._bad.remove(machine_id, reason, now)
+
+    async def get_bad(self, machine_id: int) -> BadEntry | None:
+        return await self._bad.get(machine_id)
+
+    async def list_bad(
+        self, include_expired: bool = False, now: float | None = None
+    ) -> list[BadEntry]:
+        return await self._bad.all(include_expired, now)
+
+    async def bad_machine_ids(self, now: float | None = None) -> set[int]:
+        return await self._bad.machine_ids(now)
+
+    async def list_legacy_review(self) -> list[LegacyReviewEntry]:
+        return await self._bad.legacy_review()
+
+    async def add_strike(
+        self,
+        machine_id: int,
+        kind: str,
+        reason: str,
+        *,
+        instance_id: int | None = None,
+        since: float | None = None,
+        now: float | None = None,
+    ) -> int:
+        return await self._bad.add_strike(
+            machine_id, kind, reason, instance_id=instance_id, since=since, now=now
+        )
+
+    async def list_strikes(self, machine_id: int | None = None) -> list[Strike]:
+        return await self._bad.strikes(machine_id)
+
+    # -- performance --------------------------------------------------------------------------
+
+    async def record_rate(
+        self,
+        machine_id: int,
+        gpu_name: str,
+        num_gpus: int,
+        rate: float,
+        *,
+        cpu_ram_gb: float | None = None,
+        host_id: int | None = None,
+        now: float | None = None,
+    ) -> PerfRecord:
+        return await self._perf.record_rate(
+            machine_id, gpu_name, num_gpus, rate, cpu_ram_gb=cpu_ram_gb, host_id=host_id, now=now
+        )
+
+    async def get_perf(self, machine_id: int) -> list[PerfRecord]:
+        return await self._perf.of_machine(machine_id)
+
+    async def list_perf(self) -> list[PerfRecord]:
+        return await self._perf.all()
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def add_event(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        instance_id: int | None = None,
+        machine_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> Event:
+        return await self._events.add(
+            kind, reason, instance_id=instance_id, machine_id=machine_id, detail=detail, now=now
+        )
+
+    async def list_events(self, limit: int | None = None, kind: str | None = None) -> list[Event]:
+        return await self._events.all(limit, kind)
+
+    async def recent_failures(self, since: float) -> list[tuple[int, str, float, int | None]]:
+        return await self._events.recent_failures(since)
+
+    # -- intents and commands -----------------------------------------------------------------
+
+    async def create_intent(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        label: str | None = None,
+        offer_id: int | None = None,
+        machine_id: int | None = None,
+        instance_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+        status: str = "pending",
+        now: float | None = None,
+    ) -> Intent:
+        return await self._intents.create(
+            kind, reason, label=label, offer_id=offer_id, machine_id=machine_id,
+            instance_id=instance_id, detail=detail, status=status, now=now,
+        )  # fmt: skip
+
+    async def finish_intent(
+        self,
+        intent_id: int,
+        status: str,
+        *,
+        instance_id: int | None = None,
+        note: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        await self._intents.finish(intent_id, status, instance_id=instance_id, note=note, now=now)
+
+    async def mark_intent_sent(self, intent_id: int, *, now: float | None = None) -> None:
+        await self._intents.mark_sent(intent_id, now=now)
+
+    async def list_intents(
+        self, *, status: str | None = None, kind: str | None = None
+    ) -> list[Intent]:
+        return await self._intents.all(status=status, kind=kind)
+
+    async def intended(self, label: str) -> bool:
+        return await self._intents.intended(label)
+
+    async def submit_command(
+        self,
+        kind: str,
+        args: Mapping[str, Any],
+        *,
+        source: str = "console",
+        now: float | None = None,
+    ) -> int:
+        return await self._commands.submit(kind, args, source=source, now=now)
+
+    async def claim_commands(self, now: float | None = None) -> list[Command]:
+        return await self._commands.claim(now)
+
+    async def finish_command(
+        self, command_id: int, ok: bool, result: str, now: float | None = None
+    ) -> None:
+        await self._commands.finish(command_id, ok, result, now)
+
+    async def has_pending_commands(self) -> bool:
+        return await self._commands.has_pending()
+
+    async def get_command(self, command_id: int) -> Command | None:
+        return await self._commands.get(command_id)
+
+    async def requeue_running_commands(self) -> int:
+        return await self._commands.requeue_running()
+
+    # -- the lease ----------------------------------------------------------------------------
+
+    async def acquire_lease(
+        self, owner: str, *, pid: int, hostname: str, mode: str, ttl: float,
+        now: float | None = None,
+    ) -> Lease:  # fmt: skip
+        return await self._lease.acquire(
+            owner, pid=pid, hostname=hostname, mode=mode, ttl=ttl, now=now
+        )
+
+    async def renew_lease(self, owner: str, *, ttl: float, now: float | None = None) -> bool:
+        return await self._lease.renew(owner, ttl=ttl, now=now)
+
+    async def release_lease(self, owner: str) -> None:
+        await self._lease.release(owner)
+
+    async def lease_holder(self, now: float | None = None) -> Lease | None:
+        return await self._lease.holder(now)
+
+    # -- SSH host-key pins --------------------------------------------------------------------
+
+    async def get_host_key(self, instance_id: int) -> HostKeyRecord | None:
+        return await self._host_keys.get(instance_id)
+
+    async def pin_host_key(
+        self,
+        instance_id: int,
+        host: str,
+        port: int,
+        public_key: str,
+        fingerprint: str,
+        now: float | None = None,
+    ) -> HostKeyRecord:
+        return await self._host_keys.pin(instance_id, host, port, public_key, fingerprint, now)
+
+    async def forget_host_key(self, instance_id: int) -> bool:
+        return await self._host_keys.forget(instance_id)
+
+    # -- the engine's status and offers -------------------------------------------------------
+
+    async def put_engine_status(self, status: EngineStatus) -> EngineStatus:
+        return await self._status.put(status)
+
+    async def get_engine_status(self) -> EngineStatus | None:
+        return await self._status.get()
+
+    async def put_engine_offers(
+        self, filter_text: str, offers: list[dict[str, Any]], now: float
+    ) -> None:
+        await self._status.put_offers(filter_text, offers, now)
+
+    async def get_engine_offers(self) -> tuple[str, list[dict[str, Any]], float] | None:
+        return await self._status.get_offers()
+
+    # -- ownership: the fleet's identity and the other controllers' instances ----------------
+
+    async def fleet_id(self) -> str:
+        return await self._meta.fleet_id()
+
+    async def put_foreign(self, seen: list[ForeignInstance], *, now: float) -> list[str]:
+        """Replace the foreign instances with those of the last list; return the owners seen
+        for the first time ever (each is warned about once, not at every list)."""
+        async with self.db.transaction() as conn:
+            await ForeignRepo.replace_rows(conn, seen, now)
+            return [
+                owner
+                for owner in sorted({f.owner for f in seen})
+                if await MetaRepo.first_warning(conn, owner, now)
+            ]
+
+    async def list_foreign(self) -> list[ForeignInstance]:
+        return await self._foreign.all()
+
+    # -- the provisioning pause of a fleet-wide failure ---------------------------------------
+
+    async def get_fleet_failure(self) -> dict[str, Any] | None:
+        return await self._meta.fleet_failure()
+
+    async def fleet_signature_since(self, signature: str) -> float | None:
+        """When this signature was last declared the fleet's (None: never). A pause may end
+        while workers rented into the failure are still on their way to fail the same way."""
+        return await self._meta.fleet_signature_since(signature)
+
+    async def declare_fleet_failure(
+        self,
+        value: dict[str, Any],
+        *,
+        forgive_machines: list[int],
+        forgive_instances: list[int],
+        since: float,
+        now: float,
+    ) -> list[int]:
+        """Pause provisioning for a fleet-wide failure, and take back in the same transaction
+        the strikes and automatic bans its earlier victims got (since ``since``): the failure
+        was not theirs. Returns the machines unbanned."""
+        text = str(value.get("text") or value["signature"])
+        unban = f"fleet-wide failure, not the machine's: {text}"[:500]
+        async with self.db.transaction() as conn:
+            await MetaRepo.pause_row(conn, value, now)
+            await BadListRepo.forgive_strikes(conn, forgive_instances)
+            unbanned = [
+                mid
+                for mid in forgive_machines
+                if await BadListRepo.unban_row(conn, mid, unban, now, automatic_since=since)
+            ]
+            await insert_event(
+                conn, "fleet_failure", f"provisioning paused: {text}"[:500], ts=now, detail=value
+            )
+        return unbanned
+
+    async def clear_fleet_failure(self, why: str, *, now: float) -> bool:
+        """Lift the pause (False if there was none); the event says why."""
+        async with self.db.transaction() as conn:
+            if not await MetaRepo.unpause_row(conn):
+                return False
+            await insert_event(conn, "fleet_failure", f"provisioning resumed: {why}"[:500], ts=now)
+        return True
