@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vastui.status import gather, render
+from vastui.status import gather, limits, render
 from vastui.store import EngineStatus, InstanceRecord, Store
 
 H = 3600.0
@@ -85,6 +85,18 @@ def test_render_is_three_plain_lines() -> None:
     assert render(report(lease=None, live=False, engine_seen_age_s=7300.0)).splitlines()[0] == (
         "engine: none running (no live lease on this database); last seen 2.0h ago"
     )
+
+
+def test_render_names_the_money_limits_the_engine_published() -> None:
+    engine = {"workers": 2, "target": 3, "by_stage": {"proving": 2}, "reason_kind": "daily_budget",
+              "reason": "daily budget reached: $50.00 spent today (UTC) of $50.00",
+              "daily_budget": 50.0, "dph": 0.84, "dph_cap": 5.0, "credit": 12.345}  # fmt: skip
+    assert render(report(engine=engine)).splitlines()[2] == (
+        "spend $1.23 today, $4.56 since start, $0.78 on rejected workers; daily budget $50.00 "
+        "(UTC); $0.84/h of $5.00/h cap; credit $12.35"
+    )
+    assert limits({"credit": None, "dph_cap": 5.0}) == ["$5.00/h cap"]
+    assert limits({"credit": True, "daily_budget": "50"}) == []  # what a row cannot hold
 
 
 def _inst(vid: int, **kw: Any) -> InstanceRecord:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -603,7 +604,17 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
         "updated_at": "2026-11-30T10:07:00Z",
         "reason_since": "2026-11-30T10:06:30Z",
         "simulated_clock": False,
-    }
+        "credit": None, "spent_today": None, "daily_budget": None, "dph": None, "dph_cap": None,
+    }  # fmt: skip
+    money = await store.put_engine_status(
+        replace(_status(None, T0 + 150), credit=42.5, spent_today=3.25, daily_budget=50.0,
+                dph=0.9, dph_cap=5.0)
+    )  # fmt: skip
+    assert (money.credit, money.spent_today, money.daily_budget, money.dph, money.dph_cap) == (
+        42.5, 3.25, 50.0, 0.9, 5.0,
+    )  # fmt: skip
+    with pytest.raises(StoreError, match="credit must be a finite number"):
+        await store.put_engine_status(replace(_status(None, T0), credit=float("nan")))
 
 
 @pytest.mark.parametrize(
@@ -632,13 +643,31 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 10
+        assert await s.schema_version() == SCHEMA_VERSION == 11
         assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
         await s.put_engine_status(_status("at_target", T0))
         assert (await s.get_engine_status()).reason_kind == "at_target"
         assert await s.get_engine_offers() is None
         await s.put_engine_offers("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
         assert await s.get_engine_offers() == ("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
+
+
+async def test_a_version_10_status_row_reads_its_money_as_unknown(tmp_path: Path) -> None:
+    """Migration 11 adds the money limits to engine_status; a row written before reads None."""
+    path = tmp_path / "v10.db"
+    with sqlite3.connect(path) as raw:
+        for script in MIGRATIONS[:10]:
+            raw.executescript(script)
+        raw.execute("PRAGMA user_version = 10")
+        raw.execute(
+            "INSERT INTO engine_status (id, target, workers, by_stage, dry_run, updated_at)"
+            " VALUES (1, 2, 1, '{}', 0, ?)",
+            (T0,),
+        )
+    async with await Store.open(path) as s:
+        got = await s.get_engine_status()
+        assert got is not None and got.target == 2
+        assert (got.credit, got.spent_today, got.daily_budget, got.dph, got.dph_cap) == (None,) * 5
 
 
 async def test_a_version_9_database_keeps_its_ban_counts_as_bans(tmp_path: Path) -> None:

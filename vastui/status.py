@@ -173,7 +173,24 @@ def _reason_text(status: dict[str, Any]) -> str:
 
 def _spend_line(report: dict[str, Any]) -> str:
     spend = report["spend"]
-    return (
+    line = (
         f"spend ${spend['today']:.2f} today, ${spend['total']:.2f} since start, "
         f"${spend['rejected']:.2f} on rejected workers"
     )
+    return line + "".join(f"; {part}" for part in limits(report.get("engine") or {}))
+
+
+def limits(status: dict[str, Any]) -> list[str]:
+    """The money limits the engine last published: the daily budget, the $/h cap, the
+    account's credit (each only when known)."""
+    out = []
+    budget, dph, cap = (_float(status.get(k)) for k in ("daily_budget", "dph", "dph_cap"))
+    if budget is not None:
+        out.append(f"daily budget ${budget:.2f} (UTC)")
+    if cap is not None:
+        now = f"${dph:.2f}/h of " if dph is not None else ""
+        out.append(f"{now}${cap:.2f}/h cap")
+    credit = _float(status.get("credit"))
+    if credit is not None:
+        out.append(f"credit ${credit:.2f}")
+    return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -807,6 +808,11 @@ class Engine:
                 updated_at=self.clock(),
                 wall_at=time.time(),
                 simulated=self.clock is not time.time,  # the demo's, a served sim's, a test's
+                credit=self.credit,
+                spent_today=view.spent_today if view.max_daily_spend > 0 else None,
+                daily_budget=view.max_daily_spend or None,
+                dph=view.dph_in_use,
+                dph_cap=view.max_total_dph if math.isfinite(view.max_total_dph) else None,
             )
         )
         previous = self.status

@@ -302,7 +302,18 @@ _V10 = """
 ALTER TABLE bad_machines RENAME COLUMN strikes TO bans;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+# The money limits the engine works under, for `vastui status`, the console's strip and an
+# attached console (issue 20): the account's credit as last read, today's (UTC) spend and
+# its cap, the fleet's $/h and its cap.
+_V11 = """
+ALTER TABLE engine_status ADD COLUMN credit REAL;
+ALTER TABLE engine_status ADD COLUMN spent_today REAL;
+ALTER TABLE engine_status ADD COLUMN daily_budget REAL;
+ALTER TABLE engine_status ADD COLUMN dph REAL;
+ALTER TABLE engine_status ADD COLUMN dph_cap REAL;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

@@ -34,6 +34,12 @@ class EngineStatus:
     reason_since: float | None = None
     wall_at: float | None = None  # the wall clock when written (updated_at is the engine's)
     simulated: bool = False  # the engine's clock is a simulator's (the demo), not the wall
+    # the money limits (None: unknown, or no cap)
+    credit: float | None = None  # the account's, as last read
+    spent_today: float | None = None  # dollars since midnight UTC
+    daily_budget: float | None = None  # fleet.max_daily_spend
+    dph: float | None = None  # the live fleet's $/h with rents in flight
+    dph_cap: float | None = None  # fleet.max_total_dph
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> EngineStatus:
@@ -50,6 +56,11 @@ class EngineStatus:
             reason_since=row["reason_since"],
             wall_at=row["wall_at"],
             simulated=bool(row["simulated"]),
+            credit=_money(row["credit"]),
+            spent_today=_money(row["spent_today"]),
+            daily_budget=_money(row["daily_budget"]),
+            dph=_money(row["dph"]),
+            dph_cap=_money(row["dph_cap"]),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -64,6 +75,11 @@ class EngineStatus:
             "updated_at": iso_utc(self.updated_at),
             "reason_since": iso_utc(self.reason_since),
             "simulated_clock": self.simulated,
+            "credit": self.credit,
+            "spent_today": self.spent_today,
+            "daily_budget": self.daily_budget,
+            "dph": self.dph,
+            "dph_cap": self.dph_cap,
         }
 
     def check(self) -> None:
@@ -78,6 +94,21 @@ class EngineStatus:
             raise StoreError(
                 f"engine status updated_at must be epoch seconds, got {self.updated_at!r}"
             )
+        for name in ("credit", "spent_today", "daily_budget", "dph", "dph_cap"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise StoreError(f"engine status {name} must be a finite number, got {value!r}")
+
+
+def _money(value: Any) -> float | None:
+    """A stored amount: a finite number, else unknown (the file may be older or edited)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 class StatusRepo:
@@ -99,20 +130,25 @@ class StatusRepo:
                 since = old["reason_since"] if old["reason_since"] is not None else since
             await conn.execute(
                 "INSERT INTO engine_status (id, target, workers, by_stage, reason_kind, reason,"
-                " best, dry_run, updated_at, reason_since, wall_at, simulated)"
-                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?)"
+                " best, dry_run, updated_at, reason_since, wall_at, simulated, credit,"
+                " spent_today, daily_budget, dph, dph_cap)"
+                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(id) DO UPDATE SET target = excluded.target,"
                 " workers = excluded.workers, by_stage = excluded.by_stage,"
                 " reason_kind = excluded.reason_kind, reason = excluded.reason,"
                 " best = excluded.best, dry_run = excluded.dry_run,"
                 " updated_at = excluded.updated_at, reason_since = excluded.reason_since,"
-                " wall_at = excluded.wall_at, simulated = excluded.simulated",
+                " wall_at = excluded.wall_at, simulated = excluded.simulated,"
+                " credit = excluded.credit, spent_today = excluded.spent_today,"
+                " daily_budget = excluded.daily_budget, dph = excluded.dph,"
+                " dph_cap = excluded.dph_cap",
                 (
                     status.target, status.workers, json.dumps(dict(status.by_stage)),
                     status.reason_kind, status.reason,
                     None if status.best is None else json.dumps(status.best, default=str),
                     int(status.dry_run), status.updated_at, since,
-                    status.wall_at, int(status.simulated),
+                    status.wall_at, int(status.simulated), status.credit, status.spent_today,
+                    status.daily_budget, status.dph, status.dph_cap,
                 ),
             )  # fmt: skip
             row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")
