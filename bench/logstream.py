@@ -42,8 +42,8 @@ from bench.common import Goal, progress, rss_mb
 from bench.fleet import API_KEY, Cloud
 from vastui.console.app import settle_heap
 from vastui.console.bridge import FleetBridge
-from vastui.console.logview import LogLines as LogViewport
 from vastui.console.logview import LogView
+from vastui.console.logviewport import LogLines as LogViewport
 from vastui.console.panes.logs import LogsPane
 from vastui.ssh import MemoryPins, SshPool, workerctl
 from vastui.store import InstanceRecord
