@@ -23,9 +23,9 @@ from tests.test_console import make_app
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console import detail
-from vastui.console.app import VastuiApp
+from vastui.console.app import VastuiApp, check_keymap
 from vastui.console.detail import DetailScreen
-from vastui.console.dialogs import QuitScreen
+from vastui.console.dialogs import ConfirmScreen, PromptScreen, QuitScreen
 from vastui.console.fixtures import FixedSource, fixed_app, fixed_data
 from vastui.console.help import HelpScreen
 from vastui.console.sources import AttachedSource
@@ -234,6 +234,41 @@ async def test_help_lists_a_remapped_key_and_the_key_works(tmp_path: Path) -> No
         await pilot.press("D")  # the remapped key deploys
         await settle(pilot, app, lambda: "Rent offer" in str(app.screen.query(".dialog-title")
                                                               .first().render()))  # fmt: skip
+
+
+def test_every_binding_of_the_console_has_an_id() -> None:
+    from textual.binding import Binding
+
+    from vastui.console.app import binding_classes, binding_ids
+
+    classes = binding_classes()
+    assert {ConfirmScreen, PromptScreen, QuitScreen} <= set(classes)
+    for cls in classes:
+        for binding in cls.BINDINGS:
+            assert isinstance(binding, Binding) and binding.id, (cls.__name__, binding)
+    assert {"confirm-yes", "confirm-no", "prompt-cancel", "quit-handover"} <= binding_ids()
+
+
+async def test_a_dialogs_key_can_be_remapped(tmp_path: Path) -> None:
+    snap, ranked = fixed_data()
+    config = Config()
+    config = replace(config, ui=replace(config.ui, keymap={"confirm-yes": "j"}))
+    opts = Options(config=config, db=tmp_path / "k.db", demo=True)
+    check_keymap(opts)  # a known id
+    source = FixedSource(opts, snap, ranked)
+    app = VastuiApp(opts, source)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        offer = app.pane("offers").selected_offer()
+        assert offer is not None
+        await pilot.press("d")
+        await settle(pilot, app, lambda: app.screen.query(".dialog-title"))
+        await pilot.press("y")  # no longer the key
+        await pilot.pause()
+        assert source.submitted == [] and app.screen.query(".dialog-title")
+        await pilot.press("j")
+        await settle(pilot, app, lambda: source.submitted)
+        assert source.submitted == [("deploy", {"offer_id": offer.offer.id})]
 
 
 async def test_footer_shows_the_focused_panes_keys(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from typing import ClassVar, Literal, TypeVar, overload
 
 from rich.text import Text
@@ -595,13 +595,17 @@ def _load_ui_state() -> UiState:
     return state
 
 
-def binding_ids() -> set[str]:
-    """Every remappable binding id of the console."""
-    classes: Iterable[type[DOMNode]] = (
+def binding_classes() -> tuple[type[DOMNode], ...]:
+    """Every class of the console that declares bindings: each binding has an id."""
+    return (
         VastuiApp, OffersPane, InstancesPane, LogsPane, BadListPane, TablePane, LogView,
         LogLines, DetailScreen, HelpScreen, ConfirmScreen, PromptScreen, QuitScreen,
     )  # fmt: skip
-    return all_binding_ids(classes)
+
+
+def binding_ids() -> set[str]:
+    """Every remappable binding id of the console."""
+    return all_binding_ids(binding_classes())
 
 
 def check_keymap(opts: Options) -> None:
