@@ -41,7 +41,7 @@ import asyncssh
 
 from bench.common import Goal, progress, rss_mb
 from bench.fleet import API_KEY, Cloud
-from vastui.console.app import settle_heap
+from vastui.console.heap import settle_heap
 from vastui.console.logview import LogView
 from vastui.console.logviewport import LogLines as LogViewport
 from vastui.console.panes.logs import LogsPane

@@ -4,7 +4,9 @@ Workers (async tasks) read the fleet's source (`sources/`: the console's own eng
 engine it attaches to, the store read-only, or fixed data) and post messages; the app routes
 them to the panes, which own their tables, bindings and actions (`panes/`). Panes reach the
 app through `ConsoleHost` (reads) and the messages they post (requests); actions go to the
-engine as store commands.
+engine as store commands. One reason to change, though long: this is the hub every message
+and every pane's read passes through (the palette, the heap settings and the remembered sort
+live beside it: palette.py, heap.py, uistate.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import os
 import shutil
@@ -26,7 +27,6 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.css.query import NoMatches
 from textual.dom import DOMNode
 from textual.notifications import SeverityLevel
@@ -34,10 +34,11 @@ from textual.screen import ModalScreen
 from textual.widgets import TabbedContent, TabPane
 
 from vastui.backend import Options
-from vastui.config import Config, ensure_state_dir, state_dir, write_private
+from vastui.config import Config, state_dir
 from vastui.console.detail import DetailScreen
 from vastui.console.dialogs import ConfirmScreen, PromptScreen, QuitScreen
 from vastui.console.footer import KeyFooter
+from vastui.console.heap import settle_heap
 from vastui.console.help import HelpScreen, all_binding_ids, live_bindings
 from vastui.console.logview import LogView
 from vastui.console.logviewport import LogLines
@@ -49,6 +50,7 @@ from vastui.console.messages import (
     SnapshotLoaded,
     TitleChanged,
 )
+from vastui.console.palette import VastuiCommands
 from vastui.console.panes import BadListPane, InstancesPane, LogsPane, OffersPane, TablePane
 from vastui.console.panes.base import UiState
 from vastui.console.snapshot import Snapshot
@@ -56,6 +58,7 @@ from vastui.console.sources import FleetSource, choose_source
 from vastui.console.summary import STRIP_HELP, SpendView, StripState, SummaryStrip
 from vastui.console.terminal import TerminalGuard, guarded_terminal
 from vastui.console.themes import load_theme_dirs, register_themes, resolve_theme_name, theme_dirs
+from vastui.console.uistate import load_ui_state, save_ui_state
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
 from vastui.engine.spend import instance_cost
@@ -72,48 +75,6 @@ PANE_CLASSES: dict[str, type[Pane]] = {
     "offers": OffersPane, "instances": InstancesPane, "logs": LogsPane, "bad": BadListPane,
 }  # fmt: skip
 T = TypeVar("T")
-
-
-class VastuiCommands(Provider):
-    """The palette: every action of the console and of its panes, by name."""
-
-    def _commands(self) -> list[tuple[str, str, str, str | None]]:
-        app = self.app
-        assert isinstance(app, VastuiApp)
-        found: list[tuple[str, str, str, str | None]] = []
-        for pane, cls in app.pane_classes():
-            for _keys, b in live_bindings(app, cls):
-                if b.action in ("sort", "sort_reverse"):
-                    continue  # per pane; reachable by key
-                label = f"{pane.capitalize()}: {b.description or b.action}"
-                found.append((label, b.action, b.tooltip or "", pane))
-        for _keys, b in live_bindings(app, type(app)):
-            found.append((b.description or b.action, b.action, b.tooltip or "", None))
-        return found
-
-    async def discover(self) -> Hits:
-        for name, action, help_text, pane in self._commands():
-            yield DiscoveryHit(name, self._runner(action, pane), help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, action, help_text, pane in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                run = self._runner(action, pane)
-                yield Hit(score, matcher.highlight(name), run, help=help_text)
-
-    def _runner(self, action: str, pane: str | None):  # type: ignore[no-untyped-def]
-        async def run() -> None:
-            app = self.app
-            assert isinstance(app, VastuiApp)
-            if pane is None:
-                await app.run_action(action)
-                return
-            app.show_pane(pane)
-            await app.run_action(action, app.pane(pane))
-
-        return run
 
 
 class VastuiApp(App[int]):
@@ -149,7 +110,7 @@ class VastuiApp(App[int]):
         self.themes = load_theme_dirs(theme_dirs())
         self.snapshot = Snapshot()
         self.offers: list[RankedOffer] = []
-        self.ui_state: UiState = _load_ui_state()
+        self.ui_state: UiState = load_ui_state()
         self.handover = False  # set when the operator chose to hand the fleet to a headless engine
         # The terminal's writer, when run_console wraps it: its loss stops the console.
         self.terminal_guard: TerminalGuard | None = None
@@ -434,8 +395,7 @@ class VastuiApp(App[int]):
         return True
 
     def save_ui_state(self) -> None:
-        with contextlib.suppress(OSError):
-            write_private(ensure_state_dir() / "ui.json", json.dumps(self.ui_state))
+        save_ui_state(self.ui_state)
 
     # -- what the app does for them ------------------------------------------------------
 
@@ -557,42 +517,6 @@ class VastuiApp(App[int]):
                 self.exit()
 
         self.push_screen(QuitScreen(body, can_hand_over=can), done)
-
-
-def settle_heap() -> None:
-    """Take the long-lived objects (10,000 offers, the widgets) out of the garbage collector's
-    way. A full collection walks every object: with them it took 150-300 ms, about every
-    second under a fast log stream, stalling keys (bench/keys.py). Unfreezing and collecting
-    first means nothing stays frozen once it is garbage; this runs when a new offers list
-    arrives (minutes apart), so its one full pass replaces hundreds."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
-# Young collections 14x rarer than Python's default (700, 10, 10): most of Textual's cyclic
-# garbage (strips, caches, layout maps; ~5,000 objects/s under a log stream) then dies before
-# a collection would promote it, so full collections come seconds apart, not every 0.4 s.
-GC_THRESHOLDS = (10_000, 10, 10)
-
-
-def _load_ui_state() -> UiState:
-    try:
-        data = json.loads((state_dir() / "ui.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    state: UiState = {}
-    for pane in (OffersPane, InstancesPane, BadListPane):
-        known = {c.key for c in pane.COLUMNS}
-        key = data.get(f"{pane.PANE}_sort")
-        if key in known:  # a hand-edited file must not crash the console
-            state[f"{pane.PANE}_sort"] = key
-        if isinstance(data.get(f"{pane.PANE}_sort_reverse"), bool):
-            state[f"{pane.PANE}_sort_reverse"] = data[f"{pane.PANE}_sort_reverse"]
-    return state
 
 
 def binding_classes() -> tuple[type[DOMNode], ...]:
