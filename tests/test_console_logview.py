@@ -478,12 +478,13 @@ async def test_append_cleans_and_measures_as_line_by_line(lines: list[str]) -> N
 
 
 class _StreamApp(App[None]):
-    """A LogsPane on its own: `queue_lines` as its streams call it."""
+    """A LogsPane on its own, the app its host: `queue_lines` as its streams call it (no
+    stream is opened: what a host would stream is never asked for)."""
 
     def compose(self) -> ComposeResult:
         from vastui.console.panes.logs import LogsPane
 
-        yield LogsPane(id="logs")
+        yield LogsPane(self, id="logs")  # type: ignore[arg-type]  # the part of a host it reads
 
 
 async def test_the_pane_appends_queued_batches_in_one_go_in_order() -> None:

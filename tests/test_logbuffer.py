@@ -46,6 +46,8 @@ def filled(max_lines: int, *batches: tuple[str, list[str]]) -> LogBuffer:
         ("Out of memory: Killed process 123 (cuzk)", "error"),
         ("Traceback (most recent call last):", "error"),
         ("WARN slow sector", "warning"),
+        ("WARN slow sector, then ERROR: lost", "error"),
+        ("ERROR after all, WARN", "error"),
         ("warning: deprecated flag", "warning"),
         ("0 errors so far", None),
         ("error_rate=0.1", None),

@@ -47,13 +47,18 @@ _CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _ASCII_CONTROLS_BUT_NEWLINE = {c: " " for c in (*range(0x00, 0x0A), *range(0x0B, 0x20), 0x7F)}
 
 
+# Either kind in one search: most lines are neither, and a frame classifies each line it draws.
+_KIND = re.compile(f"(?P<error>{ERROR_PATTERN.pattern})|(?P<warning>{WARNING_PATTERN.pattern})")
+
+
 def classify_line(text: str) -> LineKind | None:
     """`"error"` for lines matching `ERROR_PATTERN`, `"warning"` for warnings, else None."""
-    if ERROR_PATTERN.search(text):
-        return "error"
-    if WARNING_PATTERN.search(text):
-        return "warning"
-    return None
+    found = _KIND.search(text)
+    if found is None:
+        return None
+    if found.lastgroup == "error" or ERROR_PATTERN.search(text, found.end()):
+        return "error"  # an error anywhere outranks a warning before it
+    return "warning"
 
 
 def source_tag(source: str) -> str:

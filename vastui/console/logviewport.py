@@ -16,7 +16,7 @@ from textual import events
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.dom import DOMNode
-from textual.geometry import Size
+from textual.geometry import Offset, Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
@@ -91,6 +91,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
         self._prefix_cache: dict[tuple[str, bool], Strip] = {}
         self._styles: dict[str, Style] = {}
         self._repainted_hidden = False  # repainted since last drawn: nothing more to do
+        self._frame: tuple[Offset, Region] | None = None  # while a frame is drawn
 
     # ------------------------------------------------------------------ what the owner asks
 
@@ -186,14 +187,24 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
             style = self._styles[kind] = base + self._component_style(f"logview--{kind}")
         return style
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # What every row of this frame shares, looked up once (a row drawn alone looks it up).
+        self._frame = self.scroll_offset, self.scrollable_content_region
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
     def render_line(self, y: int) -> Strip:
         self._repainted_hidden = False  # drawn: its line cache holds lines again
         buffer = self._buffer
         if buffer.epoch != self._epoch:  # rows already drawn would look different now
             self._epoch = buffer.epoch
             self.invalidate()
-        scroll_x, scroll_y = self.scroll_offset
-        region = self.scrollable_content_region
+        (scroll_x, scroll_y), region = self._frame or (
+            self.scroll_offset,
+            self.scrollable_content_region,
+        )
         width = region.width
         base = self._base_style()
         row = scroll_y + y
