@@ -353,3 +353,12 @@ def test_the_epoch_moves_when_drawn_lines_would_change() -> None:
     buffer.append("a", ["plain"])  # new lines: what was drawn stays as it was
     buffer.select(buffer.current_match)  # the same match
     assert buffer.epoch == epoch
+
+
+def test_the_model_imports_no_textual() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, vastui.console.logbuffer; print('textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
