@@ -23,7 +23,7 @@ from textual.widgets import DataTable
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
-from vastui.console.fixtures import FixedBridge, fixed_data
+from vastui.console.fixtures import FixedSource, fixed_data
 from vastui.console.logview import LogView
 from vastui.engine.ranking import rank_offers
 from vastui.sim import ManualClock, SimCloud
@@ -37,7 +37,7 @@ async def main(n_offers: int = 10_000, lines_per_tick: int = 500, tick: float = 
     ranked = rank_offers(offers, [], set(), 0.008)
     with tempfile.TemporaryDirectory() as tmp:
         opts = Options(config=Config(), db=Path(tmp) / "b.db", demo=True)
-        app = VastuiApp(opts, bridge=FixedBridge(opts, snap, ranked))
+        app = VastuiApp(opts, FixedSource(opts, snap, ranked))
         async with app.run_test(size=(200, 50)) as pilot:
             t0 = time.perf_counter()
             table = app.query_one("#offers-table", DataTable)

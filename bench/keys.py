@@ -173,8 +173,8 @@ def serve_vastui(state: Path) -> None:
     from vastui.backend import Options
     from vastui.config import Config
     from vastui.console.app import VastuiApp
-    from vastui.console.bridge import Snapshot
-    from vastui.console.fixtures import FixedBridge
+    from vastui.console.fixtures import FixedSource
+    from vastui.console.snapshot import Snapshot
     from vastui.engine.spend import fleet_spend, local_midnight
     from vastui.store import EngineStatus
 
@@ -182,7 +182,7 @@ def serve_vastui(state: Path) -> None:
     instances = bench_instances(offers)
     started = time.monotonic()
 
-    class BenchBridge(FixedBridge):
+    class BenchBridge(FixedSource):
         """Fixed rows on a clock that moves: ages and spend change every second, as live."""
 
         def now(self) -> float:
@@ -219,7 +219,7 @@ def serve_vastui(state: Path) -> None:
 
     os.environ["VASTUI_STATE_DIR"] = str(state)
     opts = Options(config=Config(), db=state / "bench.db", demo=True)
-    app = VastuiApp(opts, bridge=BenchBridge(opts, Snapshot(), offers))
+    app = VastuiApp(opts, BenchBridge(opts, Snapshot(), offers))
     app.run()
 
 

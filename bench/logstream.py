@@ -9,7 +9,7 @@ them, then ends. Both readers run in this process, in turns, on the same command
 
 - bare: `asyncssh.connect` + `create_process`, stdout read in 64 KiB chunks, newlines counted;
 - console: the console's own path: `SshPool` → `Worker.log_batches` (read ahead, split,
-  sanitised a read at a time) → `FleetBridge.stream_logs` (batches) → `LogsPane` (its
+  sanitised a read at a time) → the sources' `stream_logs` (batches) → `LogsPane` (its
   `LogLines` messages) → `LogView` in a Textual app under `App.run_test()` (headless: the
   compositor still renders each frame), with the console's collector settings (settle_heap).
 
@@ -34,17 +34,18 @@ import gc
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncssh
 
 from bench.common import Goal, progress, rss_mb
 from bench.fleet import API_KEY, Cloud
-from vastui.console.app import settle_heap
-from vastui.console.bridge import FleetBridge
-from vastui.console.logview import LogLines as LogViewport
+from vastui.console.heap import settle_heap
 from vastui.console.logview import LogView
+from vastui.console.logviewport import LogLines as LogViewport
 from vastui.console.panes.logs import LogsPane
+from vastui.console.sources.workers import stream_worker_logs, worker_of
 from vastui.ssh import MemoryPins, SshPool, workerctl
 from vastui.store import InstanceRecord
 from vastui.vast.client import VastClient
@@ -55,19 +56,7 @@ GOALS = [
 ]
 
 SOURCE = "cuzk"
-TAIL = 500  # what the console asks for (FleetBridge.stream_logs)
-
-
-class _Bridge:
-    """What `LogsPane` asks of the app's bridge; the stream is the console's own code."""
-
-    def __init__(self, pool: SshPool) -> None:
-        self.pool = pool
-
-    def _worker(self, rec: InstanceRecord) -> Any:
-        return self.pool.worker(rec.vast_id, (rec.ssh_host or "", int(rec.ssh_port or 22)))
-
-    stream_logs = FleetBridge.stream_logs
+TAIL = 500  # what the console asks for (the sources' stream_logs)
 
 
 class _Snapshot:
@@ -79,14 +68,21 @@ def _app(pool: SshPool, rec: InstanceRecord) -> Any:
     from textual.app import App, ComposeResult
 
     class StreamApp(App[None]):
+        """What `LogsPane` reads of its host; the stream is the console's own code."""
+
         def __init__(self) -> None:
             super().__init__()
-            self.bridge = _Bridge(pool)
             self.snapshot = _Snapshot(rec)
             self.animation_level = "none"
 
+        def log_stream(self, rec: InstanceRecord, source: str) -> AsyncIterator[list[str]]:
+            return stream_worker_logs(worker_of(pool, rec), rec, source, TAIL)
+
+        def engine_log_lines(self, *, rewind: bool = False) -> list[str]:
+            return []
+
         def compose(self) -> ComposeResult:
-            yield LogsPane(id="logs")
+            yield LogsPane(self, id="logs")  # type: ignore[arg-type]  # the host's part it reads
 
         def on_mount(self) -> None:
             # The console's own collector settings (VastuiApp settles its heap once its rows

@@ -66,7 +66,7 @@ async def frame_cost(frames: int = 200) -> tuple[float, float]:
         height = lines.scrollable_content_region.height
         cold = warm = 0.0
         for _ in range(frames):
-            view._invalidate_render()
+            view.viewport.invalidate()
             started = time.perf_counter()
             for y in range(height):
                 lines.render_line(y)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,12 @@ from tests.helpers import settle
 from vastui.backend import Options, client_for_cloud
 from vastui.config import Config
 from vastui.console.app import VastuiApp
-from vastui.console.bridge import FleetBridge
 from vastui.console.fixtures import LOGS, fixed_app
 from vastui.console.logview import LogView
+from vastui.console.sources import OwnEngineSource, ReadOnlySource
+from vastui.console.sources.own import RuntimeFactory
 from vastui.engine.engine import Engine, EngineSettings
+from vastui.engine.runtime import EngineRuntime, RunOptions
 from vastui.sim import ManualClock, SimCloud
 from vastui.store import Store
 from vastui.vast.client import RetryPolicy
@@ -28,48 +31,53 @@ async def _no_sleep(_s: float) -> None:
     return None
 
 
-class EngineBridge(FleetBridge):
-    """A real engine and store on a simulated cloud with a manual clock; no SSH."""
+@dataclass
+class Sim:
+    """The console's own engine (OwnEngineSource) on a simulated cloud with a manual clock."""
 
-    def __init__(self, opts: Options, cloud: SimCloud, *, read_only: bool = False) -> None:
-        super().__init__(opts, read_only=read_only)
-        self.cloud = cloud
+    source: OwnEngineSource
+    cloud: SimCloud
 
-    async def start(self) -> None:
-        self.store = await Store.open(self.opts.db_path)
+    @property
+    def store(self) -> Store:
+        assert self.source.store is not None, "the source has not started"
+        return self.source.store
+
+
+def sim_runtime(cloud: SimCloud) -> RuntimeFactory:
+    """A real engine and store on `cloud`, no SSH and no lease: what `engine_runtime` gives
+    the console, without the demo's worker hosts."""
+
+    @contextlib.asynccontextmanager
+    async def runtime(opts: Options, _run: RunOptions) -> AsyncIterator[EngineRuntime]:
+        store = await Store.open(opts.db_path)
         client = client_for_cloud(
-            self.cloud, pacing={}, sleep=_no_sleep, retry=RetryPolicy(create_lookups=1)
+            cloud, pacing={}, sleep=_no_sleep, retry=RetryPolicy(create_lookups=1)
         )
         engine = Engine(
-            self.opts.config, self.store, client, ssh=None, public_key=PUBKEY,
-            clock=self.cloud.clock.now, settings=EngineSettings(poll_interval=0.05),
+            opts.config, store, client, ssh=None, public_key=PUBKEY, clock=cloud.clock.now,
+            settings=EngineSettings(poll_interval=0.05),
         )  # fmt: skip
-        self.runtime = type("R", (), {"engine": engine, "store": self.store, "demo": None})()
-        self.mode = "engine"
-        self._engine_task = asyncio.create_task(engine.run(self._stop))
+        try:
+            yield EngineRuntime(engine, store, demo=None)
+        finally:
+            await engine.close()
+            await client.aclose()
+            await store.close()
 
-    async def close(self) -> None:
-        self._stop.set()
-        if self._engine_task is not None:
-            with contextlib.suppress(Exception):
-                await self._engine_task
-        if self.engine is not None:
-            await self.engine.close()
-            await self.engine.client.aclose()
-        if self.store is not None:
-            await self.store.close()
+    return runtime
 
 
-def make_app(tmp_path: Path, *, read_only: bool = False) -> tuple[VastuiApp, EngineBridge]:
+def make_app(tmp_path: Path) -> tuple[VastuiApp, Sim]:
     config = Config()
     opts = Options(config=config, db=tmp_path / "c.db", demo=True)
-    bridge = EngineBridge(opts, SimCloud(seed=5, clock=ManualClock(), hosts=120),
-                          read_only=read_only)  # fmt: skip
-    return VastuiApp(opts, read_only=read_only, bridge=bridge), bridge
+    cloud = SimCloud(seed=5, clock=ManualClock(), hosts=120)
+    source = OwnEngineSource(opts, runtime=sim_runtime(cloud))
+    return VastuiApp(opts, source), Sim(source, cloud)
 
 
 async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):
-    app, bridge = make_app(tmp_path)
+    app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         offer_id = int(app.pane("offers").selected_offer().offer.id)
@@ -79,27 +87,27 @@ async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):
         await pilot.press("y")
 
         async def rented() -> bool:
-            return bool(await bridge.store.list_instances())
+            return bool(await sim.store.list_instances())
 
         await settle(pilot, app, rented)
-        [rec] = await bridge.store.list_instances()
+        [rec] = await sim.store.list_instances()
         assert rec.offer_id == offer_id and rec.label.startswith("vastui-main.")
-        assert [e.kind for e in await bridge.store.list_events(kind="rent")] == ["rent"]
-        assert list(bridge.cloud.instances) == [rec.vast_id]
+        assert [e.kind for e in await sim.store.list_events(kind="rent")] == ["rent"]
+        assert list(sim.cloud.instances) == [rec.vast_id]
 
 
 async def test_deploy_cancel_does_nothing(tmp_path: Path):
-    app, bridge = make_app(tmp_path)
+    app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         await pilot.press("d", "n")
         await pilot.pause()
-        assert await bridge.store.list_instances() == []
-        assert bridge.cloud.instances == {}
+        assert await sim.store.list_instances() == []
+        assert sim.cloud.instances == {}
 
 
 async def test_ignore_then_unignore_machine(tmp_path: Path):
-    app, bridge = make_app(tmp_path)
+    app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         machine = app.pane("offers").selected_offer().offer.machine_id
@@ -109,10 +117,10 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
         await pilot.press("enter")
 
         async def banned() -> bool:
-            return machine in await bridge.store.bad_machine_ids()
+            return machine in await sim.store.bad_machine_ids()
 
         await settle(pilot, app, banned)
-        [entry] = await bridge.store.list_bad()
+        [entry] = await sim.store.list_bad()
         assert entry.reason == "GPU errors under load" and entry.source == "manual"
         await pilot.press("4")
 
@@ -123,15 +131,15 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
         await pilot.press("u", "y")
 
         async def unbanned() -> bool:
-            return await bridge.store.bad_machine_ids() == set()
+            return await sim.store.bad_machine_ids() == set()
 
         await settle(pilot, app, unbanned)
-        kinds = [e.kind for e in await bridge.store.list_events()]
+        kinds = [e.kind for e in await sim.store.list_events()]
         assert kinds == ["ban", "unban"]
 
 
 async def test_destroy_from_instances_pane(tmp_path: Path):
-    app, bridge = make_app(tmp_path)
+    app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         await pilot.press("d", "y")
@@ -140,26 +148,28 @@ async def test_destroy_from_instances_pane(tmp_path: Path):
             return app.query_one("#instances-table", DataTable).row_count == 1
 
         await settle(pilot, app, rented)
-        [rec] = await bridge.store.list_instances()
+        [rec] = await sim.store.list_instances()
         await pilot.press("2", "x")
         await pilot.pause()
         assert "Destroy instance" in str(app.screen.query_one(".dialog-title").render())
         await pilot.press("y")
 
         async def destroyed() -> bool:
-            got = await bridge.store.get_instance(rec.vast_id)
+            got = await sim.store.get_instance(rec.vast_id)
             return got is not None and got.killed
 
         await settle(pilot, app, destroyed)
-        rec = await bridge.store.get_instance(rec.vast_id)
+        rec = await sim.store.get_instance(rec.vast_id)
         assert rec.kill_kind == "manual"
-        [event] = await bridge.store.list_events(kind="destroy")
+        [event] = await sim.store.list_events(kind="destroy")
         assert event.instance_id == rec.vast_id
-        assert bridge.cloud.instances == {}
+        assert sim.cloud.instances == {}
 
 
 async def test_read_only_disables_actions(tmp_path: Path):
-    app, bridge = make_app(tmp_path, read_only=True)
+    opts = Options(config=Config(), db=tmp_path / "r.db", demo=True)
+    source = ReadOnlySource(opts)
+    app = VastuiApp(opts, source, read_only=True)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         await pilot.press("d", "i")
@@ -167,11 +177,11 @@ async def test_read_only_disables_actions(tmp_path: Path):
         assert len(app.screen_stack) == 1, "no dialog opens in read-only mode"
         assert "READ-ONLY" in str(app.query_one("#summary", Static).render())
         with pytest.raises(PermissionError):
-            await bridge.submit("ignore", machine_id=1, reason="x")
+            await source.submit("ignore", machine_id=1, reason="x")
 
 
 async def test_bad_filter_is_shown_inline_not_applied(tmp_path: Path):
-    app, _bridge = make_app(tmp_path)
+    app, _sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
         await pilot.press("e")

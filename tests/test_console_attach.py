@@ -10,7 +10,7 @@ from tests.helpers import settle
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
-from vastui.console.bridge import FleetBridge
+from vastui.console.sources import AttachedSource, ReadOnlySource, choose_source
 from vastui.store import Store
 
 
@@ -23,12 +23,12 @@ async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
     db = tmp_path / "a.db"
     await hold_lease(db)
     opts = Options(config=Config(), db=db, demo=True)
-    bridge = FleetBridge(opts)
-    app = VastuiApp(opts, bridge=bridge)
+    source = await choose_source(opts)
+    assert isinstance(source, AttachedSource)
+    app = VastuiApp(opts, source)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
-        assert bridge.mode == "attached" and bridge.engine is None
-        assert bridge.attached_to is not None and bridge.attached_to.pid == 4242
+        assert source.attached_to is not None and source.attached_to.pid == 4242
         await settle(
             pilot, None, lambda: "ATTACHED" in str(app.query_one("#summary", Static).render())
         )
@@ -48,11 +48,11 @@ async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
 async def test_read_only_console_runs_no_engine(tmp_path: Path):
     db = tmp_path / "r.db"
     opts = Options(config=Config(), db=db, demo=True)
-    bridge = FleetBridge(opts, read_only=True)
-    app = VastuiApp(opts, read_only=True, bridge=bridge)
+    source = await choose_source(opts, read_only=True)
+    assert isinstance(source, ReadOnlySource)
+    app = VastuiApp(opts, source, read_only=True)
     async with app.run_test(size=(120, 30)) as pilot:
         await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
-        assert bridge.mode == "watching" and bridge.engine is None
 
         def summary() -> str:
             return str(app.query_one("#summary", Static).render())

@@ -11,7 +11,7 @@ from tests.helpers import settle
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
-from vastui.console.fixtures import FixedBridge, fixed_app, fixed_data
+from vastui.console.fixtures import FixedSource, fixed_app, fixed_data
 from vastui.console.footer import KeyFooter
 from vastui.console.rowtable import RowTable
 
@@ -52,7 +52,7 @@ async def test_footer_follows_the_keymap(tmp_path: Path) -> None:
     config = Config()
     config = replace(config, ui=replace(config.ui, keymap={"offers-deploy": "D"}))
     opts = Options(config=config, db=tmp_path / "k.db", demo=True)
-    app = VastuiApp(opts, bridge=FixedBridge(opts, snap, ranked))
+    app = VastuiApp(opts, FixedSource(opts, snap, ranked))
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         assert " D Deploy " in line(app) and " d Deploy " not in line(app)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from rich.style import Style
 from textual import events
 from textual.app import App, ComposeResult
@@ -21,8 +19,6 @@ from vastui.console.logview import (
     DEFAULT_MAX_LINES,
     PREFIX_WIDTH,
     LogView,
-    classify_line,
-    source_tag,
 )
 
 
@@ -63,39 +59,6 @@ def _numbered(prefix: str, count: int, start: int = 0) -> list[str]:
 
 
 # ---------------------------------------------------------------- classification / helpers
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "2026-01-01 ERROR proof failed",
-        "thread 'main' panicked at src/lib.rs:1",
-        "error: could not open device",
-        "ValueError: bad value",
-        "test FAILED",
-        "CUDA error: an illegal memory access",
-        "CUDA out of memory. Tried to allocate 2 GiB",
-        "Out of memory: Killed process 123 (cuzk)",
-        "Traceback (most recent call last):",
-    ],
-)
-def test_error_lines_are_classified(text: str) -> None:
-    assert classify_line(text) == "error"
-
-
-@pytest.mark.parametrize(
-    "text", ["0 errors so far", "error_rate=0.1", "all good", "failed_over=false", ""]
-)
-def test_plain_lines_are_not_errors(text: str) -> None:
-    assert classify_line(text) is None
-
-
-def test_warning_lines_and_source_tags() -> None:
-    assert classify_line("WARN slow sector") == "warning"
-    assert source_tag("cuzk-daemon") == "cuzk"
-    assert source_tag("benchmark") == "bench"
-    assert source_tag("paramfetch") == "param"
-    assert source_tag("a-very-long-source") == "a-very"
 
 
 def test_bindings_have_ids_and_descriptions() -> None:
@@ -490,18 +453,6 @@ def test_snapshot_merged_sources_with_search(snap_compare: Any) -> None:
     assert snap_compare(app, terminal_size=(100, 24), run_before=run_before)
 
 
-def test_wide_characters_wrap_by_cells() -> None:
-    from rich.cells import cell_len
-
-    from vastui.console.logview import _wrap_entry
-
-    entry = (1, "setup", "日本語のログ行です abc")
-    rows = _wrap_entry(entry, 5)
-    assert "".join(entry[2][start:end] for _, start, end in rows) == entry[2]
-    assert all(cell_len(entry[2][start:end]) <= 5 for _, start, end in rows)
-    assert _wrap_entry((2, "setup", ""), 5) == [((2, "setup", ""), 0, 0)]
-
-
 # ---------------------------------------------------------------- batches (append, the pane)
 
 
@@ -516,23 +467,24 @@ def test_wide_characters_wrap_by_cells() -> None:
     ],
 )
 async def test_append_cleans_and_measures_as_line_by_line(lines: list[str]) -> None:
-    from vastui.console.logview import _clean, _text_width
+    from vastui.console.logtext import clean, text_width
 
     app = LogApp()
     async with app.run_test(size=(80, 12)):
         view = _view(app)
         view.append("cuzk", lines)
-        assert view.lines == [_clean(line) for line in lines]
-        assert view._max_width == max(_text_width(_clean(line)) for line in lines)
+        assert view.lines == [clean(line) for line in lines]
+        assert view.buffer.max_width == max(text_width(clean(line)) for line in lines)
 
 
 class _StreamApp(App[None]):
-    """A LogsPane on its own: `queue_lines` as its streams call it."""
+    """A LogsPane on its own, the app its host: `queue_lines` as its streams call it (no
+    stream is opened: what a host would stream is never asked for)."""
 
     def compose(self) -> ComposeResult:
         from vastui.console.panes.logs import LogsPane
 
-        yield LogsPane(id="logs")
+        yield LogsPane(self, id="logs")  # type: ignore[arg-type]  # the part of a host it reads
 
 
 async def test_the_pane_appends_queued_batches_in_one_go_in_order() -> None:
@@ -628,10 +580,12 @@ async def test_a_hidden_view_buffers_without_repainting_and_is_drawn_afresh_when
         screen = _screen_text(app)
         assert "new 49" in screen and "old 29" not in screen
         before = len(repaints)
-        view.append("engine", ["new 50"])
-        assert len(repaints) == before + 1  # shown: each append repaints
+        for n in range(50, 53):
+            view.append("engine", [f"new {n}"])
+        assert len(repaints) == before  # appends only buffer: the frame repaints
         await pilot.pause()
-        assert "new 50" in _screen_text(app)
+        assert len(repaints) == before + 1  # shown: one repaint for the frame's appends
+        assert "new 52" in _screen_text(app)
 
         # Hidden again, after a showing without appends: its drawn lines are dropped again.
         app.query_one("#box").display = False
@@ -639,13 +593,4 @@ async def test_a_hidden_view_buffers_without_repainting_and_is_drawn_afresh_when
         view.append("engine", _numbered("end", 30))
         app.query_one("#box").display = True
         await pilot.pause()
-        assert "end 29" in _screen_text(app) and "new 50" not in _screen_text(app)
-
-
-@given(st.lists(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=12), min_size=1))
-def test_a_batch_of_ascii_lines_is_cleaned_as_line_by_line(lines: list[str]) -> None:
-    from vastui.console.logview import _clean, _clean_all, _text_width
-
-    texts, width = _clean_all(lines)
-    assert texts == [_clean(line) for line in lines]
-    assert width == max(_text_width(text) for text in texts)
+        assert "end 29" in _screen_text(app) and "new 52" not in _screen_text(app)

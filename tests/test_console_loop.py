@@ -23,12 +23,12 @@ from tests.test_console import make_app
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console import detail
-from vastui.console.app import VastuiApp
-from vastui.console.bridge import FleetBridge
+from vastui.console.app import VastuiApp, check_keymap
 from vastui.console.detail import DetailScreen
-from vastui.console.dialogs import QuitScreen
-from vastui.console.fixtures import FixedBridge, fixed_app, fixed_data
+from vastui.console.dialogs import ConfirmScreen, PromptScreen, QuitScreen
+from vastui.console.fixtures import FixedSource, fixed_app, fixed_data
 from vastui.console.help import HelpScreen
+from vastui.console.sources import AttachedSource
 from vastui.store import EngineStatus, InstanceRecord, Store
 
 
@@ -55,25 +55,25 @@ def status(**kw: Any) -> EngineStatus:
 
 async def test_strip_shows_target_and_reason_and_follows_the_cause(tmp_path: Path) -> None:
     app = fixed_app(tmp_path)
-    bridge = app.bridge
-    assert isinstance(bridge, FixedBridge)
-    bridge._snap = replace(bridge._snap, engine_status=status())
+    source = app.source
+    assert isinstance(source, FixedSource)
+    source.fixed_snapshot = replace(source.fixed_snapshot, engine_status=status())
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await settle(pilot, app, lambda: "workers 2/3" in strip(app))
         assert "below target: no viable offer: best 4711 RTX 4090 $0.0091/proof" in strip(app)
         assert "spent $" in strip(app) and "rejected" in strip(app)
         # the cause changes: the $/h cap now holds the fleet back
-        bridge._snap = replace(
-            bridge._snap,
+        source.fixed_snapshot = replace(
+            source.fixed_snapshot,
             engine_status=status(
                 reason_kind="fleet_dph_cap", reason="fleet $/h cap: $4.00 + $0.30 > $4.00"
             ),
         )
         await settle(pilot, app, lambda: "fleet $/h cap" in strip(app))
         assert "no viable offer" not in strip(app)
-        bridge._snap = replace(
-            bridge._snap,
+        source.fixed_snapshot = replace(
+            source.fixed_snapshot,
             engine_status=status(workers=3, reason_kind="at_target", reason="at target"),
         )
         await settle(pilot, app, lambda: "workers 3/3" in strip(app))
@@ -118,14 +118,15 @@ class Lease:
             await self.stop(release=False)
 
 
-async def attached_app(tmp_path: Path) -> tuple[VastuiApp, FleetBridge]:
+async def attached_app(tmp_path: Path) -> tuple[VastuiApp, AttachedSource]:
+    """A console attached to whatever engine holds the lease when it starts."""
     opts = Options(config=Config(), db=tmp_path / "a.db", demo=True)
-    bridge = FleetBridge(opts)
-    return VastuiApp(opts, bridge=bridge), bridge
+    source = AttachedSource(opts)
+    return VastuiApp(opts, source), source
 
 
 async def test_detached_when_the_engine_exits_and_commands_are_refused(tmp_path: Path) -> None:
-    app, bridge = await attached_app(tmp_path)
+    app, source = await attached_app(tmp_path)
     async with Lease(tmp_path / "a.db") as lease, app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await settle(pilot, app, lambda: "ATTACHED" in strip(app))
@@ -136,7 +137,7 @@ async def test_detached_when_the_engine_exits_and_commands_are_refused(tmp_path:
         await pilot.pause()
         assert not app.screen.query(".dialog-title"), "no dialog for a command nobody runs"
         with pytest.raises(ConnectionError, match="no engine to carry this out"):
-            await bridge.submit("ignore", machine_id=1, reason="x")
+            await source.submit("ignore", machine_id=1, reason="x")
     async with await Store.open(tmp_path / "a.db") as store:
         assert await store.claim_commands() == [], "nothing was queued for a later engine"
 
@@ -145,16 +146,16 @@ async def test_detached_when_the_engine_process_is_gone(tmp_path: Path) -> None:
     # SIGKILLed on this host: its lease row stays until it lapses, its pid is gone at once.
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    app, bridge = await attached_app(tmp_path)
+    app, source = await attached_app(tmp_path)
     lease = Lease(tmp_path / "a.db", pid=proc.pid, hostname=socket.gethostname())
     async with lease, app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await settle(pilot, app, lambda: "DETACHED" in strip(app))
-        assert bridge.detached and "not running" in (bridge.detached_reason or "")
+        assert "not running" in (source.detached_reason or "")
 
 
 async def test_detached_when_the_heartbeat_is_stale(tmp_path: Path) -> None:
-    app, bridge = await attached_app(tmp_path)
+    app, source = await attached_app(tmp_path)
     async with await Store.open(tmp_path / "a.db") as store:
         # another host's engine whose last heartbeat was a minute ago (lease not yet lapsed)
         await store.acquire_lease(
@@ -163,15 +164,15 @@ async def test_detached_when_the_heartbeat_is_stale(tmp_path: Path) -> None:
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await settle(pilot, app, lambda: "DETACHED" in strip(app))
-        assert "no heartbeat" in (bridge.detached_reason or "")
+        assert "no heartbeat" in (source.detached_reason or "")
 
 
 async def test_a_waiting_command_gives_up_when_the_engine_goes(tmp_path: Path) -> None:
-    app, bridge = await attached_app(tmp_path)
+    app, source = await attached_app(tmp_path)
     async with Lease(tmp_path / "a.db") as lease, app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
-        command_id = await bridge.submit("ignore", machine_id=5, reason="x")
-        waiting = asyncio.create_task(bridge.wait_command(command_id, timeout=60))
+        command_id = await source.submit("ignore", machine_id=5, reason="x")
+        waiting = asyncio.create_task(source.wait_command(command_id, timeout=60))
         await lease.stop(release=True)
         await settle(pilot, app, lambda: waiting.done())
         ok, text = waiting.result()
@@ -185,8 +186,8 @@ async def test_detail_view_changes_without_a_key(tmp_path: Path, monkeypatch) ->
     monkeypatch.setattr(detail, "RECORD_EVERY", 0.05)
     monkeypatch.setattr(detail, "CUZK_EVERY", 0.05)
     app = fixed_app(tmp_path)
-    bridge = app.bridge
-    assert isinstance(bridge, FixedBridge)
+    source = app.source
+    assert isinstance(source, FixedSource)
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await pilot.press("2")
@@ -203,9 +204,9 @@ async def test_detail_view_changes_without_a_key(tmp_path: Path, monkeypatch) ->
             replace(r, state="killed", failed_stage="proving", killed_at=r.created_at + 60,
                     kill_kind="prove_below_min", kill_reason="measured 20.0 < 29.0 proofs/h")
             if r.vast_id == vast_id else r
-            for r in bridge._snap.instances
+            for r in source.fixed_snapshot.instances
         ]  # fmt: skip
-        bridge._snap = replace(bridge._snap, instances=moved)
+        source.fixed_snapshot = replace(source.fixed_snapshot, instances=moved)
         diagnosis = lambda: screen.shown[1] if screen.shown else ""  # noqa: E731
         await settle(pilot, app, lambda: "prove_below_min" in diagnosis())
         assert "killed / proving" in meta()
@@ -219,7 +220,7 @@ async def test_help_lists_a_remapped_key_and_the_key_works(tmp_path: Path) -> No
     config = Config()
     config = replace(config, ui=replace(config.ui, keymap={"offers-deploy": "D", "help": "f1"}))
     opts = Options(config=config, db=tmp_path / "k.db", demo=True)
-    app = VastuiApp(opts, bridge=FixedBridge(opts, snap, ranked))
+    app = VastuiApp(opts, FixedSource(opts, snap, ranked))
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await pilot.press("f1")
@@ -232,6 +233,41 @@ async def test_help_lists_a_remapped_key_and_the_key_works(tmp_path: Path) -> No
         await pilot.press("D")  # the remapped key deploys
         await settle(pilot, app, lambda: "Rent offer" in str(app.screen.query(".dialog-title")
                                                               .first().render()))  # fmt: skip
+
+
+def test_every_binding_of_the_console_has_an_id() -> None:
+    from textual.binding import Binding
+
+    from vastui.console.app import binding_classes, binding_ids
+
+    classes = binding_classes()
+    assert {ConfirmScreen, PromptScreen, QuitScreen} <= set(classes)
+    for cls in classes:
+        for binding in cls.BINDINGS:
+            assert isinstance(binding, Binding) and binding.id, (cls.__name__, binding)
+    assert {"confirm-yes", "confirm-no", "prompt-cancel", "quit-handover"} <= binding_ids()
+
+
+async def test_a_dialogs_key_can_be_remapped(tmp_path: Path) -> None:
+    snap, ranked = fixed_data()
+    config = Config()
+    config = replace(config, ui=replace(config.ui, keymap={"confirm-yes": "j"}))
+    opts = Options(config=config, db=tmp_path / "k.db", demo=True)
+    check_keymap(opts)  # a known id
+    source = FixedSource(opts, snap, ranked)
+    app = VastuiApp(opts, source)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        offer = app.pane("offers").selected_offer()
+        assert offer is not None
+        await pilot.press("d")
+        await settle(pilot, app, lambda: app.screen.query(".dialog-title"))
+        await pilot.press("y")  # no longer the key
+        await pilot.pause()
+        assert source.submitted == [] and app.screen.query(".dialog-title")
+        await pilot.press("j")
+        await settle(pilot, app, lambda: source.submitted)
+        assert source.submitted == [("deploy", {"offer_id": offer.offer.id})]
 
 
 async def test_footer_shows_the_focused_panes_keys(tmp_path: Path) -> None:
@@ -268,7 +304,7 @@ async def test_sorted_column_is_marked(tmp_path: Path) -> None:
 
 
 async def test_quit_asks_while_own_engine_has_live_instances(tmp_path: Path) -> None:
-    app, bridge = make_app(tmp_path)
+    app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await loaded(pilot)
         await pilot.press("d", "y")  # rent one
@@ -285,11 +321,11 @@ async def test_quit_asks_while_own_engine_has_live_instances(tmp_path: Path) -> 
         await settle(pilot, app, lambda: isinstance(app.screen, QuitScreen))
         await pilot.press("q")
         await settle(pilot, app, lambda: not app.is_running)
-    assert bridge is app.bridge
+    assert sim.source is app.source
 
 
 async def test_quit_without_live_instances_does_not_ask(tmp_path: Path) -> None:
-    app, _bridge = make_app(tmp_path)
+    app, _sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await loaded(pilot)
         await pilot.press("ctrl+q")
@@ -343,45 +379,45 @@ def test_ssh_command_uses_the_configured_key_with_home_as_tilde(tmp_path: Path) 
     key = Path.home() / ".ssh" / "vastui_ed25519"
     config = Config()
     config = replace(config, ssh=replace(config.ssh, key_path=str(key)))
-    bridge = FleetBridge(Options(config=config, db=tmp_path / "x.db"))
+    source = AttachedSource(Options(config=config, db=tmp_path / "x.db"))
     rec = InstanceRecord(vast_id=1, label="vastui-main-1", ssh_host="1.2.3.4", ssh_port=2201)
     expected = "~/.ssh/vastui_ed25519" if str(Path.home()) != "/" else str(key)
-    assert bridge.ssh_command(rec) == f"ssh -i {expected} -p 2201 root@1.2.3.4"
-    assert bridge.ssh_command(replace(rec, state="killed", killed_at=5.0)) is None
+    assert source.ssh_command(rec) == f"ssh -i {expected} -p 2201 root@1.2.3.4"
+    assert source.ssh_command(replace(rec, state="killed", killed_at=5.0)) is None
 
 
-class CountingBridge(FixedBridge):
+class CountingStreams:
     """Log streams that stay open (as `tail -F` does) and count themselves."""
 
-    open_streams = 0
+    def __init__(self) -> None:
+        self.open = 0
 
-    async def stream_logs(  # type: ignore[override]
-        self, rec: InstanceRecord, source: str, tail: int = 500
-    ) -> AsyncIterator[list[str]]:
-        type(self).open_streams += 1
+    async def __call__(self, rec: InstanceRecord, source: str) -> AsyncIterator[list[str]]:
+        self.open += 1
         try:
             yield [f"2026-03-13T17:00:0{len(source) % 10}Z {source} line"]
             await asyncio.Event().wait()  # until cancelled
         finally:
-            type(self).open_streams -= 1
+            self.open -= 1
 
 
 async def test_switching_log_sources_closes_the_old_streams(tmp_path: Path) -> None:
     snap, ranked = fixed_data()
     opts = Options(config=Config(), db=tmp_path / "l.db", demo=True)
-    app = VastuiApp(opts, bridge=CountingBridge(opts, snap, ranked))
+    streams = CountingStreams()
+    app = VastuiApp(opts, FixedSource(opts, snap, ranked, stream=streams))
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await pilot.press("2")
         await settle(pilot, app, lambda: app.query_one("#instances-table", DataTable).row_count)
         await pilot.press("l")  # "all": one stream per source
-        await settle(pilot, app, lambda: CountingBridge.open_streams == 5)
+        await settle(pilot, app, lambda: streams.open == 5)
         for _ in range(3):
             await pilot.press("right_square_bracket")  # one source at a time
-            await settle(pilot, app, lambda: CountingBridge.open_streams == 1)
+            await settle(pilot, app, lambda: streams.open == 1)
         await pilot.press("right_square_bracket", "right_square_bracket", "right_square_bracket")
-        await settle(pilot, app, lambda: CountingBridge.open_streams == 0)  # the engine log
-    assert CountingBridge.open_streams == 0
+        await settle(pilot, app, lambda: streams.open == 0)  # the engine log
+    assert streams.open == 0
 
 
 def test_merged_log_is_in_time_order() -> None:
@@ -413,28 +449,27 @@ async def test_attached_console_shows_the_engines_offers(tmp_path: Path) -> None
     db = tmp_path / "a.db"
     async with await Store.open(db) as store:
         await store.put_engine_offers("the engine's filter", [to_record(r) for r in ranked], 1.0)
-    app, bridge = await attached_app(tmp_path)
+    app, source = await attached_app(tmp_path)
     async with Lease(db), app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         shown = [o.offer.id for o in app.offers]
         assert shown == [r.offer.id for r in ranked], "the engine's list, in its order"
-        assert bridge.client is not None
+        assert source.client is not None
         # this view's own filter: our own search; the engine's filter is untouched
-        bridge.set_filter("gpu_name=RTX_4090 num_gpus=1")
-        offers = await bridge.offers(force=True)
+        source.set_filter("gpu_name=RTX_4090 num_gpus=1")
+        offers = await source.offers(force=True)
         assert offers and all(o.offer.gpu_name == "RTX 4090" for o in offers)
         assert app.opts.config.offers.filter != "gpu_name=RTX_4090 num_gpus=1"
 
 
 async def test_editing_the_view_filter_never_changes_what_the_engine_rents(tmp_path: Path) -> None:
-    app, bridge = make_app(tmp_path)
+    app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
         await loaded(pilot)
-        engine = bridge.engine
-        assert engine is not None
+        engine = sim.source.engine
         before = engine.config.offers.filter
-        bridge.set_filter("gpu_name=RTX_4090 num_gpus=1")
-        offers = await bridge.offers(force=True)
+        sim.source.set_filter("gpu_name=RTX_4090 num_gpus=1")
+        offers = await sim.source.offers(force=True)
         assert offers and all(o.offer.gpu_name == "RTX 4090" for o in offers)
         assert engine.config.offers.filter == before
         engine_offers = await engine.refresh_offers(force=True)

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import settle
-from vastui.console.app import GC_THRESHOLDS, VastuiApp, settle_heap
-from vastui.console.fixtures import FixedBridge, fixed_app
+from vastui.console.app import VastuiApp
+from vastui.console.fixtures import FixedSource, fixed_app
+from vastui.console.heap import GC_THRESHOLDS, settle_heap
 from vastui.console.messages import OffersLoaded, SnapshotLoaded
 from vastui.console.panes.offers import FindInput, _haystack
 from vastui.console.rowtable import RowTable
@@ -97,10 +98,9 @@ async def test_instance_rows_follow_the_clock_with_the_same_records(tmp_path: Pa
         await settle(pilot, app, lambda: table.row_count > 0)
         uptime = list(dict(table.columns)).index("up")
         first = str(table.get_row_at(0)[uptime])
-        bridge = app.bridge
-        assert isinstance(bridge, FixedBridge)
-        later = bridge.now() + 7200
-        bridge.now = lambda: later  # type: ignore[method-assign]
+        source = app.source
+        assert isinstance(source, FixedSource)
+        source.clock_at += 7200
         app.post_message(SnapshotLoaded(replace(app.snapshot)))  # the very same records
         await pilot.pause()
         assert str(table.get_row_at(0)[uptime]) != first
@@ -178,18 +178,14 @@ async def test_another_controllers_instances_are_shown_apart_and_never_acted_on(
     from vastui.store import ForeignInstance
 
     app = fixed_app(tmp_path)
-    bridge = app.bridge
-    assert isinstance(bridge, FixedBridge)
+    source = app.source
+    assert isinstance(source, FixedSource)
     theirs = ForeignInstance(
         vast_id=9191, label="vastui-main.0badc0de-0123456789ab", owner="main.0badc0de",
         machine_id=77, gpu_name="RTX 4090", num_gpus=1, dph_total=0.41,
-        vast_status="running", first_seen_at=bridge.now() - 600, last_seen_at=bridge.now(),
+        vast_status="running", first_seen_at=source.now() - 600, last_seen_at=source.now(),
     )  # fmt: skip
-    bridge._snap = replace(bridge._snap, foreign=[theirs])
-    commands: list[tuple[str, Any]] = []
-
-    async def record(kind: str, *args: Any, **kw: Any) -> None:
-        commands.append((kind, kw))
+    source.fixed_snapshot = replace(source.fixed_snapshot, foreign=[theirs])
 
     async with app.run_test(size=(200, 50), notifications=True) as pilot:
         await loaded(pilot)
@@ -199,11 +195,10 @@ async def test_another_controllers_instances_are_shown_apart_and_never_acted_on(
         assert shown(app, "instances")[-1] == "foreign-9191", "after every one of ours"
         stage = list(dict(table.columns)).index("stage")
         assert "other controller main.0badc0de" in str(table.get_row_at(table.row_count - 1)[stage])
-        app.pane("instances").host.command = record  # what a destroy would send
         table.move_cursor(row=table.row_count - 1)
         for key in ("x", "i", "l", "enter"):
             await pilot.press(key)
             await pilot.pause()
         messages = [n.message for n in app._notifications]
         assert sum("another controller's (fleet main.0badc0de)" in m for m in messages) == 4
-        assert commands == [] and len(app.screen_stack) == 1, "no dialog, no command"
+        assert source.submitted == [] and len(app.screen_stack) == 1, "no dialog, no command"

@@ -1,5 +1,5 @@
-"""The Logs pane's engine log (the console's own engine, vastui/console/bridge.py): redacted
-as the headless engine's log is."""
+"""The Logs pane's engine log (the console's own engine, vastui/console/sources/enginelog.py):
+redacted as the headless engine's log is."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ def test_the_logs_panes_engine_log_never_shows_the_api_key():
     import collections
     import logging
 
-    from vastui.console.bridge import _RingHandler
+    from vastui.console.sources.enginelog import RingHandler
 
     ring: collections.deque[str] = collections.deque(maxlen=10)
-    handler = _RingHandler(ring, lambda: 0.0, ["k3y-0f-the-account"])
+    handler = RingHandler(ring, lambda: 0.0, ["k3y-0f-the-account"])
     log = logging.getLogger("vastui.test.ring")
     log.addHandler(handler)
     log.propagate = False

@@ -25,7 +25,8 @@ from textual.app import App, ComposeResult
 
 from tests.fuzz_strategies import HOSTILE_PIECES, hostile_bytes, hostile_text
 from vastui.console.cells import t
-from vastui.console.logview import LogView, _clean
+from vastui.console.logtext import clean as _clean
+from vastui.console.logview import LogView
 from vastui.sanitize import MAX_LINE, sanitize_line
 from vastui.ssh.errors import SshConnectionLost
 from vastui.ssh.lines import TEXT_LINE_BYTES, _LineSplitter, display_line

@@ -1,8 +1,12 @@
 """The vastui console: the composition of its panes, the summary strip, and message routing.
 
-Workers (async tasks) read the store, the engine and SSH and post messages; the app routes them
-to the panes, which own their tables, bindings and actions (`panes/`). Actions go to the engine
-as store commands (see `bridge.py`).
+Workers (async tasks) read the fleet's source (`sources/`: the console's own engine, a headless
+engine it attaches to, the store read-only, or fixed data) and post messages; the app routes
+them to the panes, which own their tables, bindings and actions (`panes/`). Panes reach the
+app through `ConsoleHost` (reads) and the messages they post (requests); actions go to the
+engine as store commands. One reason to change, though long: this is the hub every message
+and every pane's read passes through (the palette, the heap settings and the remembered sort
+live beside it: palette.py, heap.py, uistate.py).
 """
 
 from __future__ import annotations
@@ -10,97 +14,74 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import AsyncIterator, Callable
+from typing import ClassVar, Literal, TypeVar, overload
 
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.dom import DOMNode
+from textual.notifications import SeverityLevel
+from textual.screen import ModalScreen
 from textual.widgets import TabbedContent, TabPane
 
 from vastui.backend import Options
-from vastui.config import ensure_state_dir, state_dir, write_private
-from vastui.console.bridge import FleetBridge, Snapshot
+from vastui.config import Config, state_dir
 from vastui.console.detail import DetailScreen
-from vastui.console.dialogs import QuitScreen
+from vastui.console.dialogs import ConfirmScreen, PromptScreen, QuitScreen
 from vastui.console.footer import KeyFooter
+from vastui.console.heap import settle_heap
 from vastui.console.help import HelpScreen, all_binding_ids, live_bindings
 from vastui.console.logview import LogView
-from vastui.console.messages import OffersLoaded, Problem, SnapshotLoaded
+from vastui.console.logviewport import LogLines
+from vastui.console.messages import (
+    CopyText,
+    OffersLoaded,
+    Problem,
+    SendCommand,
+    SnapshotLoaded,
+    TitleChanged,
+)
+from vastui.console.palette import VastuiCommands
 from vastui.console.panes import BadListPane, InstancesPane, LogsPane, OffersPane, TablePane
+from vastui.console.panes.base import UiState
+from vastui.console.snapshot import Snapshot
+from vastui.console.sources import FleetSource, choose_source
 from vastui.console.summary import STRIP_HELP, SpendView, StripState, SummaryStrip
 from vastui.console.terminal import TerminalGuard, guarded_terminal
 from vastui.console.themes import load_theme_dirs, register_themes, resolve_theme_name, theme_dirs
+from vastui.console.uistate import load_ui_state, save_ui_state
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
+from vastui.engine.spend import instance_cost
+from vastui.pricing import required_rate
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord
+from vastui.store import InstanceRecord, StoreError
 
 log = logging.getLogger("vastui.console")
 
 PANE_IDS = ("offers", "instances", "logs", "bad")
 FRAME_SWITCH_INTERVAL = 0.001  # seconds: see on_mount
-
-
-class VastuiCommands(Provider):
-    """The palette: every action of the console and of its panes, by name."""
-
-    def _commands(self) -> list[tuple[str, str, str, str | None]]:
-        app = self.app
-        assert isinstance(app, VastuiApp)
-        found: list[tuple[str, str, str, str | None]] = []
-        for pane, cls in app.pane_classes():
-            for _keys, b in live_bindings(app, cls):
-                if b.action in ("sort", "sort_reverse"):
-                    continue  # per pane; reachable by key
-                label = f"{pane.capitalize()}: {b.description or b.action}"
-                found.append((label, b.action, b.tooltip or "", pane))
-        for _keys, b in live_bindings(app, type(app)):
-            found.append((b.description or b.action, b.action, b.tooltip or "", None))
-        return found
-
-    async def discover(self) -> Hits:
-        for name, action, help_text, pane in self._commands():
-            yield DiscoveryHit(name, self._runner(action, pane), help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, action, help_text, pane in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                run = self._runner(action, pane)
-                yield Hit(score, matcher.highlight(name), run, help=help_text)
-
-    def _runner(self, action: str, pane: str | None):  # type: ignore[no-untyped-def]
-        async def run() -> None:
-            app = self.app
-            assert isinstance(app, VastuiApp)
-            if pane is None:
-                await app.run_action(action)
-                return
-            app.show_pane(pane)
-            await app.run_action(action, app.pane(pane))
-
-        return run
+Pane = OffersPane | InstancesPane | LogsPane | BadListPane
+PANE_CLASSES: dict[str, type[Pane]] = {
+    "offers": OffersPane, "instances": InstancesPane, "logs": LogsPane, "bad": BadListPane,
+}  # fmt: skip
+T = TypeVar("T")
 
 
 class VastuiApp(App[int]):
     TITLE = "vastui"
     COMMANDS: ClassVar = App.COMMANDS | {VastuiCommands}
     CSS_PATH = "vastui.tcss"
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "show_pane('offers')", "Offers", id="pane-offers", show=False),
         Binding("2", "show_pane('instances')", "Instances", id="pane-instances", show=False),
         Binding("3", "show_pane('logs')", "Logs", id="pane-logs", show=False),
@@ -115,21 +96,21 @@ class VastuiApp(App[int]):
     def __init__(
         self,
         opts: Options,
+        source: FleetSource,
         *,
         read_only: bool = False,
         theme: str | None = None,
-        bridge: FleetBridge | None = None,
     ) -> None:
         super().__init__()
         self.opts = opts
-        self.bridge: FleetBridge = bridge or FleetBridge(opts, read_only=read_only)
+        self.source = source
         self.read_only = read_only
         self.theme_choice = theme or opts.config.ui.theme
         # Loaded before the app starts so a bad theme file is a one-line error, not a crash.
         self.themes = load_theme_dirs(theme_dirs())
         self.snapshot = Snapshot()
         self.offers: list[RankedOffer] = []
-        self.ui_state = _load_ui_state()
+        self.ui_state: UiState = load_ui_state()
         self.handover = False  # set when the operator chose to hand the fleet to a headless engine
         # The terminal's writer, when run_console wraps it: its loss stops the console.
         self.terminal_guard: TerminalGuard | None = None
@@ -138,12 +119,12 @@ class VastuiApp(App[int]):
         self._switch_interval = sys.getswitchinterval()
         self._gc_thresholds = gc.get_threshold()
 
-    def notify(  # type: ignore[override]
+    def notify(
         self,
         message: str,
         *,
         title: str = "",
-        severity: Any = "information",
+        severity: SeverityLevel = "information",
         timeout: float | None = None,
         markup: bool = False,
     ) -> None:
@@ -162,21 +143,30 @@ class VastuiApp(App[int]):
         yield SummaryStrip(id="summary")
         with TabbedContent(initial="offers", id="panes"):
             with TabPane("1 Offers", id="offers"):
-                yield OffersPane(id="offers-pane")
+                yield OffersPane(self, id="offers-pane")
             with TabPane("2 Instances", id="instances"):
-                yield InstancesPane(id="instances-pane")
+                yield InstancesPane(self, id="instances-pane")
             with TabPane("3 Logs", id="logs"):
-                yield LogsPane(id="logs-pane")
+                yield LogsPane(self, id="logs-pane")
             with TabPane("4 Bad list", id="bad"):
-                yield BadListPane(id="bad-pane")
+                yield BadListPane(self, id="bad-pane")
         yield KeyFooter()
 
     def pane_classes(self) -> list[tuple[str, type[DOMNode]]]:
-        return [("offers", OffersPane), ("instances", InstancesPane), ("logs", LogsPane),
-                ("bad", BadListPane)]  # fmt: skip
+        return list(PANE_CLASSES.items())
 
-    def pane(self, name: str) -> Any:
-        return self.query_one(f"#{name}-pane")
+    @overload
+    def pane(self, name: Literal["offers"]) -> OffersPane: ...
+    @overload
+    def pane(self, name: Literal["instances"]) -> InstancesPane: ...
+    @overload
+    def pane(self, name: Literal["logs"]) -> LogsPane: ...
+    @overload
+    def pane(self, name: Literal["bad"]) -> BadListPane: ...
+    @overload
+    def pane(self, name: str) -> Pane: ...
+    def pane(self, name: str) -> Pane:
+        return self.query_one(f"#{name}-pane", PANE_CLASSES[name])
 
     async def on_mount(self) -> None:
         # Textual writes each frame from a writer thread, which must take the GIL from the
@@ -196,29 +186,29 @@ class VastuiApp(App[int]):
         # ... and so should a terminal that went away without a SIGHUP (vastui/console/terminal.py)
         if self.terminal_guard is not None:
             loop = asyncio.get_running_loop()
-            self.terminal_guard.on_lost(lambda: loop.call_soon_threadsafe(self._terminal_lost))
+
+            def lost() -> None:  # from the guard's thread
+                loop.call_soon_threadsafe(self._terminal_lost)
+
+            self.terminal_guard.on_lost(lost)
         self.render_summary()
         self.pane("offers").focus_table()
-        self.start_bridge()
+        self.start_source()
 
     def _terminal_lost(self) -> None:
         log.warning("the terminal went away: stopping")
         self.exit()
 
-    @work(exit_on_error=False, group="bridge")
-    async def start_bridge(self) -> None:
+    @work(exit_on_error=False, group="source")
+    async def start_source(self) -> None:
         try:
-            await self.bridge.start()
+            await self.source.start()
         except Exception as exc:
             self.post_message(Problem(str(exc), "Could not start"))
             return
-        if self.bridge.mode == "attached" and self.bridge.attached_to is not None:
-            holder = self.bridge.attached_to
-            self.notify(
-                f"attached to the headless engine (pid {holder.pid} on "
-                f"{sanitize_line(holder.hostname, 60)}); commands go through the store",
-                title="Attached",
-            )
+        notice = self.source.started_notice()
+        if notice is not None:
+            self.notify(notice, title="Attached")
         self.set_interval(1.0, self.refresh_snapshot)
         self.set_interval(5.0, self.refresh_offers)
         self.set_interval(1.0, self._pump_engine_log)
@@ -232,21 +222,21 @@ class VastuiApp(App[int]):
         with contextlib.suppress(NoMatches):
             self.pane("logs").stop()
         with contextlib.suppress(Exception):
-            await self.bridge.close()
+            await self.source.close()
 
     # -- data loading (workers post, handlers route) -----------------------------------
 
     @work(exclusive=True, exit_on_error=False, group="snapshot")
     async def refresh_snapshot(self) -> None:
         try:
-            self.post_message(SnapshotLoaded(await self.bridge.snapshot()))
+            self.post_message(SnapshotLoaded(await self.source.snapshot()))
         except Exception as exc:
             self.post_message(Problem(str(exc), "Store"))
 
     @work(exclusive=True, exit_on_error=False, group="offers")
     async def refresh_offers(self, force: bool = False) -> None:
         try:
-            offers = await self.bridge.offers(force=force)
+            offers = await self.source.offers(force=force)
         except Exception as exc:
             self.post_message(Problem(str(exc), "Offers"))
             return
@@ -261,7 +251,7 @@ class VastuiApp(App[int]):
     @on(SnapshotLoaded)
     def _snapshot(self, message: SnapshotLoaded) -> None:
         self.snapshot = message.snapshot
-        if self.bridge.detached and not self._detached_told:
+        if self.source.detached_reason is not None and not self._detached_told:
             self._detached_told = True
             self.notify(
                 "the headless engine is gone (its lease lapsed): nothing supervises the fleet "
@@ -287,14 +277,47 @@ class VastuiApp(App[int]):
 
     def refresh_titles(self) -> None:
         tabs = self.query_one("#panes", TabbedContent)
-        for pane in ("offers", "bad"):
-            tab, title = tabs.get_tab(pane), self.pane(pane).title()
+        for pane in (self.pane("offers"), self.pane("bad")):
+            tab, title = tabs.get_tab(pane.PANE), pane.title()
             if str(tab.label) != title:  # a new label lays the tab bar out again
                 tab.label = title
 
     def _pump_engine_log(self) -> None:
         with contextlib.suppress(NoMatches):
             self.pane("logs").pump_engine_log()
+
+    # -- what panes ask for (their messages) ---------------------------------------------
+
+    @on(SendCommand)
+    async def _send_command(self, message: SendCommand) -> None:
+        await self.command(message.kind, message.what, **message.args)
+
+    @on(TitleChanged)
+    def _title_changed(self) -> None:
+        with contextlib.suppress(NoMatches):
+            self.refresh_titles()
+
+    @on(CopyText)
+    def _copy(self, message: CopyText) -> None:
+        self.copy_text(message.text)
+
+    @on(OffersPane.FilterChosen)
+    def _filter_chosen(self, message: OffersPane.FilterChosen) -> None:
+        self.source.set_filter(message.text)
+        self.notify(
+            "this view searches with the new filter; the engine keeps renting with the "
+            "configured one",
+            timeout=4,
+        )
+        self.refresh_offers(force=True)
+
+    @on(InstancesPane.DetailAsked)
+    def _detail_asked(self, message: InstancesPane.DetailAsked) -> None:
+        self.open_detail(message.record)
+
+    @on(InstancesPane.LogsAsked)
+    def _logs_asked(self, message: InstancesPane.LogsAsked) -> None:
+        self.open_logs(message.record)
 
     # -- the strip -------------------------------------------------------------------------
 
@@ -308,17 +331,10 @@ class VastuiApp(App[int]):
             badges.append(("DRY-RUN", "black on yellow"))
         if self.read_only:
             badges.append(("READ-ONLY", "black on magenta"))
-        if self.bridge.detached:
-            badges.append(("DETACHED", "bold white on red"))
-        elif self.bridge.mode == "attached":
-            badges.append(("ATTACHED", "black on green"))
-        elif self.bridge.mode == "watching":
-            badges.append(("NO ENGINE", "black on red"))
-        freshness = None
-        if self.bridge.vast_age is not None:
-            freshness = ("vast", self.bridge.vast_age, 120.0)
-        elif self.bridge.mode == "attached" and snap.lease is not None:
-            freshness = ("engine ♥", time.time() - snap.lease.heartbeat_at, 10.0)
+        badge = self.source.badge()
+        if badge is not None:
+            badges.append((badge.text, badge.style))
+        fresh = self.source.freshness(snap)
         spend = snap.spend
         state = StripState(
             snapshot=snap,
@@ -326,24 +342,49 @@ class VastuiApp(App[int]):
             status=status,
             spend=None if spend is None else SpendView(spend.today, spend.total, spend.rejected),
             badges=tuple(badges),
-            freshness=freshness,
+            freshness=None if fresh is None else (fresh.label, fresh.age_s, fresh.warn_s),
         )
         self.query_one(SummaryStrip).show(state)
 
-    # -- what panes ask of the app (ConsoleHost) ---------------------------------------
+    # -- what panes read of the app (ConsoleHost) -------------------------------------
+
+    @property
+    def config(self) -> Config:
+        return self.opts.config
 
     def clock(self) -> float:
         """The fleet's one clock (simulated time in the demo): every age is measured on it."""
-        return self.bridge.now()
+        return self.source.now()
 
     def spent(self, rec: InstanceRecord) -> float | None:
-        return self.bridge.instance_spend(rec)
+        return instance_cost(rec, self.source.now()) if rec.source == "vastui" else None
+
+    def min_rate_for(self, dph_total: float) -> float:
+        return required_rate(dph_total, self.opts.config.fleet.max_cost_per_proof)
+
+    @property
+    def view_filter(self) -> str:
+        return self.source.view_filter
+
+    def ssh_command(self, rec: InstanceRecord) -> str | None:
+        return self.source.ssh_command(rec)
+
+    def log_stream(self, rec: InstanceRecord, source: str) -> AsyncIterator[list[str]]:
+        return self.source.stream_logs(rec, source)
+
+    def engine_log_lines(self, *, rewind: bool = False) -> list[str]:
+        if rewind:
+            self.source.rewind_engine_log()
+        return self.source.new_engine_log_lines()
+
+    def ask(self, screen: ModalScreen[T], done: Callable[[T | None], None]) -> None:
+        self.push_screen(screen, done)
 
     def guard(self) -> bool:
         if self.read_only:
             self.notify("read-only console: this action is disabled", severity="warning")
             return False
-        if self.bridge.detached:
+        if self.source.detached_reason is not None:
             self.notify(
                 "no engine: the headless engine is gone, so nothing would carry this out. "
                 "Start `vastui --engine-only` (or restart the console to run one).",
@@ -354,8 +395,9 @@ class VastuiApp(App[int]):
         return True
 
     def save_ui_state(self) -> None:
-        with contextlib.suppress(OSError):
-            write_private(ensure_state_dir() / "ui.json", json.dumps(self.ui_state))
+        save_ui_state(self.ui_state)
+
+    # -- what the app does for them ------------------------------------------------------
 
     def show_pane(self, pane: str) -> None:
         self.query_one("#panes", TabbedContent).active = pane
@@ -374,11 +416,11 @@ class VastuiApp(App[int]):
                 rec,
                 current_image=self.opts.config.fleet.image,
                 latest=latest,
-                cuzk=self.bridge.cuzk_status,
+                cuzk=self.source.cuzk_status,
                 now=self.clock,
                 spend=self.spent,
-                ssh_command=self.bridge.ssh_command,
-                cluster=self.bridge.cluster_node,
+                ssh_command=self.source.ssh_command,
+                cluster=self.source.cluster_node,
                 listen_port_base=self.opts.config.curio.listen_port_base,
             )
         )
@@ -399,9 +441,9 @@ class VastuiApp(App[int]):
                 where.append("not tmux's buffer (tmux load-buffer failed)")
         self.notify(f"{text}\nsent to {' and '.join(where)}", title="Copied", timeout=6)
 
-    async def command(self, kind: str, what: str, **args: Any) -> None:
+    async def command(self, kind: str, what: str, **args: int | str) -> None:
         try:
-            command_id = await self.bridge.submit(kind, **args)
+            command_id = await self.source.submit(kind, **args)
         except Exception as exc:
             self.notify(sanitize_line(str(exc), 300), title=what, severity="error")
             return
@@ -410,7 +452,7 @@ class VastuiApp(App[int]):
 
     @work(exit_on_error=False, group="commands")
     async def _await_command(self, command_id: int, what: str) -> None:
-        ok, result = await self.bridge.wait_command(command_id)
+        ok, result = await self.source.wait_command(command_id)
         self.notify(
             sanitize_line(result, 300) or what,
             title=what,
@@ -442,8 +484,7 @@ class VastuiApp(App[int]):
     def action_refresh(self) -> None:
         self.refresh_snapshot()
         self.refresh_offers(force=True)
-        if self.bridge.engine is not None:
-            self.bridge.engine.wake()
+        self.source.wake()
 
     def action_help_quit(self) -> None:
         """ctrl+c: say how to quit, in plain text (the default carries markup we never parse)."""
@@ -451,7 +492,7 @@ class VastuiApp(App[int]):
         self.notify(f"press {keys[0] if keys else 'ctrl+q'} to quit", timeout=3)
 
     async def action_quit(self) -> None:
-        live = self.bridge.own_live_instances(self.snapshot)
+        live = self.source.own_live_instances(self.snapshot)
         if not live:
             self.exit()
             return
@@ -461,7 +502,7 @@ class VastuiApp(App[int]):
         body.append(f"(${dph:.2f}/h).\n", style="bold")
         body.append("They keep billing on Vast after you quit, with nothing to destroy them at ")
         body.append("their deadlines or when they fail.\n")
-        can = self.bridge.can_hand_over()
+        can = self.source.can_hand_over()
         if can:
             body.append("Hand over: this engine stops and a headless one (`vastui --engine-only`) ")
             body.append("takes the fleet on; later consoles attach to it.")
@@ -478,49 +519,17 @@ class VastuiApp(App[int]):
         self.push_screen(QuitScreen(body, can_hand_over=can), done)
 
 
-def settle_heap() -> None:
-    """Take the long-lived objects (10,000 offers, the widgets) out of the garbage collector's
-    way. A full collection walks every object: with them it took 150-300 ms, about every
-    second under a fast log stream, stalling keys (bench/keys.py). Unfreezing and collecting
-    first means nothing stays frozen once it is garbage; this runs when a new offers list
-    arrives (minutes apart), so its one full pass replaces hundreds."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
-# Young collections 14x rarer than Python's default (700, 10, 10): most of Textual's cyclic
-# garbage (strips, caches, layout maps; ~5,000 objects/s under a log stream) then dies before
-# a collection would promote it, so full collections come seconds apart, not every 0.4 s.
-GC_THRESHOLDS = (10_000, 10, 10)
-
-
-def _load_ui_state() -> dict[str, Any]:
-    try:
-        data = json.loads((state_dir() / "ui.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    state: dict[str, Any] = {}
-    for pane in (OffersPane, InstancesPane, BadListPane):
-        known = {c.key for c in pane.COLUMNS}
-        key = data.get(f"{pane.PANE}_sort")
-        if key in known:  # a hand-edited file must not crash the console
-            state[f"{pane.PANE}_sort"] = key
-        if isinstance(data.get(f"{pane.PANE}_sort_reverse"), bool):
-            state[f"{pane.PANE}_sort_reverse"] = data[f"{pane.PANE}_sort_reverse"]
-    return state
+def binding_classes() -> tuple[type[DOMNode], ...]:
+    """Every class of the console that declares bindings: each binding has an id."""
+    return (
+        VastuiApp, OffersPane, InstancesPane, LogsPane, BadListPane, TablePane, LogView,
+        LogLines, DetailScreen, HelpScreen, ConfirmScreen, PromptScreen, QuitScreen,
+    )  # fmt: skip
 
 
 def binding_ids() -> set[str]:
     """Every remappable binding id of the console."""
-    classes: Iterable[type[DOMNode]] = (
-        VastuiApp, OffersPane, InstancesPane, LogsPane, BadListPane, TablePane, LogView,
-        DetailScreen,
-    )  # fmt: skip
-    return all_binding_ids(classes)
+    return all_binding_ids(binding_classes())
 
 
 def check_keymap(opts: Options) -> None:
@@ -559,13 +568,16 @@ def run_console(
     run: RunOptions | None = None,
 ) -> int:
     check_keymap(opts)
-    bridge = FleetBridge(opts, read_only=read_only, run=run)
-    app = VastuiApp(opts, read_only=read_only, theme=theme, bridge=bridge)
+    try:  # which source, by the database's lease: an unreadable database is one line
+        source = asyncio.run(choose_source(opts, read_only=read_only, run=run))
+    except StoreError as exc:
+        raise ValueError(str(exc)) from None
+    app = VastuiApp(opts, source, read_only=read_only, theme=theme)
     # Fail before the screen switches: an unknown theme name is a one-line error.
     probe: App[None] = App()
     register_themes(probe, app.themes)
-    source = "--theme" if theme else str(opts.config.path or "config")
-    resolve_theme_name(probe, app.theme_choice, source=source)
+    where = "--theme" if theme else str(opts.config.path or "config")
+    resolve_theme_name(probe, app.theme_choice, source=where)
     with guarded_terminal() as guard:
         app.terminal_guard = guard
         code = app.run() or 0

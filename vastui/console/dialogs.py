@@ -9,7 +9,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
@@ -18,9 +18,9 @@ from textual.widgets import Button, Input, Label, Static
 class ConfirmScreen(ModalScreen[bool]):
     """Yes/no for destructive actions. `y`/enter confirms, `n`/escape cancels."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
-        Binding("y", "answer(True)", "Yes", show=False),
-        Binding("n,escape", "answer(False)", "No", show=False),
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes", id="confirm-yes", show=False),
+        Binding("n,escape", "answer(False)", "No", id="confirm-no", show=False),
     ]
 
     def __init__(self, title: str, body: Text | str, confirm_label: str = "Yes") -> None:
@@ -51,7 +51,9 @@ class ConfirmScreen(ModalScreen[bool]):
 class PromptScreen(ModalScreen[str | None]):
     """One line of input (a reason, a machine id, a filter). Escape cancels."""
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="prompt-cancel", show=False)
+    ]
 
     def __init__(
         self,
@@ -112,10 +114,10 @@ class QuitScreen(ModalScreen[str | None]):
     nothing supervises them once the engine stops. `h` hands them over to a headless engine,
     `q` quits anyway, `n`/escape stays."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
-        Binding("h", "answer('handover')", "Hand over", show=False),
-        Binding("q", "answer('quit')", "Quit anyway", show=False),
-        Binding("n,escape", "answer(None)", "Stay", show=False),
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("h", "answer('handover')", "Hand over", id="quit-handover", show=False),
+        Binding("q", "answer('quit')", "Quit anyway", id="quit-anyway", show=False),
+        Binding("n,escape", "answer(None)", "Stay", id="quit-stay", show=False),
     ]
 
     def __init__(self, body: Text, *, can_hand_over: bool) -> None:

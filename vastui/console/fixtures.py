@@ -1,9 +1,10 @@
-"""Fixed demo data for snapshot tests and the screenshots: no engine, no network, no clock."""
+"""Fixed demo data for snapshot tests and the screenshots (no engine, no network, no clock), and
+`FixedSource`, the fleet source that serves it."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from datetime import UTC
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Any
 from vastui.backend import Options
 from vastui.config import DEFAULT_IMAGE, Config
 from vastui.console.app import VastuiApp
-from vastui.console.bridge import FleetBridge, Snapshot
+from vastui.console.snapshot import Snapshot
+from vastui.console.sources import Badge, Freshness
+from vastui.console.sources.workers import ssh_command
 from vastui.engine.bidding import RiskModel
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
@@ -60,8 +63,14 @@ CUZK_STATUS: dict[str, Any] = {
 }  # fmt: skip
 
 
-class FixedBridge(FleetBridge):
-    """Fixed data: no engine, no network, no clock."""
+LogStream = Callable[[InstanceRecord, str], AsyncIterator[list[str]]]
+KEY_PATH = Path("/home/operator/.local/state/vastui/id_ed25519")
+
+
+class FixedSource:
+    """A `FleetSource` of fixed data: no engine, no network, no clock. Commands are recorded
+    (`submitted`) and reported done; `clock_at` is the fleet's time; `stream` replaces the
+    fixed log lines with a stream of a test's own."""
 
     def __init__(
         self,
@@ -69,12 +78,17 @@ class FixedBridge(FleetBridge):
         snapshot: Snapshot,
         offers: list[RankedOffer],
         logs: Iterable[tuple[str, str]] = (),
+        *,
+        stream: LogStream | None = None,
     ) -> None:
-        super().__init__(opts)
-        self._snap = snapshot
-        self._fixed_offers = offers
-        self._logs = list(logs)
-        self.mode = "engine"
+        self.opts = opts
+        self.fixed_snapshot = snapshot
+        self.fixed_offers = offers
+        self.logs = list(logs)
+        self.stream = stream
+        self.clock_at = T0
+        self.submitted: list[tuple[str, dict[str, Any]]] = []
+        self._filter: str | None = None
 
     async def start(self) -> None:
         return None
@@ -82,21 +96,37 @@ class FixedBridge(FleetBridge):
     async def close(self) -> None:
         return None
 
-    async def snapshot(self) -> Snapshot:
-        return self._snap
+    def badge(self) -> Badge | None:
+        return None  # as the console's own engine shows
 
-    def now(self) -> float:
-        return T0
-
-    def key_path(self) -> Path:
-        return Path("/home/operator/.local/state/vastui/id_ed25519")
-
-    async def offers(self, force: bool = False) -> list[RankedOffer]:
-        return self._fixed_offers
+    def started_notice(self) -> str | None:
+        return None
 
     @property
-    def vast_age(self) -> float | None:
-        return 12.0
+    def detached_reason(self) -> str | None:
+        return None
+
+    def freshness(self, snapshot: Snapshot) -> Freshness | None:
+        return Freshness("vast", 12.0, 120.0)
+
+    async def snapshot(self) -> Snapshot:
+        return self.fixed_snapshot
+
+    async def offers(self, force: bool = False) -> list[RankedOffer]:
+        return self.fixed_offers
+
+    @property
+    def view_filter(self) -> str:
+        return self._filter or self.opts.config.offers.filter
+
+    def set_filter(self, text: str) -> None:
+        self._filter = text
+
+    def now(self) -> float:
+        return self.clock_at
+
+    def ssh_command(self, rec: InstanceRecord) -> str | None:
+        return ssh_command(KEY_PATH, rec)
 
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         return CUZK_STATUS
@@ -108,12 +138,39 @@ class FixedBridge(FleetBridge):
         return {"id": 4, "host_and_port": "127.0.0.1:12401", "last_contact": T0 - 20.0,
                 "claims": [1041, 1043, 1044, 1047, 1050, 1051, 1052, 1055, 1056, 1058]}  # fmt: skip
 
-    async def stream_logs(  # type: ignore[override]
+    def stream_logs(
         self, rec: InstanceRecord, source: str, tail: int = 500
     ) -> AsyncIterator[list[str]]:
-        lines = [text for src, text in self._logs if src == source]
+        if self.stream is not None:
+            return self.stream(rec, source)
+        return self._fixed_logs(source)
+
+    async def _fixed_logs(self, source: str) -> AsyncIterator[list[str]]:
+        lines = [text for src, text in self.logs if src == source]
         if lines:
             yield lines
+
+    def new_engine_log_lines(self) -> list[str]:
+        return []
+
+    def rewind_engine_log(self) -> None:
+        return None
+
+    async def submit(self, kind: str, **args: Any) -> int:
+        self.submitted.append((kind, args))
+        return len(self.submitted)
+
+    async def wait_command(self, command_id: int, timeout: float = 60.0) -> tuple[bool, str]:
+        return True, "done (fixed data: nothing was carried out)"
+
+    def wake(self) -> None:
+        return None
+
+    def own_live_instances(self, snapshot: Snapshot) -> list[InstanceRecord]:
+        return []
+
+    def can_hand_over(self) -> bool:
+        return False
 
 
 def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
@@ -221,7 +278,7 @@ def fixed_app(tmp_path: Path, logs: Iterable[tuple[str, str]] = ()) -> VastuiApp
     config = Config()
     config = replace(config, ui=replace(config.ui, theme="vastui-night"))
     opts = Options(config=config, db=tmp_path / "f.db", demo=True)
-    return VastuiApp(opts, bridge=FixedBridge(opts, snap, ranked, logs))
+    return VastuiApp(opts, FixedSource(opts, snap, ranked, logs))
 
 
 LOGS = [

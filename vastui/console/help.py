@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from rich.table import Table
 from rich.text import Text
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingsMap
+from textual.binding import Binding, BindingsMap, BindingType
 from textual.containers import VerticalScroll
 from textual.dom import DOMNode
 from textual.screen import ModalScreen
@@ -71,7 +71,7 @@ def strip_table(rows: Iterable[tuple[str, str]]) -> Table:
 class HelpScreen(ModalScreen[None]):
     """Keys per pane (as remapped), columns, the strip. Built when opened."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,question_mark", "close", "Close", id="help-close")
     ]
 

@@ -1,12 +1,16 @@
-"""The messages workers post; handlers in the app route them to the panes that own the widgets."""
+"""The messages of the console: workers post what they loaded, and panes post what they ask of
+the app (a pane's own requests are declared on the pane, e.g. `OffersPane.FilterChosen`); the
+app's handlers route them."""
 
 from __future__ import annotations
 
 from textual.message import Message
 
-from vastui.console.bridge import Snapshot
+from vastui.console.snapshot import Snapshot
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
+
+CommandArgs = dict[str, int | str]
 
 
 class SnapshotLoaded(Message):
@@ -36,3 +40,26 @@ class Problem(Message):
         super().__init__()
         self.text = sanitize_line(text, 400)
         self.title = title
+
+
+class SendCommand(Message):
+    """A command the operator confirmed in a pane (deploy, destroy, ignore, unignore): the app
+    sends it to the engine and says how it went. `what` names it in notifications."""
+
+    def __init__(self, kind: str, what: str, args: CommandArgs) -> None:
+        super().__init__()
+        self.kind = kind
+        self.what = what
+        self.args = args
+
+
+class TitleChanged(Message):
+    """A pane's tab title (its counts) changed with something other than new data."""
+
+
+class CopyText(Message):
+    """Text for the operator's clipboard (an ssh command)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text

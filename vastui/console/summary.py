@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from vastui.console.bridge import FleetEconomics, Snapshot
 from vastui.console.cells import age, money
+from vastui.console.snapshot import FleetEconomics, Snapshot
 from vastui.sanitize import sanitize_line
 from vastui.store import EngineStatus
 

@@ -122,7 +122,9 @@ def load_theme_file(path: Path) -> Theme:
             f"{path}: field 'dark': expected true or false, got {describe_value(dark)}"
         )
 
-    colours = {key: _colour(path, key, data[key]) for key in COLOUR_FIELDS if key in data}
+    colours: dict[str, Any] = {
+        key: _colour(path, key, data[key]) for key in COLOUR_FIELDS if key in data
+    }
 
     variables = data.get("variables", {})
     if not isinstance(variables, dict):

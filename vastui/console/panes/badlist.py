@@ -10,10 +10,11 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from vastui.console.cells import t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
+from vastui.console.messages import SendCommand
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
 from vastui.store import BadEntry, iso_utc
 
@@ -31,7 +32,7 @@ class BadListPane(TablePane):
         Column("strikes", "Str", 3, "times the machine was banned (a repeat ban adds one)"),
         Column("expires", "Expires", 20, "when the ban lapses, or never"),
     )
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("u", "unignore", "Unignore", id="bad-unignore",
                 tooltip="Take the machine off the bad list"),
         Binding("a", "add_bad", "Add", id="bad-add", tooltip="Add a machine by its machine_id"),
@@ -87,11 +88,12 @@ class BadListPane(TablePane):
         machine = entry.machine_id
         host = self.host
 
-        async def done(ok: bool | None) -> None:
+        def done(ok: bool | None) -> None:
             if ok:
-                await host.command("unignore", f"unignore {machine}", machine_id=machine)
+                what = f"unignore {machine}"
+                self.post_message(SendCommand("unignore", what, {"machine_id": machine}))
 
-        self.app.push_screen(
+        host.ask(
             ConfirmScreen(f"Unignore machine {machine}?", Text("It may be rented again."),
                           "Unignore"),
             done,
@@ -108,14 +110,13 @@ class BadListPane(TablePane):
                 return "start with the machine id (a positive number), then the reason"
             return None if reason.strip() else "give a reason after the machine id"
 
-        async def done(text: str | None) -> None:
+        def done(text: str | None) -> None:
             if text:
                 head, _, reason = text.partition(" ")
-                await host.command(
-                    "ignore", f"ignore machine {head}", machine_id=int(head), reason=reason.strip()
-                )
+                args: dict[str, int | str] = {"machine_id": int(head), "reason": reason.strip()}
+                self.post_message(SendCommand("ignore", f"ignore machine {head}", args))
 
-        self.app.push_screen(
+        host.ask(
             PromptScreen("Add a bad machine", Text("machine_id reason (machine, not host id)"),
                          placeholder="31244 GPU errors under load", validate=valid, button="Add"),
             done,

@@ -3,27 +3,34 @@ sorting by any column with the sorted header marked ▲/▼, and a cursor that s
 across refreshes.
 
 A pane owns its bindings and actions; the app only composes panes and routes messages to them.
-Panes reach the rest of the console through `ConsoleHost` (the app), never through globals.
+Panes reach the rest of the console only through the `ConsoleHost` they are given (what they
+read) and the messages they post (what they ask for: console/messages.py and their own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 
 from vastui.console.rowtable import RowDoesNotExist, RowTable
 
 if TYPE_CHECKING:
-    from vastui.backend import Options
-    from vastui.console.bridge import FleetBridge, Snapshot
+    from textual.screen import ModalScreen
+
+    from vastui.config import Config
+    from vastui.console.snapshot import Snapshot
     from vastui.engine.ranking import RankedOffer
     from vastui.store import InstanceRecord
+
+UiState = dict[str, str | bool]
+"""What the console remembers across runs: each pane's sort column and direction."""
 
 
 @dataclass(frozen=True)
@@ -34,23 +41,38 @@ class Column:
     doc: str  # what the column means: help lists it
 
 
-class ConsoleHost(Protocol):
-    """What a pane may ask of the app."""
+_R = TypeVar("_R")
 
-    bridge: FleetBridge
-    opts: Options
-    snapshot: Snapshot
-    offers: list[RankedOffer]
-    read_only: bool
-    ui_state: dict[str, Any]
+
+class ConsoleHost(Protocol):
+    """What a pane may read of the app, and the dialogs it may open; what it asks the app to
+    do, it posts as a message."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def snapshot(self) -> Snapshot: ...
+    @property
+    def offers(self) -> list[RankedOffer]: ...
+    @property
+    def ui_state(self) -> UiState: ...
+    @property
+    def view_filter(self) -> str: ...
 
     def save_ui_state(self) -> None: ...
-    def guard(self) -> bool: ...
-    async def command(self, kind: str, what: str, **args: Any) -> None: ...
-    def show_pane(self, pane: str) -> None: ...
-    def open_logs(self, rec: InstanceRecord) -> None: ...
+    def guard(self) -> bool:
+        """Whether an action may go ahead (else the operator is told why not)."""
+        ...
+
     def clock(self) -> float: ...
     def spent(self, rec: InstanceRecord) -> float | None: ...
+    def min_rate_for(self, dph_total: float) -> float: ...
+    def ssh_command(self, rec: InstanceRecord) -> str | None: ...
+    def log_stream(self, rec: InstanceRecord, source: str) -> AsyncIterator[list[str]]: ...
+    def engine_log_lines(self, *, rewind: bool = False) -> list[str]: ...
+    def ask(self, screen: ModalScreen[_R], done: Callable[[_R | None], None]) -> None:
+        """Open a dialog; `done` gets its answer (None: dismissed)."""
+        ...
 
 
 # Every table pane lists these after its own keys (so the footer shows its own first).
@@ -72,8 +94,9 @@ class TablePane(Vertical):
     PANE: ClassVar[str] = ""
     DEFAULT_SORT: ClassVar[str | None] = None  # None: the order rows are built in
 
-    def __init__(self, **kw: Any) -> None:
+    def __init__(self, host: ConsoleHost, **kw: Any) -> None:
         super().__init__(**kw)
+        self.host = host
         self.table = RowTable(
             id=f"{self.PANE}-table", cursor_type="row", zebra_stripes=True, cells=self._cells
         )
@@ -82,22 +105,19 @@ class TablePane(Vertical):
         self._shown_version: Any = None
         self._headers: tuple[str | None, bool] | None = None
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield self.table
 
     def on_mount(self) -> None:
         self._set_headers()
-
-    @property
-    def host(self) -> ConsoleHost:
-        return self.app  # type: ignore[return-value]
 
     # -- sorting ---------------------------------------------------------------------------
 
     @property
     def sort_key(self) -> str | None:
         key = self.host.ui_state.get(f"{self.PANE}_sort", self.DEFAULT_SORT)
-        return key if any(c.key == key for c in self.COLUMNS) else self.DEFAULT_SORT
+        known = isinstance(key, str) and any(c.key == key for c in self.COLUMNS)
+        return key if known and isinstance(key, str) else self.DEFAULT_SORT
 
     @property
     def sort_reverse(self) -> bool:

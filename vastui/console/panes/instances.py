@@ -10,11 +10,13 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.widgets import DataTable
 
 from vastui.console.cells import age, fmt, money, t
 from vastui.console.dialogs import ConfirmScreen
+from vastui.console.messages import CopyText, SendCommand
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
 from vastui.console.panes.offers import ask_ignore
 from vastui.engine.policy import LIVE_STAGES
@@ -55,7 +57,7 @@ class InstancesPane(TablePane):
         Column("label", "Label", 24, "vastui-<fleet>-<id>: how vastui knows its own instances"),
         Column("image", "Image", 24, "the image it runs; 'old' if not the configured one"),
     )  # fmt: skip
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "destroy", "Destroy", id="instances-destroy",
                 tooltip="Destroy the selected instance"),
         Binding("c", "copy_ssh", "Copy ssh", id="instances-ssh",
@@ -65,6 +67,20 @@ class InstancesPane(TablePane):
         Binding("l", "logs", "Logs", id="instances-logs", tooltip="Stream the instance's logs"),
         *SORT_BINDINGS,
     ]  # fmt: skip
+
+    class DetailAsked(Message):
+        """The operator opened an instance's details."""
+
+        def __init__(self, record: InstanceRecord) -> None:
+            super().__init__()
+            self.record = record
+
+    class LogsAsked(Message):
+        """The operator asked for an instance's logs."""
+
+        def __init__(self, record: InstanceRecord) -> None:
+            super().__init__()
+            self.record = record
 
     SORT_VALUES: ClassVar[dict[str, Callable[[Any], Any]]] = {
         "id": lambda r: r.vast_id,
@@ -104,7 +120,7 @@ class InstancesPane(TablePane):
         rec: InstanceRecord = record
         host = self.host
         image = Text(sanitize_line(_short_image(rec.image), 60))
-        if rec.image and rec.image != host.opts.config.fleet.image:
+        if rec.image and rec.image != host.config.fleet.image:
             image.append(" old", style="bold yellow")
         cpp, estimated = worker_cost_per_proof(rec)
         return [
@@ -136,13 +152,13 @@ class InstancesPane(TablePane):
         if rec is None:
             self._not_ours()
         else:
-            self.app.open_detail(rec)  # type: ignore[attr-defined]
+            self.post_message(self.DetailAsked(rec))
 
     def _not_ours(self) -> bool:
         """Say so when the selection is another controller's: no action of ours touches it."""
         other = self.selected()
         if isinstance(other, ForeignInstance):
-            self.app.notify(
+            self.notify(
                 f"instance {other.vast_id} is another controller's (fleet "
                 f"{sanitize_line(other.owner, 60)}): this database never rented it, so vastui "
                 "neither destroys nor follows it",
@@ -160,7 +176,7 @@ class InstancesPane(TablePane):
             return
         if rec.killed:
             # Say why nothing happens rather than doing nothing silently.
-            self.app.notify(
+            self.notify(
                 f"instance {rec.vast_id} is already destroyed "
                 f"({rec.kill_kind or 'gone'}: {rec.kill_reason or 'no reason recorded'})",
                 severity="warning",
@@ -174,24 +190,22 @@ class InstancesPane(TablePane):
             f"${rec.dph_total or 0:.3f}/h, state {rec.state}"
         )
 
-        async def done(ok: bool | None) -> None:
+        def done(ok: bool | None) -> None:
             if ok:
-                await host.command(
-                    "destroy", f"destroy {rec.vast_id}", instance_id=rec.vast_id,
-                    reason="manually destroyed from the console",
-                )  # fmt: skip
+                args: dict[str, int | str] = {
+                    "instance_id": rec.vast_id, "reason": "manually destroyed from the console",
+                }  # fmt: skip
+                self.post_message(SendCommand("destroy", f"destroy {rec.vast_id}", args))
 
-        self.app.push_screen(
-            ConfirmScreen(f"Destroy instance {rec.vast_id}?", body, "Destroy"), done
-        )
+        host.ask(ConfirmScreen(f"Destroy instance {rec.vast_id}?", body, "Destroy"), done)
 
     def action_copy_ssh(self) -> None:
         rec = self.selected_instance()
-        command = None if rec is None else self.host.bridge.ssh_command(rec)
+        command = None if rec is None else self.host.ssh_command(rec)
         if command is None:
-            self.app.notify("no ssh endpoint for this instance (yet)", severity="warning")
+            self.notify("no ssh endpoint for this instance (yet)", severity="warning")
             return
-        self.app.copy_text(command)  # type: ignore[attr-defined]
+        self.post_message(CopyText(command))
 
     def action_ignore(self) -> None:
         rec = self.selected_instance()
@@ -206,7 +220,7 @@ class InstancesPane(TablePane):
         if rec is None:
             self._not_ours()
         else:
-            self.host.open_logs(rec)
+            self.post_message(self.LogsAsked(rec))
 
 
 def stage_text(rec: InstanceRecord, now: float | None = None) -> Text:

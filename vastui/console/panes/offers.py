@@ -11,14 +11,17 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
-from textual.binding import Binding
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.events import Key
+from textual.message import Message
 from textual.widgets import Input, Static
 
 from vastui.console.cells import fmt, t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
-from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
+from vastui.console.messages import SendCommand, TitleChanged
+from vastui.console.panes.base import SORT_BINDINGS, Column, ConsoleHost, Row, TablePane
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
 from vastui.vast.query import QueryError, build_search_body
@@ -53,7 +56,7 @@ class OffersPane(TablePane):
         Column("rel", "Rel%", 5, "Vast's reliability score"),
         Column("loc", "Location", 16, "where the machine is"),
     )  # fmt: skip
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "deploy", "Deploy", id="offers-deploy", tooltip="Rent the selected offer"),
         Binding("i", "ignore", "Ignore", id="ignore",
                 tooltip="Put the offer's machine on the bad list"),
@@ -84,8 +87,15 @@ class OffersPane(TablePane):
         "loc": lambda r: r.offer.geolocation,
     }
 
-    def __init__(self, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
+    class FilterChosen(Message):
+        """The operator chose a Vast filter for this view (validated)."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def __init__(self, host: ConsoleHost, **kw: Any) -> None:
+        super().__init__(host, **kw)
         self.show_bad = False
         self.row_filter = ""
         # Made once per offers list, not per keystroke: each offer's row and the text a find
@@ -100,7 +110,7 @@ class OffersPane(TablePane):
         self._cells_of: list[RankedOffer] | None = None
         self._cell_cache: dict[int, tuple[RankedOffer, list[Text]]] = {}
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield self.table
         with Horizontal(id="row-filter-bar"):
             yield Static("find:", id="row-filter-label")
@@ -177,22 +187,22 @@ class OffersPane(TablePane):
         if ranked is None or not host.guard():
             return
         o = ranked.offer
-        min_rate = host.bridge.min_rate_for(o.dph_total)
+        min_rate = host.min_rate_for(o.dph_total)
         body = Text()
         body.append(f"{o.gpu_name} x{o.num_gpus} on machine {o.machine_id} ")
         body.append(f"({sanitize_line(o.geolocation or '?', 60)})\n")
         body.append(f"price ${o.dph_total:.4f}/h", style="bold")
         body.append(f"  → min_rate {min_rate:.0f} proofs/h", style="bold")
-        body.append(f" (max ${host.opts.config.fleet.max_cost_per_proof}/proof)\n")
+        body.append(f" (max ${host.config.fleet.max_cost_per_proof}/proof)\n")
         body.append(f"expected {fmt(ranked.expected_rate, '.0f')} proofs/h ({ranked.rate_source})")
         if ranked.bad:
             body.append("\nthis machine is on the bad list", style="bold red")
 
-        async def done(ok: bool | None) -> None:
+        def done(ok: bool | None) -> None:
             if ok:
-                await host.command("deploy", f"deploy offer {o.id}", offer_id=o.id)
+                self.post_message(SendCommand("deploy", f"deploy offer {o.id}", {"offer_id": o.id}))
 
-        self.app.push_screen(ConfirmScreen(f"Rent offer {o.id}?", body, "Rent"), done)
+        host.ask(ConfirmScreen(f"Rent offer {o.id}?", body, "Rent"), done)
 
     def action_ignore(self) -> None:
         ranked = self.selected_offer()
@@ -213,18 +223,12 @@ class OffersPane(TablePane):
 
         def done(text: str | None) -> None:
             if text is not None:
-                host.bridge.set_filter(text)
-                self.app.notify(
-                    "this view searches with the new filter; the engine keeps renting with "
-                    "the configured one",
-                    timeout=4,
-                )
-                self.app.refresh_offers(force=True)  # type: ignore[attr-defined]
+                self.post_message(self.FilterChosen(text))
 
-        self.app.push_screen(
+        host.ask(
             PromptScreen("Vast offer filter (this view)",
                          Text("vastai query syntax, e.g. gpu_name=RTX_4090"),
-                         value=host.bridge.view_filter, validate=valid, button="Search"),
+                         value=host.view_filter, validate=valid, button="Search"),
             done,
         )  # fmt: skip
 
@@ -235,7 +239,7 @@ class OffersPane(TablePane):
     def action_toggle_bad(self) -> None:
         self.show_bad = not self.show_bad
         self.refill()
-        self.app.refresh_titles()  # type: ignore[attr-defined]
+        self.post_message(TitleChanged())
 
     def _find(self, value: str) -> None:
         """The find input changed: show the rows that contain its text."""
@@ -244,7 +248,7 @@ class OffersPane(TablePane):
             return
         self.row_filter = needle
         self.refill()
-        self.app.refresh_titles()  # type: ignore[attr-defined]
+        self.post_message(TitleChanged())
 
     @on(Input.Submitted, "#row-filter")
     def _row_filter_done(self) -> None:
@@ -276,13 +280,15 @@ def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None
     host = pane.host
     default = f"Not good enough ({gpu}, {sanitize_line(where or '?', 60)})"
 
-    async def done(reason: str | None) -> None:
+    def done(reason: str | None) -> None:
         if reason:
-            await host.command(
-                "ignore", f"ignore machine {machine}", machine_id=machine, reason=reason
+            pane.post_message(
+                SendCommand(
+                    "ignore", f"ignore machine {machine}", {"machine_id": machine, "reason": reason}
+                )
             )
 
-    pane.app.push_screen(
+    host.ask(
         PromptScreen(
             f"Ignore machine {machine}?",
             Text(

@@ -1,0 +1,80 @@
+"""What the console shows of the fleet, read in one go by its source (console/sources/), and
+what the strip computes from it: the fleet's cost and proof rate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vastui.engine.spend import Spend
+from vastui.store import (
+    BadEntry,
+    Event,
+    ForeignInstance,
+    InstanceRecord,
+    LegacyReviewEntry,
+    PerfRecord,
+)
+from vastui.store.lease import Lease
+from vastui.store.status import EngineStatus
+
+
+@dataclass
+class Snapshot:
+    """Everything the panes show, read in one go."""
+
+    instances: list[InstanceRecord] = field(default_factory=list)
+    # Instances with vastui's label that this database never intended: another controller's.
+    foreign: list[ForeignInstance] = field(default_factory=list)
+    bad: list[BadEntry] = field(default_factory=list)
+    legacy: list[LegacyReviewEntry] = field(default_factory=list)
+    perf: list[PerfRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    lease: Lease | None = None
+    taken_at: float = 0.0
+    engine_status: EngineStatus | None = None
+    spend: Spend | None = None  # the fleet's, on the fleet's clock at `taken_at`
+
+    def counts(self) -> dict[str, int]:
+        live = [r for r in self.instances if not r.killed]
+        return {
+            "running": sum(r.state == "proving" for r in live),
+            "benchmarking": sum(r.state == "benchmark" for r in live),
+            "fetching": sum(r.state in ("setup", "paramfetch") for r in live),
+            "loading": sum(r.state == "loading" for r in live),
+            "killed": sum(r.killed for r in self.instances),
+        }
+
+    def fleet_economics(self) -> FleetEconomics:
+        """What the fleet costs and proves: measured where cuzk's counters say so, estimated
+        (from the benchmarks) where they do not yet."""
+        live = [r for r in self.instances if not r.killed]
+        proving = [r for r in live if r.state == "proving"]
+        measured = [r for r in proving if r.prod_rate is not None]
+        rate = sum(r.prod_rate or 0.0 for r in measured)
+        measured_dph = sum(r.dph_total or 0.0 for r in measured)
+        est = sum(r.bench_rate or 0.0 for r in proving)
+        proving_dph = sum(r.dph_total or 0.0 for r in proving)
+        return FleetEconomics(
+            dph=sum(r.dph_total or 0.0 for r in live),
+            measured_rate=rate if measured else None,
+            measured_cpp=measured_dph / rate if rate > 0 else None,
+            measured_workers=len(measured),
+            proving_workers=len(proving),
+            est_rate=est,
+            est_cpp=proving_dph / est if est > 0 else None,
+            proofs=sum(r.prod_completed or 0 for r in live),
+            failed=sum(r.prod_failed or 0 for r in live),
+        )
+
+
+@dataclass(frozen=True)
+class FleetEconomics:
+    dph: float  # $/h of every live instance
+    measured_rate: float | None  # proofs/h measured on proving workers (None: none measured)
+    measured_cpp: float | None  # $/proof of those workers, measured
+    measured_workers: int
+    proving_workers: int
+    est_rate: float  # proofs/h the benchmarks promise for every proving worker
+    est_cpp: float | None
+    proofs: int  # proofs completed in production by live workers
+    failed: int
