@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from textual.widgets import Static
-from vastui.store.fleet import Lease
 
 from tests.helpers import eventually, settle
 from vastui.backend import Options
@@ -20,6 +19,7 @@ from vastui.console.app import VastuiApp
 from vastui.console.sources import AttachedSource, OwnEngineSource, choose_source
 from vastui.engine.runtime import RunOptions
 from vastui.store import Store, StoreNotCurrent
+from vastui.store.lease import Lease
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 7
