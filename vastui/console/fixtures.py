@@ -260,6 +260,7 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
         reason=f"fleet $/h cap: $4.000/h in use + ${m[7].dph_total:.3f}/h for offer {m[7].id} "
                "> max $4.00/h",
         best={"offer_id": m[7].id}, dry_run=False, updated_at=T0, reason_since=T0 - 600,
+        credit=87.2, daily_budget=40.0, dph=4.0, dph_cap=4.0,
     )  # fmt: skip
     # Another controller on the same account (a staging console with its own database).
     foreign = [ForeignInstance(vast_id=3180077, label="vastui-main.5e1f0a2c-9b7d31c4e8a0",

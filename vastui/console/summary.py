@@ -21,11 +21,14 @@ STRIP_HELP = (
     ("workers 2/3", "live workers (with rents in flight) / the engine's target"),
     ("prove 2 bench 1 …", "workers per stage (stages with none are left out): proving, "
      "benchmark, fetch (setup and paramfetch), load (Vast still starting it); ✗ destroyed"),
-    ("$1.70/h", "what the live fleet costs per hour"),
+    ("$1.70/h of $5", "what the live fleet costs per hour, of its cap (fleet.max_total_dph)"),
     ("90 p/h $0.0189/p", "proofs/h and $/proof measured from cuzk's counters on the proving "
      "workers; 'est' marks the benchmarks' estimate while production is not measured yet"),
     ("spent $4.10 today", "billed time × $/h today (UTC); all time; on rejected workers "
      "(destroyed before they proved)"),
+    ("spent $4.10/$50 today", "with a daily budget (fleet.max_daily_spend): yellow from 80 %, "
+     "red once reached (nothing more is rented until midnight UTC)"),
+    ("credit $87.20", "the Vast account's credit as the engine last read it; red when out"),
     ("below target: …", "why the engine is not renting: no viable offer (the best one and its "
      "expected $/proof against the maximum), the $/h cap, the benchmark concurrency cap, "
      "dry-run, an API error"),
@@ -79,6 +82,8 @@ def strip_text(s: StripState) -> Text:
         line.append(f" ✗{counts['killed']}", style="red")
     line.append(" │ ", style="dim")
     line.append(f"${eco.dph:.2f}/h ", style="bold")
+    if status is not None and status.dph_cap is not None:
+        line.append(f"of ${status.dph_cap:g} ", style="dim")
     if eco.measured_rate is not None:
         line.append(f"{eco.measured_rate:.0f} p/h ", style="bold")
         cpp = "-" if eco.measured_cpp is None else f"${eco.measured_cpp:.4f}"
@@ -92,11 +97,21 @@ def strip_text(s: StripState) -> Text:
         line.append("0 p/h ", style="dim")
     if s.spend is not None:
         line.append("│ ", style="dim")
-        line.append(f"spent {money(s.spend.today)} today, ")
+        budget = status.daily_budget if status is not None else None
+        if budget:
+            share = s.spend.today / budget
+            style = "bold red" if share >= 1 else "yellow" if share >= 0.8 else ""
+            line.append(f"spent {money(s.spend.today)}/{money(budget)} today, ", style=style)
+        else:
+            line.append(f"spent {money(s.spend.today)} today, ")
         line.append(f"{money(s.spend.total)} all, ", style="dim")
         line.append(
             f"{money(s.spend.rejected)} rejected ", style="yellow" if s.spend.rejected else "dim"
         )
+    if status is not None and status.credit is not None:
+        out = status.credit <= 0 or status.reason_kind == "no_credit"
+        line.append("│ ", style="dim")
+        line.append(f"credit {money(status.credit)} ", style="bold red" if out else "")
     if s.freshness is not None:
         label, seconds, warn = s.freshness
         line.append(f"│ {label} {age(seconds)}", style="yellow" if seconds > warn else "dim")

@@ -29,7 +29,7 @@ class BadListPane(TablePane):
         Column("reason", "Reason", 36, "why: the kill or strike that banned it, or yours"),
         Column("source", "Source", 9, "manual (you), automatic (the engine), legacy (import)"),
         Column("when", "When", 20, "when it was banned (UTC)"),
-        Column("strikes", "Str", 3, "times the machine was banned (a repeat ban adds one)"),
+        Column("bans", "Bans", 4, "times the machine was banned (a repeat ban adds one)"),
         Column("expires", "Expires", 20, "when the ban lapses, or never"),
     )
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -45,7 +45,7 @@ class BadListPane(TablePane):
         "reason": lambda e: getattr(e, "reason", None),
         "source": lambda e: getattr(e, "source", "legacy"),
         "when": lambda e: getattr(e, "created_at", None),
-        "strikes": lambda e: getattr(e, "bans", None),
+        "bans": lambda e: getattr(e, "bans", None),
         "expires": lambda e: getattr(e, "expires_at", None) or float("inf"),
     }
 
