@@ -39,7 +39,7 @@ log = logging.getLogger("vastui.engine")
 
 LEASE_TTL = 30.0  # real seconds
 # An attached console counts the engine gone after a few seconds without a heartbeat
-# (vastui/console/bridge.py HEARTBEAT_STALE): beat every second, a one-row UPDATE.
+# (vastui/console/sources/attached.py HEARTBEAT_STALE): beat every second, a one-row UPDATE.
 HEARTBEAT_EVERY = 1.0
 
 
