@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from tests.helpers import settle
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
 from vastui.console.bridge import FleetBridge
+from vastui.console.rowtable import RowTable
 from vastui.store import Store
 
 
@@ -26,7 +27,7 @@ async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
     bridge = FleetBridge(opts)
     app = VastuiApp(opts, bridge=bridge)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, None, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         assert bridge.mode == "attached" and bridge.engine is None
         assert bridge.attached_to is not None and bridge.attached_to.pid == 4242
         await settle(
@@ -51,7 +52,7 @@ async def test_read_only_console_runs_no_engine(tmp_path: Path):
     bridge = FleetBridge(opts, read_only=True)
     app = VastuiApp(opts, read_only=True, bridge=bridge)
     async with app.run_test(size=(120, 30)) as pilot:
-        await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, None, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         assert bridge.mode == "watching" and bridge.engine is None
 
         def summary() -> str:
