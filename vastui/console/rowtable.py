@@ -14,9 +14,9 @@ one Textual release. This one is its own widget on public API only:
   written for DataTable's gets them), drawn to the same segments (tests/test_console_rowtable.py
   compares the two through the keys);
 - a drawn line is kept under a key of everything it depends on (its row's cells, where the cursor
-  and the mouse are, the width and horizontal scroll, the columns, the styles of the frame), and
-  `set_rows` repaints only the lines on screen whose key changed: a refill each second that moves
-  one uptime repaints one line, not the table.
+  and the mouse are, the width and horizontal scroll, the columns, the styles it is drawn with),
+  and `set_rows` repaints only the lines on screen whose key changed: a refill each second that
+  moves one uptime repaints one line, not the table.
 """
 
 from __future__ import annotations
@@ -496,7 +496,7 @@ class RowTable(ScrollView, can_focus=True):
     # -- drawing ---------------------------------------------------------------------------
 
     # The styles lines are drawn with, read from the CSS when first needed after the last
-    # style update or whole repaint (each read blends colours up the DOM: ~0.5 ms a frame).
+    # style update or whole repaint (each read blends colours up the DOM: ~0.4 ms).
     _styles_memo: _Styles | None = None
 
     def notify_style_update(self) -> None:
@@ -517,10 +517,10 @@ class RowTable(ScrollView, can_focus=True):
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def _styles(self) -> _Styles:
-        frame = self._styles_memo
-        if frame is None:
-            frame = self._styles_memo = _Styles(self)
-        return frame
+        styles = self._styles_memo
+        if styles is None:
+            styles = self._styles_memo = _Styles(self)
+        return styles
 
     def _styles_id(self, styles: Hashable) -> int:
         found = self._styles_ids.get(styles)
@@ -532,12 +532,12 @@ class RowTable(ScrollView, can_focus=True):
         return found
 
     def render_line(self, y: int) -> Strip:
-        frame = self._styles()
-        key, row = self._line_key(y, frame)
+        styles = self._styles()
+        key, row = self._line_key(y, styles)
         self._drawn[y] = key
         strip = self._lines.get(key) if key is not None else None
         if strip is None:
-            strip = self._draw(row, frame)
+            strip = self._draw(row, styles)
             if key is not None:
                 self._lines[key] = strip
         return strip
@@ -567,14 +567,14 @@ class RowTable(ScrollView, can_focus=True):
             self._cells[memo] = found
         return found
 
-    def _line_key(self, y: int, frame: _Styles) -> tuple[Hashable, int]:
+    def _line_key(self, y: int, styles: _Styles) -> tuple[Hashable, int]:
         """(what line y on screen depends on, or None; the row it shows, -1 for the header)."""
         width = self.size.width
         scroll_x, scroll_y = self.scroll_offset
         top = self._header_lines()
         row = -1 if y < top else y + scroll_y - top
         if row >= len(self._store):
-            return ("blank", width, frame.id), row
+            return ("blank", width, styles.id), row
         _cells, content = self._row_cells(row)
         if content is None:
             return None, row
@@ -585,25 +585,25 @@ class RowTable(ScrollView, can_focus=True):
             and row == self.hover_coordinate.row
         )  # fmt: skip
         return (
-            row, content, cursor, hover, width, scroll_x, frame.id, self.zebra_stripes,
+            row, content, cursor, hover, width, scroll_x, styles.id, self.zebra_stripes,
             self.cell_padding, self.cursor_type, self.cursor_foreground_priority,
             self.cursor_background_priority, self._columns_epoch,
         ), row  # fmt: skip
 
-    def _draw(self, row: int, frame: _Styles) -> Strip:
+    def _draw(self, row: int, styles: _Styles) -> Strip:
         """Line `row` (-1: the header) as DataTable draws it with a row cursor or none."""
         width = self.size.width
         if row >= len(self._store):
-            return Strip.blank(width, frame.base)
+            return Strip.blank(width, styles.base)
         header = row == -1
-        row_style = frame.row_style(row, self.zebra_stripes)
+        row_style = styles.row_style(row, self.zebra_stripes)
         on_row = self.cursor_type == "row"
         cursor = on_row and self.show_cursor and row == self.cursor_coordinate.row
         hover = (
             on_row and self.show_cursor and self._show_hover_cursor
             and row == self.hover_coordinate.row
         )  # fmt: skip
-        component, post = frame.cell_styles(
+        component, post = styles.cell_styles(
             header, hover, cursor, self.cursor_foreground_priority == "css",
             self.cursor_background_priority == "css",
         )  # fmt: skip
@@ -624,14 +624,14 @@ class RowTable(ScrollView, can_focus=True):
         if on_row:
             extend = row_style + component
         elif row_style.bgcolor is not None:
-            faded = Color.from_rich_color(row_style.bgcolor).blend(frame.background, 0.25)
+            faded = Color.from_rich_color(row_style.bgcolor).blend(styles.background, 0.25)
             extend = Style.from_color(color=row_style.color, bgcolor=faded.rich_color)
         else:
             extend = Style.from_color(row_style.color, row_style.bgcolor)
         extend += Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})
         segments.append(Segment(" " * max(0, width - table_width), extend))
         scroll_x = self.scroll_offset.x
-        return Strip(segments).crop(scroll_x).adjust_cell_length(width, frame.base).simplify()
+        return Strip(segments).crop(scroll_x).adjust_cell_length(width, styles.base).simplify()
 
     def _rich_cell(
         self, cell: RenderableType, width: int, pre: Style, post: Style
@@ -646,14 +646,14 @@ class RowTable(ScrollView, can_focus=True):
         """Mark for drawing the lines on screen whose key changed. All of them, and nothing
         made now, when the table is not on screen (a hidden pane is drawn whole when shown),
         or when unsure (the styles not read since a whole repaint, which is then pending)."""
-        frame = self._styles_memo
-        if frame is None or not self._drawn or not self.is_on_screen:
+        styles = self._styles_memo
+        if styles is None or not self._drawn or not self.is_on_screen:
             self.refresh()
             return
         width, height = self.size
         dirty: list[Region] = []
         for y in range(self._header_lines(), height):
-            key, _row = self._line_key(y, frame)
+            key, _row = self._line_key(y, styles)
             if key is None or self._drawn.get(y) != key:
                 last = dirty[-1] if dirty else None
                 if last is not None and last.bottom == y:
