@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format clean image
+.PHONY: typecheck demo test lint format clean image
 
 LOCK := $(VENV)/.setup.lock
 FLOCK ?= flock
@@ -54,7 +54,11 @@ lint: $(STAMP)
 	$(BIN)/shellcheck worker-image/*.sh worker-image/workerctl
 	$(BIN)/hadolint worker-image/Dockerfile
 
-test: lint
+# mypy over vastui/ (pyproject.toml [tool.mypy]: engine, store and vast with --strict's flags)
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
 	$(BIN)/pytest
 
 format: $(STAMP)

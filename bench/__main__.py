@@ -40,6 +40,7 @@ MODULES: dict[str, tuple[str, int, int]] = {
     "offers": ("offer pipeline: parse + rank 10,000 offers vs json.loads", 20, 45),
     "startup": ("`vastui offers --json` process vs `vastai search offers --raw`", 25, 45),
     "keys": ("key to screen in a real terminal vs a minimal Textual app", 45, 180),
+    "detail": ("the detail view opening, drawn and settled, vs a minimal app's modal", 45, 150),
     "fleet": ("engine following 200 workers: CPU, RSS, tick, event-to-decision", 35, 120),
     "logstream": ("log lines/s into the log pane vs a bare asyncssh reader", 20, 90),
     "economics": ("vastui's policy vs the original's over a simulated week", 150, 1200),

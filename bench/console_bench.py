@@ -18,13 +18,12 @@ from pathlib import Path
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")  # measure the app, not tab animations
 
-from textual.widgets import DataTable
-
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
 from vastui.console.fixtures import FixedSource, fixed_data
 from vastui.console.logview import LogView
+from vastui.console.rowtable import RowTable
 from vastui.engine.ranking import rank_offers
 from vastui.sim import ManualClock, SimCloud
 from vastui.vast.models import Offer
@@ -40,7 +39,7 @@ async def main(n_offers: int = 10_000, lines_per_tick: int = 500, tick: float = 
         app = VastuiApp(opts, FixedSource(opts, snap, ranked))
         async with app.run_test(size=(200, 50)) as pilot:
             t0 = time.perf_counter()
-            table = app.query_one("#offers-table", DataTable)
+            table = app.query_one("#offers-table", RowTable)
             while table.row_count < len(ranked):
                 await pilot.pause()
             fill = time.perf_counter() - t0

@@ -68,13 +68,18 @@ class MinimalApp(App[None]):
     #find { width: 1fr; }
     """
 
-    def __init__(self, offers: Rows, instances: Rows, sort_cycle: Sequence[str], first: str):
+    def __init__(
+        self, offers: Rows, instances: Rows, sort_cycle: Sequence[str], first: str,
+        detail: Callable[[int], ModalScreen[None]] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.offers = offers
         self.instances = instances
         self.sort_cycle = list(sort_cycle)
         self.sort_key = first
         self.needle = ""
+        # the screen enter opens on instance row i (bench/detail.py shows the console's text)
+        self.detail = detail or (lambda i: Detail(instances.keys[i], instances.cells[i]))
 
     def compose(self) -> ComposeResult:
         with TabbedContent(initial="offers"):
@@ -136,5 +141,4 @@ class MinimalApp(App[None]):
 
     @on(DataTable.RowSelected, "#instances-table")
     def _detail(self, event: DataTable.RowSelected) -> None:
-        index = event.cursor_row
-        self.push_screen(Detail(self.instances.keys[index], self.instances.cells[index]))
+        self.push_screen(self.detail(event.cursor_row))

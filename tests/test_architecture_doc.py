@@ -17,3 +17,19 @@ def test_every_module_architecture_names_exists() -> None:
     assert len(names) > 40  # the tables are read, not skipped
     missing = sorted(n for n in names if not any(f == n or f.endswith("/" + n) for f in files))
     assert not missing, f"ARCHITECTURE.md names modules that do not exist: {missing}"
+
+
+def test_every_file_over_500_lines_says_why_it_is_one_file() -> None:
+    """A long file is one cohesive thing, and says which in its opening comment."""
+    import ast
+
+    sources = [*ROOT.glob("vastui/**/*.py"), *ROOT.glob("bench/*.py"),
+               *(p for p in ROOT.glob("vastui/sim/standins/*") if p.suffix == "")]  # fmt: skip
+    long = [p for p in sources if p.is_file() and len(p.read_text().splitlines()) > 500]
+    assert long, "no long files found: the glob is wrong"
+    silent = [
+        p.relative_to(ROOT).as_posix()
+        for p in long
+        if "One file:" not in (ast.get_docstring(ast.parse(p.read_text())) or "")
+    ]
+    assert not silent, f"over 500 lines without saying why they are one file: {silent}"

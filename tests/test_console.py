@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from tests.helpers import settle
 from vastui.backend import Options, client_for_cloud
@@ -16,6 +16,7 @@ from vastui.config import Config
 from vastui.console.app import VastuiApp
 from vastui.console.fixtures import LOGS, fixed_app
 from vastui.console.logview import LogView
+from vastui.console.rowtable import RowTable
 from vastui.console.sources import OwnEngineSource, ReadOnlySource
 from vastui.console.sources.own import RuntimeFactory
 from vastui.engine.engine import Engine, EngineSettings
@@ -79,7 +80,7 @@ def make_app(tmp_path: Path) -> tuple[VastuiApp, Sim]:
 async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):
     app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         offer_id = int(app.pane("offers").selected_offer().offer.id)
         await pilot.press("d")
         await pilot.pause()
@@ -99,7 +100,7 @@ async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):
 async def test_deploy_cancel_does_nothing(tmp_path: Path):
     app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         await pilot.press("d", "n")
         await pilot.pause()
         assert await sim.store.list_instances() == []
@@ -109,7 +110,7 @@ async def test_deploy_cancel_does_nothing(tmp_path: Path):
 async def test_ignore_then_unignore_machine(tmp_path: Path):
     app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         machine = app.pane("offers").selected_offer().offer.machine_id
         await pilot.press("i")
         await pilot.pause()
@@ -125,7 +126,7 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
         await pilot.press("4")
 
         async def listed() -> bool:
-            return app.query_one("#bad-table", DataTable).row_count == 1
+            return app.query_one("#bad-table", RowTable).row_count == 1
 
         await settle(pilot, app, listed)
         await pilot.press("u", "y")
@@ -141,11 +142,11 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
 async def test_destroy_from_instances_pane(tmp_path: Path):
     app, sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         await pilot.press("d", "y")
 
         async def rented() -> bool:
-            return app.query_one("#instances-table", DataTable).row_count == 1
+            return app.query_one("#instances-table", RowTable).row_count == 1
 
         await settle(pilot, app, rented)
         [rec] = await sim.store.list_instances()
@@ -171,7 +172,7 @@ async def test_read_only_disables_actions(tmp_path: Path):
     source = ReadOnlySource(opts)
     app = VastuiApp(opts, source, read_only=True)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         await pilot.press("d", "i")
         await pilot.pause()
         assert len(app.screen_stack) == 1, "no dialog opens in read-only mode"
@@ -183,7 +184,7 @@ async def test_read_only_disables_actions(tmp_path: Path):
 async def test_bad_filter_is_shown_inline_not_applied(tmp_path: Path):
     app, _sim = make_app(tmp_path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         await pilot.press("e")
         await pilot.pause()
         app.screen.query_one("Input").value = "gpu_ram>>12"
@@ -202,7 +203,7 @@ async def _wait_loaded(pilot) -> None:
     app = pilot.app
     for _ in range(50):
         await pilot.pause()
-        if app.query_one("#offers-table", DataTable).row_count and app.snapshot.instances:
+        if app.query_one("#offers-table", RowTable).row_count and app.snapshot.instances:
             return
     raise AssertionError("fixed data never loaded")
 
@@ -229,7 +230,7 @@ def test_snapshot_detail_of_a_failed_instance(snap_compare, tmp_path: Path, size
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("2")
-        table = pilot.app.query_one("#instances-table", DataTable)
+        table = pilot.app.query_one("#instances-table", RowTable)
         table.move_cursor(row=table.get_row_index("3000005"))
         await pilot.press("enter")
 
@@ -243,7 +244,7 @@ def test_snapshot_detail_of_a_worker_in_curios_cluster(snap_compare, tmp_path: P
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("2")
-        table = pilot.app.query_one("#instances-table", DataTable)
+        table = pilot.app.query_one("#instances-table", RowTable)
         table.move_cursor(row=table.get_row_index("3000001"))
         await pilot.press("enter")
 
@@ -255,7 +256,7 @@ async def test_the_detail_says_the_tunnel_is_down_and_whose_fault_it_is(tmp_path
     async with app.run_test(size=(160, 50)) as pilot:
         await _wait_loaded(pilot)
         await pilot.press("2")
-        table = pilot.app.query_one("#instances-table", DataTable)
+        table = pilot.app.query_one("#instances-table", RowTable)
         table.move_cursor(row=table.get_row_index("3000006"))
         await pilot.press("enter")
         await pilot.pause()
@@ -276,7 +277,7 @@ def test_snapshot_logs(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("2")
-        table = pilot.app.query_one("#instances-table", DataTable)
+        table = pilot.app.query_one("#instances-table", RowTable)
         table.move_cursor(row=table.get_row_index("3000001"))
         await pilot.press("l")
         for _ in range(20):
@@ -326,7 +327,7 @@ async def test_untrusted_text_is_never_markup_or_escapes(tmp_path: Path):
     async with app.run_test(size=(160, 45)) as pilot:
         await _wait_loaded(pilot)
         await pilot.press("2")
-        table = app.query_one("#instances-table", DataTable)
+        table = app.query_one("#instances-table", RowTable)
         table.move_cursor(row=table.get_row_index("3000005"))
         await pilot.press("enter")
         await pilot.pause()

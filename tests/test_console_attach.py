@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from tests.helpers import settle
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
+from vastui.console.rowtable import RowTable
 from vastui.console.sources import AttachedSource, ReadOnlySource, choose_source
 from vastui.store import Store
 
@@ -27,7 +28,7 @@ async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
     assert isinstance(source, AttachedSource)
     app = VastuiApp(opts, source)
     async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, None, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         assert source.attached_to is not None and source.attached_to.pid == 4242
         await settle(
             pilot, None, lambda: "ATTACHED" in str(app.query_one("#summary", Static).render())
@@ -52,7 +53,7 @@ async def test_read_only_console_runs_no_engine(tmp_path: Path):
     assert isinstance(source, ReadOnlySource)
     app = VastuiApp(opts, source, read_only=True)
     async with app.run_test(size=(120, 30)) as pilot:
-        await settle(pilot, None, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+        await settle(pilot, None, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
 
         def summary() -> str:
             return str(app.query_one("#summary", Static).render())

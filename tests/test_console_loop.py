@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from tests.helpers import settle
 from tests.test_console import make_app
@@ -28,6 +28,7 @@ from vastui.console.detail import DetailScreen
 from vastui.console.dialogs import ConfirmScreen, PromptScreen, QuitScreen
 from vastui.console.fixtures import FixedSource, fixed_app, fixed_data
 from vastui.console.help import HelpScreen
+from vastui.console.rowtable import RowTable
 from vastui.console.sources import AttachedSource
 from vastui.store import EngineStatus, InstanceRecord, Store
 
@@ -38,7 +39,7 @@ def strip(app: VastuiApp) -> str:
 
 async def loaded(pilot: Any) -> None:
     app = pilot.app
-    await settle(pilot, app, lambda: app.query_one("#offers-table", DataTable).row_count > 0)
+    await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
 
 
 def status(**kw: Any) -> EngineStatus:
@@ -191,7 +192,7 @@ async def test_detail_view_changes_without_a_key(tmp_path: Path, monkeypatch) ->
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await pilot.press("2")
-        await settle(pilot, app, lambda: app.query_one("#instances-table", DataTable).row_count)
+        await settle(pilot, app, lambda: app.query_one("#instances-table", RowTable).row_count)
         await pilot.press("enter")  # the first row: a proving worker
         await settle(pilot, app, lambda: isinstance(app.screen, DetailScreen))
         screen = app.screen
@@ -286,7 +287,7 @@ async def test_sorted_column_is_marked(tmp_path: Path) -> None:
     app = fixed_app(tmp_path)
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
-        table = app.query_one("#offers-table", DataTable)
+        table = app.query_one("#offers-table", RowTable)
         labels = lambda: [str(c.label) for c in table.columns.values()]  # noqa: E731
         assert "Exp $/p ▲" in labels()
         await pilot.press("S")
@@ -351,7 +352,7 @@ async def test_destroy_on_a_killed_instance_says_why_nothing_happens(tmp_path: P
     async with app.run_test(size=(200, 50), notifications=True) as pilot:
         await loaded(pilot)
         await pilot.press("2")
-        table = app.query_one("#instances-table", DataTable)
+        table = app.query_one("#instances-table", RowTable)
         await settle(pilot, app, lambda: table.row_count >= 5)
         killed = next(i for i, r in enumerate(app.pane("instances")._rows) if r[2].killed)
         table.move_cursor(row=killed)
@@ -367,7 +368,7 @@ async def test_copied_ssh_command_names_vastuis_key(tmp_path: Path) -> None:
     async with app.run_test(size=(200, 50), notifications=True) as pilot:
         await loaded(pilot)
         await pilot.press("2")
-        await settle(pilot, app, lambda: app.query_one("#instances-table", DataTable).row_count)
+        await settle(pilot, app, lambda: app.query_one("#instances-table", RowTable).row_count)
         await pilot.press("c")
         await pilot.pause()
         assert app.clipboard == (
@@ -409,7 +410,7 @@ async def test_switching_log_sources_closes_the_old_streams(tmp_path: Path) -> N
     async with app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)
         await pilot.press("2")
-        await settle(pilot, app, lambda: app.query_one("#instances-table", DataTable).row_count)
+        await settle(pilot, app, lambda: app.query_one("#instances-table", RowTable).row_count)
         await pilot.press("l")  # "all": one stream per source
         await settle(pilot, app, lambda: streams.open == 5)
         for _ in range(3):

@@ -1,8 +1,11 @@
-"""RowTable: a DataTable whose rows are set whole and drawn lazily must look and behave as
-Textual's DataTable with the same rows (the panes' keys, messages and snapshots rely on it)."""
+"""RowTable: a table on Textual's line API whose rows are set whole and drawn lazily must look
+and behave as Textual's DataTable with a row cursor and the same rows (the panes' keys,
+messages and snapshots rely on it), and draw again only the lines that change."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +14,7 @@ from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import on
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 from textual.renderables.styled import Styled
@@ -25,18 +29,21 @@ def _cells(i: int) -> list[Text]:
     name = Text(f"RTX {4000 + i}", style="green" if i % 2 else "")
     if i % 3 == 0:
         name.stylize("bold", 0, 3)
-    return [name, Text(str(i % 7)), Text(f"place number {i} far away", style="dim")]
+    # right-justified: not plain one-line Text, so drawn through Rich as DataTable draws it
+    count = Text(str(i % 7), justify="right")
+    return [name, count, Text(f"place number {i} far away", style="dim")]
 
 
 class Pair(App[None]):
     """The same rows in a DataTable and in a RowTable, side by side, same width."""
 
-    CSS = "DataTable { width: 60; height: 1fr; }"
+    CSS = "DataTable, RowTable { width: 60; height: 1fr; }"
 
     def __init__(self, n: int) -> None:
         super().__init__()
         self.n = n
         self.selected: list[tuple[str, Any]] = []
+        self.headers: list[tuple[str, str]] = []
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -53,11 +60,17 @@ class Pair(App[None]):
             plain.add_row(*_cells(i), key=f"k{i}")
         rows.set_rows([f"k{i}" for i in range(self.n)], list(range(self.n)))
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        self.selected.append((event.data_table.id or "", event.row_key.value))
+    # DataTable's messages: RowTable's are subclasses of them, so one handler takes both
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        self.selected.append((event.control.id or "", event.row_key.value))
+
+    @on(DataTable.HeaderSelected)
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        self.headers.append((event.control.id or "", str(event.column_key.value)))
 
 
-def _lines(table: DataTable) -> list[list[tuple[str, Style | None]]]:
+def _lines(table: DataTable | RowTable) -> list[list[tuple[str, Style | None]]]:
     return [
         [(s.text, s.style) for s in table.render_line(y) if s.text]
         for y in range(table.size.height)
@@ -82,6 +95,34 @@ async def test_draws_exactly_as_datatable_through_the_keys() -> None:
             await pilot.press("enter")
         await pilot.pause()
         assert app.selected == [("plain", "k0"), ("rows", "k0")]
+        # neither focused, then another theme: the component classes style both alike
+        for theme in ("textual-dark", "textual-light"):
+            app.theme = theme
+            app.set_focus(None)
+            await pilot.pause()
+            assert _lines(rows) == _lines(plain), theme
+
+
+async def test_the_mouse_hovers_moves_and_selects_as_on_datatable() -> None:
+    app = Pair(300)
+    async with app.run_test(size=(130, 20)) as pilot:
+        plain, rows = app.query_one("#plain", DataTable), app.query_one("#rows", RowTable)
+        app.set_focus(None)  # both drawn blurred
+        for offset in ((5, 4), (30, 7), (59, 2)):  # 59: right of the columns, on the row
+            drawn = []
+            for table in (plain, rows):
+                await pilot.hover(table, offset=offset)
+                await pilot.pause()
+                drawn.append(_lines(table))
+            assert drawn[1] == drawn[0], offset
+        for table in (plain, rows):
+            await pilot.click(table, offset=(5, 4))  # moves the cursor to row 3
+            await pilot.click(table, offset=(5, 4))  # on the cursor's row: selects it
+            await pilot.click(table, offset=(16, 0))  # the "#" header
+            await pilot.pause()
+            assert table.cursor_row == 3
+        assert app.selected == [("plain", "k3"), ("rows", "k3")]
+        assert app.headers == [("plain", "n"), ("rows", "n")]
 
 
 async def test_storage_api_answers_like_datatable() -> None:
@@ -94,7 +135,7 @@ async def test_storage_api_answers_like_datatable() -> None:
         assert rows.get_row_at(7) == plain.get_row_at(7)
         assert rows.get_row("k9") == plain.get_row("k9")
         assert rows.get_cell("k3", "n") == plain.get_cell("k3", "n")
-        assert rows.coordinate_to_cell_key(rows.cursor_coordinate).row_key.value == "k0"
+        assert rows.key_at(rows.cursor_row) == "k0"
         with pytest.raises(RowDoesNotExist):
             rows.get_row_index("nope")
         rows.move_cursor(row=40)
@@ -103,8 +144,6 @@ async def test_storage_api_answers_like_datatable() -> None:
         assert rows.virtual_size.height == 3  # two rows and the header
         rows.remove_row("a")
         assert rows.row_count == 1 and rows.get_row_index("b") == 0
-        with pytest.raises(NotImplementedError):
-            rows.update_cell("b", "n", Text("x"))
         rows.clear()
         assert rows.row_count == 0 and rows.cursor_row == 0
 
@@ -173,3 +212,86 @@ def _spans() -> Text:
 @pytest.mark.parametrize("width", [2, 7, 13, 30])
 def test_cell_segments_are_richs(cell: Text, pre: Style, post: Style, width: int) -> None:
     assert _ours(cell, width, pre, post) == _by_rich(cell, width, pre, post)
+
+
+async def test_new_rows_draw_again_only_the_lines_that_changed() -> None:
+    """A refill with one row changed draws that line and no other; the cursor's move draws its
+    two rows; a refill with nothing changed draws nothing."""
+    app = Pair(300)
+    async with app.run_test(size=(130, 20)) as pilot:
+        rows = app.query_one("#rows", RowTable)
+        rows.focus()
+        await pilot.pause()
+        drawn: list[int] = []
+        render_line = rows.render_line
+
+        def spy(y: int) -> Any:
+            drawn.append(y)
+            return render_line(y)
+
+        rows.render_line = spy  # type: ignore[method-assign]
+        records = list(range(300))
+        rows.set_rows([f"k{i}" for i in records], records)  # the same rows
+        await pilot.pause()
+        assert drawn == []
+        records[4] = 1004  # row 4, under the header: line 5
+        rows.set_rows([f"k{i}" for i in range(300)], records)
+        await pilot.pause()
+        assert drawn == [5]
+        assert "RTX 5004" in "".join(s.text for s in render_line(5))
+        drawn.clear()
+        await pilot.press("down")
+        await pilot.pause()
+        assert sorted(drawn) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from textual.widgets._data_table import RowKey",
+        "import textual._segment_tools",
+        "import textual.widgets._data_table as dt",
+        "from textual.widgets import _data_table",
+        "from textual._two_way_dict import TwoWayDict",
+        "importlib.import_module('textual.widgets._data_table')",
+    ],
+)
+def test_the_private_textual_scan_finds_private_imports(source: str) -> None:
+    assert private_textual_imports(source)
+
+
+def test_nothing_in_vastui_imports_textuals_private_modules() -> None:
+    """Textual's private modules change between releases: vastui uses its public API only."""
+    import vastui
+
+    root = Path(vastui.__file__).parent
+    found = {
+        str(path.relative_to(root)): bad
+        for path in sorted(root.rglob("*.py"))
+        if (bad := private_textual_imports(path.read_text()))
+    }
+    assert found == {}
+    assert not private_textual_imports("from textual.widgets.data_table import RowKey")
+
+
+def private_textual_imports(source: str) -> list[str]:
+    """The private Textual modules `source` imports (a module path with a part "_...")."""
+
+    def private(module: str) -> bool:
+        parts = module.split(".")
+        return parts[0] == "textual" and any(p.startswith("_") for p in parts[1:])
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if private(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if private(node.module):
+                found.append(node.module)
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if private(f"{node.module}.{a.name}")]  # fmt: skip
+        elif isinstance(node, ast.Call) and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and private(arg.value):
+                found.append(arg.value)  # importlib.import_module("textual._x")
+    return found

@@ -4,9 +4,10 @@ Workers (async tasks) read the fleet's source (`sources/`: the console's own eng
 engine it attaches to, the store read-only, or fixed data) and post messages; the app routes
 them to the panes, which own their tables, bindings and actions (`panes/`). Panes reach the
 app through `ConsoleHost` (reads) and the messages they post (requests); actions go to the
-engine as store commands. One reason to change, though long: this is the hub every message
-and every pane's read passes through (the palette, the heap settings and the remembered sort
-live beside it: palette.py, heap.py, uistate.py).
+engine as store commands.
+
+One file: the hub every message and every pane's read passes through (the palette, the heap
+settings and the remembered sort live beside it: palette.py, heap.py, uistate.py).
 """
 
 from __future__ import annotations

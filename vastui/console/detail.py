@@ -3,18 +3,24 @@
 It is live, as the original's panel was: the record is re-read from the app's latest snapshot
 every second (stage, timestamps, diagnosis), and a proving worker's cuzk status is polled every
 1.5 s while the view is open.
+
+It opens fast (bench/detail.py): its first frame draws the record (in memory) at once, laid out
+once; cuzk's status (a worker's answer) is asked for when the view is made and fills its
+reserved place when it comes, drawn without a new layout when it fits, so nothing drawn moves.
+An answer already there when the view is composed is in the first frame.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
@@ -27,6 +33,28 @@ from vastui.store.common import json_dict
 
 RECORD_EVERY = 1.0  # seconds between re-reads of the record
 CUZK_EVERY = 1.5  # seconds between cuzk status polls (the original panel's cadence)
+# Lines kept for cuzk's status until it comes: memory, synthesis, proofs, two pipelines, two GPU
+# workers (a one-GPU worker's usual status); a longer one grows the view downwards.
+CUZK_RESERVED = 7
+NOT_PROVING = Text("live cuzk status is shown for proving instances", style="dim")
+
+
+def _started(
+    loop: asyncio.AbstractEventLoop, read: Awaitable[dict[str, Any]]
+) -> asyncio.Task[dict[str, Any]]:
+    """The read as a task now (its failure kept for whoever awaits it, never logged as
+    unretrieved when nobody does: a view closed before the answer)."""
+    # `read` is an awaitable coroutine typed as Awaitable by its callers: create_task wants a
+    # Coroutine
+    task: asyncio.Task[dict[str, Any]] = loop.create_task(read)  # type: ignore[arg-type]
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task
+
+
+def _lines_of(text: Text, reserved: int) -> int:
+    """The cuzk section's height for `text` in a place of `reserved` lines (its lines are
+    short: none wraps)."""
+    return max(reserved, len(text.plain.rstrip("\n").split("\n")))
 
 
 def _kv(rows: list[tuple[str, Any]]) -> Table:
@@ -41,7 +69,7 @@ def _kv(rows: list[tuple[str, Any]]) -> Table:
 class DetailScreen(ModalScreen[None]):
     """Everything about one instance, kept current while open."""
 
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,enter", "close", "Close", id="detail-close"),
         Binding("r", "refresh_cuzk", "Refresh cuzk now", id="detail-cuzk"),
     ]
@@ -71,23 +99,40 @@ class DetailScreen(ModalScreen[None]):
         self.listen_port_base = listen_port_base
         self.cuzk_reads = 0  # polls answered, for tests and the status line
         self.shown: tuple[str, str] | None = None
+        self._answered = False  # cuzk's status (or its failure) shown
+        self._cuzk_reserved = 0  # lines kept for it (CSS min-height, set when composed)
+        self._cuzk_lines = 0  # its height as laid out
+        # cuzk's status is asked for now: an answer that comes before the view is composed is
+        # drawn in its first frame (made outside the app's loop, it is asked for on mount)
+        self._first_read: asyncio.Task[dict[str, Any]] | None = None
+        if self.cuzk is not None and self._reads_cuzk():
+            with contextlib.suppress(RuntimeError):  # no running loop
+                self._first_read = _started(asyncio.get_running_loop(), self.cuzk(rec))
 
     def compose(self) -> ComposeResult:
         rec = self.rec
+        meta, diagnosis = self._record()
+        assert meta is not None  # nothing shown yet
+        cuzk = self._first_cuzk()
         with VerticalScroll(classes="dialog detail", id="detail"):
             yield Label(Text(f"Instance {rec.vast_id}", style="bold"), classes="dialog-title")
-            yield Static(id="detail-meta")
+            yield Static(meta, id="detail-meta")
             yield Label(Text("Diagnosis", style="bold"), classes="section")
-            yield Static(id="detail-diagnosis")
+            yield Static(diagnosis, id="detail-diagnosis")
             yield Label(Text("cuzk status", style="bold"), classes="section")
-            yield Static(Text("—", style="dim"), id="detail-cuzk")
+            status = Static(cuzk, id="detail-cuzk")
+            if self._reads_cuzk():  # its place kept, so that its answer moves nothing
+                self._cuzk_reserved = CUZK_RESERVED
+                status.styles.min_height = CUZK_RESERVED
+            self._cuzk_lines = _lines_of(cuzk, self._cuzk_reserved)
+            yield status
 
     def on_mount(self) -> None:
         self.query_one("#detail").focus()  # arrows and page keys scroll
-        self._render_record()
         self.set_interval(RECORD_EVERY, self.reload)
         self.set_interval(CUZK_EVERY, self.action_refresh_cuzk)
-        self.action_refresh_cuzk()
+        if self._reads_cuzk() and not self._answered:  # not in the first frame: when it comes
+            self.action_refresh_cuzk()
 
     def reload(self) -> None:
         """Take the newest record the app holds (the store's, read every second)."""
@@ -95,16 +140,20 @@ class DetailScreen(ModalScreen[None]):
             fresh = self.latest(self.rec.vast_id)
             if fresh is not None:
                 self.rec = fresh
-        self._render_record()
+        meta, diagnosis = self._record()
+        if meta is not None:
+            self.query_one("#detail-meta", Static).update(meta)
+            self.query_one("#detail-diagnosis", Static).update(diagnosis)
 
-    def _render_record(self) -> None:
-        meta, diagnosis = _kv(self._meta()), self._diagnosis()
-        key = (repr(self._meta()), diagnosis.plain)
+    def _record(self) -> tuple[Table | None, Text]:
+        """The metadata table and the diagnosis; the table None when neither changed since
+        they were last shown."""
+        rows, diagnosis = self._meta(), self._diagnosis()
+        key = (repr(rows), diagnosis.plain)
         if key == self.shown:
-            return
+            return None, diagnosis
         self.shown = key
-        self.query_one("#detail-meta", Static).update(meta)
-        self.query_one("#detail-diagnosis", Static).update(diagnosis)
+        return _kv(rows), diagnosis
 
     def _when(self, value: float | None) -> str | None:
         if value is None:
@@ -122,9 +171,13 @@ class DetailScreen(ModalScreen[None]):
         ssh = self.ssh_command(rec) if self.ssh_command is not None else None
         return [
             ("label", rec.label),
-            ("state / stage", f"{rec.state} / {rec.stage}"),
-            ("machine / host", f"{rec.machine_id} / {rec.host_id} (host = operator account)"),
-            ("GPU", f"{rec.gpu_name} x{rec.num_gpus}"),
+            ("state / stage", f"{_shown(rec.state, 40)} / {_shown(rec.stage, 40)}"),
+            (
+                "machine / host",
+                f"{_shown(rec.machine_id, 20)} / {_shown(rec.host_id, 20)} "
+                "(host = operator account)",
+            ),
+            ("GPU", f"{_shown(rec.gpu_name, 60)} x{_shown(rec.num_gpus, 4)}"),
             ("RAM", None if rec.cpu_ram_gb is None else f"{rec.cpu_ram_gb:.0f} GB"),
             ("location", rec.geolocation),
             ("$/h", None if rec.dph_total is None else f"{rec.dph_total:.4f}"),
@@ -156,13 +209,16 @@ class DetailScreen(ModalScreen[None]):
             listen = identity.curio_listen(rec.runner_id, self.listen_port_base)
             rows.append(("curio identity", f"runner {rec.runner_id}: {listen}"))
         if info:
-            node = Text(f"machine {info.get('machine_id')} at {info.get('host_and_port', '?')}")
+            node = Text(
+                f"machine {_shown(info.get('machine_id'), 20)} at "
+                f"{_shown(info.get('host_and_port', '?'), 60)}"
+            )
             if info.get("name"):
                 node.append(f" ({sanitize_line(str(info['name']), 80)})")
             rows.append(("curio machine", node))
         pending = rec.max_pending if rec.max_pending is not None else info.get("max_pending")
         if pending is not None:
-            rows.append(("MaxPending", f"{pending} (sized to curio's ProveTimeout)"))
+            rows.append(("MaxPending", f"{_shown(pending, 12)} (sized to curio's ProveTimeout)"))
         if rec.tunnel_down_since is not None:
             down = Text(f"DOWN {self._when(rec.tunnel_down_since)}: ", style="bold yellow")
             down.append(sanitize_line(rec.tunnel_detail or "", 300))
@@ -170,13 +226,14 @@ class DetailScreen(ModalScreen[None]):
             rows.append(("tunnel", down))
         machine = self.cluster(rec) if self.cluster is not None else None
         if machine is not None:
-            claims = machine.get("claims") or []
-            shown = ", ".join(str(c) for c in claims[:12]) + (" …" if len(claims) > 12 else "")
+            claims = _list(machine.get("claims"))
+            shown = ", ".join(_shown(c, 20) for c in claims[:12])
+            shown += " …" if len(claims) > 12 else ""
             contact = machine.get("last_contact")
             when = f", last contact {self._when(contact)}" if isinstance(contact, float) else ""
             rows.append(
-                ("cluster (sim)", f"machine {machine.get('id')} "
-                 f"{sanitize_line(str(machine.get('host_and_port')), 60)}{when}; "
+                ("cluster (sim)", f"machine {_shown(machine.get('id'), 20)} "
+                 f"{_shown(machine.get('host_and_port'), 60)}{when}; "
                  f"tasks held: {shown or 'none'}")
             )  # fmt: skip
         return rows
@@ -185,16 +242,13 @@ class DetailScreen(ModalScreen[None]):
         rec = self.rec
         text = Text()
         if not rec.killed:
-            text.append(f"alive, {rec.state}; no failure\n", style="green")
+            text.append(f"alive, {_shown(rec.state, 40)}; no failure\n", style="green")
         if rec.killed:
-            text.append(f"killed in stage {rec.failed_stage}: ", style="bold")
-            text.append(f"{rec.kill_kind}\n", style="bold red")
+            text.append(f"killed in stage {_shown(rec.failed_stage, 40)}: ", style="bold")
+            text.append(f"{_shown(rec.kill_kind, 40)}\n", style="bold red")
             text.append(sanitize_line(rec.kill_reason or "", 500) + "\n")
         if rec.bench_result:
-            try:
-                result = json.loads(rec.bench_result)
-            except json.JSONDecodeError:
-                result = {}
+            result = json_dict(rec.bench_result)  # damaged: {}
             kind = {"pass": "passed", "timeout": "timeout", "error": "error exit"}.get(
                 str(result.get("outcome")), "too slow"
             )
@@ -208,10 +262,11 @@ class DetailScreen(ModalScreen[None]):
                 else f"no rate (partial {_num(partial)} proofs/h before it ended)"
             )
             text.append(
-                f"benchmark: {sanitize_line(str(result.get('outcome')), 40)} ({kind}) at stage "
-                f"{sanitize_line(str(result.get('stage')), 40)}, {measured}, "
-                f"{result.get('proofs_completed', 0)} done / {result.get('proofs_failed', 0)} "
-                f"failed, exit {result.get('exit_code')}\n"
+                f"benchmark: {_shown(result.get('outcome'), 40)} ({kind}) at stage "
+                f"{_shown(result.get('stage'), 40)}, {measured}, "
+                f"{_shown(result.get('proofs_completed', 0), 12)} done / "
+                f"{_shown(result.get('proofs_failed', 0), 12)} failed, "
+                f"exit {_shown(result.get('exit_code'), 12)}\n"
             )
         image = rec.image or "?"
         text.append(f"image: {sanitize_line(image, 200)}", style="dim")
@@ -225,54 +280,84 @@ class DetailScreen(ModalScreen[None]):
     def action_close(self) -> None:
         self.dismiss(None)
 
+    def _reads_cuzk(self) -> bool:
+        return self.cuzk is not None and self.rec.state == "proving" and not self.rec.killed
+
+    def _first_cuzk(self) -> Text:
+        """What the cuzk section shows in the first frame: the answer if it came already."""
+        if not self._reads_cuzk():
+            return NOT_PROVING
+        first = self._first_read
+        if first is None or not first.done():
+            return Text("reading cuzk's status…", style="dim")
+        self._first_read = None
+        return self._cuzk_text(first)
+
+    def _cuzk_text(self, read: asyncio.Task[dict[str, Any]]) -> Text:
+        self._answered = True
+        try:
+            status = read.result()
+        except Exception as exc:  # shown, never fatal
+            return Text(f"unavailable: {sanitize_line(str(exc), 200)}", style="yellow")
+        self.cuzk_reads += 1
+        return render_cuzk(status)
+
+    def _show_cuzk(self, text: Text) -> None:
+        """Into its place; laid out again only when its height changes (a new layout moves
+        the view's content a frame later)."""
+        lines = _lines_of(text, self._cuzk_reserved)
+        self.query_one("#detail-cuzk", Static).update(text, layout=lines != self._cuzk_lines)
+        self._cuzk_lines = lines
+
     def action_refresh_cuzk(self) -> None:
-        if self.cuzk is None or self.rec.state != "proving" or self.rec.killed:
-            self.query_one("#detail-cuzk", Static).update(
-                Text("live cuzk status is shown for proving instances", style="dim")
-            )
+        if not self._reads_cuzk():
+            self._show_cuzk(NOT_PROVING)
             return
         self.run_worker(self._load_cuzk(), exclusive=True, exit_on_error=False, group="cuzk")
 
     async def _load_cuzk(self) -> None:
         assert self.cuzk is not None
-        widget = self.query_one("#detail-cuzk", Static)
-        try:
-            status = await self.cuzk(self.rec)
-        except Exception as exc:  # shown, never fatal
-            widget.update(Text(f"unavailable: {sanitize_line(str(exc), 200)}", style="yellow"))
-            return
-        self.cuzk_reads += 1
-        widget.update(render_cuzk(status))
+        first, self._first_read = self._first_read, None
+        read = first or _started(asyncio.get_running_loop(), self.cuzk(self.rec))
+        with contextlib.suppress(Exception):  # its failure is shown by _cuzk_text
+            await read
+        self._show_cuzk(self._cuzk_text(read))
 
 
 def render_cuzk(status: dict[str, Any]) -> Text:
-    """Memory budget, pipelines and partitions, GPU workers (original-system.md §4)."""
+    """Memory budget, pipelines and partitions, GPU workers (original-system.md §4). Every
+    value is the daemon's (untrusted): a missing one reads "?", a null one "-", never None."""
+    status = _dict(status)
     out = Text()
-    mem = status.get("memory") or {}
+    mem = _dict(status.get("memory"))
     total, used = _f(mem.get("total_bytes")), _f(mem.get("used_bytes"))
     if total:
-        frac = min(1.0, used / total)
+        frac = max(0.0, min(1.0, used / total))
         bar = "█" * int(frac * 30) + "░" * (30 - int(frac * 30))
         out.append(f"memory  {bar} {used / 2**30:.0f}/{total / 2**30:.0f} GiB\n")
-    synth = status.get("synthesis") or {}
-    out.append(f"synthesis {synth.get('active', '?')}/{synth.get('max_concurrent', '?')} active\n")
-    counters = status.get("counters") or {}
+    synth = _dict(status.get("synthesis"))
     out.append(
-        f"proofs done {counters.get('total_completed', '?')}, failed "
-        f"{counters.get('total_failed', '?')}, queue {counters.get('queue_depth', '?')}\n"
+        f"synthesis {_shown(synth.get('active', '?'), 6)}/"
+        f"{_shown(synth.get('max_concurrent', '?'), 6)} active\n"
+    )
+    counters = _dict(status.get("counters"))
+    out.append(
+        f"proofs done {_shown(counters.get('total_completed', '?'), 12)}, failed "
+        f"{_shown(counters.get('total_failed', '?'), 12)}, queue "
+        f"{_shown(counters.get('queue_depth', '?'), 12)}\n"
     )
     styles = {"done": "green", "gpu": "bold magenta", "synthesizing": "cyan", "failed": "red"}
-    for pipe in (status.get("pipelines") or [])[:6]:
+    for pipe in map(_dict, _list(status.get("pipelines"))[:6]):
         out.append(
             f"job {_shown(pipe.get('job_id'), 12)} "
             f"{_shown(pipe.get('partitions_done', 0), 6)}/"
             f"{_shown(pipe.get('total_partitions', 0), 6)} "
         )
-        for part in (pipe.get("partitions") or [])[:16]:
+        for part in map(_dict, _list(pipe.get("partitions"))[:16]):
             state = str(part.get("state"))
             out.append("■", style=styles.get(state, "dim"))
         out.append("\n")
-    for worker in (status.get("gpu_workers") or [])[:8]:
+    for worker in map(_dict, _list(status.get("gpu_workers"))[:8]):
         job = worker.get("current_job")
         out.append(
             f"gpu{_shown(worker.get('gpu_ordinal'), 4)} worker "
@@ -281,6 +366,14 @@ def render_cuzk(status: dict[str, Any]) -> Text:
             + "\n"
         )
     return out
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _shown(value: object, width: int) -> str:

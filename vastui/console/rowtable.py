@@ -1,56 +1,87 @@
-"""RowTable: Textual's DataTable with its rows set whole and their cells made only when drawn.
+"""RowTable: a table of one-line rows on Textual's line API (`ScrollView` + `render_line`).
 
-Textual's DataTable keeps a dict of cells, a Row and a RowKey for every row it is given, and
-measures every new cell when idle: 10,000 offers cost about a second per refill, so a sort or
-a keystroke in the find input took seconds (bench/keys.py). Here the rows are one list of
-records, set at once (`set_rows`); a row's cells are made by the pane's function when the row
-is drawn, rows are one line high and columns have fixed widths, so nothing is measured.
+The panes show up to 10,000 offers. Textual's DataTable keeps a dict of cells, a Row and a
+RowKey for every row and measures every new cell, so a refill took about a second; the table
+that replaced it lived on DataTable's private storage and drawing, which pinned the console to
+one Textual release. This one is its own widget on public API only:
 
-Everything else is DataTable's own (textual==8.2.8, pinned): drawing, styles, cursor, keys,
-scrolling, mouse, messages. Its storage (`_data`, `rows`, `_row_locations`, `_y_offsets`,
-`ordered_rows`) is replaced by read-only views over the list, and the few methods that walk
-every row (regions, paging, the whole-row getters) are replaced by arithmetic on one-line rows.
+- rows are one list of records set whole (`set_rows(keys, records)`); a row's cells are made by
+  the pane's function (`cells=`) when the row is drawn, rows are one line high and columns have
+  fixed widths, so nothing is measured;
+- it looks and behaves as DataTable with `cursor_type="row"`: the same component classes (so
+  themes style both alike), keys, mouse (hover, click to move, click again to select) and
+  messages (its RowHighlighted/RowSelected/HeaderSelected are DataTable's, subclassed: a handler
+  written for DataTable's gets them), drawn to the same segments (tests/test_console_rowtable.py
+  compares the two through the keys);
+- a drawn line is kept under a key of everything it depends on (its row's cells, where the cursor
+  and the mouse are, the width and horizontal scroll, the columns, the styles it is drawn with),
+  and `set_rows` repaints only the lines on screen whose key changed: a refill each second that
+  moves one uptime repaints one line, not the table.
+
+One file: one widget, whose drawing, cursor, mouse, scrolling and line cache share the row
+model and must change together to keep drawing what DataTable draws.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, overload
+from typing import Any, ClassVar, Literal, Self
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.padding import Padding
+from rich.protocol import is_renderable
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.color import Color
 from textual.coordinate import Coordinate
-from textual.geometry import Region, Size
+from textual.geometry import Region, Size, Spacing, clamp
+from textual.reactive import Reactive
+from textual.renderables.styled import Styled
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widget import Widget
 from textual.widgets import DataTable
-from textual.widgets._data_table import (
+from textual.widgets.data_table import (
     CellDoesNotExist,
+    ColumnDoesNotExist,
     ColumnKey,
     DuplicateKey,
-    Row,
     RowDoesNotExist,
     RowKey,
     StringKey,
 )
 
 CellsOf = Callable[[Any], Sequence[Any]]
-ROW_MEMO = 256  # drawn lines (and rows' cells) kept: a few screens' worth, both focus states
-__all__ = ["CellsOf", "RowDoesNotExist", "RowTable"]
+CursorType = Literal["row", "none"]
+LINE_MEMO = 256  # drawn lines (and rows' cells) kept: a few screens' worth, both focus states
+__all__ = ["CellsOf", "Column", "RowDoesNotExist", "RowTable", "cell_segments"]
+
+_EMPTY = Text(no_wrap=True, end="")
 
 
 def _identity(record: Any) -> Sequence[Any]:
-    return record  # type: ignore[no-any-return]
+    return record
 
 
-def _plain(key: object) -> object:
-    return key.value if isinstance(key, StringKey) else key
+def _plain(key: object) -> str | None:
+    """A key as the string it stands for (RowKey, ColumnKey or str)."""
+    if isinstance(key, StringKey):
+        return key.value
+    return key if isinstance(key, str) else None
+
+
+@dataclass
+class Column:
+    """A column: its key, header label and width (cells, padding excluded)."""
+
+    key: str
+    label: Text
+    width: int
 
 
 class _Store:
@@ -69,157 +100,236 @@ class _Store:
             raise ValueError(f"{len(keys)} keys for {len(records)} records")
         self.keys, self.records, self._index = keys, records, None
 
-    def index(self) -> dict[str, int]:
-        if self._index is None:
-            self._index = dict(zip(self.keys, range(len(self.keys)), strict=True))
-            if len(self._index) != len(self.keys):
-                self._index = None
-                raise DuplicateKey("RowTable: two rows share a key")
-        return self._index
-
     def find(self, key: object) -> int | None:
-        return self.index().get(_plain(key))  # type: ignore[arg-type]
+        if self._index is None:
+            index = dict(zip(self.keys, range(len(self.keys)), strict=True))
+            if len(index) != len(self.keys):
+                raise DuplicateKey("RowTable: two rows share a key")
+            self._index = index
+        name = _plain(key)
+        return None if name is None else self._index.get(name)
 
     def __len__(self) -> int:
         return len(self.keys)
 
 
-class _Locations:
-    """Stands in for DataTable._row_locations (a TwoWayDict of RowKey ↔ index)."""
+class _Styles:
+    """The styles lines are drawn with, as read from the CSS, and the cell styles made of
+    them. `id` stands for all of them in the line keys: the same styles get the same id."""
 
-    def __init__(self, store: _Store) -> None:
-        self._store = store
-
-    def get(self, key: object) -> int | None:
-        return self._store.find(key)
-
-    def get_key(self, index: int) -> RowKey | None:
-        keys = self._store.keys
-        return RowKey(keys[index]) if 0 <= index < len(keys) else None
-
-    def contains_value(self, index: int) -> bool:
-        return 0 <= index < len(self._store)
-
-    def __contains__(self, key: object) -> bool:
-        return self._store.find(key) is not None
-
-    def __iter__(self) -> Iterator[RowKey]:
-        return (RowKey(k) for k in self._store.keys)
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-
-class _RowsView(Mapping[RowKey, Row]):
-    """Stands in for DataTable.rows: every row is one line high, without a label."""
-
-    def __init__(self, store: _Store) -> None:
-        self._store = store
-
-    def __getitem__(self, key: object) -> Row:
-        if self._store.find(key) is None:
-            raise KeyError(key)
-        return Row(RowKey(str(_plain(key))), 1)
-
-    def __iter__(self) -> Iterator[RowKey]:
-        return (RowKey(k) for k in self._store.keys)
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-
-class _DataView(Mapping[RowKey, dict[ColumnKey, Any]]):
-    """Stands in for DataTable._data: a row's cells by column key, made when asked."""
+    __slots__ = ("_cells", "background", "base", "even", "header", "id", "odd", "parts")
 
     def __init__(self, table: RowTable) -> None:
-        self._table = table
+        component = table.get_component_styles
+        rich = table.get_component_rich_style
+        self.base: Style = table.rich_style
+        self.header: Style = component("datatable--header").rich_style
+        self.odd: Style = component("datatable--odd-row").rich_style
+        self.even: Style = component("datatable--even-row").rich_style
+        self.background: Color = table.background_colors[1]
+        # hover, header hover, cursor, header cursor
+        self.parts = tuple(rich(f"datatable--{n}") for n in ("hover", "header-hover", "cursor",
+                                                              "header-cursor"))  # fmt: skip
+        self.id = table._styles_id((self.base, self.header, self.odd, self.even, self.background,
+                                   self.parts))  # fmt: skip
+        self._cells: dict[tuple[bool, bool, bool, bool, bool], tuple[Style, Style]] = {}
 
-    def __getitem__(self, key: object) -> dict[ColumnKey, Any]:
-        index = self._table._store.find(key)
-        if index is None:
-            raise KeyError(key)
-        cells = self._table._cells_at(index)
-        return dict(zip(self._table.columns, cells, strict=False))
+    def row_style(self, row: int, zebra: bool) -> Style:
+        if row == -1:
+            return self.header
+        if zebra:
+            return self.odd if row % 2 else self.even
+        return self.base
 
-    def __iter__(self) -> Iterator[RowKey]:
-        return (RowKey(k) for k in self._table._store.keys)
-
-    def __len__(self) -> int:
-        return len(self._table._store)
-
-
-class _Offsets(Sequence[tuple[RowKey, int]]):
-    """Stands in for DataTable._y_offsets: line y is row y, line 0 of it."""
-
-    def __init__(self, store: _Store) -> None:
-        self._store = store
-
-    @overload
-    def __getitem__(self, y: int) -> tuple[RowKey, int]: ...
-    @overload
-    def __getitem__(self, y: slice) -> list[tuple[RowKey, int]]: ...
-    def __getitem__(self, y: int | slice) -> Any:
-        keys = self._store.keys
-        if isinstance(y, slice):
-            return [(RowKey(k), 0) for k in keys[y]]
-        if not 0 <= y < len(keys):
-            raise IndexError(y)
-        return RowKey(keys[y]), 0
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-    def clear(self) -> None:
-        """DataTable.clear() clears the list it built; there is none here."""
-
-
-class _OrderedRows(Sequence[Row]):
-    """Stands in for DataTable.ordered_rows."""
-
-    def __init__(self, store: _Store) -> None:
-        self._store = store
-
-    @overload
-    def __getitem__(self, i: int) -> Row: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Row]: ...
-    def __getitem__(self, i: int | slice) -> Any:
-        keys = self._store.keys
-        if isinstance(i, slice):
-            return [Row(RowKey(k), 1) for k in keys[i]]
-        return Row(RowKey(keys[i]), 1)
-
-    def __len__(self) -> int:
-        return len(self._store)
+    def cell_styles(
+        self, header: bool, hover: bool, cursor: bool, css_fg: bool, css_bg: bool
+    ) -> tuple[Style, Style]:
+        """(component, post) styles of a cell, as DataTable's _get_styles_to_render_cell
+        makes them (hover and cursor already mean "shown")."""
+        key = (header, hover, cursor, css_fg, css_bg)
+        found = self._cells.get(key)
+        if found is None:
+            hover_style, header_hover, cursor_style, header_cursor = self.parts
+            style = Style()
+            if hover:
+                style += hover_style
+                if header:
+                    style += header_hover
+            if cursor:
+                style += cursor_style
+                if header:
+                    style += header_cursor
+            post_fg = Style.from_color(color=style.color) if css_fg else Style.null()
+            post_bg = Style.from_color(bgcolor=style.bgcolor) if css_bg else Style.null()
+            found = self._cells[key] = (style, post_fg + post_bg)
+        return found
 
 
-class RowTable(DataTable):  # type: ignore[type-arg]
-    """A DataTable of one-line rows, set whole with `set_rows(keys, records)`; `cells(record)`
+class RowTable(ScrollView, can_focus=True):
+    """A table of one-line rows, set whole with `set_rows(keys, records)`; `cells(record)`
     makes a row's cells when it is drawn. Columns need a width."""
 
-    def __init__(self, *, cells: CellsOf = _identity, **kw: Any) -> None:
-        self._store = _Store(cells)  # first: DataTable's __init__ runs watchers that read it
-        self._style_memo: dict[tuple[str, Any], Style] = {}
-        self._drawn_width = -1
-        self._style_epoch: tuple[Any, ...] | None = None
-        self._columns_epoch = 0  # bumped when columns change: drawn lines depend on them
-        self._row_memo: LRUCache[tuple[Any, ...], Any] = LRUCache(ROW_MEMO)
-        self._frame_style: Style | None = None  # the widget's style while a frame is drawn
-        super().__init__(**kw)
-        # Smaller than DataTable's (1,000 to 10,000 entries): a screen holds ~50 rows, and
-        # every cached segment is an object the garbage collector walks on each full pass.
-        self._row_renderable_cache = LRUCache(ROW_MEMO)
-        self._line_cache = LRUCache(ROW_MEMO)
-        self._cell_render_cache = LRUCache(ROW_MEMO)
-        self._data = _DataView(self)  # type: ignore[assignment]
-        self.rows = _RowsView(self._store)  # type: ignore[assignment]
-        self._row_locations = _Locations(self._store)  # type: ignore[assignment]
+    ALLOW_SELECT = False
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select_cursor", "Select", show=False),
+        Binding("up", "cursor_up", "Cursor up", show=False),
+        Binding("down", "cursor_down", "Cursor down", show=False),
+        Binding("right", "cursor_right", "Cursor right", show=False),
+        Binding("left", "cursor_left", "Cursor left", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("ctrl+home", "scroll_top", "Top", show=False),
+        Binding("ctrl+end", "scroll_bottom", "Bottom", show=False),
+        Binding("home", "scroll_home", "Home", show=False),
+        Binding("end", "scroll_end", "End", show=False),
+    ]
+
+    # DataTable's names: a theme or stylesheet written for DataTable styles RowTable alike.
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "datatable--cursor",
+        "datatable--hover",
+        "datatable--header",
+        "datatable--header-cursor",
+        "datatable--header-hover",
+        "datatable--odd-row",
+        "datatable--even-row",
+    }
+
+    # DataTable's (textual 8.2.8), for the same look.
+    DEFAULT_CSS = """
+    RowTable {
+        background: $surface;
+        color: $foreground;
+        height: auto;
+        max-height: 100%;
+
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .datatable--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .datatable--header {
+                background-tint: $foreground 5%;
+            }
+        }
+        &:dark {
+            & > .datatable--even-row {
+                background: $surface-darken-1 40%;
+            }
+        }
+        & > .datatable--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        &:ansi > .datatable--header {
+            background: ansi_bright_blue;
+            color: ansi_default;
+        }
+        & > .datatable--odd-row {
+        }
+        & > .datatable--even-row {
+            background: $surface-lighten-1 50%;
+        }
+        & > .datatable--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        & > .datatable--header-cursor {
+            background: $accent-darken-1;
+            color: $foreground;
+        }
+        & > .datatable--header-hover {
+            background: $accent 30%;
+        }
+        & > .datatable--hover {
+            background: $block-hover-background;
+        }
+    }
+    """
+
+    show_header = Reactive(True)
+    zebra_stripes = Reactive(False)
+    show_cursor = Reactive(True)
+    cursor_type: Reactive[CursorType] = Reactive[CursorType]("row")
+    cell_padding = Reactive(1)
+    cursor_coordinate: Reactive[Coordinate] = Reactive(
+        Coordinate(0, 0), repaint=False, always_update=True
+    )
+    hover_coordinate: Reactive[Coordinate] = Reactive(
+        Coordinate(0, 0), repaint=False, always_update=True
+    )
+
+    class RowHighlighted(DataTable.RowHighlighted):
+        """The cursor is on a row (a DataTable.RowHighlighted too; `data_table` is the
+        RowTable)."""
+
+        def __init__(self, table: RowTable, cursor_row: int, row_key: RowKey) -> None:
+            # DataTable's messages type their table as DataTable; a RowTable is drop-in
+            super().__init__(table, cursor_row, row_key)  # type: ignore[arg-type]
+
+    class RowSelected(DataTable.RowSelected):
+        """Enter on a row, or a click on the row under the cursor."""
+
+        def __init__(self, table: RowTable, cursor_row: int, row_key: RowKey) -> None:
+            # DataTable's messages type their table as DataTable; a RowTable is drop-in
+            super().__init__(table, cursor_row, row_key)  # type: ignore[arg-type]
+
+    class HeaderSelected(DataTable.HeaderSelected):
+        """A click on a column's header."""
+
+        def __init__(self, table: RowTable, key: ColumnKey, index: int, label: Text) -> None:
+            # DataTable's messages type their table as DataTable; a RowTable is drop-in
+            super().__init__(table, key, index, label)  # type: ignore[arg-type]
+
+    def __init__(
+        self,
+        *,
+        cells: CellsOf = _identity,
+        show_header: bool = True,
+        zebra_stripes: bool = False,
+        show_cursor: bool = True,
+        cursor_type: CursorType = "row",
+        cell_padding: int = 1,
+        cursor_foreground_priority: Literal["renderable", "css"] = "css",
+        cursor_background_priority: Literal["renderable", "css"] = "renderable",
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+        disabled: bool = False,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes, disabled=disabled)
+        if cursor_type not in ("row", "none"):
+            raise ValueError(f"RowTable has a row cursor or none, not {cursor_type!r}")
+        self._store = _Store(cells)
+        self.columns: dict[str, Column] = {}
+        self.cursor_foreground_priority = cursor_foreground_priority
+        self.cursor_background_priority = cursor_background_priority
+        self._generation = 0  # bumped when rows or columns change: cells are kept per value
+        self._cells: LRUCache[tuple[int, int], tuple[list[RenderableType], Hashable]]
+        self._cells = LRUCache(LINE_MEMO)
+        self._lines: LRUCache[Hashable, Strip] = LRUCache(LINE_MEMO)
+        self._drawn: dict[int, Hashable] = {}  # line on screen → the key of what is drawn there
+        self._styles_ids: dict[Hashable, int] = {}
+        self._next_styles_id = 0
+        self._columns_epoch = 0  # bumped when columns change (widths, labels): lines keyed by it
+        self._show_hover_cursor = False  # the mouse's highlight: off while keys are used
+        self._announced: tuple[int, str] | None = None  # the row RowHighlighted last named
+        self.set_reactive(RowTable.show_header, show_header)
+        self.set_reactive(RowTable.zebra_stripes, zebra_stripes)
+        self.set_reactive(RowTable.show_cursor, show_cursor)
+        self.set_reactive(RowTable.cursor_type, cursor_type)
+        self.set_reactive(RowTable.cell_padding, max(0, cell_padding))
 
     # -- the rows --------------------------------------------------------------------------
 
     def set_rows(self, keys: Sequence[str], records: Sequence[Any]) -> None:
         """Show these rows (keys unique) in this order. The cursor keeps its index (clamped);
-        the scroll position stays."""
+        the scroll position stays; only the lines on screen that change are drawn again."""
         self._store.set(list(keys), list(records))
         self._rows_changed()
 
@@ -233,62 +343,12 @@ class RowTable(DataTable):  # type: ignore[type-arg]
         keys = self._store.keys
         return keys[index] if 0 <= index < len(keys) else None
 
-    def _cells_at(self, index: int) -> Sequence[Any]:
-        return self._store.cells_of(self._store.records[index])
-
-    def _rows_changed(self) -> None:
-        self._update_count += 1
-        self._clear_caches()
-        self._set_virtual_size()
-        self.cursor_coordinate = self.cursor_coordinate  # clamp to the new rows
-        if len(self._store) and self.show_cursor and self.cursor_type != "none":
-            self._highlight_cursor()
-        self.refresh()
-
-    def _set_virtual_size(self) -> None:
-        width = sum(c.get_render_width(self) for c in self.columns.values())
-        header = self.header_height if self.show_header else 0
-        self.virtual_size = Size(width + self._row_label_column_width, len(self._store) + header)
-
-    def set_columns(self, columns: Iterable[tuple[str, str | Text, int]]) -> None:
-        """Add the columns (key, label, width), or relabel and resize the ones there."""
-        for key, label, width in columns:
-            column = self.columns.get(ColumnKey(key))
-            if column is None:
-                self.add_column(label, width=width, key=key)
-                continue
-            column.label = Text.from_markup(label) if isinstance(label, str) else label
-            column.width = width
-        self._columns_epoch += 1
-        self._update_count += 1
-        self._clear_caches()
-        self._set_virtual_size()
-        self.refresh()
-
-    # -- DataTable's storage API, on the list ------------------------------------------------
-
     @property
     def row_count(self) -> int:
         return len(self._store)
 
-    @property
-    def _y_offsets(self) -> _Offsets:  # type: ignore[override]
-        return _Offsets(self._store)
-
-    @property
-    def ordered_rows(self) -> _OrderedRows:  # type: ignore[override]
-        return _OrderedRows(self._store)
-
-    def get_row(self, row_key: RowKey | str) -> list[Any]:
-        index = self._store.find(row_key)
-        if index is None:
-            raise RowDoesNotExist(f"Row key {row_key!r} is not valid.")
-        return list(self._cells_at(index))
-
-    def get_row_at(self, row_index: int) -> list[Any]:
-        if not self.is_valid_row_index(row_index):
-            raise RowDoesNotExist(f"Row index {row_index!r} is not valid.")
-        return list(self._cells_at(row_index))
+    def is_valid_row_index(self, row_index: int) -> bool:
+        return 0 <= row_index < len(self._store)
 
     def get_row_index(self, row_key: RowKey | str) -> int:
         index = self._store.find(row_key)
@@ -296,38 +356,33 @@ class RowTable(DataTable):  # type: ignore[type-arg]
             raise RowDoesNotExist(f"No row exists for row_key={row_key!r}")
         return index
 
-    def get_cell_at(self, coordinate: Coordinate) -> Any:
-        row, column = coordinate
-        if not (self.is_valid_row_index(row) and self.is_valid_column_index(column)):
-            raise CellDoesNotExist(f"No cell exists at coordinate {coordinate!r}.")
-        cells = self._cells_at(row)
+    def get_row(self, row_key: RowKey | str) -> list[Any]:
+        """A row's cells, as its maker gives them."""
+        return self.get_row_at(self.get_row_index(row_key))
+
+    def get_row_at(self, row_index: int) -> list[Any]:
+        if not self.is_valid_row_index(row_index):
+            raise RowDoesNotExist(f"Row index {row_index!r} is not valid.")
+        return list(self._store.cells_of(self._store.records[row_index]))
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Any:
+        index = self._store.find(row_key)
+        column = self._column_index(column_key)
+        if index is None or column is None:
+            raise CellDoesNotExist(f"No cell for row {row_key!r}, column {column_key!r}.")
+        cells = self.get_row_at(index)
         return cells[column] if column < len(cells) else None
 
-    def clear(self, columns: bool = False) -> RowTable:
-        self._store.set([], [])
-        if columns:
-            self.columns.clear()
-            self._column_locations = type(self._column_locations)({})
-            self._columns_epoch += 1
-        self._update_count += 1
-        self._clear_caches()
+    def _rows_changed(self) -> None:
+        self._generation += 1
         self._set_virtual_size()
-        self.cursor_coordinate = Coordinate(0, 0)
-        self.hover_coordinate = Coordinate(0, 0)
-        self.refresh()
-        self.scroll_x = self.scroll_y = 0
-        self.scroll_target_x = self.scroll_target_y = 0
-        return self
-
-    def add_column(
-        self, label: Any, *, width: int | None = None, key: str | None = None, default: Any = None
-    ) -> ColumnKey:
-        if width is None:
-            raise ValueError("RowTable columns need a width (cells are never measured)")
-        column_key = super().add_column(label, width=width, key=key, default=default)
-        self._columns_epoch += 1
-        self._set_virtual_size()
-        return column_key
+        self.cursor_coordinate = self.cursor_coordinate  # clamped to the new rows
+        row = self.cursor_row
+        # the row under the cursor is another one (same index, new key): say so, as a move would
+        valid = self.show_cursor and self.cursor_type == "row" and self.is_valid_row_index(row)
+        if valid and self._announced != (row, self._store.keys[row]):
+            self._highlight_row(row)
+        self._refresh_changed_lines()
 
     def add_row(
         self, *cells: Any, height: int | None = 1, key: str | None = None, label: Any = None
@@ -337,8 +392,7 @@ class RowTable(DataTable):  # type: ignore[type-arg]
             raise ValueError("RowTable rows are one line high, without a label")
         if self._store.cells_of is not _identity:
             raise TypeError("this RowTable makes its cells from records: use set_rows")
-        row_key = RowKey(key)
-        name = key if key is not None else f"row-{id(row_key)}"
+        name = key if key is not None else f"row-{len(self._store)}-{self._generation}"
         if self._store.find(name) is not None:
             raise DuplicateKey(f"The row key {name!r} already exists.")
         self._store.set([*self._store.keys, name], [*self._store.records, list(cells)])
@@ -355,257 +409,503 @@ class RowTable(DataTable):  # type: ignore[type-arg]
         self._store.set(keys, records)
         self._rows_changed()
 
-    def update_cell(self, *args: Any, **kw: Any) -> None:
-        raise NotImplementedError("RowTable rows are replaced whole: set_rows")
-
-    def update_cell_at(self, *args: Any, **kw: Any) -> None:
-        raise NotImplementedError("RowTable rows are replaced whole: set_rows")
-
-    def remove_column(self, column_key: ColumnKey | str) -> None:
-        raise NotImplementedError("RowTable columns are set whole: clear(columns=True)")
-
     def sort(
         self, *columns: ColumnKey | str, key: Callable[[Any], Any] | None = None,
         reverse: bool = False,
     ) -> RowTable:  # fmt: skip
-        """DataTable's sort, on the cells (the panes sort their records themselves)."""
+        """Order the rows by their cells in these columns (the panes sort their records
+        themselves and set them in order)."""
         picks = [self.get_column_index(c) for c in columns]
+        cells_of, records = self._store.cells_of, self._store.records
 
         def value(i: int) -> Any:
-            cells = self._cells_at(i)
+            cells = cells_of(records[i])
             data = itemgetter(*picks)(cells) if picks else tuple(cells)
             return key(data) if key is not None else data
 
         order = sorted(range(len(self._store)), key=value, reverse=reverse)
-        self._store.set([self._store.keys[i] for i in order],
-                        [self._store.records[i] for i in order])  # fmt: skip
+        self._store.set([self._store.keys[i] for i in order], [records[i] for i in order])
         self._rows_changed()
         return self
 
-    # -- drawing a line: DataTable's, with its per-row style lookups made once per frame ---
+    def clear(self, columns: bool = False) -> RowTable:
+        self._store.set([], [])
+        if columns:
+            self.columns.clear()
+        self._generation += 1
+        self._set_virtual_size()
+        self.cursor_coordinate = Coordinate(0, 0)
+        self.hover_coordinate = Coordinate(0, 0)
+        self._announced = None
+        self.scroll_x = self.scroll_y = 0
+        self.scroll_target_x = self.scroll_target_y = 0
+        self.refresh()
+        return self
 
-    def notify_style_update(self) -> None:
-        """DataTable drops every cached line on any style update, and focus is one (each pane
-        switch). Its caches and ours are keyed by the pseudo-class state (focus, hover), so
-        unless the CSS itself changed (theme, stylesheet) or our classes did, they stay."""
-        epoch = (self.app._css_update_count, frozenset(self.classes))
-        if epoch != self._style_epoch:
-            self._style_epoch = epoch
-            self._style_memo.clear()
-            self._row_memo.clear()
-            super().notify_style_update()
-            return
-        Widget.notify_style_update(self)
-        self._styles_cache.clear()
-        self._get_styles_to_render_cell.cache_clear()  # not keyed by focus
+    # -- the columns -----------------------------------------------------------------------
+
+    def set_columns(self, columns: Iterable[tuple[str, str | Text, int]]) -> None:
+        """Add the columns (key, label, width), or relabel and resize the ones there."""
+        for key, label, width in columns:
+            text = Text.from_markup(label) if isinstance(label, str) else label
+            column = self.columns.get(key)
+            if column is None:
+                self.columns[key] = Column(key, text, width)
+            else:
+                column.label, column.width = text, width
+        self._columns_changed()
+
+    def add_column(
+        self, label: str | Text, *, width: int | None = None, key: str | None = None,
+        default: Any = None,
+    ) -> ColumnKey:  # fmt: skip
+        if width is None:
+            raise ValueError("RowTable columns need a width (cells are never measured)")
+        name = key if key is not None else f"column-{len(self.columns)}"
+        if name in self.columns:
+            raise DuplicateKey(f"The column key {name!r} already exists.")
+        text = Text.from_markup(label) if isinstance(label, str) else label
+        self.columns[name] = Column(name, text, width)
+        self._columns_changed()
+        return ColumnKey(name)
+
+    @property
+    def ordered_columns(self) -> list[Column]:
+        return list(self.columns.values())
+
+    def get_column_index(self, column_key: ColumnKey | str) -> int:
+        index = self._column_index(column_key)
+        if index is None:
+            raise ColumnDoesNotExist(f"No column exists for column_key={column_key!r}")
+        return index
+
+    def _column_index(self, column_key: object) -> int | None:
+        name = _plain(column_key)
+        return next((i for i, k in enumerate(self.columns) if k == name), None)
+
+    def _columns_changed(self) -> None:
+        self._generation += 1
+        self._columns_epoch += 1
+        self._set_virtual_size()
         self.refresh()
 
-    def render_lines(self, crop: Region) -> list[Strip]:
-        # DataTable asks for its `rich_style` on every line, which blends colours up the DOM:
-        # once per frame is enough.
-        self._frame_style = self.rich_style
-        try:
-            return super().render_lines(crop)  # type: ignore[no-any-return]
-        finally:
-            self._frame_style = None
+    def _table_width(self) -> int:
+        pad = 2 * self.cell_padding
+        return sum(c.width + pad for c in self.columns.values())
+
+    def _set_virtual_size(self) -> None:
+        self.virtual_size = Size(self._table_width(), len(self._store) + self._header_lines())
+
+    def _header_lines(self) -> int:
+        return 1 if self.show_header else 0
+
+    # -- drawing ---------------------------------------------------------------------------
+
+    # The styles lines are drawn with, read from the CSS when first needed after the last
+    # style update or whole repaint (each read blends colours up the DOM: ~0.4 ms).
+    _styles_memo: _Styles | None = None
+
+    def notify_style_update(self) -> None:
+        """Any style update (a theme, focus) may change every line: draw again. The lines
+        kept are keyed by the styles themselves, so a pane shown again in a focus state it
+        was drawn in finds its lines."""
+        super().notify_style_update()
+        self.refresh()
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:  # fmt: skip
+        if repaint and not regions:
+            # A whole repaint is what Textual asks for when our component classes' styles
+            # change, or a parent's (its background shows through ours): read them again.
+            self._styles_memo = None
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _styles(self) -> _Styles:
+        styles = self._styles_memo
+        if styles is None:
+            styles = self._styles_memo = _Styles(self)
+        return styles
+
+    def _styles_id(self, styles: Hashable) -> int:
+        found = self._styles_ids.get(styles)
+        if found is None:
+            if len(self._styles_ids) > 64:  # themes switched back and forth: start over
+                self._styles_ids.clear()
+            self._next_styles_id += 1  # never reused: lines kept under an old id stay apart
+            found = self._styles_ids[styles] = self._next_styles_id
+        return found
 
     def render_line(self, y: int) -> Strip:
-        """DataTable's, with the widget's style made once per frame (`render_lines`)."""
-        if self.fixed_rows or self._frame_style is None:
-            return super().render_line(y)  # type: ignore[no-any-return]
-        scroll_x, scroll_y = self.scroll_offset
-        if y >= (self.header_height if self.show_header else 0):
-            y += scroll_y
-        strip: Strip = self._render_line(y, scroll_x, scroll_x + self.size.width, self._frame_style)
+        styles = self._styles()
+        key, row = self._line_key(y, styles)
+        self._drawn[y] = key
+        strip = self._lines.get(key) if key is not None else None
+        if strip is None:
+            strip = self._draw(row, styles)
+            if key is not None:
+                self._lines[key] = strip
         return strip
 
-    def _clear_caches(self) -> None:
-        super()._clear_caches()
-        self._style_memo.clear()
+    def _row_cells(self, row: int) -> tuple[list[RenderableType], Hashable]:
+        """A row's cells as drawn (-1: the header's labels) and their content as a key (None
+        when a cell is not Text: such a line is not kept)."""
+        memo = (self._generation, row)
+        found = self._cells.get(memo)
+        if found is None:
+            columns = self.ordered_columns
+            if row == -1:
+                cells: list[RenderableType] = [c.label for c in columns]
+            else:
+                made = self._store.cells_of(self._store.records[row])
+                cells = [_formatted(c) for c in made[: len(columns)]]
+                cells += [_EMPTY] * (len(columns) - len(cells))
+            content: list[Hashable] = []
+            for cell in cells:
+                if not isinstance(cell, Text):  # another renderable: its looks are its own
+                    found = (cells, None)
+                    break
+                content.append((cell.plain, cell.style, tuple(cell.spans), cell.justify,
+                                cell.overflow, cell.no_wrap, cell.tab_size))  # fmt: skip
+            else:
+                found = (cells, tuple(content))
+            self._cells[memo] = found
+        return found
 
-    def _component_rich_style(self, name: str) -> Style:
-        """A component class's rich style, computed once per pseudo-class state (focus):
-        DataTable asks for it on every line, and each answer blends colours up the DOM."""
-        key = (name, self._pseudo_class_state)
-        style = self._style_memo.get(key)
-        if style is None:
-            style = self._style_memo[key] = self.get_component_styles(name).rich_style
-        return style
+    def _line_key(self, y: int, styles: _Styles) -> tuple[Hashable, int]:
+        """(what line y on screen depends on, or None; the row it shows, -1 for the header)."""
+        width = self.size.width
+        scroll_x, scroll_y = self.scroll_offset
+        top = self._header_lines()
+        row = -1 if y < top else y + scroll_y - top
+        if row >= len(self._store):
+            return ("blank", width, styles.id), row
+        _cells, content = self._row_cells(row)
+        if content is None:
+            return None, row
+        on_row = self.cursor_type == "row"
+        cursor = on_row and self.show_cursor and row == self.cursor_coordinate.row
+        hover = (
+            on_row and self.show_cursor and self._show_hover_cursor
+            and row == self.hover_coordinate.row
+        )  # fmt: skip
+        return (
+            row, content, cursor, hover, width, scroll_x, styles.id, self.zebra_stripes,
+            self.cell_padding, self.cursor_type, self.cursor_foreground_priority,
+            self.cursor_background_priority, self._columns_epoch,
+        ), row  # fmt: skip
 
-    def _get_row_style(self, row_index: int, base_style: Style) -> Style:
-        if row_index == -1:
-            return self._component_rich_style("datatable--header")
-        if row_index < self.fixed_rows:
-            return self._component_rich_style("datatable--fixed")
-        if self.zebra_stripes:
-            odd = row_index % 2
-            return self._component_rich_style(
-                "datatable--odd-row" if odd else "datatable--even-row"
-            )
-        return base_style
-
-    def _render_line_in_row(
-        self, row_key: RowKey, line_no: int, base_style: Style, cursor_location: Coordinate,
-        hover_location: Coordinate,
-    ) -> tuple[list[list[Segment]], list[list[Segment]]]:  # fmt: skip
-        """DataTable's, for tables without fixed columns or row labels (the panes')."""
-        if self.fixed_columns or (self._labelled_row_exists and self.show_row_labels):
-            return super()._render_line_in_row(  # type: ignore[no-any-return]
-                row_key, line_no, base_style, cursor_location, hover_location
-            )
-        cursor_type = self.cursor_type
-        found = self._store.find(row_key)
-        row_index = -1 if found is None else found
-        key = self._line_key(row_index, base_style, cursor_location, hover_location)
-        cached = self._row_memo.get(key) if key is not None else None
-        if cached is not None:
-            return cached  # type: ignore[no-any-return]
-        row_style = self._get_row_style(row_index, base_style)
-        should_highlight = self._should_highlight
-        render_cell = self._render_cell
-        scrollable: list[list[Segment]] = []
-        table_width = self._row_label_column_width
-        for column_index, column in enumerate(self.ordered_columns):
-            width = column.get_render_width(self)
-            table_width += width
-            at = Coordinate(row_index, column_index)
-            cell = render_cell(
-                row_index, column_index, row_style, width,
-                cursor=should_highlight(cursor_location, at, cursor_type),
-                hover=should_highlight(hover_location, at, cursor_type),
-            )  # fmt: skip
-            scrollable.append(cell[line_no])
+    def _draw(self, row: int, styles: _Styles) -> Strip:
+        """Line `row` (-1: the header) as DataTable draws it with a row cursor or none."""
+        width = self.size.width
+        if row >= len(self._store):
+            return Strip.blank(width, styles.base)
+        header = row == -1
+        row_style = styles.row_style(row, self.zebra_stripes)
+        on_row = self.cursor_type == "row"
+        cursor = on_row and self.show_cursor and row == self.cursor_coordinate.row
+        hover = (
+            on_row and self.show_cursor and self._show_hover_cursor
+            and row == self.hover_coordinate.row
+        )  # fmt: skip
+        component, post = styles.cell_styles(
+            header, hover, cursor, self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )  # fmt: skip
+        padding = self.cell_padding
+        console = self.app.console
+        cells, _content = self._row_cells(row)
+        segments: list[Segment] = []
+        table_width = 0
+        for index, (column, cell) in enumerate(zip(self.ordered_columns, cells, strict=True)):
+            cell_width = column.width + 2 * padding
+            table_width += cell_width
+            pre = row_style + Style.from_meta({"row": row, "column": index}) + component
+            if isinstance(cell, Text) and _simple_text(cell):
+                segments += cell_segments(cell, cell_width, padding, pre, post, console)
+            else:
+                segments += self._rich_cell(cell, cell_width, pre, post)
         # the row's style carried to the widget's right edge, as DataTable does
-        remaining = max(0, self.size.width - table_width)
-        if cursor_type == "row":
-            extend, _ = self._get_styles_to_render_cell(
-                row_index == -1, False, False,
-                should_highlight(hover_location, Coordinate(row_index or 0, 0), cursor_type),
-                row_index == cursor_location.row, self.show_cursor, self._show_hover_cursor,
-                False, False,
-            )  # fmt: skip
-            extend = row_style + extend
+        if on_row:
+            extend = row_style + component
         elif row_style.bgcolor is not None:
-            faded = Color.from_rich_color(row_style.bgcolor).blend(
-                self.background_colors[1], factor=0.25
-            )
+            faded = Color.from_rich_color(row_style.bgcolor).blend(styles.background, 0.25)
             extend = Style.from_color(color=row_style.color, bgcolor=faded.rich_color)
         else:
             extend = Style.from_color(row_style.color, row_style.bgcolor)
-        extend += Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
-        scrollable.append([Segment(" " * remaining, extend)])
-        pair: tuple[list[list[Segment]], list[list[Segment]]] = ([], scrollable)
-        if key is not None:
-            self._row_memo[key] = pair
-        return pair
+        extend += Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})
+        segments.append(Segment(" " * max(0, width - table_width), extend))
+        scroll_x = self.scroll_offset.x
+        return Strip(segments).crop(scroll_x).adjust_cell_length(width, styles.base).simplify()
 
-    def _line_key(
-        self, row_index: int, base_style: Style, cursor: Coordinate, hover: Coordinate
-    ) -> tuple[Any, ...] | None:
-        """What a drawn line depends on, its cells' content included: rows shown again with
-        the same content (a refill each second, a find undone, a pane shown again) are not
-        drawn again. None when a cell is not a one-line Text (then nothing is kept)."""
-        _label, cells = self._get_row_renderables(row_index)
-        content = []
-        for cell in cells:
-            if not _simple_text(cell):
-                return None
-            content.append((cell.plain, cell.style, tuple(cell.spans)))
-        if self.cursor_type == "row":
-            where: tuple[Any, ...] = (row_index == cursor.row, row_index == hover.row)
-        else:
-            where = (cursor, hover)
-        return (
-            row_index, tuple(content), base_style, self.cursor_type, where, self.show_cursor,
-            self._show_hover_cursor, self._pseudo_class_state, self.size.width,
-            self._columns_epoch, self.cell_padding, self.zebra_stripes, self.fixed_rows,
-        )  # fmt: skip
+    def _rich_cell(
+        self, cell: RenderableType, width: int, pre: Style, post: Style
+    ) -> list[Segment]:
+        """A cell that is not plain one-line Text, through Rich as DataTable renders cells."""
+        options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
+        padded = Styled(Padding(cell, (0, self.cell_padding)), pre_style=pre, post_style=post)
+        lines = self.app.console.render_lines(padded, options)
+        return lines[0] if lines else [Segment(" " * width, pre)]
 
-    # -- drawing a cell: DataTable's look, without its general renderable machinery ----------
+    def _refresh_changed_lines(self) -> None:
+        """Mark for drawing the lines on screen whose key changed. All of them, and nothing
+        made now, when the table is not on screen (a hidden pane is drawn whole when shown),
+        or when unsure (the styles not read since a whole repaint, which is then pending)."""
+        styles = self._styles_memo
+        if styles is None or not self._drawn or not self.is_on_screen:
+            self.refresh()
+            return
+        width, height = self.size
+        dirty: list[Region] = []
+        for y in range(self._header_lines(), height):
+            key, _row = self._line_key(y, styles)
+            if key is None or self._drawn.get(y) != key:
+                last = dirty[-1] if dirty else None
+                if last is not None and last.bottom == y:
+                    dirty[-1] = Region(0, last.y, width, last.height + 1)
+                else:
+                    dirty.append(Region(0, y, width, 1))
+        if dirty:
+            self.refresh(*dirty)
 
-    def _render_cell(
-        self, row_index: int, column_index: int, base_style: Style, width: int,
-        cursor: bool = False, hover: bool = False,
-    ) -> list[list[Segment]]:  # fmt: skip
-        """DataTable renders every cell through Styled(Padding(cell)) and two passes of
-        Console.render_lines: most of a repaint. A one-line Text cell gives the same segments
-        directly (`cell_segments`, tested against DataTable's own)."""
-        if column_index < 0 or self.fixed_rows or self.fixed_columns:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        header = row_index == -1
-        _label, cells = self._get_row_renderables(row_index)
-        cell = cells[column_index] if column_index < len(cells) else None
-        if not _simple_text(cell):
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        component, post = self._get_styles_to_render_cell(
-            header, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
-            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css",
-        )  # fmt: skip
-        pre = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component
-        assert isinstance(cell, Text)
-        # Not cached per cell: drawn lines are kept whole (`_row_memo`).
-        return [cell_segments(cell, width, self.cell_padding, pre, post, self.app.console)]
+    def refresh_row(self, row_index: int) -> None:
+        """Draw row `row_index` again (-1: the header) if it is on screen."""
+        if row_index == -1:
+            if self.show_header:
+                self.refresh(Region(0, 0, self.size.width, 1))
+            return
+        region = self._row_region(row_index)
+        if region and self.window_region.overlaps(region):
+            self.refresh(region.translate(-self.scroll_offset))
 
-    # -- what DataTable computes by walking every row: one-line rows make it arithmetic -----
-
-    def _on_resize(self, event: events.Resize) -> None:
-        """DataTable drops every cached line on any resize, including a hidden pane shown
-        again at the same size (each pane switch); only a new width changes our lines."""
-        if event.size.width != self._drawn_width:
-            self._drawn_width = event.size.width
-            self._update_count += 1
-
-    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
-        self._set_virtual_size()
-
-    def _update_column_widths(self, updated_cells: set[Any]) -> None:
-        """Columns have fixed widths: nothing to measure."""
-
-    def _row_y(self, row_index: int) -> int:
-        return row_index + (self.header_height if self.show_header else 0)
-
-    def _get_row_region(self, row_index: int) -> Region:
+    def _row_region(self, row_index: int) -> Region:
         if not self.is_valid_row_index(row_index):
             return Region(0, 0, 0, 0)
-        width = sum(c.get_render_width(self) for c in self.columns.values())
-        width += self._row_label_column_width
-        return Region(0, self._row_y(row_index), max(self.size.width, width), 1)
+        y = row_index + self._header_lines()
+        return Region(0, y, max(self.size.width, self._table_width()), 1)
 
-    def _get_cell_region(self, coordinate: Coordinate) -> Region:
-        if not self.is_valid_coordinate(coordinate):
-            return Region(0, 0, 0, 0)
-        row_index, column_index = coordinate
-        ordered = self.ordered_columns
-        x = sum(c.get_render_width(self) for c in ordered[:column_index])
-        x += self._row_label_column_width
-        width = ordered[column_index].get_render_width(self)
-        return Region(x, self._row_y(row_index), width, 1)
+    # -- the cursor ------------------------------------------------------------------------
+
+    @property
+    def cursor_row(self) -> int:
+        return self.cursor_coordinate.row
+
+    @property
+    def hover_row(self) -> int:
+        return self.hover_coordinate.row
+
+    def validate_cursor_coordinate(self, value: Coordinate) -> Coordinate:
+        row, column = value
+        last_row, last_column = len(self._store) - 1, len(self.columns) - 1
+        return Coordinate(clamp(row, 0, last_row), clamp(column, 0, last_column))
+
+    def validate_cell_padding(self, value: int) -> int:
+        return max(0, value)
+
+    def watch_cursor_coordinate(self, old: Coordinate, new: Coordinate) -> None:
+        if old != new:
+            self.refresh_row(old.row)
+            self._highlight_row(new.row)
+            self._scroll_cursor_into_view()
+
+    def watch_hover_coordinate(self, old: Coordinate, new: Coordinate) -> None:
+        if old.row != new.row:
+            self.refresh_row(old.row)
+            self.refresh_row(new.row)
+
+    def watch_show_cursor(self, show: bool) -> None:
+        self.refresh()
+        if show and self.cursor_type == "row":
+            self._scroll_cursor_into_view()
+            self._highlight_row(self.cursor_row)
+
+    def watch_cursor_type(self, old: CursorType, new: CursorType) -> None:
+        self._set_hover_cursor(False)
+        self.refresh()
+        if self.show_cursor and new == "row":
+            self._highlight_row(self.cursor_row)
+        self._scroll_cursor_into_view()
+
+    def watch_show_header(self) -> None:
+        self._set_virtual_size()
+        self.refresh()
+        self._scroll_cursor_into_view()
+
+    def watch_cell_padding(self) -> None:
+        self._set_virtual_size()
+        self.refresh()
+        self._scroll_cursor_into_view()
+
+    def move_cursor(
+        self, *, row: int | None = None, column: int | None = None, animate: bool = False,
+        scroll: bool = True,
+    ) -> None:  # fmt: skip
+        """Put the cursor on row `row` (clamped), scrolling it into view (as DataTable's)."""
+        current = self.cursor_coordinate
+        destination = Coordinate(
+            current.row if row is None else row, current.column if column is None else column
+        )
+        if scroll:
+            self._scroll_cursor_into_view(animate=animate)
+        self.cursor_coordinate = destination
+
+    def _highlight_row(self, row: int) -> None:
+        self.refresh_row(row)
+        if self.is_valid_row_index(row):
+            key = self._store.keys[row]
+            self._announced = (row, key)
+            self.post_message(RowTable.RowHighlighted(self, row, RowKey(key)))
+
+    def _scroll_cursor_into_view(self, animate: bool = False) -> None:
+        _x, y, width, height = self._row_region(self.cursor_row)
+        region = Region(int(self.scroll_x), y, width, height)
+        spacing = Spacing(self._header_lines(), 0, 0, 0)  # the header stays on top
+        self.scroll_to_region(region, animate=animate, spacing=spacing, force=True)
+
+    def _set_hover_cursor(self, active: bool) -> None:
+        """Show or hide the mouse's highlight (hidden while keys are used)."""
+        if active != self._show_hover_cursor:
+            self._show_hover_cursor = active
+            self.refresh_row(self.hover_row)
+
+    def _post_selected(self) -> None:
+        row = self.cursor_row
+        if self.cursor_type == "row" and self.is_valid_row_index(row):
+            self.post_message(RowTable.RowSelected(self, row, RowKey(self._store.keys[row])))
 
     def _page_height(self) -> int:
-        header = self.header_height if self.show_header else 0
-        return self.scrollable_content_region.height - header
+        return self.scrollable_content_region.height - self._header_lines()
+
+    def _moves_cursor(self) -> bool:
+        return self.show_cursor and self.cursor_type == "row"
+
+    def action_select_cursor(self) -> None:
+        self._set_hover_cursor(False)
+        if self._moves_cursor():
+            self._post_selected()
+
+    def action_cursor_up(self) -> None:
+        self._set_hover_cursor(False)
+        if self._moves_cursor():
+            self.cursor_coordinate = self.cursor_coordinate.up()
+        else:
+            super().action_scroll_up()
+
+    def action_cursor_down(self) -> None:
+        self._set_hover_cursor(False)
+        if self._moves_cursor():
+            self.cursor_coordinate = self.cursor_coordinate.down()
+        else:
+            super().action_scroll_down()
+
+    def action_cursor_right(self) -> None:
+        self._set_hover_cursor(False)
+        super().action_scroll_right()
+
+    def action_cursor_left(self) -> None:
+        self._set_hover_cursor(False)
+        super().action_scroll_left()
 
     def action_page_down(self) -> None:
-        if not (self.show_cursor and self.cursor_type in ("cell", "row")):
+        """A page down, the cursor with it (as DataTable's)."""
+        self._set_hover_cursor(False)
+        if not self._moves_cursor():
             super().action_page_down()
             return
-        self._set_hover_cursor(False)
         height = self._page_height()
         row = self.cursor_row
-        target = row + min(height + 1, max(1, self.row_count - row)) - 1
+        target = row + min(height + 1, len(self._store) - row) - 1
         self.scroll_relative(y=height, animate=False, force=True)
         self.move_cursor(row=target, scroll=False)
 
     def action_page_up(self) -> None:
-        if not (self.show_cursor and self.cursor_type in ("cell", "row")):
+        self._set_hover_cursor(False)
+        if not self._moves_cursor():
             super().action_page_up()
             return
-        self._set_hover_cursor(False)
         height = self._page_height()
         row = self.cursor_row
         target = row - min(height + 1, row + 1) + 1
         self.scroll_relative(y=-height, animate=False)
         self.move_cursor(row=target, scroll=False)
+
+    def action_scroll_top(self) -> None:
+        self._set_hover_cursor(False)
+        if self._moves_cursor():
+            self.cursor_coordinate = Coordinate(0, self.cursor_coordinate.column)
+        else:
+            super().action_scroll_home()
+
+    def action_scroll_bottom(self) -> None:
+        self._set_hover_cursor(False)
+        if self._moves_cursor():
+            self.cursor_coordinate = Coordinate(len(self._store) - 1, self.cursor_coordinate.column)
+        else:
+            super().action_scroll_end()
+
+    def action_scroll_home(self) -> None:
+        """Home: the leftmost column (the row cursor stays)."""
+        self._set_hover_cursor(False)
+        self.scroll_x = 0
+
+    def action_scroll_end(self) -> None:
+        self._set_hover_cursor(False)
+        self.scroll_x = self.max_scroll_x
+
+    # -- the mouse -------------------------------------------------------------------------
+
+    def _on_mouse_move(self, event: events.MouseMove) -> None:
+        """The row under the mouse is highlighted (segments carry their row in `meta`)."""
+        meta = event.style.meta
+        if not meta:
+            self._set_hover_cursor(False)
+            return
+        self._set_hover_cursor(True)
+        if self.show_cursor and self.cursor_type != "none" and "row" in meta:
+            self.hover_coordinate = Coordinate(meta["row"], meta.get("column", 0))
+
+    def _on_leave(self, _event: events.Leave) -> None:
+        self._set_hover_cursor(False)
+
+    async def _on_click(self, event: events.Click) -> None:
+        """A click on a header selects its column; on a row it moves the cursor there, and on
+        the cursor's row it selects it."""
+        self._set_hover_cursor(True)
+        meta = event.style.meta
+        if "row" not in meta or "column" not in meta:
+            return
+        row, column = meta["row"], meta["column"]
+        if row == -1 and self.show_header:
+            if 0 <= column < len(self.columns):
+                col = self.ordered_columns[column]
+                self.post_message(
+                    RowTable.HeaderSelected(self, ColumnKey(col.key), column, col.label)
+                )
+        elif self._moves_cursor():
+            again = row == self.cursor_row
+            self.cursor_coordinate = Coordinate(row, self.cursor_coordinate.column)
+            if again:
+                self._post_selected()
+            self._scroll_cursor_into_view(animate=True)
+            event.stop()
+
+
+def _formatted(cell: object) -> RenderableType:
+    """A cell as DataTable's default formatter makes it for a one-line row."""
+    if cell is None:
+        return _EMPTY
+    if isinstance(cell, str):
+        text = Text.from_markup(cell.split("\n", 1)[0], end="")
+    elif isinstance(cell, float):
+        text = Text(f"{cell:.2f}", end="")
+    elif not is_renderable(cell):
+        text = Text(str(cell), end="")
+    else:
+        # a Rich renderable the pane made (is_renderable): drawn as it is
+        return cell or _EMPTY  # type: ignore[return-value]
+    text.no_wrap = True
+    return text or _EMPTY
 
 
 def _simple_text(cell: object) -> bool:
@@ -643,7 +943,7 @@ def cell_segments(
     right = " " * (max(0, inner - text.cell_len) + padding)
     # Runs in one style are one segment (what Segment.simplify would make of them): fewer
     # segments for the line's simplify, the colour filter and the output.
-    if not text._spans:
+    if not text.spans:
         plain = text.plain
         # Rich joins the wrapped lines, which turns the base style into a span.
         own = console.get_style(text.style, default=Style.null()) if text.style else None

@@ -85,8 +85,9 @@ def guarded_terminal() -> Iterator[TerminalGuard | None]:
         yield None
         return
     guard = TerminalGuard(original)
+    # typeshed declares sys.__stderr__ final; Textual's driver writes to it, so it is swapped
     sys.__stderr__ = guard  # type: ignore[misc,assignment]
     try:
         yield guard
     finally:
-        sys.__stderr__ = original  # type: ignore[misc]
+        sys.__stderr__ = original  # type: ignore[misc]  # the same final attribute, restored

@@ -8,6 +8,9 @@ one transaction on one connection, each repository contributing its rows. Times 
 seconds (UTC); every writing method takes ``now=`` (default the wall clock) so callers and tests
 are deterministic. Invalid input is a one-line :class:`StoreError`; the store's health is the
 engine's (see ``database.py`` and ``health.py``).
+
+One file: the one API the rest of vastui sees; each method a line or two of delegation, and
+the multi-table units of work, which belong to no single repository.
 """
 
 from __future__ import annotations
