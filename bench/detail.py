@@ -5,7 +5,7 @@ ModalScreen with the same text, all of it static.
     .venv/bin/python -m bench.detail [--quick]
 
 The console runs on its fixed data (vastui.console.fixtures: the snapshot tests' app) with
-the cursor on a proving worker, whose cuzk status the fixture's bridge answers at once: what
+the cursor on a proving worker, whose cuzk status the fixture's source answers at once: what
 is timed is the console's own work, not a worker's network. The yardsticks are two minimal
 apps whose enter pushes a ModalScreen of the same size with the same title, metadata,
 diagnosis and cuzk status lines (made beforehand by the detail view's own functions) in Labels
@@ -64,7 +64,7 @@ def serve_vastui(state: Path) -> None:
     from vastui.console.fixtures import fixed_app
 
     app = fixed_app(state)
-    answer = app.bridge.cuzk_status
+    answer = app.source.cuzk_status
     delay = float(os.environ.get(FETCH_ENV, "0")) / 1000
 
     async def slower(rec: Any) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def serve_vastui(state: Path) -> None:
         return await answer(rec)
 
     if delay:
-        app.bridge.cuzk_status = slower  # type: ignore[method-assign]
+        app.source.cuzk_status = slower  # type: ignore[method-assign]
     app.run()
 
 

@@ -4,7 +4,7 @@ the changed screen, in the console and in a minimal Textual app with the same ro
     .venv/bin/python -m bench.keys [--quick] [--profile DIR [--profile-app minimal]]
     BENCH_KEYS_GCLOG=DIR .venv/bin/python -m bench.keys   # every collection's pause, per app
 
-The console runs on a purpose-built bridge (10,000 offers, 500 instances whose ages and spend
+The console runs on a purpose-built source (10,000 offers, 500 instances whose ages and spend
 move with the clock, a log streaming 5,000 lines/s into the Logs pane); the minimal app
 (bench/minimal_app.py) shows the same offer and instance rows in plain DataTables. Each runs
 under its own pty at 200x50, as a child process. This process is the terminal: it answers
@@ -164,7 +164,7 @@ SORT_CYCLE = (
 
 
 def serve_vastui(state: Path) -> None:
-    """The console on the bench bridge; the log stream starts when the driver opens an
+    """The console on the bench source; the log stream starts when the driver opens an
     instance's logs (2, then l)."""
     import asyncio
     from collections.abc import AsyncIterator

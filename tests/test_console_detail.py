@@ -18,7 +18,7 @@ from textual.widgets import Static
 from tests.helpers import settle
 from vastui.console import detail
 from vastui.console.detail import DetailScreen, render_cuzk
-from vastui.console.fixtures import CUZK_STATUS, T0, FixedBridge, fixed_app
+from vastui.console.fixtures import CUZK_STATUS, T0, FixedSource, fixed_app
 from vastui.console.rowtable import RowTable
 from vastui.store import InstanceRecord
 
@@ -45,8 +45,8 @@ async def test_the_record_is_drawn_first_and_cuzks_answer_moves_nothing(
 ) -> None:
     monkeypatch.setattr(detail, "CUZK_EVERY", 3600.0)  # the first read only
     app = fixed_app(tmp_path)
-    bridge = app.bridge
-    assert isinstance(bridge, FixedBridge)
+    source = app.source
+    assert isinstance(source, FixedSource)
     answer = asyncio.Event()
     reads = 0
 
@@ -56,7 +56,7 @@ async def test_the_record_is_drawn_first_and_cuzks_answer_moves_nothing(
         await answer.wait()
         return CUZK_STATUS
 
-    bridge.cuzk_status = slow  # type: ignore[method-assign]
+    source.cuzk_status = slow  # type: ignore[method-assign]
     async with app.run_test(size=(160, 50)) as pilot:
         await _on_the_proving_worker(pilot)
         await pilot.press("enter")
@@ -78,7 +78,7 @@ async def test_the_record_is_drawn_first_and_cuzks_answer_moves_nothing(
 async def test_an_answer_already_there_is_in_the_first_frame(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fixture's bridge answers at once: the view is composed with the status in it, and
+    """The fixture's source answers at once: the view is composed with the status in it, and
     never fills it in afterwards."""
     monkeypatch.setattr(detail, "CUZK_EVERY", 3600.0)
     filled: list[str] = []
