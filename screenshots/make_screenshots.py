@@ -9,10 +9,9 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from textual.widgets import DataTable
-
 from vastui.console.fixtures import LOGS, fixed_app
 from vastui.console.logview import LogView
+from vastui.console.rowtable import RowTable
 
 OUT = Path(__file__).resolve().parent
 
@@ -23,11 +22,11 @@ async def shoot(name: str, keys: list[str], size: tuple[int, int], row: str | No
         async with app.run_test(size=size) as pilot:
             for _ in range(50):
                 await pilot.pause()
-                if app.query_one("#offers-table", DataTable).row_count and app.snapshot.instances:
+                if app.query_one("#offers-table", RowTable).row_count and app.snapshot.instances:
                     break
             for key in keys:
                 if key == "@row" and row is not None:
-                    table = app.query_one("#instances-table", DataTable)
+                    table = app.query_one("#instances-table", RowTable)
                     table.move_cursor(row=table.get_row_index(row))
                     continue
                 await pilot.press(key)
