@@ -95,6 +95,11 @@ def strip_text(s: StripState) -> Text:
         line.append(f"est {eco.est_rate:.0f} p/h {cpp}/p ", style="dim")
     else:
         line.append("0 p/h ", style="dim")
+    # before the spend: at 160 columns the spend's tail is what is cut
+    if status is not None and status.credit is not None:
+        out = status.credit <= 0 or status.reason_kind == "no_credit"
+        line.append("│ ", style="dim")
+        line.append(f"credit {money(status.credit)} ", style="bold red" if out else "")
     if s.spend is not None:
         line.append("│ ", style="dim")
         budget = status.daily_budget if status is not None else None
@@ -108,10 +113,6 @@ def strip_text(s: StripState) -> Text:
         line.append(
             f"{money(s.spend.rejected)} rejected ", style="yellow" if s.spend.rejected else "dim"
         )
-    if status is not None and status.credit is not None:
-        out = status.credit <= 0 or status.reason_kind == "no_credit"
-        line.append("│ ", style="dim")
-        line.append(f"credit {money(status.credit)} ", style="bold red" if out else "")
     if s.freshness is not None:
         label, seconds, warn = s.freshness
         line.append(f"│ {label} {age(seconds)}", style="yellow" if seconds > warn else "dim")
