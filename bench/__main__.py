@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -140,8 +141,11 @@ def _print_table(modules: dict[str, dict[str, Any]], figures: dict[str, Any], go
     width = max([len(k) for k in figures] + [20])
     for name, info in modules.items():
         print(f"== {name}: {info['status']} ({info.get('seconds', '-')} s)")
+        ranges = info.get("ranges", {})
         for key in sorted(k for k in figures if k.split(".")[0] == name):
             line = f"   {key.ljust(width)}  {_fmt(figures[key]):>12}"
+            if key in ranges and ranges[key][0] != ranges[key][1]:
+                line += f"  [{_fmt(ranges[key][0])}–{_fmt(ranges[key][1])}]"
             verdict = goals.get(key)
             if verdict is not None:
                 mark = {True: "met", False: "MISSED", None: "not measured"}[verdict["met"]]
@@ -152,12 +156,45 @@ def _print_table(modules: dict[str, dict[str, Any]], figures: dict[str, Any], go
         print(f"   {key}: goal {goals[key]['goal']} not measured")
 
 
+def median_outcome(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One outcome from several runs of a module: each numeric figure the median of the runs
+    that measured it, its range noted; the status of the first run that failed, if any."""
+    ok = [o for o in outcomes if o["status"] == "ok"]
+    if not ok:
+        return outcomes[0]
+    if len(outcomes) == 1:
+        return ok[0]
+    figures: dict[str, Any] = {}
+    ranges: dict[str, list[float]] = {}
+    for key in dict.fromkeys(k for o in ok for k in o["figures"]):
+        values = [o["figures"][key] for o in ok if key in o["figures"]]
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if len(numbers) == len(values):
+            figures[key] = statistics.median(numbers)
+            ranges[key] = [min(numbers), max(numbers)]
+        else:
+            figures[key] = values[-1]
+    failed = [o["status"] for o in outcomes if o["status"] != "ok"]
+    return {
+        "status": "ok" if not failed else f"ok in {len(ok)} of {len(outcomes)} runs ({failed[0]})",
+        "seconds": round(sum(o.get("seconds", 0.0) for o in outcomes), 1),
+        "runs": len(ok),
+        "ranges": ranges,
+        "figures": figures,
+        "goals": ok[0]["goals"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (< 2 minutes)")
     parser.add_argument("--only", help=f"comma-separated modules: {','.join(MODULES)}")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="results file")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--runs", type=int, default=1, metavar="N",
+        help="run each module N times; each figure is the median (its range is noted)",
+    )  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -175,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         what, quick_limit, full_limit = MODULES[name]
         print(f"bench {name}: {what}", file=sys.stderr, flush=True)
-        outcome = _run_module(name, args.quick, quick_limit if args.quick else full_limit)
+        outcomes = [
+            _run_module(name, args.quick, quick_limit if args.quick else full_limit)
+            for _ in range(max(1, args.runs))
+        ]
+        outcome = median_outcome(outcomes)
         clean, notes = clean_figures(name, outcome["figures"])
         figures.update(clean)
         for raw in outcome["goals"]:
