@@ -100,3 +100,22 @@ async def test_a_hook_that_hangs_leaves_the_engine_stepping(world, store, tmp_pa
     assert engine.status is not None and engine.status.reason_kind == "no_credit"
     assert notifier.sent == 0 and not engine.halted
     await notifier.close()
+
+
+async def test_an_engine_that_stops_itself_sends_its_one_line(world, store):
+    posts: list[dict[str, object]] = []
+
+    def hook(request: httpx.Request) -> httpx.Response:
+        posts.append(json.loads(request.content))
+        return httpx.Response(200)
+
+    engine = await world.engine(store)
+    notifier = Notifier(webhook="https://hooks.example/x", transport=httpx.MockTransport(hook))
+    engine.monitor = Monitor(world.config, notifier=notifier)
+    engine.stop_fatal("store: the database file was replaced under the engine")
+    engine.stop_fatal("a second reason is not a second alert")
+    await engine.monitor.flush(30)
+    await notifier.close()
+    assert [(p["alert"], p["state"], p["summary"]) for p in posts] == [
+        ("engine_stopped", "firing", "store: the database file was replaced under the engine")
+    ]
