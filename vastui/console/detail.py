@@ -17,6 +17,9 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -57,13 +60,36 @@ def _lines_of(text: Text, reserved: int) -> int:
     return max(reserved, len(text.plain.rstrip("\n").split("\n")))
 
 
-def _kv(rows: list[tuple[str, Any]]) -> Table:
+def _kv(rows: list[tuple[str, Any]]) -> _DrawnOnce:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     for key, value in rows:
         table.add_row(key, value if isinstance(value, Text) else t(value))
-    return table
+    return _DrawnOnce(table)
+
+
+class _DrawnOnce:
+    """A Table drawn once per width. Textual draws a Static's content to learn its height,
+    then again to show it, and a Table measures every cell each time it is drawn: the
+    metadata table was the largest part of the view's first frame. Its segments are the
+    Table's own, so it looks the same."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self._drawn: dict[tuple[int, bool | None, bool], list[Segment]] = {}
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # All the table's drawing depends on here: it sets each cell's justify, overflow,
+        # wrap and highlight itself, and ignores the height.
+        key = (options.max_width, options.markup, options.ascii_only)
+        drawn = self._drawn.get(key)
+        if drawn is None:
+            drawn = self._drawn[key] = list(console.render(self.table, options))
+        return drawn
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.table)
 
 
 class DetailScreen(ModalScreen[None]):
@@ -145,7 +171,7 @@ class DetailScreen(ModalScreen[None]):
             self.query_one("#detail-meta", Static).update(meta)
             self.query_one("#detail-diagnosis", Static).update(diagnosis)
 
-    def _record(self) -> tuple[Table | None, Text]:
+    def _record(self) -> tuple[_DrawnOnce | None, Text]:
         """The metadata table and the diagnosis; the table None when neither changed since
         they were last shown."""
         rows, diagnosis = self._meta(), self._diagnosis()
