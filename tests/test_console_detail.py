@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 from textual.geometry import Region
 from textual.widgets import Static
 
@@ -83,9 +84,12 @@ async def test_an_answer_already_there_is_in_the_first_frame(
     monkeypatch.setattr(detail, "CUZK_EVERY", 3600.0)
     filled: list[str] = []
     show = DetailScreen._show_cuzk
-    monkeypatch.setattr(
-        DetailScreen, "_show_cuzk", lambda self, text: (filled.append(text.plain), show(self, text))
-    )
+
+    def shown(self: DetailScreen, text: Text) -> None:
+        filled.append(text.plain)
+        show(self, text)
+
+    monkeypatch.setattr(DetailScreen, "_show_cuzk", shown)
     app = fixed_app(tmp_path)
     async with app.run_test(size=(160, 50)) as pilot:
         await _on_the_proving_worker(pilot)
