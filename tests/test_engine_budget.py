@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 
 from tests.enginekit import World
+from tests.helpers import eventually
 from vastui.alerts import Notifier
 from vastui.engine.monitor import Monitor
 from vastui.store import Store
@@ -88,7 +90,10 @@ async def test_a_hook_that_hangs_leaves_the_engine_stepping(world, store, tmp_pa
     config = replace(world.config, alerts=replace(world.config.alerts, min_credit=10.0))
     world.config = config
     engine = await world.engine(store)
-    notifier = Notifier(command=["/bin/sh", "-c", "exec sleep 3600"], timeout_s=300)
+    pid_file = tmp_path / "hook.pid"
+    notifier = Notifier(
+        command=["/bin/sh", "-c", f"echo $$ > {pid_file}; exec sleep 3600"], timeout_s=300
+    )
     engine.monitor = Monitor(world.config, notifier=notifier)
     world.cloud.user["credit"] = 5.0
     await engine.step()  # the alert goes to a hook that never answers
@@ -99,7 +104,17 @@ async def test_a_hook_that_hangs_leaves_the_engine_stepping(world, store, tmp_pa
     await engine.step()  # and the engine carries on deciding meanwhile
     assert engine.status is not None and engine.status.reason_kind == "no_credit"
     assert notifier.sent == 0 and not engine.halted
-    await notifier.close()
+    await eventually(pid_file.exists, what="the hook started")
+    pid = int(pid_file.read_text())
+    await notifier.close()  # and the engine's stop ends the hook with it
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+
+    await eventually(gone, what="the hanging hook killed")
 
 
 async def test_an_engine_that_stops_itself_sends_its_one_line(world, store):

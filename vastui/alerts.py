@@ -268,6 +268,10 @@ class Notifier:
             return False
         try:
             await asyncio.wait_for(proc.communicate(body), self.timeout_s)
+        except asyncio.CancelledError:  # the engine stops: no hook outlives it
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
