@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -249,24 +250,28 @@ def world_rate(cuzk_log: str, skip: int = 1) -> float:
     return slope * 3_600_000  # per ms → per hour
 
 
-def world_busy_rate(cuzk_log: str, skip: int, between: tuple[float, float]) -> float:
-    """What the simulated daemon did while it had work, counted as the engine counts production
-    (production.measure) over the same stretch of the daemon's own clock (``between``: uptime
-    seconds, the engine's first busy reading and its last): proofs after the first ``skip`` that
-    finished in it, over the time in it that some proof was in flight (its first SYNTH_START to
-    its last GPU_END). A daemon that curio left idle on a loaded machine is not slower."""
-    starts, ends = _timeline(cuzk_log)
-    lo, hi = (round(x * 1000) for x in between)
-    jobs = [j for j in sorted(starts, key=starts.__getitem__)[skip:] if j in ends]
-    done = sum(1 for j in jobs if lo < ends[j] <= hi)
-    assert done >= 3, f"only {done} finishes after the first {skip} in {between}"
-    busy, reach = 0, lo
-    for a, b in sorted((max(starts[j], lo), min(ends[j], hi)) for j in jobs):
-        if b <= reach:
-            continue
-        busy += b - max(a, reach)
-        reach = b
-    return done * 3_600_000 / busy
+def world_count(
+    cuzk_log: str, skip: int, samples: list[list[float]], window: float
+) -> tuple[int, float]:
+    """What the simulated daemon did, counted as the engine counts production from its own
+    readings (``samples``: production.ProdState's, [t, completed, failed, busy, timeouts,
+    daemon uptime, latency]): over the readings of the last ``window`` (and the one before it),
+    for each interval whose first reading found the daemon busy, the proofs after the first
+    ``skip`` that it finished within the interval by its own clock, and the interval's length
+    by that clock. (proofs, seconds)."""
+    _starts, ends = _timeline(cuzk_log)
+    order = sorted(_starts, key=_starts.__getitem__)[skip:]
+    finishes = sorted(ends[j] / 1000 for j in order if j in ends)
+    start = samples[-1][0] - window
+    points = [x for x in samples if x[0] >= start]
+    earlier = [x for x in samples if x[0] < start]
+    points = earlier[-1:] + points
+    done, span = 0, 0.0
+    for a, b in itertools.pairwise(points):
+        if a[3] and 0 <= a[5] < b[5]:
+            done += sum(1 for f in finishes if a[5] < f <= b[5])
+            span += b[5] - a[5]
+    return done, span
 
 
 def _timeline(cuzk_log: str) -> tuple[dict[str, int], dict[str, int]]:
