@@ -11,6 +11,9 @@ from tests.enginekit import World
 from tests.helpers import Controller
 from vastui.store import Store
 
+# A real PostgreSQL with curio's schema, one per session (tests/pgfixtures.py)
+pytest_plugins = ["tests.pgfixtures"]
+
 # Textual reads this once, at import: it has to be set before any test imports textual.
 os.environ["TEXTUAL_ANIMATIONS"] = "none"
 

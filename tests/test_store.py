@@ -487,6 +487,9 @@ async def test_to_json_key_sets(store: Store) -> None:
         "bid_price",
         "interruptions",
         "outbid_since",
+        "drain_started_at",
+        "drain_deadline",
+        "released_tasks",
     ]
     assert inst.to_json()["id"] == 3245511
     await store.set_stage(3245511, "paramfetch", now=T0 + 1)
@@ -605,7 +608,12 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
         "reason_since": "2026-11-30T10:06:30Z",
         "simulated_clock": False,
         "credit": None, "spent_today": None, "daily_budget": None, "dph": None, "dph_cap": None,
+        "cluster": None,
     }  # fmt: skip
+    seen = await store.put_engine_status(
+        replace(_status(None, T0 + 140), cluster={"state": "ok", "psprove_waiting": 3})
+    )
+    assert seen.cluster == {"state": "ok", "psprove_waiting": 3}
     money = await store.put_engine_status(
         replace(_status(None, T0 + 150), credit=42.5, spent_today=3.25, daily_budget=50.0,
                 dph=0.9, dph_cap=5.0)
@@ -643,7 +651,7 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 11
+        assert await s.schema_version() == SCHEMA_VERSION == 12
         assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
         await s.put_engine_status(_status("at_target", T0))
         assert (await s.get_engine_status()).reason_kind == "at_target"

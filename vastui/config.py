@@ -131,6 +131,10 @@ class CurioSection:
     listen_port_base: int = 12400
     db_name: str = "yugabyte"
     db_user: str = "yugabyte"
+    # The engine reads curio's cluster database at [ssh] curio_db (vastui/engine/cluster.py):
+    # the work waiting and claimed, each worker's tasks and PSProve results; it cordons a
+    # worker before a planned destroy and frees a destroyed worker's tasks. false: never.
+    read_cluster: bool = True
 
 
 @dataclass
@@ -149,6 +153,13 @@ class ProvingSection:
     # deadline counts the daemon's queue (lib/cuzk/client.go:116-122)
     deadline_margin: float = 0.2
     max_overdue: int = 2  # proofs past curio's ProveTimeout in the window that destroy it
+    # A planned destroy of a healthy proving worker (surplus, below its min_rate) cordons its
+    # curio machine first and destroys it once it holds no task, or after this many minutes;
+    # 0: the time its held proofs need at its rate, at most the market's deadline less the
+    # margin (vastui/engine/drain.py)
+    drain_min: float = 0.0
+    market_deadline_min: float = 45.0  # the proofshare market's (Snark-Market.md:169)
+    drain_margin_min: float = 5.0
 
 
 @dataclass
@@ -429,6 +440,17 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("proving.strikes_to_ban", lambda c: c.proving.strikes_to_ban >= 1, "an integer >= 1"),
     ("proving.deadline_margin", lambda c: 0 <= c.proving.deadline_margin <= 2, "0 to 2"),
     ("proving.max_overdue", lambda c: c.proving.max_overdue >= 1, "an integer >= 1"),
+    ("proving.drain_min", lambda c: 0 <= c.proving.drain_min <= 1440, "0 to 1440 (minutes)"),
+    (
+        "proving.market_deadline_min",
+        lambda c: 1 <= c.proving.market_deadline_min <= 1440,
+        "1 to 1440 (minutes)",
+    ),
+    (
+        "proving.drain_margin_min",
+        lambda c: 0 <= c.proving.drain_margin_min < c.proving.market_deadline_min,
+        "0 to less than proving.market_deadline_min (minutes)",
+    ),
     ("bids.mode", lambda c: c.bids.mode in BID_MODES, "off or auto"),
     ("offers.setup_lifetime_h", lambda c: 0 <= c.offers.setup_lifetime_h <= 10_000, "0 to 10000"),
     ("bids.min_saving", lambda c: 0 <= c.bids.min_saving < 1, "a number from 0 to 0.99"),
@@ -555,18 +577,25 @@ def _checked_key(key: str, source: str) -> str:
     return key
 
 
-def curio_db_password_path() -> Path:
+def curio_db_password_path(config_path: Path | None = None) -> Path:
+    """``curio-db-password`` beside the config file in use (what ``vastui sim serve
+    --write-config`` writes), else in vastui's config directory."""
+    if config_path is not None:
+        beside = config_path.parent / "curio-db-password"
+        if beside.exists():
+            return beside
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "vastui" / "curio-db-password"
 
 
-def load_curio_db_password() -> str | None:
-    """The password of curio's database for the workers: $VASTUI_CURIO_DB_PASSWORD, else the
-    file curio-db-password; None means curio's own default. Never printed or stored."""
+def load_curio_db_password(config_path: Path | None = None) -> str | None:
+    """The password of curio's database, for the workers and the engine's cluster reader:
+    $VASTUI_CURIO_DB_PASSWORD, else the file curio-db-password (``curio_db_password_path``);
+    None means curio's own default. Never printed or stored."""
     env = os.environ.get("VASTUI_CURIO_DB_PASSWORD")
     if env:
         return env
-    path = curio_db_password_path()
+    path = curio_db_password_path(config_path)
     try:
         text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:

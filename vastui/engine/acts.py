@@ -13,15 +13,17 @@ rent, destroy, ban and strike.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config, load_curio_db_password
-from vastui.engine import fleetwide, identity, policy
+from vastui.engine import drain, fleetwide, identity, policy
 from vastui.engine.bidding import BidQuote
+from vastui.engine.cluster import ClusterError, ClusterReader, Worker
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
 from vastui.engine.transitions import (
@@ -51,6 +53,16 @@ class EngineError(Exception):
     """A command could not be carried out; one line for the operator."""
 
 
+class IdentityCollision(EngineError):
+    """The curio identity a new worker would take is another live machine's in the cluster:
+    another fleet or node uses the address. The fleet's configuration, never a machine's."""
+
+    def __init__(self, line: str, runner_id: int) -> None:
+        super().__init__(line)
+        self.line = line
+        self.runner_id = runner_id
+
+
 class NoCredit(EngineError):
     """Vast refused a rent for billing (``missing_billing``: the account is out of credit).
     The account's, never the machine's: no strike, no ban, the offer stays rentable."""
@@ -67,6 +79,8 @@ BILLING_CODES = frozenset({"missing_billing"})  # vast-api.md § errors; the CLI
 class ActSettings:
     dry_run: bool
     worker_env: dict[str, str]
+    # curio's database password for the workers (a secret: not in repr); None: the file's
+    curio_db_password: str | None = field(default=None, repr=False)
 
 
 class Acts:
@@ -99,6 +113,7 @@ class Acts:
         self._destroy_retry: dict[int, tuple[int, float]] = {}  # vast_id → (failures, not before)
         self._key_on_account = False
         self.last_error: str | None = None
+        self.cluster: ClusterReader | None = None  # curio's cluster (cordon, release), if read
 
     async def load_identity(self) -> str:
         if self.fleet_id is None:
@@ -143,6 +158,7 @@ class Acts:
         # label after a crash records the same one (the original's runner_id, kept on
         # re-register of the same label).
         runner_id = await self._new_runner_id()
+        await self.check_identity(runner_id, now)
         detail["runner_id"] = runner_id
         detail["paramfetch_timeout"] = policy.paramfetch_timeout_s(offer.inet_down)
         intent = await self.store.create_intent(
@@ -163,7 +179,7 @@ class Acts:
             **identity.runner_env(
                 self.config.fleet.name, runner_id, self.config.curio.listen_port_base
             ),
-            **worker_curio_env(self.config),
+            **worker_curio_env(self.config, self.settings.curio_db_password),
             **self.settings.worker_env,
         }
         self.inflight_labels.add(label)
@@ -294,11 +310,15 @@ class Acts:
     # -- destroy --------------------------------------------------------------------------
 
     async def kill(
-        self, rec: InstanceRecord, kill: policy.Kill, *, intent_id: int | None = None
+        self, rec: InstanceRecord, kill: policy.Kill, *, intent: Intent | None = None
     ) -> bool:
         """Destroy with a typed reason (and ban the machine when the fault is the machine's).
 
-        True once destroyed and recorded; False if refused, dry-run, or to be retried.
+        A planned destroy of a healthy proving worker drains first (vastui/engine/drain.py):
+        its curio machine is cordoned and the destroy waits, as a recorded intent, until it
+        holds no work or the drain's deadline; a later call (each step, or a kill that will not
+        wait: the worker broke meanwhile) ends it. True once destroyed and recorded; False if
+        refused, dry-run, draining, or to be retried.
         """
         if not self.ours(rec.label):
             log.error("refusing to destroy instance %s: label %r is not this fleet's",
@@ -308,22 +328,41 @@ class Acts:
         if self.settings.dry_run:
             await self._dry_kill(rec, kill, now)
             return False
-        if intent_id is None:
+        if intent is None:
             pending = [
                 i
                 for i in await self.store.list_intents(status="pending", kind="destroy")
                 if i.instance_id == rec.vast_id
             ]
-            if pending:  # a destroy already decided is being retried: keep its reason
-                intent_id = pending[0].id
-                kill = policy.Kill.from_detail(pending[0].reason, pending[0].detail)
+            if pending:  # a destroy already decided is being retried, or drains
+                intent = pending[0]
             else:
                 kill = await self._fleet_check(rec, kill, now)
                 intent = await self.store.create_destroy_intent(
                     rec.vast_id, kill.reason, machine_id=rec.machine_id,
                     detail=kill.to_detail(), ban=self._ban_spec(rec, kill, now), now=now,
                 )  # fmt: skip
-                intent_id = intent.id
+                if drain.drains(kill, rec) and await self._begin_drain(rec, kill, intent, now):
+                    return False
+                return await self._destroy(rec, kill, intent.id)
+        decided = policy.Kill.from_detail(intent.reason, intent.detail)
+        plan = intent.detail.get("drain")
+        if isinstance(plan, dict):
+            if kill.kind != decided.kind and not drain.drains(kill, rec):
+                # it broke while draining: it would finish nothing more
+                decided = _noted(decided, f"drain cut short: {kill.reason}")
+            else:
+                end = drain.drain_end(plan, _cluster_state(rec), rec.cluster_checked_at, now)
+                if end is None:
+                    return False
+                decided = _noted(decided, end.text, drain_end=end.why)
+        elif drain.drains(decided, rec) and await self._begin_drain(rec, decided, intent, now):
+            return False  # decided before a crash, its drain not begun: begun now
+        return await self._destroy(rec, decided, intent.id)
+
+    async def _destroy(self, rec: InstanceRecord, kill: policy.Kill, intent_id: int) -> bool:
+        """The DELETE of a decided destroy, its record, then its tasks released in curio's
+        cluster."""
         if not self._retry_due(rec.vast_id):
             return False
         crash_point("destroy.before_send")
@@ -338,7 +377,120 @@ class Acts:
         await self.forget_worker(rec.vast_id)
         await self.complete_destroy(rec, kill, intent_id, already_gone=not existed)
         log.info("destroyed %s (%s): %s", rec.vast_id, kill.kind, kill.reason)
+        await self.release(rec)
         return True
+
+    # -- curio's cluster: drain, release, identity ---------------------------------------
+
+    def cluster_worker(self, rec: InstanceRecord, now: float | None = None) -> Worker | None:
+        """The worker as curio's cluster should know it: its identity from its runner id, the
+        machine id it reported; None without a runner id (it never had an identity)."""
+        if rec.runner_id is None:
+            return None
+        base = self.config.curio.listen_port_base
+        info = _json_obj(rec.curio_info)
+        machine = info.get("machine_id")
+        since = rec.proving_at or rec.created_at or 0.0
+        window = self.config.proving.window_min * 60.0
+        return Worker(
+            vast_id=rec.vast_id,
+            host_and_port=identity.curio_listen(rec.runner_id, base),
+            node_name=identity.node_name(self.config.fleet.name, rec.runner_id),
+            machine_id=machine if isinstance(machine, int) and machine > 0 else None,
+            since=since,
+            window_since=(now if now is not None else self.clock()) - window,
+        )
+
+    def _reading_cluster(self) -> ClusterReader | None:
+        return self.cluster if self.cluster is not None and self.cluster.enabled else None
+
+    async def _begin_drain(
+        self, rec: InstanceRecord, kill: policy.Kill, intent: Intent, now: float
+    ) -> bool:
+        """Cordon the worker's curio machine and record the drain in its destroy intent. False
+        when there is nothing to drain (no cluster read, no row of its own in it) or the
+        cordon failed: then it is destroyed at once, as before curio's cluster was read."""
+        cluster = self._reading_cluster()
+        worker = self.cluster_worker(rec, now)
+        if cluster is None or worker is None:
+            return False
+        try:
+            machine = await cluster.cordon(worker)
+        except ClusterError as exc:
+            log.warning("instance %s: cannot cordon its curio machine, destroyed without a "
+                        "drain: %s", rec.vast_id, exc)  # fmt: skip
+            return False
+        if machine is None:
+            return False
+        state = _cluster_state(rec)
+        held = (
+            drain.work_held(state.get("held_by_name") or {})
+            if state is not None
+            else self.config.curio.max_pending
+        )
+        deadline = now + drain.drain_seconds(held, drain.worker_rate(rec), self.config)
+        plan = {
+            "started": now, "deadline": deadline, "curio_machine": machine,
+            "host_and_port": worker.host_and_port, "held": held,
+        }  # fmt: skip
+        text = (
+            f"curio machine {machine} ({worker.host_and_port}) cordoned before its destroy "
+            f"({kill.kind}): it finishes the {held} task(s) it holds, destroyed within "
+            f"{(deadline - now) / 60:.0f} min"
+        )
+        if await self.store.start_drain(intent.id, plan, text, now=now):
+            log.info("instance %s: %s", rec.vast_id, text)
+        crash_point("drain.cordoned")
+        return True
+
+    async def release(self, rec: InstanceRecord, *, outbid: bool = False) -> bool:
+        """Free the tasks of a destroyed worker's curio machine and delete its row (an outbid
+        worker's tasks only: it may resume as the same machine), with a ``tasks_released``
+        event; once, when it had joined the cluster (it reached the prove stage). False while
+        the cluster cannot be read: it stays due and the next step tries again."""
+        cluster = self._reading_cluster()
+        worker = self.cluster_worker(rec)
+        if cluster is None or worker is None or rec.proving_at is None:
+            return False
+        try:
+            freed, machine = await cluster.release(worker, keep_row=outbid)
+        except ClusterError as exc:
+            log.warning("instance %s: its tasks in curio's cluster are not freed yet: %s",
+                        rec.vast_id, exc)  # fmt: skip
+            return False
+        why = "outbid (stopped by Vast)" if outbid else "destroyed"
+        if machine is None:
+            text = f"{why}: no curio machine of its own in the cluster, nothing to free"
+        else:
+            kept = "; its row kept (it may resume)" if outbid else "; its row deleted"
+            text = f"{why}: {freed} task(s) of curio machine {machine} freed{kept}"
+        await self.store.note_released(
+            rec.vast_id, freed, text, now=self.clock(),
+            detail={"curio_machine": machine, "host_and_port": worker.host_and_port,
+                    "outbid": outbid},
+        )  # fmt: skip
+        log.info("instance %s: %s", rec.vast_id, text)
+        return True
+
+    async def check_identity(self, runner_id: int, now: float) -> None:
+        """A new worker's curio identity must be unused by any live machine of the cluster:
+        another fleet or node on the same address would be one machine with it (resources.go:
+        81-99). IdentityCollision says which; a cluster that cannot be read does not block."""
+        cluster = self._reading_cluster()
+        if cluster is None:
+            return
+        base = self.config.curio.listen_port_base
+        worker = Worker(
+            0, identity.curio_listen(runner_id, base),
+            identity.node_name(self.config.fleet.name, runner_id), None, now, now,
+        )  # fmt: skip
+        try:
+            line = await cluster.identity_in_use(worker, now)
+        except ClusterError as exc:
+            log.info("curio identity %s not checked: %s", worker.host_and_port, exc)
+            return
+        if line is not None:
+            raise IdentityCollision(line, runner_id)
 
     async def complete_destroy(
         self, rec: InstanceRecord, kill: policy.Kill, intent_id: int, *, already_gone: bool
@@ -619,7 +771,7 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def worker_curio_env(config: Config) -> dict[str, str]:
+def worker_curio_env(config: Config, password: str | None = None) -> dict[str, str]:
     """How the worker runs curio (worker-image/entrypoint.sh). The database password, when set,
     goes to Vast in the instance's environment and nowhere else: not logged, not stored."""
     c = config.curio
@@ -633,10 +785,30 @@ def worker_curio_env(config: Config) -> dict[str, str]:
         "CURIO_DB_NAME": c.db_name,
         "CURIO_DB_USER": c.db_user,
     }
-    password = load_curio_db_password()
+    password = password or load_curio_db_password(config.path)
     if password:
         env["CURIO_DB_PASSWORD"] = password
     return env
+
+
+def _json_obj(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _cluster_state(rec: InstanceRecord) -> dict[str, Any] | None:
+    """The worker's last reading in curio's cluster (cluster.MachineState.to_json)."""
+    return _json_obj(rec.cluster_state) or None
+
+
+def _noted(kill: policy.Kill, note: str, **detail: Any) -> policy.Kill:
+    """The decided destroy, with how its drain ended in its reason and detail."""
+    return replace(
+        kill, reason=f"{kill.reason} ({note})", detail={**kill.detail, "drain": note, **detail}
+    )
 
 
 def _uncharged(kill: policy.Kill) -> policy.Kill:

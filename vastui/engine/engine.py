@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import time
@@ -30,7 +31,16 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.engine import bidding, identity, policy, production, provision, transitions
-from vastui.engine.acts import ONSTART, Acts, ActSettings, EngineError, NoCredit, worker_curio_env
+from vastui.engine.acts import (
+    ONSTART,
+    Acts,
+    ActSettings,
+    EngineError,
+    IdentityCollision,
+    NoCredit,
+    worker_curio_env,
+)
+from vastui.engine.cluster import ClusterError, ClusterReader, ClusterView
 from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
@@ -69,6 +79,8 @@ class EngineSettings:
     dry_run: bool = False
     worker_env: dict[str, str] = field(default_factory=dict)  # extra env for every worker
     prove_poll: float | None = None  # real seconds between counter reads (None: proving.poll_s)
+    # curio's database password for the workers (a secret: not in repr); None: the file's
+    curio_db_password: str | None = field(default=None, repr=False)
 
 
 class Engine:
@@ -84,6 +96,7 @@ class Engine:
         settings: EngineSettings | None = None,
         on_change: Callable[[str], Awaitable[None] | None] | None = None,
         monitor: Monitor | None = None,
+        cluster: ClusterReader | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -111,7 +124,9 @@ class Engine:
         )  # fmt: skip
         self.acts = Acts(
             config, store, client, clock=clock,
-            settings=ActSettings(self.settings.dry_run, self.settings.worker_env),
+            settings=ActSettings(
+                self.settings.dry_run, self.settings.worker_env, self.settings.curio_db_password
+            ),
             public_key=public_key, stopping=lambda: self._stopping or self.halted,
             forget_worker=self.follow.stop, offers_changed=self._offers_changed,
         )  # fmt: skip
@@ -125,6 +140,14 @@ class Engine:
         self._credit_at: float | None = None  # engine clock of that read
         self.no_credit: str | None = None  # Vast's billing refusal of a rent, until credit
         self.monitor = monitor or Monitor(config)  # metrics and alerts: off unless asked
+        # curio's cluster database (vastui/engine/cluster.py): None or disabled, not read
+        self.cluster = cluster
+        self.acts.cluster = cluster
+        self.cluster_view: ClusterView | None = None  # its last good reading
+        self.cluster_error: str | None = None  # why it cannot be read now, one line
+        self.cluster_error_since: float | None = None  # engine clock
+        self.identity_collision: str | None = None  # a new worker's identity taken, one line
+        self._collision_runner: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -233,6 +256,13 @@ class Engine:
                     await self._reconcile(vast, observed_at)
         except Exception as exc:
             self._step_failed(exc)
+        # curio's cluster after Vast: drains end, destroyed workers' tasks are freed, curio's
+        # count of each worker's proofs is judged (a failure here holds up nothing else).
+        if not self.halted:
+            try:
+                await self._observe_cluster()
+            except Exception as exc:
+                self._step_failed(exc)
         # Even after a failed observation: the status must say why nothing is rented.
         if not self.halted:
             try:
@@ -520,7 +550,7 @@ class Engine:
                 if rec is None or rec.killed:  # destroyed before a crash: complete it
                     await self.acts.finish_recovered_destroy(rec, kill, intent)
                 else:
-                    await self.acts.kill(rec, kill, intent_id=intent.id)
+                    await self.acts.kill(rec, kill, intent=intent)
             elif intent.kind == "rent" and intent.label:
                 if intent.label in self.acts.inflight_labels:
                     continue
@@ -556,6 +586,161 @@ class Engine:
             )  # fmt: skip
             log.info("rent intent %s: no instance with its label appeared; its slot is free",
                      intent.id)  # fmt: skip
+
+    # -- curio's cluster -------------------------------------------------------------------
+
+    async def _observe_cluster(self) -> None:
+        """Read curio's cluster for the fleet's proving workers (outside the lock: a network
+        read), then, under it, record each worker's reading, judge curio's count of its proofs
+        (``production.curio_verdict``), end the drains that are over and free the tasks of the
+        workers destroyed (or outbid) whose release is due."""
+        reader = self.cluster
+        if reader is None or not reader.enabled:
+            return
+        now = self.clock()
+        records = [
+            r for r in await self.store.list_instances(include_killed=False)
+            if r.source == "vastui"
+        ]  # fmt: skip
+        workers = [
+            w for r in records
+            if r.state == "proving" and (w := self.acts.cluster_worker(r, now)) is not None
+        ]  # fmt: skip
+        await self._recheck_collision(now)
+        try:
+            view = await reader.read(workers, now, self.config.proving.window_min * 60.0)
+        except ClusterError as exc:
+            await self._cluster_unreadable(str(exc), now)
+            view = None
+        else:
+            await self._cluster_readable(now)
+            self.cluster_view = view
+        async with self._lock:
+            if view is not None:
+                for vast_id, state in view.workers.items():
+                    await self._isolated(vast_id, self._note_cluster(vast_id, state, now))
+            await self._end_drains()
+            await self._release_due()
+
+    async def _note_cluster(self, vast_id: int, state: Any, now: float) -> None:
+        rec = await self.store.get_instance(vast_id)
+        if rec is None or rec.killed:
+            return
+        rec = await self.store.update_instance(
+            vast_id, cluster_state=json.dumps(state.to_json()), cluster_checked_at=now
+        )
+        if rec.state != "proving" or rec.outbid_since is not None or rec.drain_started_at:
+            return
+        window = self.config.proving.window_min * 60.0
+        cuzk = production.measure(production.ProdState.from_json(rec.prod_state), now, window)
+        kill = production.curio_verdict(state.to_json(), cuzk.completed, self.config)
+        if kill is not None:
+            log.warning("instance %s: %s", vast_id, kill.reason)
+            await self.acts.kill(rec, kill)
+
+    async def _end_drains(self) -> None:
+        """Each drain's destroy intent, carried on: destroyed once it is over (drain.py)."""
+        for intent in await self.store.list_intents(status="pending", kind="destroy"):
+            if intent.instance_id is None or not isinstance(intent.detail.get("drain"), dict):
+                continue
+            rec = await self.store.get_instance(intent.instance_id)
+            if rec is None or rec.killed:
+                continue
+            kill = policy.Kill.from_detail(intent.reason, intent.detail)
+            await self._isolated(rec.vast_id, self.acts.kill(rec, kill, intent=intent))
+
+    async def _release_due(self) -> None:
+        """Free the tasks of destroyed workers not freed yet (the cluster could not be read at
+        their destroy, or the instance vanished), and of workers outbid since their last
+        release."""
+        for rec in await self.store.list_instances(include_killed=True):
+            if rec.source != "vastui" or rec.proving_at is None or rec.runner_id is None:
+                continue
+            if rec.killed and rec.released_at is None:
+                await self._isolated(rec.vast_id, self.acts.release(rec))
+            elif (
+                not rec.killed
+                and rec.outbid_since is not None
+                and (rec.released_at is None or rec.released_at < rec.outbid_since)
+            ):
+                await self._isolated(rec.vast_id, self.acts.release(rec, outbid=True))
+
+    async def _cluster_unreadable(self, why: str, now: float) -> None:
+        if self.cluster_error is None:
+            self.cluster_error_since = now
+            log.warning("curio's cluster cannot be read: %s (no worker is destroyed for it)", why)
+            await self.store.add_event("cluster", f"curio's cluster cannot be read: {why}", now=now)
+        self.cluster_error = why
+
+    async def _cluster_readable(self, now: float) -> None:
+        if self.cluster_error is not None:
+            log.info("curio's cluster is readable again")
+            await self.store.add_event("cluster", "curio's cluster is readable again", now=now)
+        self.cluster_error = None
+        self.cluster_error_since = None
+
+    async def _recheck_collision(self, now: float) -> None:
+        """An identity collision holds renting back until the address is free again."""
+        if self.identity_collision is None or self._collision_runner is None:
+            return
+        try:
+            await self.acts.check_identity(self._collision_runner, now)
+        except IdentityCollision as exc:
+            self.identity_collision = exc.line
+            return
+        log.info("curio identity collision over: the address is free")
+        self.identity_collision = None
+        self._collision_runner = None
+
+    async def _check_prove_identity(self, rec: InstanceRecord, now: float) -> None:
+        """A worker that passed its benchmark is about to start curio: its identity must not be
+        another live machine's (another fleet or node took the address since its rent). Then
+        it goes before curio joins as that machine, with no strike: the fleet's fault."""
+        worker = self.acts.cluster_worker(rec, now)
+        reader = self.cluster
+        if worker is None or reader is None or not reader.enabled:
+            return
+        try:
+            line = await reader.identity_in_use(worker, now)
+        except ClusterError as exc:
+            log.info("instance %s: curio identity not checked: %s", rec.vast_id, exc)
+            return
+        if line is None:
+            return
+        log.error("instance %s: %s", rec.vast_id, line)
+        self.identity_collision, self._collision_runner = line, rec.runner_id
+        await self.store.add_event("cluster", line, instance_id=rec.vast_id, now=now)
+        await self.acts.kill(rec, policy.Kill("identity_collision", line, "proving"))
+
+    def _cluster_status(self, view: provision.FleetView) -> dict[str, Any] | None:
+        summary = self.cluster_summary()
+        if summary is not None:
+            summary["draining"] = view.draining
+        return summary
+
+    def cluster_summary(self) -> dict[str, Any] | None:
+        """The reader's state and the totals of its last reading, for the status row."""
+        reader = self.cluster
+        if reader is None:
+            return None
+        if not reader.enabled:
+            return {"state": "off", "address": reader.address}
+        out: dict[str, Any] = {
+            "state": "error" if self.cluster_error else "ok",
+            "address": reader.address,
+            "error": self.cluster_error,
+            "error_since": self.cluster_error_since,
+        }
+        view = self.cluster_view
+        if view is not None:
+            out.update(view.totals.to_json())
+            out["read_at"] = view.read_at
+            out["window_s"] = view.window_s
+            fleet_done = sum(s.done for s in view.workers.values())
+            out["fleet_done"] = fleet_done
+            out["fleet_failed"] = sum(s.failed for s in view.workers.values())
+            out["fleet_held"] = sum(s.held for s in view.workers.values())
+        return out
 
     # -- worker events and counters (from the followers) -----------------------------------
 
@@ -631,6 +816,10 @@ class Engine:
         now = self.clock()
         effects = transitions.on_event(rec, event, now, self.config, position)
         await self.acts.carry_out(rec, effects, now)
+        if any(isinstance(e, transitions.EnterStage) and e.stage == "proving" for e in effects):
+            after = await self.store.get_instance(rec.vast_id)
+            if after is not None and after.state == "proving":
+                await self._check_prove_identity(after, now)
 
     # -- offers and provisioning ---------------------------------------------------------
 
@@ -669,15 +858,17 @@ class Engine:
     async def _fleet_view(self) -> provision.FleetView:
         """What the provisioning decision needs, read from the store (the source of truth)."""
         fleet = self.config.fleet
-        live = [
+        every = [
             r for r in await self.store.list_instances(include_killed=False)
             if r.source == "vastui"
         ]  # fmt: skip
+        # Draining workers are on their way out: not workers of the target, still a cost.
+        live = [r for r in every if r.drain_started_at is None]
         # Rents whose outcome is still unknown count as workers (and cost); in a dry run the
         # would-be rents of this run stand in for the instances they would make.
         pending = await self.store.list_intents(status="pending", kind="rent")
         dry = self.acts.dry_offers if self.settings.dry_run else {}
-        dph = sum(r.dph_total or 0.0 for r in live) + sum(dry.values())
+        dph = sum(r.dph_total or 0.0 for r in every) + sum(dry.values())
         stages = Counter(r.state for r in live)
         dph += sum(float((i.detail.get("offer") or {}).get("dph_total") or 0.0) for i in pending)
         return provision.FleetView(
@@ -691,7 +882,7 @@ class Engine:
             ),
             dry_picks=len(dry),
             busy_machines=frozenset(
-                {r.machine_id for r in live if r.machine_id is not None}
+                {r.machine_id for r in every if r.machine_id is not None}
                 | {i.machine_id for i in pending if i.machine_id is not None}
             ),
             bad_machines=frozenset(await self.store.bad_machine_ids(now=self.clock())),
@@ -708,6 +899,8 @@ class Engine:
             no_credit=self.no_credit,
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
             max_daily_spend=fleet.max_daily_spend,
+            draining=len(every) - len(live),
+            identity_collision=self.identity_collision,
         )  # fmt: skip
 
     async def _spent_today(self) -> float:
@@ -749,7 +942,7 @@ class Engine:
         live = {
             r.vast_id: r
             for r in await self.store.list_instances(include_killed=False)
-            if r.source == "vastui"
+            if r.source == "vastui" and r.drain_started_at is None  # draining: already going
         }
         workers = [
             provision.Worker(r.vast_id, r.state, r.created_at or 0.0, worker_cost_per_proof(r)[0])
@@ -774,6 +967,14 @@ class Engine:
                 await self.acts.rent(
                     offer, provision.rent_reason(view, decision.rent), decision.rent.rent_bid
                 )
+            except IdentityCollision as exc:  # the fleet's: no other offer would fare better
+                if self.identity_collision is None:
+                    log.error("%s", exc.line)
+                    await self.store.add_event("cluster", exc.line, now=self.clock())
+                self.identity_collision = exc.line
+                self._collision_runner = exc.runner_id
+                view = replace(view, identity_collision=exc.line)
+                return view, provision.decide(view, offers)
             except NoCredit as exc:  # the account's: no other offer would fare better
                 if self.no_credit is None:
                     log.warning("rent refused for billing: %s", exc.line)
@@ -813,6 +1014,7 @@ class Engine:
                 daily_budget=view.max_daily_spend or None,
                 dph=view.dph_in_use,
                 dph_cap=view.max_total_dph if math.isfinite(view.max_total_dph) else None,
+                cluster=self._cluster_status(view),
             )
         )
         previous = self.status

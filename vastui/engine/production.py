@@ -347,6 +347,37 @@ def verdict(
     return None
 
 
+def curio_verdict(
+    cluster: dict[str, Any] | None, cuzk_completed: int | None, config: Config
+) -> Kill | None:
+    """Production as curio counts it: the worker's PSProve results in ``harmony_task_history``
+    over the window (``cluster``: its last reading, vastui/engine/cluster.py MachineState).
+    cuzk can count a proof as done that curio then fails (a download that never comes, a Snap
+    proof that does not verify: cuzk self-checks PoRep only, curio's ``CheckOutput`` checks
+    both, tasks/proofshare/task_prove.go:216-219): such a worker is paid nothing. At
+    ``proving.max_failures`` failures, with no more successes than failures, it goes, with curio's
+    own error line as its reason, and a strike (the fleet-wide check in ``acts`` lifts it when
+    the same line fails other machines: then it is the fleet's)."""
+    if not cluster:
+        return None
+    failed = parse_count(cluster.get("failed")) or 0
+    done = parse_count(cluster.get("done")) or 0
+    if failed < config.proving.max_failures or done > failed:
+        return None
+    error = cluster.get("last_error")
+    line = error.strip() if isinstance(error, str) and error.strip() else "no error text"
+    cuzk = f"; cuzk counted {cuzk_completed} done" if cuzk_completed else ""
+    return Kill(
+        "prove_curio_failing",
+        f"curio failed {failed} of {failed + done} PSProve tasks in {config.proving.window_min:g}"
+        f" min{cuzk}: {line}",
+        "proving",
+        error_lines=(line,),
+        strike=True,
+        detail={"curio_failed": failed, "curio_done": done, "cuzk_completed": cuzk_completed},
+    )
+
+
 def _obj(value: Any) -> dict[str, Any]:
     """A JSON object from the worker, or an empty one for anything else."""
     return value if isinstance(value, dict) else {}

@@ -46,6 +46,7 @@ REASON_KINDS: tuple[str, ...] = (
     "daily_budget",
     "tunnel_down",
     "fleet_failure",
+    "identity_collision",
     "dry_run",
     "bench_concurrency_cap",
     "fleet_dph_cap",
@@ -158,6 +159,11 @@ class FleetView:
     no_credit: str | None = None  # Vast's billing refusal of the last rent, one line
     spent_today: float = 0.0  # dollars since midnight UTC (spend.fleet_spend)
     max_daily_spend: float = 0.0  # fleet.max_daily_spend; 0: no daily cap
+    # workers cordoned in curio's cluster and waiting to be destroyed (vastui/engine/drain.py):
+    # on their way out, not in by_stage, their $/h still in dph_in_use
+    draining: int = 0
+    # a new worker's curio identity is another live machine's in the cluster, one line
+    identity_collision: str | None = None
 
     @property
     def live(self) -> int:
@@ -237,6 +243,15 @@ def gate(view: FleetView) -> Decision | None:
                 "fleet_failure",
                 f"fleet-wide failure: {view.fleet_failure}; provisioning paused, no machine "
                 "blamed, until a worker passes its benchmark or `vastui resume`",
+            ),
+        )
+    if view.identity_collision:
+        return Decision(
+            None,
+            Reason(
+                "identity_collision",
+                f"{view.identity_collision}; nothing is rented until the address is free, and no "
+                "machine is blamed",
             ),
         )
     if view.dry_run and view.workers + view.dry_picks >= view.target:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from vastui.alerts import Notifier
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
 from vastui.config import Config, FleetSection, load_curio_db_password
+from vastui.engine.cluster import ClusterAbsent, ClusterError, ClusterReader
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
 from vastui.engine.monitor import Monitor
@@ -105,8 +106,9 @@ async def engine_runtime(
         )
         stack.push_async_callback(_release, store, owner)
         key_path, public_key = ensure_ssh_key(config)
-        load_curio_db_password()  # a bad password file is a one-line error now, not at a rent
-        settings = EngineSettings(dry_run=run.dry_run)
+        # a bad password file is a one-line error now, not at a rent
+        password = load_curio_db_password(config.path)
+        settings = EngineSettings(dry_run=run.dry_run, curio_db_password=password)
         cluster = None
         if opts.demo:
             engine, demo, cluster = await _demo_parts(
@@ -128,9 +130,13 @@ async def engine_runtime(
             clock = sim_clock()
             if clock is not None:  # a served simulator running fast: its time, its cadence
                 scale_settings(settings, config, clock[1])
+            reader = await open_cluster_reader(
+                stack, config, config.ssh.curio_db, password, config.curio.db_user,
+                config.curio.db_name,
+            )  # fmt: skip
             engine = Engine(
                 config, store, client, ssh=pool, public_key=public_key, settings=settings,
-                on_change=on_change, clock=clock[0] if clock else time.time,
+                on_change=on_change, clock=clock[0] if clock else time.time, cluster=reader,
             )  # fmt: skip
         stack.push_async_callback(engine.close)
         engine.monitor = await _monitor(stack, config, run, engine.client.secrets())
@@ -175,11 +181,56 @@ async def _demo_parts(
         forwards=tunnels(config, targets),
     )
     scale_settings(settings, config, run.speed)
+    # the simulated cluster's own credentials: the workers get them, the reader uses them
+    db = hosts.db
+    settings.curio_db_password = db.password
+    config = replace(config, curio=replace(config.curio, db_user=db.user, db_name=db.database))
+    reader = await open_cluster_reader(
+        stack, config, targets["curio_db"], db.password, db.user, db.database
+    )
     engine = Engine(
         config, store, client, ssh=pool, public_key=public_key, clock=cloud.clock.now,
-        settings=settings, on_change=on_change,
+        settings=settings, on_change=on_change, cluster=reader,
     )  # fmt: skip
     return engine, hosts.host, hosts.db
+
+
+CURIO_DEFAULT_PASSWORD = "yugabyte"  # curio's --db-password default (cmd/curio/main.go:108-186)
+
+
+async def open_cluster_reader(
+    stack: contextlib.AsyncExitStack,
+    config: Config,
+    addr: str,
+    password: str | None,
+    user: str,
+    dbname: str,
+) -> ClusterReader | None:
+    """The engine's reader of curio's cluster database (vastui/engine/cluster.py), probed once:
+    nothing there (an operator without curio's database) turns it off with one line; a
+    cluster that answers but cannot be read (a wrong password) stays on, shown and alerted."""
+    if not config.curio.read_cluster or not addr:
+        log.info("curio's cluster is not read ([curio] read_cluster = false or no [ssh] curio_db)")
+        return None
+    host, _, port = addr.rpartition(":")
+    reader = ClusterReader(
+        host or "127.0.0.1", int(port), user=user, dbname=dbname,
+        password=password or CURIO_DEFAULT_PASSWORD,
+    )  # fmt: skip
+    stack.push_async_callback(reader.close)
+    try:
+        await reader.probe()
+    except ClusterAbsent as exc:
+        reader.enabled = False
+        log.warning(
+            "%s: the cluster reader is off (workers are judged by cuzk alone; no drain before "
+            "a destroy, no release after)", exc,
+        )  # fmt: skip
+    except ClusterError as exc:
+        log.warning("%s: shown and retried every step", exc)
+    else:
+        log.info("reading curio's cluster at %s", reader.address)
+    return reader
 
 
 async def _monitor(

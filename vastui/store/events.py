@@ -45,6 +45,9 @@ EVENT_KINDS: tuple[str, ...] = (
     "strike",
     "tunnel",
     "error",
+    "cordoned",  # a worker's curio machine cordoned before a planned destroy (its drain)
+    "tasks_released",  # a destroyed (or outbid) worker's tasks freed in curio's cluster
+    "cluster",  # curio's cluster: unreadable, readable again; an identity collision
 )
 
 

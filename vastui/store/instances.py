@@ -45,6 +45,8 @@ KILL_KINDS: tuple[str, ...] = (
     "exited",  # the worker / container exited
     "unregistered",  # never reported in within the grace period
     "legacy",  # imported from the original tool, cause unknown
+    "prove_curio_failing",  # curio's PSProve tasks fail on it (its own record), cuzk or not
+    "identity_collision",  # its curio identity is another live machine's: the fleet's fault
 )
 
 # Instance columns the engine may update piecemeal (stage moves go through set_stage).
@@ -56,6 +58,7 @@ PROGRESS_COLUMNS = frozenset(
         "prod_completed", "prod_failed", "prod_rate", "prod_checked_at", "prod_state",
         "tunnel_down_since", "tunnel_detail", "max_pending", "curio_info", "runner_id",
         "bid_price", "bid_cap", "outbid_since", "interruptions", "stopped_s", "storage_dph",
+        "cluster_state", "cluster_checked_at",
     }
 )  # fmt: skip
 
@@ -126,6 +129,14 @@ class InstanceRecord:
     outbid_since: float | None = None  # stopped by a higher bid since
     interruptions: int = 0  # times a higher bid stopped it
     stopped_s: float = 0.0  # seconds spent outbid (closed episodes)
+    # curio's cluster (migration 12): the last reading of this worker there (JSON), a drain
+    # (cordoned before a planned destroy) and the release of its tasks once destroyed.
+    cluster_state: str | None = None
+    cluster_checked_at: float | None = None
+    drain_started_at: float | None = None  # cordoned at
+    drain_deadline: float | None = None  # destroyed by then, whatever it holds
+    released_at: float | None = None  # its tasks freed in the cluster (destroyed, or outbid)
+    released_tasks: int | None = None  # how many, the last time
 
     @property
     def stage(self) -> str | None:
@@ -175,6 +186,9 @@ class InstanceRecord:
             "bid_price": self.bid_price if self.is_bid else None,
             "interruptions": self.interruptions if self.is_bid else None,
             "outbid_since": iso_utc(self.outbid_since),
+            "drain_started_at": iso_utc(self.drain_started_at),
+            "drain_deadline": iso_utc(self.drain_deadline),
+            "released_tasks": self.released_tasks,
         }
 
 

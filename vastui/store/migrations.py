@@ -313,7 +313,23 @@ ALTER TABLE engine_status ADD COLUMN dph REAL;
 ALTER TABLE engine_status ADD COLUMN dph_cap REAL;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
+# curio's cluster as the engine reads it (issue 27): each worker's last reading there (JSON:
+# vastui/engine/cluster.py MachineState), its drain (cordoned at, destroyed by the deadline) and
+# the release of its tasks once destroyed (when, how many). Rows killed before this version are
+# not owed a release: they are marked released at their kill. The engine's status carries the
+# cluster's totals and its reader's state.
+_V12 = """
+ALTER TABLE instances ADD COLUMN cluster_state TEXT;
+ALTER TABLE instances ADD COLUMN cluster_checked_at REAL;
+ALTER TABLE instances ADD COLUMN drain_started_at REAL;
+ALTER TABLE instances ADD COLUMN drain_deadline REAL;
+ALTER TABLE instances ADD COLUMN released_at REAL;
+ALTER TABLE instances ADD COLUMN released_tasks INTEGER;
+UPDATE instances SET released_at = killed_at WHERE state = 'killed';
+ALTER TABLE engine_status ADD COLUMN cluster TEXT;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

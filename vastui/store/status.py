@@ -40,6 +40,9 @@ class EngineStatus:
     daily_budget: float | None = None  # fleet.max_daily_spend
     dph: float | None = None  # the live fleet's $/h with rents in flight
     dph_cap: float | None = None  # fleet.max_total_dph
+    # curio's cluster (migration 12): the reader's state and the totals of its last reading
+    # (vastui/engine/engine.py _cluster_summary), None when it is off
+    cluster: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> EngineStatus:
@@ -61,6 +64,7 @@ class EngineStatus:
             daily_budget=_money(row["daily_budget"]),
             dph=_money(row["dph"]),
             dph_cap=_money(row["dph_cap"]),
+            cluster=json_obj(row["cluster"]),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +84,7 @@ class EngineStatus:
             "daily_budget": self.daily_budget,
             "dph": self.dph,
             "dph_cap": self.dph_cap,
+            "cluster": self.cluster,
         }
 
     def check(self) -> None:
@@ -131,8 +136,8 @@ class StatusRepo:
             await conn.execute(
                 "INSERT INTO engine_status (id, target, workers, by_stage, reason_kind, reason,"
                 " best, dry_run, updated_at, reason_since, wall_at, simulated, credit,"
-                " spent_today, daily_budget, dph, dph_cap)"
-                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                " spent_today, daily_budget, dph, dph_cap, cluster)"
+                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(id) DO UPDATE SET target = excluded.target,"
                 " workers = excluded.workers, by_stage = excluded.by_stage,"
                 " reason_kind = excluded.reason_kind, reason = excluded.reason,"
@@ -141,7 +146,7 @@ class StatusRepo:
                 " wall_at = excluded.wall_at, simulated = excluded.simulated,"
                 " credit = excluded.credit, spent_today = excluded.spent_today,"
                 " daily_budget = excluded.daily_budget, dph = excluded.dph,"
-                " dph_cap = excluded.dph_cap",
+                " dph_cap = excluded.dph_cap, cluster = excluded.cluster",
                 (
                     status.target, status.workers, json.dumps(dict(status.by_stage)),
                     status.reason_kind, status.reason,
@@ -149,6 +154,7 @@ class StatusRepo:
                     int(status.dry_run), status.updated_at, since,
                     status.wall_at, int(status.simulated), status.credit, status.spent_today,
                     status.daily_budget, status.dph, status.dph_cap,
+                    None if status.cluster is None else json.dumps(status.cluster, default=str),
                 ),
             )  # fmt: skip
             row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")

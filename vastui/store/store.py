@@ -15,6 +15,7 @@ the multi-table units of work, which belong to no single repository.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -260,6 +261,78 @@ class Store:
             self._instances.decode(inst) if inst is not None else None,
             self._bad.decode(bad) if bad is not None else None,
         )
+
+    # -- curio's cluster: drains and releases --------------------------------------------------
+
+    async def start_drain(
+        self,
+        intent_id: int,
+        drain: Mapping[str, Any],
+        text: str,
+        *,
+        now: float | None = None,
+    ) -> bool:
+        """A destroy intent's drain has begun (its worker's curio machine cordoned): in one
+        transaction the drain rides in the intent (``detail["drain"]``: a restarted engine
+        resumes it), the instance says it drains and until when, and one ``cordoned`` event.
+        False (nothing written) when the intent already carries a drain or is not pending."""
+        ts = stamp(now)
+        check_positive_int("intent_id", intent_id)
+        check_text("cordoned event", text)
+        async with self.db.transaction() as conn:
+            intent = await self._intents.get_row(conn, intent_id)
+            if intent is None or intent.kind != "destroy" or intent.status != "pending":
+                return False
+            if isinstance(intent.detail.get("drain"), dict):
+                return False
+            detail = {**intent.detail, "drain": dict(drain)}
+            await conn.execute(
+                "UPDATE intents SET detail = ?, updated_at = ? WHERE id = ?",
+                (json.dumps(detail), ts, intent_id),
+            )
+            vast_id = intent.instance_id
+            row = await self._instances.row(conn, vast_id) if vast_id is not None else None
+            if row is not None:
+                await conn.execute(
+                    "UPDATE instances SET drain_started_at = ?, drain_deadline = ?"
+                    " WHERE vast_id = ?",
+                    (drain.get("started"), drain.get("deadline"), vast_id),
+                )
+            await insert_event(
+                conn, "cordoned", text, ts=ts, instance_id=vast_id,
+                machine_id=row["machine_id"] if row is not None else None,
+                detail={k: drain.get(k) for k in ("curio_machine", "held", "deadline")},
+            )  # fmt: skip
+        return True
+
+    async def note_released(
+        self,
+        vast_id: int,
+        freed: int,
+        text: str,
+        *,
+        detail: Mapping[str, Any] | None = None,
+        event: bool = True,
+        now: float | None = None,
+    ) -> InstanceRecord:
+        """A worker's tasks freed in curio's cluster (destroyed, or outbid): when and how many,
+        and its ``tasks_released`` event, in one transaction."""
+        ts = stamp(now)
+        check_positive_int("vast_id", vast_id)
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE instances SET released_at = ?, released_tasks = ? WHERE vast_id = ?",
+                (ts, int(freed), vast_id),
+            )
+            row = await self._instances.row(conn, vast_id)
+            if row is None:
+                raise StoreError(f"no instance {vast_id}")
+            if event:
+                await insert_event(
+                    conn, "tasks_released", text, ts=ts, instance_id=vast_id,
+                    machine_id=row["machine_id"], detail={"tasks": int(freed), **(detail or {})},
+                )  # fmt: skip
+        return self._instances.decode(row)
 
     # -- bad list and strikes -----------------------------------------------------------------
 

@@ -1,0 +1,162 @@
+"""The engine's cluster reader (vastui/engine/cluster.py) against a real PostgreSQL holding
+curio's schema, filled with curio's own statements (tests/pgfixtures.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.pgfixtures import CurioDb
+from vastui.engine.cluster import ClusterAbsent, ClusterError, ClusterReader, Row, Worker, belongs
+
+T0 = 1_780_000_000.0
+H = 3600.0
+
+
+def worker(vast_id: int, runner: int, machine_id: int | None = None, since: float = T0) -> Worker:
+    return Worker(
+        vast_id, f"127.0.0.1:{12400 + runner}", f"vastui-main-r{runner}", machine_id, since,
+        since,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("row", "reported", "ours"),
+    [
+        (Row(5, "127.0.0.1:12401", "vastui-main-r1", None, False), None, True),
+        (Row(5, "127.0.0.1:12401", "vastui-main-r1", None, False), 5, True),
+        (Row(5, "127.0.0.1:12401", None, None, False), 5, True),  # details not written yet
+        (Row(5, "127.0.0.1:12401", None, None, False), None, False),  # nothing proves it
+        (Row(5, "127.0.0.1:12401", "vastui-other-r1", None, False), None, False),  # other fleet
+        (Row(5, "127.0.0.1:12401", "vastui-main-r1", None, False), 6, False),  # another id
+        (Row(5, "127.0.0.1:12402", "vastui-main-r1", None, False), 5, False),  # another address
+    ],
+)
+def test_a_row_belongs_to_a_worker_only_when_everything_known_agrees(
+    row: Row, reported: int | None, ours: bool
+) -> None:
+    assert belongs(worker(1, 1, reported), row) is ours
+
+
+async def test_reading_workers_and_totals(curio_db: CurioDb) -> None:
+    db = curio_db
+    m1 = db.register("127.0.0.1:12401", "vastui-main-r1", T0)
+    m2 = db.register("127.0.0.1:12402", "vastui-main-r2", T0)
+    own = db.register("10.0.0.9:12300", "operator-node", T0)  # the operator's own node
+    tasks = [db.add_task("PSProve", T0) for _ in range(6)]
+    req = db.add_task("bg:PShareRequest", T0)
+    assert db.claim(m1, tasks[:3]) == tasks[:3]
+    assert db.claim(m2, tasks[3:4]) == tasks[3:4]
+    assert db.claim(m2, [req]) == [req]
+    # m1 finished two proofs and failed one; an old failure before it began proving is not its
+    db.complete(tasks[0], "127.0.0.1:12401", True, "", T0 + 0.5 * H)
+    db.complete(tasks[1], "127.0.0.1:12401", True, "", T0 + 0.6 * H)
+    db.complete(tasks[2], "127.0.0.1:12401", False, "proof check failed: invalid UpdateProof",
+                T0 + 0.7 * H)  # fmt: skip
+    assert db.claim(own, tasks[4:5]) == tasks[4:5]
+    db.complete(tasks[4], "10.0.0.9:12300", True, "", T0 + 0.7 * H)  # another machine's
+    db.q("UPDATE harmony_machines SET unschedulable = true WHERE id = %s", (m2,))
+    db.market(10, T0 + 0.5 * H, computed=8, submitted=6, pow_=2, paid=4)
+    reader = db.reader()
+    try:
+        view = await reader.read([worker(101, 1, m1), worker(102, 2, None)], now=T0 + H, window_s=H)
+    finally:
+        await reader.close()
+    a, b = view.workers[101], view.workers[102]
+    assert (a.machine_id, a.held, a.done, a.failed, a.cordoned) == (m1, 0, 2, 1, False)
+    assert a.last_error == "error: proof check failed: invalid UpdateProof"
+    assert a.last_contact == pytest.approx(T0)
+    assert (b.machine_id, b.held, b.cordoned, b.done) == (m2, 2, True, 0)
+    assert b.held_by_name == {"PSProve": 1, "bg:PShareRequest": 1}
+    t = view.totals
+    assert (t.waiting, t.claimed) == (2, 1)  # the failed one (retried) and the last; m2's
+    assert t.request_task and t.request_owner == m2
+    assert (t.taken, t.computed, t.submitted, t.challenges, t.paid) == (10, 8, 6, 2, 4)
+    assert (t.cluster_done, t.cluster_failed) == (3, 1)
+    assert t.machines == 3 and own not in {a.machine_id, b.machine_id}
+
+
+async def test_the_window_and_the_start_of_proving_bound_the_counts(curio_db: CurioDb) -> None:
+    db = curio_db
+    m1 = db.register("127.0.0.1:12401", "vastui-main-r1", T0)
+    for i, ok in enumerate([True, False, True, True]):
+        t = db.add_task("PSProve", T0)
+        db.claim(m1, [t])
+        db.complete(t, "127.0.0.1:12401", ok, "boom", T0 + (i + 1) * H)
+    # a proof another node stored first is work done twice, not this machine's failure
+    t = db.add_task("PSProve", T0)
+    db.claim(m1, [t])
+    db.complete(t, "127.0.0.1:12401", False, "no task found", T0 + 3.5 * H)
+    reader = db.reader()
+    try:
+        # proving since T0 + 1.5 h; window of 1.5 h ending at T0 + 4 h: results at 2, 3, 4 h
+        w = Worker(1, "127.0.0.1:12401", "vastui-main-r1", m1, T0 + 1.5 * H, T0 + 2.5 * H)
+        view = await reader.read([w], now=T0 + 4 * H, window_s=1.5 * H)
+    finally:
+        await reader.close()
+    s = view.workers[1]
+    assert (s.done_total, s.failed_total) == (2, 1)  # 2 h failed, 3 h and 4 h done
+    assert (s.done, s.failed) == (2, 0)  # the window from 2.5 h
+
+
+async def test_cordon_and_release_touch_only_this_fleets_row(curio_db: CurioDb) -> None:
+    db = curio_db
+    mine = db.register("127.0.0.1:12401", "vastui-main-r1", T0)
+    theirs = db.register("127.0.0.1:12402", "vastui-blue-r2", T0)  # another fleet, same cluster
+    ids = [db.add_task("PSProve", T0) for _ in range(4)]
+    db.claim(mine, ids[:2])
+    db.claim(theirs, ids[2:])
+    reader = db.reader()
+    try:
+        assert await reader.cordon(worker(1, 1, mine)) == mine
+        assert db.unschedulable(mine) is True
+        # our runner 2 would be at 127.0.0.1:12402, which the other fleet's node holds
+        assert await reader.cordon(worker(2, 2, None)) is None
+        assert await reader.release(worker(2, 2, None)) == (0, None)
+        assert db.unschedulable(theirs) is False and db.owned(theirs) == ids[2:]
+        # a reported machine id that is not the row's: not ours either
+        assert await reader.release(worker(1, 1, theirs)) == (0, None)
+        assert await reader.release(worker(1, 1, mine), keep_row=True) == (2, mine)
+        assert db.owned(mine) == [] and db.unschedulable(mine) is True
+        db.claim(mine, ids[:1])
+        assert await reader.release(worker(1, 1, mine)) == (1, mine)
+        assert db.unschedulable(mine) is None  # its row is gone
+        assert db.q("SELECT owner_id FROM harmony_task WHERE id = %s", (ids[0],)) == [(None,)]
+        assert await reader.release(worker(1, 1, mine)) == (0, None)  # again: nothing
+    finally:
+        await reader.close()
+
+
+async def test_identity_in_use(curio_db: CurioDb) -> None:
+    db = curio_db
+    other = db.register("127.0.0.1:12403", "operator-node", T0)
+    db.register("127.0.0.1:12404", "vastui-main-r4", T0)  # our own, an earlier curio run
+    reader = db.reader()
+    try:
+        line = await reader.identity_in_use(worker(3, 3), T0 + 60)
+        assert line is not None and f"live machine {other}" in line
+        assert "listen_port_base" in line
+        assert await reader.identity_in_use(worker(4, 4), T0 + 60) is None
+        assert await reader.identity_in_use(worker(5, 5), T0 + 60) is None
+        # a machine without a heartbeat for curio's 10 minutes is dead: its address is free
+        assert await reader.identity_in_use(worker(3, 3), T0 + 11 * 60) is None
+    finally:
+        await reader.close()
+
+
+async def test_an_absent_cluster_and_a_wrong_password_are_one_line_without_the_secret(
+    curio_db: CurioDb,
+) -> None:
+    from vastui.sim.postgres import _free_port
+
+    absent = ClusterReader("127.0.0.1", _free_port("127.0.0.1"), user="yugabyte",
+                           dbname="yugabyte", password="hunter2-secret")  # fmt: skip
+    with pytest.raises(ClusterAbsent) as exc:
+        await absent.probe()
+    assert "\n" not in str(exc.value) and "hunter2" not in str(exc.value)
+    wrong = ClusterReader(curio_db.server.host, curio_db.server.port, user="yugabyte",
+                          dbname=curio_db.name, password="hunter2-secret")  # fmt: skip
+    with pytest.raises(ClusterError) as exc2:
+        await wrong.probe()
+    assert not isinstance(exc2.value, ClusterAbsent)
+    assert "password authentication failed" in str(exc2.value)
+    assert "hunter2" not in str(exc2.value) and "\n" not in str(exc2.value)

@@ -1,0 +1,112 @@
+"""The drain's decisions and curio's verdict, pure (vastui/engine/drain.py, production.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from vastui.config import Config
+from vastui.engine import drain, production
+from vastui.engine.policy import Kill
+from vastui.store import InstanceRecord
+
+PROVING = InstanceRecord(vast_id=1, state="proving", runner_id=3, bench_rate=20.0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "rec", "drains"),
+    [
+        ("surplus", PROVING, True),
+        ("prove_below_min", PROVING, True),
+        ("prove_failing", PROVING, False),  # broken: it would finish nothing
+        ("prove_daemon_died", PROVING, False),
+        ("prove_unreachable", PROVING, False),
+        ("manual", PROVING, False),  # the operator's: now
+        ("surplus", replace(PROVING, state="benchmark"), False),  # holds no curio task yet
+        ("surplus", replace(PROVING, runner_id=None), False),  # no curio identity
+        ("surplus", replace(PROVING, outbid_since=5.0), False),  # stopped: its curio is down
+    ],
+)
+def test_which_destroys_drain(kind: str, rec: InstanceRecord, drains: bool) -> None:
+    assert drain.drains(Kill(kind, "why"), rec) is drains
+
+
+def cfg(**proving: Any) -> Config:
+    c = Config()
+    return replace(c, proving=replace(c.proving, **proving))
+
+
+@pytest.mark.parametrize(
+    ("held", "rate", "config", "seconds"),
+    [
+        (3, 20.0, cfg(), 1.5 * 3 * 180.0),  # 3 proofs at 20/h: 9 min, with slack 13.5 min
+        (0, 20.0, cfg(), drain.DRAIN_FLOOR_S),  # nothing held: the floor
+        (30, 20.0, cfg(), 40 * 60.0),  # more than the market allows: its deadline less margin
+        (3, None, cfg(), 40 * 60.0),  # rate unknown: the cap
+        (3, 20.0, cfg(drain_min=7.0), 7 * 60.0),  # the operator's
+        (3, 20.0, cfg(market_deadline_min=20.0, drain_margin_min=10.0), 10 * 60.0),
+    ],
+)
+def test_how_long_a_drain_may_last(
+    held: int, rate: float | None, config: Config, seconds: float
+) -> None:
+    assert drain.drain_seconds(held, rate, config) == pytest.approx(seconds)
+
+
+def test_the_rate_a_drain_is_sized_by() -> None:
+    assert drain.worker_rate(replace(PROVING, prod_rate=12.0)) == 12.0
+    assert drain.worker_rate(PROVING) == 20.0
+    assert drain.worker_rate(replace(PROVING, bench_rate=float("nan"))) is None
+
+
+PLAN = {"started": 100.0, "deadline": 1000.0}
+
+
+@pytest.mark.parametrize(
+    ("cluster", "checked_at", "now", "why"),
+    [
+        ({"machine_id": 7, "held_by_name": {"PSProve": 2}}, 200.0, 300.0, None),
+        ({"machine_id": 7, "held_by_name": {}}, 200.0, 300.0, "drained"),
+        # the singleton is background work: freed by the release, not waited for
+        ({"machine_id": 7, "held_by_name": {"bg:PShareRequest": 1}}, 200.0, 300.0, "drained"),
+        ({"machine_id": None, "held_by_name": {}}, 200.0, 300.0, "drained"),  # row gone
+        # a reading from before the cordon proves nothing
+        ({"machine_id": 7, "held_by_name": {}}, 50.0, 300.0, None),
+        (None, None, 300.0, None),  # the cluster unreadable: wait ...
+        (None, None, 1000.0, "deadline"),  # ... until the deadline
+        ({"machine_id": 7, "held_by_name": {"PSProve": 2}}, 900.0, 1000.0, "deadline"),
+    ],
+)
+def test_when_a_drain_ends(
+    cluster: dict[str, Any] | None, checked_at: float | None, now: float, why: str | None
+) -> None:
+    end = drain.drain_end(PLAN, cluster, checked_at, now)
+    assert (end.why if end else None) == why
+
+
+def test_a_deadline_says_what_was_still_held() -> None:
+    end = drain.drain_end(PLAN, {"machine_id": 7, "held_by_name": {"PSProve": 2}}, 900.0, 1000.0)
+    assert end is not None and end.text == "drain deadline passed with 2 task(s) held"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "kind"),
+    [
+        (None, None),
+        ({"done": 0, "failed": 2, "last_error": "x"}, None),  # under proving.max_failures (3)
+        ({"done": 0, "failed": 3, "last_error": "error: proof check failed"}, "kill"),
+        ({"done": 3, "failed": 3, "last_error": "x"}, "kill"),  # as many failed as done
+        ({"done": 4, "failed": 3, "last_error": "x"}, None),  # mostly succeeding
+        ({"done": 0, "failed": 5, "last_error": None}, "kill"),
+    ],
+)
+def test_curio_verdict(cluster: dict[str, Any] | None, kind: str | None) -> None:
+    kill = production.curio_verdict(cluster, 12, Config())
+    assert (kill is not None) == (kind == "kill")
+    if kill is not None and cluster is not None:
+        assert kill.kind == "prove_curio_failing" and kill.strike and kill.stage == "proving"
+        line = cluster["last_error"] or "no error text"
+        assert kill.reason.endswith(f": {line}") and kill.error_lines == (line,)
+        assert "cuzk counted 12 done" in kill.reason

@@ -1,0 +1,329 @@
+"""The engine and curio's cluster (vastui/engine/cluster.py, drain.py): drains before a planned
+destroy, tasks released after every destroy, curio's count of a worker's proofs, identity
+collisions. The engine runs on the simulated cloud's ManualClock (tests/enginekit.py); the
+cluster is a real PostgreSQL with curio's schema, and curio's nodes are played with curio's own
+statements (tests/pgfixtures.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tests.enginekit import World, rent_distinct, result
+from tests.helpers import destroy
+from tests.pgfixtures import CurioDb
+from vastui.engine import acts as acts_module
+from vastui.engine import identity
+from vastui.engine.engine import Engine
+from vastui.store import Store
+
+FLEET = "main"  # Config().fleet.name
+
+
+class Crash(BaseException):
+    """A crash point reached: the engine dies here (tests stand in for SIGKILL)."""
+
+
+def ident(rec: Any) -> tuple[str, str]:
+    return identity.curio_listen(rec.runner_id), identity.node_name(FLEET, rec.runner_id)
+
+
+async def engine_on(world: World, store: Store, db: CurioDb) -> Engine:
+    engine = await world.engine(store)
+    engine.cluster = engine.acts.cluster = db.reader()
+    return engine
+
+
+async def proving_fleet(world: World, store: Store, db: CurioDb, n: int, tasks: int = 2):
+    """``n`` workers proving, each a curio machine in the cluster holding ``tasks`` PSProve
+    tasks, each having told the engine its machine id (curio cli info)."""
+    engine = await engine_on(world, store, db)
+    ids = await rent_distinct(world, engine, n)
+    machines: dict[int, int] = {}
+    for iid in ids:
+        for stage in ("setup", "paramfetch", "benchmark"):
+            await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+        rec = await store.get_instance(iid)
+        await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
+        await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+        addr, name = ident(rec)
+        mid = db.register(addr, name, world.clock.now())
+        machines[iid] = mid
+        report = {"machine_id": mid, "host_and_port": addr, "name": name}
+        await engine.handle_worker_event(
+            iid, {"stage": "prove", "event": "progress", "detail": "curio", "curio": report}
+        )
+        db.claim(mid, [db.add_task("PSProve", world.clock.now()) for _ in range(tasks)])
+        assert (await store.get_instance(iid)).state == "proving"
+    return engine, ids, machines
+
+
+def count_destroys(engine: Engine) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    real = engine.client.destroy_instance
+
+    async def counting(instance_id: int) -> bool:
+        counts[instance_id] = counts.get(instance_id, 0) + 1
+        return await real(instance_id)
+
+    engine.client.destroy_instance = counting  # type: ignore[method-assign]
+    return counts
+
+
+def target(world: World, n: int) -> None:
+    world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=n))
+
+
+def owned_by(db: CurioDb, machine_ids: list[int]) -> list[tuple[Any, ...]]:
+    return db.q("SELECT id, owner_id FROM harmony_task WHERE owner_id = ANY(%s)", (machine_ids,))
+
+
+async def events(store: Store, kind: str) -> list[Any]:
+    return [e for e in await store.list_events() if e.kind == kind]
+
+
+async def test_a_lowered_target_drains_the_surplus_then_destroys_it(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    db = curio_db
+    target(world, 3)
+    first, ids, machines = await proving_fleet(world, store, db, 3)
+    await first.close()
+    # restarted with a target of 1
+    target(world, 1)
+    engine = await engine_on(world, store, db)
+    destroys = count_destroys(engine)
+    await engine.step()
+    drained = [r.vast_id for r in await store.list_instances() if r.drain_started_at is not None]
+    assert len(drained) == 2 and all(iid in world.cloud.instances for iid in drained)
+    kept = next(i for i in ids if i not in drained)
+    for iid in drained:  # cordoned: no new work, the tasks it holds still its own
+        assert db.unschedulable(machines[iid]) is True
+        assert len(db.owned(machines[iid])) == 2
+    assert db.unschedulable(machines[kept]) is False
+    cordoned = await events(store, "cordoned")
+    assert sorted(e.instance_id for e in cordoned) == sorted(drained)
+    status = await store.get_engine_status()
+    assert status.workers == 1 and status.cluster["draining"] == 2
+    # still draining: nothing is destroyed, nothing more is rented, nobody else is cordoned
+    world.clock.advance(60)
+    await engine.step()
+    assert destroys == {} and len(await events(store, "cordoned")) == 2
+    assert len(await store.list_instances(include_killed=False)) == 3
+    # the first finishes what it holds (curio's recordCompletion), the second one of two
+    a, b = drained
+    addr_a = ident(await store.get_instance(a))[0]
+    addr_b = ident(await store.get_instance(b))[0]
+    for task in db.owned(machines[a]):
+        db.complete(task, addr_a, True, "", world.clock.now())
+    db.complete(db.owned(machines[b])[0], addr_b, True, "", world.clock.now())
+    world.clock.advance(60)
+    await engine.step()
+    rec_a, rec_b = await store.get_instance(a), await store.get_instance(b)
+    assert rec_a.killed and rec_a.kill_kind == "surplus" and "drained: " in rec_a.kill_reason
+    assert not rec_b.killed and destroys == {a: 1}
+    assert db.unschedulable(machines[a]) is None  # its row deleted with the release
+    db.complete(db.owned(machines[b])[0], addr_b, True, "", world.clock.now())
+    world.clock.advance(60)
+    await engine.step()
+    assert (await store.get_instance(b)).killed and destroys == {a: 1, b: 1}
+    assert owned_by(db, [machines[a], machines[b]]) == []
+    released = await events(store, "tasks_released")
+    assert sorted(e.instance_id for e in released) == sorted(drained)
+    assert all(e.detail["tasks"] == 0 for e in released)  # they held nothing when destroyed
+    assert len(await events(store, "cordoned")) == 2  # one per drain
+    assert [r.vast_id for r in await store.list_instances(include_killed=False)] == [kept]
+    assert len(db.owned(machines[kept])) == 2 and db.unschedulable(machines[kept]) is False
+    await engine.close()
+
+
+async def test_a_drain_ends_at_its_deadline_and_the_tasks_it_held_go_back_to_the_queue(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    db = curio_db
+    target(world, 2)
+    engine, _ids, machines = await proving_fleet(world, store, db, 2, tasks=3)
+    target(world, 1)
+    engine.config = world.config
+    await engine.step()
+    [rec] = [r for r in await store.list_instances() if r.drain_started_at is not None]
+    held = db.owned(machines[rec.vast_id])
+    assert rec.drain_deadline is not None and len(held) == 3
+    # at its rate (bench min_rate + 5 p/h) three proofs need well under the market's 40 min
+    assert rec.drain_deadline - rec.drain_started_at <= 40 * 60
+    world.clock.set(rec.drain_deadline - 1)
+    await engine.step()
+    assert not (await store.get_instance(rec.vast_id)).killed
+    world.clock.set(rec.drain_deadline + 1)
+    await engine.step()
+    done = await store.get_instance(rec.vast_id)
+    assert done.killed and "drain deadline passed with 3 task(s) held" in done.kill_reason
+    assert done.released_tasks == 3
+    back = db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,))
+    assert back == [(None,)] * 3  # waiting work again, at once: not after curio's 10 minutes
+    [ev] = await events(store, "tasks_released")
+    assert ev.instance_id == rec.vast_id and ev.detail["tasks"] == 3
+    await engine.close()
+
+
+async def test_a_worker_destroyed_without_a_drain_frees_its_tasks_in_the_same_step(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    db = curio_db
+    target(world, 0)  # manual mode: nothing is rented or shrunk
+    engine, ids, machines = await proving_fleet(world, store, db, 2, tasks=2)
+    a, b = ids
+    # by hand: the operator's destroy does not wait
+    held = db.owned(machines[a])
+    await destroy(engine, a)
+    assert (await store.get_instance(a)).killed and a not in world.cloud.instances
+    assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
+    assert (await store.get_instance(a)).released_tasks == 2
+    assert await events(store, "cordoned") == []
+    # killed by the cloud: gone from Vast; the step that sees it gone frees its tasks
+    held_b = db.owned(machines[b])
+    world.cloud.destroy(b)
+    await engine.step()
+    rec_b = await store.get_instance(b)
+    assert rec_b.killed and rec_b.kill_kind == "vanished" and rec_b.released_tasks == 2
+    assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held_b,)) == [(None,)] * 2
+    assert db.unschedulable(machines[b]) is None
+    assert len(await events(store, "tasks_released")) == 2
+    await engine.close()
+
+
+async def test_a_release_the_cluster_refused_is_done_at_the_next_readable_step(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    db = curio_db
+    target(world, 0)
+    engine, ids, machines = await proving_fleet(world, store, db, 1, tasks=2)
+    [a] = ids
+    held = db.owned(machines[a])
+    good = engine.cluster
+    engine.cluster = engine.acts.cluster = replace_port(good)
+    await destroy(engine, a)
+    assert (await store.get_instance(a)).released_at is None  # owed
+    await engine.step()
+    assert (await store.get_engine_status()).cluster["state"] == "error"
+    engine.cluster = engine.acts.cluster = good
+    await engine.step()
+    assert (await store.get_instance(a)).released_tasks == 2
+    assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
+    assert [e.reason for e in await events(store, "cluster")][-1].endswith("readable again")
+    await engine.close()
+
+
+def replace_port(reader: Any) -> Any:
+    from vastui.engine.cluster import ClusterReader
+    from vastui.sim.postgres import _free_port
+
+    return ClusterReader(
+        reader.host, _free_port("127.0.0.1"), user=reader.user, dbname=reader.dbname,
+        password="x",
+    )  # fmt: skip
+
+
+async def test_curio_failing_every_psprove_destroys_the_worker_with_curios_line(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    from vastui.engine.production import Reading
+
+    db = curio_db
+    target(world, 0)
+    engine, ids, machines = await proving_fleet(world, store, db, 1, tasks=0)
+    [a] = ids
+    rec = await store.get_instance(a)
+    addr = ident(rec)[0]
+    line = "failed to compute proof: proof check failed: invalid UpdateProof"
+    for minute in range(4):
+        world.clock.advance(60)
+        # cuzk: every proof done, none failed
+        reading = {"pid": 77, "alive": True, "status": {"counters": {
+            "total_completed": 13 + minute, "total_failed": 0}, "uptime_secs": 4000 + 60 * minute,
+            "pipeline": {"active": 1}}}  # fmt: skip
+        await engine.handle_counters(a, Reading.parse(reading))
+        task = db.add_task("PSProve", world.clock.now())
+        db.claim(machines[a], [task])
+        db.complete(task, addr, False, line, world.clock.now())
+        await engine.step()
+        if (await store.get_instance(a)).killed:
+            break
+    done = await store.get_instance(a)
+    assert done.killed and done.kill_kind == "prove_curio_failing"
+    assert line in done.kill_reason and "curio failed 3 of 3 PSProve tasks" in done.kill_reason
+    assert done.error_lines == (f"error: {line}",)
+    [strike] = await store.list_strikes(done.machine_id)
+    assert strike.kind == "prove_curio_failing"
+    await engine.close()
+
+
+async def test_an_identity_another_live_machine_holds_blocks_renting_without_blame(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    db = curio_db
+    target(world, 1)
+    # another fleet's (or the operator's) node already on the address runner 1 would take
+    other = db.register(identity.curio_listen(1), "someone-else", world.clock.now())
+    engine = await engine_on(world, store, db)
+    await engine.step()
+    status = await store.get_engine_status()
+    assert status.reason_kind == "identity_collision"
+    assert f"live machine {other}" in status.reason and "listen_port_base" in status.reason
+    assert await store.list_instances() == [] and await store.list_strikes() == []
+    [ev] = await events(store, "cluster")
+    assert identity.curio_listen(1) in ev.reason
+    # still there a step later: still nothing rented
+    world.clock.advance(120)
+    db.heartbeat(other, world.clock.now())
+    await engine.step()
+    assert await store.list_instances() == []
+    # the node stops (no heartbeat for curio's 10 minutes): renting resumes
+    world.clock.advance(11 * 60)
+    await engine.step()
+    await engine.step()
+    assert (await store.get_engine_status()).reason_kind != "identity_collision"
+    assert len(await store.list_instances()) == 1
+    await engine.close()
+
+
+async def test_an_engine_killed_mid_drain_finishes_it_once(
+    world: World, store: Store, curio_db: CurioDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = curio_db
+    target(world, 2)
+    first, _ids, machines = await proving_fleet(world, store, db, 2, tasks=1)
+    target(world, 1)
+    first.config = world.config
+
+    def die_at_cordon(name: str) -> None:
+        if name == "drain.cordoned":
+            raise Crash(name)
+
+    monkeypatch.setattr(acts_module, "crash_point", die_at_cordon)
+    with pytest.raises(Crash):
+        await first.step()
+    monkeypatch.setattr(acts_module, "crash_point", lambda name: None)
+    [rec] = [r for r in await store.list_instances() if r.drain_started_at is not None]
+    assert db.unschedulable(machines[rec.vast_id]) is True
+    # a new engine on the same database (the first is gone without a word)
+    engine = await engine_on(world, store, db)
+    destroys = count_destroys(engine)
+    world.clock.advance(30)
+    await engine.step()
+    assert destroys == {} and not (await store.get_instance(rec.vast_id)).killed
+    addr = ident(rec)[0]
+    for task in db.owned(machines[rec.vast_id]):
+        db.complete(task, addr, True, "", world.clock.now())
+    world.clock.advance(30)
+    await engine.step()
+    world.clock.advance(30)
+    await engine.step()
+    assert destroys == {rec.vast_id: 1}
+    assert len(await events(store, "cordoned")) == 1
+    assert [e.instance_id for e in await events(store, "destroy")] == [rec.vast_id]
+    assert len(await events(store, "tasks_released")) == 1
+    assert len(await store.list_instances(include_killed=False)) == 1
+    await engine.close()

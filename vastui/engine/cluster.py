@@ -1,0 +1,536 @@
+"""curio's cluster database, as the engine reads it, and the only two writes it makes there.
+
+curio's database is YugabyteDB, whose YSQL is the PostgreSQL protocol: psycopg 3 reads it (the
+issue 27 note says why not asyncpg). The tables are curio's own (filecoin-project/curio @
+e0294b0f, ``harmony/harmonydb/sql/``; ../shared/reference/cuzk-verified.md, "What a controller
+can read and do in curio's cluster database"):
+
+* ``harmony_machines`` (a node's row, keyed in practice by ``host_and_port``, which is NOT
+  unique: resources.go:81-99), ``unschedulable`` (the cordon), ``last_contact`` (a heartbeat a
+  minute, resources.go:109-118); ``harmony_machine_details.machine_name`` (``--name``,
+  cmd/curio/tasks/tasks.go:731-748);
+* ``harmony_task`` (``owner_id`` NULL: waiting work; else claimed), ``harmony_task_history``
+  (each PSProve's result, ``err`` and ``completed_by_host_and_port``: what curio's alert
+  manager counts per machine, alertmanager/alerts.go:197-224);
+* ``proofshare_queue`` (requests taken, computed, submitted; ``was_pow``: an unpaid challenge)
+  and ``proofshare_provider_payments`` (one row per paid proof).
+
+The two writes (never anything else, and never on a row that is not this fleet's worker):
+
+* **cordon** a worker before a planned destroy: ``curio cli cordon``'s statement
+  (``UPDATE harmony_machines SET unschedulable = true WHERE id = $1``, cmd/curio/rpc/rpc.go:
+  376-378); the node then claims no new work and finishes what it holds (harmonytask.go:
+  647-663);
+* **release** a destroyed worker's tasks: ``UPDATE harmony_task SET owner_id = NULL WHERE
+  owner_id = $1`` (what a node does for its own at start, harmonytask.go:383) and its row
+  deleted (``ON DELETE SET NULL``, 20230719-harmony.sql:17), in one transaction: at once,
+  instead of after curio's 10-minute ``LOOKS_DEAD_TIMEOUT`` (resources.go:22). An outbid
+  worker (stopped by Vast, its curio with it) has its tasks released and keeps its row.
+
+A row is this fleet's worker only when its ``host_and_port`` is the worker's identity and what
+else the cluster knows of it agrees: the machine id the worker reported (``curio cli info``)
+and the node name in ``harmony_machine_details``; at least one of the two must be known.
+
+Times: curio writes ``CURRENT_TIMESTAMP`` into TIMESTAMP columns (UTC, YugabyteDB's default
+TimeZone); the reader compares them with the engine's clock (UTC epoch seconds), which in the
+simulated world is the world's own clock. A reading is information: no worker is destroyed
+because the cluster cannot be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from vastui.redact import redact
+from vastui.sanitize import sanitize_line
+
+log = logging.getLogger("vastui.engine.cluster")
+
+PSPROVE = "PSProve"  # tasks/tasknames
+PSHARE_REQUEST = "bg:PShareRequest"  # tasks/proofshare/task_request.go TypeDetails
+LOOKS_DEAD_S = 600.0  # harmony/resources/resources.go:22 LOOKS_DEAD_TIMEOUT
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_MS = 10_000
+READ_TIMEOUT_S = 20.0  # a whole reading (its statements), after which it is given up
+
+
+class ClusterError(Exception):
+    """The cluster could not be read or written; one line, secrets removed."""
+
+
+class ClusterAbsent(ClusterError):
+    """Nothing answers at the configured address (an operator without curio's database)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """One worker of this fleet as the cluster should know it."""
+
+    vast_id: int
+    host_and_port: str  # its curio identity, 127.0.0.1:<base + runner id>
+    node_name: str  # curio run --name
+    machine_id: int | None  # as the worker reported it (curio cli info), if it did
+    since: float  # PSProve results are counted from here (engine clock: it began proving)
+    window_since: float  # ... and, for the verdict, from here (the production window)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A ``harmony_machines`` row at a worker's address, with its details' node name."""
+
+    machine_id: int
+    host_and_port: str
+    name: str | None
+    last_contact: float | None
+    cordoned: bool
+
+
+def belongs(worker: Worker, row: Row) -> bool:
+    """The row is this worker's: its address, and what else is known agrees (the reported
+    machine id, the node name), at least one of them known."""
+    if row.host_and_port != worker.host_and_port:
+        return False
+    if worker.machine_id is not None and row.machine_id != worker.machine_id:
+        return False
+    if row.name is not None and row.name != worker.node_name:
+        return False
+    return worker.machine_id is not None or row.name is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MachineState:
+    """What the cluster says of one worker."""
+
+    vast_id: int
+    host_and_port: str
+    machine_id: int | None = None  # its row's id; None: no row of its own
+    last_contact: float | None = None
+    cordoned: bool = False
+    held: int = 0  # tasks it owns
+    held_by_name: dict[str, int] = field(default_factory=dict)
+    done: int = 0  # PSProve results in the window
+    failed: int = 0
+    done_total: int = 0  # ... since it began proving
+    failed_total: int = 0
+    last_error: str | None = None  # its latest failed PSProve's err (untrusted, cleaned)
+    last_error_at: float | None = None
+    foreign: str | None = None  # a row at its address that is not its own: whose
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine_id": self.machine_id, "host_and_port": self.host_and_port,
+            "last_contact": self.last_contact, "cordoned": self.cordoned, "held": self.held,
+            "held_by_name": dict(self.held_by_name), "done": self.done, "failed": self.failed,
+            "done_total": self.done_total, "failed_total": self.failed_total,
+            "last_error": self.last_error, "last_error_at": self.last_error_at,
+            "foreign": self.foreign,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The cluster's work, whoever does it: PSProve tasks waiting and claimed now, the
+    ``bg:PShareRequest`` singleton's owner, and the market's requests over the window."""
+
+    waiting: int = 0  # PSProve tasks no machine owns
+    claimed: int = 0
+    request_owner: int | None = None  # machine id holding bg:PShareRequest (None: nobody)
+    request_owner_addr: str | None = None
+    request_task: bool = False  # a bg:PShareRequest task exists
+    machines: int = 0  # rows in harmony_machines
+    taken: int = 0  # proofshare_queue rows obtained in the window
+    computed: int = 0
+    submitted: int = 0
+    challenges: int = 0  # submitted challenge proofs (was_pow): unpaid
+    paid: int = 0  # payments recorded in the window
+    cluster_done: int = 0  # PSProve successes by any machine in the window
+    cluster_failed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "psprove_waiting": self.waiting, "psprove_claimed": self.claimed,
+            "request_owner": self.request_owner, "request_owner_addr": self.request_owner_addr,
+            "request_task": self.request_task, "machines": self.machines, "taken": self.taken,
+            "computed": self.computed, "submitted": self.submitted,
+            "challenges": self.challenges, "paid": self.paid,
+            "cluster_done": self.cluster_done, "cluster_failed": self.cluster_failed,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    read_at: float  # engine clock
+    window_s: float
+    workers: dict[int, MachineState]  # by Vast instance id
+    totals: Totals
+
+
+def to_db_time(ts: float) -> datetime:
+    """Engine seconds → curio's TIMESTAMP (naive UTC)."""
+    return datetime.fromtimestamp(ts, UTC).replace(tzinfo=None)
+
+
+def from_db_time(value: Any) -> float | None:
+    if not isinstance(value, datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return float(value.timestamp())
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, int) and value >= 0 else 0
+
+
+_ROWS = """
+SELECT m.id, m.host_and_port, d.machine_name, m.last_contact, coalesce(m.unschedulable, false)
+FROM harmony_machines m LEFT JOIN harmony_machine_details d ON d.machine_id = m.id
+WHERE m.host_and_port = ANY(%(addrs)s)
+ORDER BY m.id
+"""
+_HELD = """
+SELECT owner_id, name, count(*) FROM harmony_task
+WHERE owner_id = ANY(%(ids)s) GROUP BY owner_id, name
+"""
+# Each worker's PSProve results since it began proving, those in the window apart, and its
+# latest error: curio's own record of what it finished (task_type_handler.go:484-489). "no task
+# found" is not the machine's failure: another node stored that task's proof first, the task
+# having been given to two (task_prove.go:221-226).
+_RESULTS = """
+WITH f(addr, since, wsince) AS (
+    SELECT * FROM unnest(%(addrs)s::text[], %(since)s::timestamp[], %(wsince)s::timestamp[])
+),
+h AS (
+    SELECT completed_by_host_and_port, work_end, result,
+           NOT result AND coalesce(err, '') NOT LIKE '%%no task found%%' AS failed, err
+    FROM harmony_task_history
+    WHERE name = %(name)s AND completed_by_host_and_port = ANY(%(addrs)s)
+)
+SELECT f.addr,
+       count(*) FILTER (WHERE h.result AND h.work_end >= f.wsince),
+       count(*) FILTER (WHERE h.failed AND h.work_end >= f.wsince),
+       count(*) FILTER (WHERE h.result),
+       count(*) FILTER (WHERE h.failed),
+       (array_agg(h.err ORDER BY h.work_end DESC) FILTER (WHERE h.failed))[1],
+       max(h.work_end) FILTER (WHERE h.failed)
+FROM f JOIN h ON h.completed_by_host_and_port = f.addr AND h.work_end >= f.since
+GROUP BY f.addr
+"""
+_TASKS = """
+SELECT count(*) FILTER (WHERE name = %(prove)s AND owner_id IS NULL),
+       count(*) FILTER (WHERE name = %(prove)s AND owner_id IS NOT NULL),
+       count(*) FILTER (WHERE name = %(req)s),
+       (SELECT count(*) FROM harmony_machines)
+FROM harmony_task
+"""
+_REQUEST_OWNER = """
+SELECT t.owner_id, m.host_and_port FROM harmony_task t
+LEFT JOIN harmony_machines m ON m.id = t.owner_id
+WHERE t.name = %(req)s AND t.owner_id IS NOT NULL ORDER BY t.id LIMIT 1
+"""
+_MARKET = """
+SELECT count(*), count(*) FILTER (WHERE compute_done), count(*) FILTER (WHERE submit_done),
+       count(*) FILTER (WHERE submit_done AND was_pow)
+FROM proofshare_queue WHERE obtained_at >= %(since)s
+"""
+_PAID = "SELECT count(*) FROM proofshare_provider_payments WHERE created_at >= %(since)s"
+_CLUSTER_RESULTS = """
+SELECT count(*) FILTER (WHERE result), count(*) FILTER (WHERE NOT result)
+FROM harmony_task_history WHERE name = %(name)s AND work_end >= %(since)s
+"""
+_ROW_FOR_UPDATE = """
+SELECT m.id, m.host_and_port, d.machine_name, m.last_contact, coalesce(m.unschedulable, false)
+FROM harmony_machines m LEFT JOIN harmony_machine_details d ON d.machine_id = m.id
+WHERE m.host_and_port = %(addr)s
+ORDER BY m.id
+FOR UPDATE OF m
+"""
+
+
+class ClusterReader:
+    """One connection to curio's database (reopened after any failure), its readings and its
+    two writes. ``password`` is a secret: it is never logged and is removed from errors."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        user: str,
+        dbname: str,
+        password: str | None,
+        application: str = "vastui",
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.user = user
+        self.dbname = dbname
+        self._password = password
+        self.application = application
+        self._conn: Any = None  # psycopg.AsyncConnection
+        self._lock = asyncio.Lock()
+        self.enabled = True
+        self.last_error: str | None = None
+        self.last_ok_at: float | None = None  # engine clock of the last good reading
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _clean(self, exc: BaseException) -> str:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return sanitize_line(redact(text, [self._password]), 300)
+
+    async def _connect(self) -> Any:
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        info = make_conninfo(
+            host=self.host, port=str(self.port), user=self.user, dbname=self.dbname,
+            password=self._password or "", connect_timeout=str(CONNECT_TIMEOUT_S),
+            application_name=self.application,
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c TimeZone=UTC",
+        )  # fmt: skip
+        try:
+            self._conn = await psycopg.AsyncConnection.connect(info, autocommit=True)
+        except psycopg.OperationalError as exc:
+            line = self._clean(exc)
+            if "refused" in line.lower() or "could not translate host" in line.lower():
+                raise ClusterAbsent(f"curio's database at {self.address}: {line}") from None
+            raise ClusterError(f"curio's database at {self.address}: {line}") from None
+        return self._conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception as exc:  # closing a broken connection: nothing left to do
+                log.debug("closing the cluster connection: %s", self._clean(exc))
+
+    async def _run(self, work: Any) -> Any:
+        """Run ``work(conn)`` under the lock and a time limit; any failure closes the
+        connection (the next call reconnects) and is one ClusterError line."""
+        import psycopg
+
+        async with self._lock:
+            try:
+                conn = await self._connect()
+                return await asyncio.wait_for(work(conn), READ_TIMEOUT_S)
+            except ClusterError:
+                raise
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                await self.close()
+                what = "timed out" if isinstance(exc, TimeoutError) else self._clean(exc)
+                raise ClusterError(f"curio's database at {self.address}: {what}") from None
+
+    async def probe(self) -> None:
+        """One round trip; ClusterAbsent when nothing answers there."""
+
+        async def work(conn: Any) -> None:
+            await conn.execute("SELECT 1 FROM harmony_machines LIMIT 1")
+
+        await self._run(work)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def read(self, workers: Sequence[Worker], now: float, window_s: float) -> ClusterView:
+        addrs = sorted({w.host_and_port for w in workers})
+        since = to_db_time(now - window_s)
+
+        async def work(conn: Any) -> ClusterView:
+            rows = await _fetch(conn, _ROWS, {"addrs": addrs})
+            by_addr: dict[str, list[Row]] = {}
+            for r in rows:
+                row = Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4]))
+                by_addr.setdefault(row.host_and_port, []).append(row)
+            own: dict[int, Row] = {}
+            foreign: dict[int, str] = {}
+            for w in workers:
+                candidates = by_addr.get(w.host_and_port, [])
+                mine = [row for row in candidates if belongs(w, row)]
+                if mine:
+                    own[w.vast_id] = mine[0]
+                others = [row for row in candidates if not belongs(w, row)]
+                if others:
+                    o = others[0]
+                    foreign[w.vast_id] = f"machine {o.machine_id}" + (
+                        f" ({sanitize_line(o.name, 60)})" if o.name else ""
+                    )
+            held: dict[int, dict[str, int]] = {}
+            ids = sorted({row.machine_id for row in own.values()})
+            for owner, name, n in await _fetch(conn, _HELD, {"ids": ids}):
+                held.setdefault(int(owner), {})[str(name)] = _count(n)
+            params = {
+                "addrs": [w.host_and_port for w in workers],
+                "since": [to_db_time(w.since) for w in workers],
+                "wsince": [to_db_time(max(w.since, w.window_since)) for w in workers],
+                "name": PSPROVE,
+            }
+            results: dict[str, tuple[Any, ...]] = {}
+            if workers:
+                results = {str(r[0]): tuple(r[1:]) for r in await _fetch(conn, _RESULTS, params)}
+            states = {}
+            for w in workers:
+                got = own.get(w.vast_id)
+                res = results.get(w.host_and_port, (0, 0, 0, 0, None, None))
+                err = res[4] if isinstance(res[4], str) else None
+                counts = held.get(got.machine_id, {}) if got is not None else {}
+                states[w.vast_id] = MachineState(
+                    vast_id=w.vast_id, host_and_port=w.host_and_port,
+                    machine_id=got.machine_id if got else None,
+                    last_contact=got.last_contact if got else None,
+                    cordoned=got.cordoned if got else False,
+                    held=sum(counts.values()), held_by_name=counts,
+                    done=_count(res[0]), failed=_count(res[1]), done_total=_count(res[2]),
+                    failed_total=_count(res[3]),
+                    last_error=sanitize_line(err, 500) if err else None,
+                    last_error_at=from_db_time(res[5]), foreign=foreign.get(w.vast_id),
+                )  # fmt: skip
+            totals = await self._totals(conn, since)
+            return ClusterView(now, window_s, states, totals)
+
+        view: ClusterView = await self._run(work)
+        self.last_ok_at, self.last_error = now, None
+        return view
+
+    async def _totals(self, conn: Any, since: datetime) -> Totals:
+        tasks = (await _fetch(conn, _TASKS, {"prove": PSPROVE, "req": PSHARE_REQUEST}))[0]
+        owner = await _fetch(conn, _REQUEST_OWNER, {"req": PSHARE_REQUEST})
+        since_tz = since.replace(tzinfo=UTC)
+        market = (await _fetch(conn, _MARKET, {"since": since_tz}))[0]
+        paid = (await _fetch(conn, _PAID, {"since": since_tz}))[0]
+        done = (await _fetch(conn, _CLUSTER_RESULTS, {"name": PSPROVE, "since": since}))[0]
+        return Totals(
+            waiting=_count(tasks[0]), claimed=_count(tasks[1]), request_task=_count(tasks[2]) > 0,
+            machines=_count(tasks[3]),
+            request_owner=int(owner[0][0]) if owner else None,
+            request_owner_addr=str(owner[0][1]) if owner and owner[0][1] else None,
+            taken=_count(market[0]), computed=_count(market[1]), submitted=_count(market[2]),
+            challenges=_count(market[3]), paid=_count(paid[0]),
+            cluster_done=_count(done[0]), cluster_failed=_count(done[1]),
+        )  # fmt: skip
+
+    async def rows_at(self, host_and_port: str) -> list[Row]:
+        async def work(conn: Any) -> list[Row]:
+            rows = await _fetch(conn, _ROWS, {"addrs": [host_and_port]})
+            return [Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4])) for r in rows]
+
+        result: list[Row] = await self._run(work)
+        return result
+
+    async def identity_in_use(self, worker: Worker, now: float) -> str | None:
+        """Whether another live machine (a heartbeat within curio's 10 minutes) holds this
+        worker's address: one line saying which, else None."""
+        for row in await self.rows_at(worker.host_and_port):
+            if row.name == worker.node_name:
+                continue  # its own earlier incarnation (a curio restart): not another node
+            if row.last_contact is None or now - row.last_contact > LOOKS_DEAD_S:
+                continue
+            ago = max(0.0, now - row.last_contact)
+            who = f" (node {sanitize_line(row.name, 60)!r})" if row.name else ""
+            return (
+                f"curio identity {worker.host_and_port} is already used by live machine "
+                f"{row.machine_id}{who}, last contact {ago / 60:.0f} min ago: another fleet or "
+                "node uses this address; give this fleet its own [curio] listen_port_base"
+            )
+        return None
+
+    # -- the two writes ---------------------------------------------------------------------
+
+    async def cordon(self, worker: Worker) -> int | None:
+        """Cordon the worker's machine (rpc.go:376-378, guarded by its identity). Its machine
+        id, or None when the cluster has no row that is this worker's."""
+
+        async def work(conn: Any) -> int | None:
+            async with conn.transaction():
+                row = await _own_row(conn, worker)
+                if row is None:
+                    return None
+                await conn.execute(
+                    "UPDATE harmony_machines SET unschedulable = true "
+                    "WHERE id = %(id)s AND host_and_port = %(addr)s",
+                    {"id": row.machine_id, "addr": worker.host_and_port},
+                )
+                return row.machine_id
+
+        result: int | None = await self._run(work)
+        return result
+
+    async def release(self, worker: Worker, *, keep_row: bool = False) -> tuple[int, int | None]:
+        """Free the tasks the worker's machine holds and (unless ``keep_row``, an outbid
+        worker that may resume) delete its row, in one transaction. (tasks freed, machine id);
+        (0, None) when the cluster has no row that is this worker's."""
+
+        async def work(conn: Any) -> tuple[int, int | None]:
+            async with conn.transaction():
+                row = await _own_row(conn, worker)
+                if row is None:
+                    return 0, None
+                cur = await conn.execute(
+                    "UPDATE harmony_task SET owner_id = NULL WHERE owner_id = %(id)s",
+                    {"id": row.machine_id},
+                )
+                freed = max(0, cur.rowcount)
+                if not keep_row:
+                    await conn.execute(
+                        "DELETE FROM harmony_machines WHERE id = %(id)s AND host_and_port = %(a)s",
+                        {"id": row.machine_id, "a": worker.host_and_port},
+                    )
+                return freed, row.machine_id
+
+        result: tuple[int, int | None] = await self._run(work)
+        return result
+
+
+async def _fetch(conn: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    cur = await conn.execute(sql, params)
+    rows: list[tuple[Any, ...]] = await cur.fetchall()
+    return rows
+
+
+async def _own_row(conn: Any, worker: Worker) -> Row | None:
+    rows = await _fetch(conn, _ROW_FOR_UPDATE, {"addr": worker.host_and_port})
+    for r in rows:
+        row = Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4]))
+        if belongs(worker, row):
+            return row
+    return None
+
+
+def split_addr(addr: str, default_port: int = 5433) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep:
+        return addr or "127.0.0.1", default_port
+    return host or "127.0.0.1", int(port)
+
+
+def only_live(states: Iterable[MachineState], now: float) -> list[MachineState]:
+    return [
+        s for s in states if s.last_contact is not None and now - s.last_contact <= LOOKS_DEAD_S
+    ]
+
+
+__all__ = [
+    "LOOKS_DEAD_S",
+    "PSHARE_REQUEST",
+    "PSPROVE",
+    "ClusterAbsent",
+    "ClusterError",
+    "ClusterReader",
+    "ClusterView",
+    "MachineState",
+    "Row",
+    "Totals",
+    "Worker",
+    "belongs",
+    "from_db_time",
+    "to_db_time",
+]
