@@ -99,7 +99,9 @@ def test_fleet_spend_today_total_rejected():
     assert spend.total == pytest.approx(1.0 + 3.5 + 1.5 + 0.5)
     assert spend.today == pytest.approx(1.0 + 2.5 + 0.5 + 0.5)
     assert spend.rejected == pytest.approx(1.5)
-    assert spend.to_json() == {"today": 4.5, "total": 6.5, "rejected": 1.5, "day_start": DAY0}
+    assert spend.to_json() == {
+        "today": 4.5, "total": 6.5, "rejected": 1.5, "draining": 0.0, "day_start": DAY0,
+    }  # fmt: skip
     later = fleet_spend(records, NOW + H, DAY0)  # the living keep billing, the dead do not
     assert later.total == pytest.approx(spend.total + 0.5 + 0.25)
     assert fleet_spend([], NOW, DAY0).total == 0.0
@@ -135,3 +137,22 @@ def test_a_workers_cost_per_proof_is_measured_else_estimated():
     for broken in (replace(rec, dph_total=None), replace(rec, bench_rate=0.0),
                    replace(rec, dph_total=-1.0), replace(rec, bench_rate=-5.0)):  # fmt: skip
         assert worker_cost_per_proof(broken) == (None, False)
+
+
+def test_a_drain_is_counted_from_its_cordon_to_its_destroy():
+    from dataclasses import replace
+
+    from vastui.engine.spend import drain_cost, proof_costs
+
+    rec = killed(7, DAY0, DAY0 + 3 * H, "surplus")  # $0.50/h
+    assert drain_cost(rec, DAY0 + 4 * H) == 0.0
+    rec = replace(rec, drain_started_at=DAY0 + 2.5 * H, proving_at=DAY0 + H)
+    assert drain_cost(rec, DAY0 + 4 * H) == pytest.approx(0.25)
+    assert fleet_spend([rec], DAY0 + 4 * H, DAY0).draining == pytest.approx(0.25)
+    # $/proof over the last hour: $0.50 spent proving, 10 proofs done by the fleet out of the
+    # cluster's 20, which were paid 8: the fleet's share is 4 paid proofs
+    costs = proof_costs([rec], DAY0 + 3 * H, H, fleet_done=10, cluster_done=20, paid=8)
+    assert costs.spent == pytest.approx(0.5)
+    assert costs.per_computed == pytest.approx(0.05) and costs.per_paid == pytest.approx(0.125)
+    none = proof_costs([rec], DAY0 + 3 * H, H, fleet_done=0, cluster_done=20, paid=8)
+    assert none.per_computed is None and none.per_paid is None

@@ -104,6 +104,9 @@ class FleetFacts:
     credit: float | None  # the account's, None until read
     bans_last_hour: int
     kills_last_hour: int
+    # curio's cluster: why it cannot be read, since when (engine clock); None: readable or off
+    cluster_error: str | None = None
+    cluster_error_since: float | None = None
 
 
 @dataclass
@@ -114,6 +117,7 @@ class Conditions:
     min_credit: float = 0.0
     storm_bans: int = 5
     storm_kills: int = 10
+    cluster_unreadable_min: float = 10.0
     below_since: float | None = None
 
     def holding(self, facts: FleetFacts, now: float) -> dict[str, str]:
@@ -140,6 +144,14 @@ class Conditions:
             out["ban_storm"] = f"{facts.bans_last_hour} machines banned in the last hour"
         if self.storm_kills > 0 and facts.kills_last_hour >= self.storm_kills:
             out["kill_storm"] = f"{facts.kills_last_hour} workers destroyed in the last hour"
+        since = facts.cluster_error_since
+        if facts.cluster_error and since is not None:
+            waited = now - since
+            if waited >= self.cluster_unreadable_min * 60.0:
+                out["cluster_unreadable"] = (
+                    f"curio's cluster cannot be read for {waited / 60:.0f} min: "
+                    f"{facts.cluster_error} (no drain, no release, no worker destroyed for it)"
+                )
         return out
 
 

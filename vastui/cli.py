@@ -254,6 +254,39 @@ async def cmd_status(opts: Options, args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_cluster(opts: Options, args: argparse.Namespace) -> int:
+    from vastui import cluster_report
+    from vastui import status as fleet_status
+    from vastui.backend import open_store
+    from vastui.config import load_curio_db_password
+    from vastui.engine.cluster import ClusterError, ClusterReader
+    from vastui.engine.runtime import CURIO_DEFAULT_PASSWORD
+
+    config = opts.config
+    if not config.curio.read_cluster or not config.ssh.curio_db:
+        raise CliError("curio's cluster is not read ([curio] read_cluster or [ssh] curio_db)")
+    host, _, port = config.ssh.curio_db.rpartition(":")
+    reader = ClusterReader(
+        host or "127.0.0.1", int(port), user=config.curio.db_user, dbname=config.curio.db_name,
+        password=load_curio_db_password(config.path) or CURIO_DEFAULT_PASSWORD,
+        application="vastui cluster",
+    )  # fmt: skip
+    try:
+        async with open_store(opts) as store:
+            now = fleet_status.fleet_now(await store.get_engine_status(), time.time())
+            report = await cluster_report.gather(store, reader, config, now)
+    except ClusterError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await reader.close()
+    if args.json:
+        print(json.dumps(report, sort_keys=True, ensure_ascii=True))
+        return 0
+    print_rows(report["machines"], cluster_report.COLUMNS, False, cluster_report.HEADERS)
+    print(cluster_report.render_totals(report))
+    return 0
+
+
 async def cmd_import_legacy(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
     from vastui.store import import_legacy
@@ -534,6 +567,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "cluster", parents=[shared],
+        help="this fleet's machines in curio's cluster (tasks held, PSProve results) and the "
+        "cluster's work",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("events", parents=[shared], help="the event log")
     p.add_argument("--json", action="store_true")

@@ -21,6 +21,7 @@ import statistics
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
@@ -48,6 +49,8 @@ class WorkerSample:
     failures: int
     proofs_per_hour: float | None  # measured in production
     dollars_per_hour: float
+    tasks_held: int | None = None  # curio's tasks its machine holds (the cluster's last reading)
+    draining: bool = False  # cordoned before a planned destroy
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,9 @@ class FleetSample:
     credit: float | None = None
     max_daily_spend: float | None = None
     max_total_dph: float | None = None
+    # curio's cluster, as the engine's status carries it (vastui/engine/engine.py
+    # cluster_summary); None: not read
+    cluster: Mapping[str, Any] | None = None
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -122,6 +128,7 @@ class FleetCollector(Collector):
         yield from _money(s)
         yield from _events(s)
         yield from _market(s.market)
+        yield from _cluster(s.cluster, s.workers)
 
 
 def _gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
@@ -227,6 +234,63 @@ def _market(market: Mapping[str, Sequence[float]]) -> Iterator[Metric]:
             price.add_metric([gpu, f"{q:g}"], value)
     yield count
     yield price
+
+
+CLUSTER_STAGES = ("taken", "computed", "submitted", "challenges", "paid")
+
+
+def _cluster(c: Mapping[str, Any] | None, workers: Iterable[WorkerSample]) -> Iterator[Metric]:
+    """curio's cluster: whether it is read, its PSProve work waiting and claimed, the market's
+    requests over the production window, the fleet's $/proof computed and paid, each worker's
+    held tasks and the drains."""
+    if c is None or c.get("state") == "off":
+        return
+    yield GaugeMetricFamily(
+        "vastui_cluster_readable", "1 when curio's cluster was read this step",
+        value=1.0 if c.get("state") == "ok" else 0.0,
+    )  # fmt: skip
+    if c.get("psprove_waiting") is not None:
+        tasks = GaugeMetricFamily(
+            "vastui_cluster_psprove_tasks", "curio's PSProve tasks by state", labels=["state"]
+        )
+        tasks.add_metric(["waiting"], float(c.get("psprove_waiting") or 0))
+        tasks.add_metric(["claimed"], float(c.get("psprove_claimed") or 0))
+        yield tasks
+        requests = GaugeMetricFamily(
+            "vastui_cluster_requests",
+            "proofshare requests over the production window, by how far they got "
+            "(challenges: submitted unpaid challenge proofs; paid: payments recorded)",
+            labels=["stage"],
+        )
+        for stage in CLUSTER_STAGES:
+            requests.add_metric([stage], float(c.get(stage) or 0))
+        yield requests
+    yield from _gauge(
+        "vastui_cost_per_computed_proof_dollars",
+        "The fleet's spend over the window / its PSProve tasks curio recorded as done",
+        _number(c.get("cost_per_computed")),
+    )
+    yield from _gauge(
+        "vastui_cost_per_paid_proof_dollars",
+        "The fleet's spend over the window / the cluster's paid proofs, at its share of them",
+        _number(c.get("cost_per_paid")),
+    )
+    yield from _gauge("vastui_workers_draining", "Workers draining", _number(c.get("draining")))
+    held = GaugeMetricFamily(
+        "vastui_worker_cluster_tasks", "curio's tasks a worker's machine holds",
+        labels=[*WORKER_LABELS, "draining"],
+    )  # fmt: skip
+    for w in workers:
+        if w.tasks_held is not None:
+            key = [w.label, "" if w.machine_id is None else str(w.machine_id), w.gpu_name]
+            held.add_metric([*key, "1" if w.draining else "0"], float(w.tasks_held))
+    yield held
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def quantiles(values: Sequence[float]) -> tuple[float, ...]:

@@ -90,6 +90,9 @@ def render(report: dict[str, Any]) -> str:
     """A few plain lines: the engine, the workers and the reason, the spend (and other
     controllers' instances on the account, when the engine saw any)."""
     lines = [_engine_line(report), _workers_line(report), _spend_line(report)]
+    cluster = cluster_line((report.get("engine") or {}).get("cluster"))
+    if cluster:
+        lines.append(cluster)
     pause = report.get("fleet_failure")
     if pause:
         lines.append(
@@ -177,7 +180,44 @@ def _spend_line(report: dict[str, Any]) -> str:
         f"spend ${spend['today']:.2f} today, ${spend['total']:.2f} since start, "
         f"${spend['rejected']:.2f} on rejected workers"
     )
+    draining = _float(spend.get("draining"))
+    if draining:
+        line += f", ${draining:.2f} while draining"
     return line + "".join(f"; {part}" for part in limits(report.get("engine") or {}))
+
+
+def cluster_line(cluster: dict[str, Any] | None) -> str | None:
+    """curio's cluster as the engine last read it: its PSProve work, the market's requests over
+    the window, the fleet's $/proof computed and paid; or why it is not read."""
+    if not cluster:
+        return None
+    state = cluster.get("state")
+    if state == "off":
+        return f"cluster: not read (nothing answered at {cluster.get('address')} at start)"
+    parts = []
+    if state == "error":
+        parts.append(f"cannot be read: {cluster.get('error')}")
+    if cluster.get("psprove_waiting") is not None:
+        parts.append(
+            f"PSProve {cluster['psprove_waiting']} waiting, {cluster.get('psprove_claimed')} "
+            "claimed"
+        )
+        window = _float(cluster.get("window_s")) or 0.0
+        parts.append(
+            f"last {window / 60:.0f} min: {cluster.get('computed')} computed, "
+            f"{cluster.get('submitted')} submitted ({cluster.get('challenges')} challenges), "
+            f"{cluster.get('paid')} paid"
+        )
+        costs = []
+        for key, what in (("cost_per_computed", "computed"), ("cost_per_paid", "paid")):
+            value = _float(cluster.get(key))
+            if value is not None:
+                costs.append(f"${value:.4f}/proof {what}")
+        if costs:
+            parts.append(", ".join(costs))
+    if cluster.get("draining"):
+        parts.append(f"{cluster['draining']} draining")
+    return "cluster: " + "; ".join(parts) if parts else None
 
 
 def limits(status: dict[str, Any]) -> list[str]:

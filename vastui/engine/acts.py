@@ -23,7 +23,7 @@ from typing import Any
 from vastui.config import Config, load_curio_db_password
 from vastui.engine import drain, fleetwide, identity, policy
 from vastui.engine.bidding import BidQuote
-from vastui.engine.cluster import ClusterError, ClusterReader, Worker
+from vastui.engine.cluster import ClusterError, ClusterReader, Worker, worker_of
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
 from vastui.engine.transitions import (
@@ -383,23 +383,8 @@ class Acts:
     # -- curio's cluster: drain, release, identity ---------------------------------------
 
     def cluster_worker(self, rec: InstanceRecord, now: float | None = None) -> Worker | None:
-        """The worker as curio's cluster should know it: its identity from its runner id, the
-        machine id it reported; None without a runner id (it never had an identity)."""
-        if rec.runner_id is None:
-            return None
-        base = self.config.curio.listen_port_base
-        info = _json_obj(rec.curio_info)
-        machine = info.get("machine_id")
-        since = rec.proving_at or rec.created_at or 0.0
-        window = self.config.proving.window_min * 60.0
-        return Worker(
-            vast_id=rec.vast_id,
-            host_and_port=identity.curio_listen(rec.runner_id, base),
-            node_name=identity.node_name(self.config.fleet.name, rec.runner_id),
-            machine_id=machine if isinstance(machine, int) and machine > 0 else None,
-            since=since,
-            window_since=(now if now is not None else self.clock()) - window,
-        )
+        """The worker as curio's cluster should know it (cluster.worker_of)."""
+        return worker_of(rec, self.config, self.clock() if now is None else now)
 
     def _reading_cluster(self) -> ClusterReader | None:
         return self.cluster if self.cluster is not None and self.cluster.enabled else None

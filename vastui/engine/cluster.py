@@ -40,14 +40,18 @@ because the cluster cannot be read.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from vastui.config import Config
+from vastui.engine import identity
 from vastui.redact import redact
 from vastui.sanitize import sanitize_line
+from vastui.store import InstanceRecord
 
 log = logging.getLogger("vastui.engine.cluster")
 
@@ -88,6 +92,32 @@ class Row:
     name: str | None
     last_contact: float | None
     cordoned: bool
+
+
+def worker_of(rec: InstanceRecord, config: Config, now: float) -> Worker | None:
+    """A record of this fleet as the cluster should know it: its identity from its runner id
+    (vastui/engine/identity.py), the machine id it reported (``curio cli info``); None without
+    a runner id (it never had an identity)."""
+    if rec.runner_id is None:
+        return None
+    base = config.curio.listen_port_base
+    machine = None
+    if rec.curio_info:
+        try:
+            info = json.loads(rec.curio_info)
+        except ValueError:
+            info = None
+        value = info.get("machine_id") if isinstance(info, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            machine = value
+    return Worker(
+        vast_id=rec.vast_id,
+        host_and_port=identity.curio_listen(rec.runner_id, base),
+        node_name=identity.node_name(config.fleet.name, rec.runner_id),
+        machine_id=machine,
+        since=rec.proving_at or rec.created_at or 0.0,
+        window_since=now - config.proving.window_min * 60.0,
+    )
 
 
 def belongs(worker: Worker, row: Row) -> bool:
@@ -421,6 +451,24 @@ class ClusterReader:
     async def rows_at(self, host_and_port: str) -> list[Row]:
         async def work(conn: Any) -> list[Row]:
             rows = await _fetch(conn, _ROWS, {"addrs": [host_and_port]})
+            return [Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4])) for r in rows]
+
+        result: list[Row] = await self._run(work)
+        return result
+
+    async def named_rows(self, prefix: str) -> list[Row]:
+        """Rows whose node name starts with ``prefix`` (this fleet's: ``vastui-<fleet>-r``),
+        whoever's instance they were: a row no record of ours matches is an orphan."""
+
+        async def work(conn: Any) -> list[Row]:
+            rows = await _fetch(
+                conn,
+                "SELECT m.id, m.host_and_port, d.machine_name, m.last_contact,"
+                " coalesce(m.unschedulable, false) FROM harmony_machines m"
+                " JOIN harmony_machine_details d ON d.machine_id = m.id"
+                " WHERE starts_with(d.machine_name, %(prefix)s) ORDER BY m.id",
+                {"prefix": prefix},
+            )
             return [Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4])) for r in rows]
 
         result: list[Row] = await self._run(work)

@@ -30,7 +30,7 @@ from datetime import UTC
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine import bidding, identity, policy, production, provision, transitions
+from vastui.engine import bidding, identity, policy, production, provision, spend, transitions
 from vastui.engine.acts import (
     ONSTART,
     Acts,
@@ -148,6 +148,7 @@ class Engine:
         self.cluster_error_since: float | None = None  # engine clock
         self.identity_collision: str | None = None  # a new worker's identity taken, one line
         self._collision_runner: int | None = None
+        self._proof_costs: spend.ProofCosts | None = None  # over the window, as curio counts
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -602,19 +603,32 @@ class Engine:
             r for r in await self.store.list_instances(include_killed=False)
             if r.source == "vastui"
         ]  # fmt: skip
+        window = self.config.proving.window_min * 60.0
         workers = [
             w for r in records
             if r.state == "proving" and (w := self.acts.cluster_worker(r, now)) is not None
         ]  # fmt: skip
+        # workers destroyed within the window count in the fleet's proofs (not judged again)
+        killed = [
+            r for r in await self.store.list_instances(include_killed=True)
+            if r.killed and r.source == "vastui" and r.proving_at is not None
+            and (r.killed_at or 0.0) >= now - window
+        ]  # fmt: skip
+        gone = [w for r in killed if (w := self.acts.cluster_worker(r, now)) is not None]
         await self._recheck_collision(now)
+        view: ClusterView | None = None
         try:
-            view = await reader.read(workers, now, self.config.proving.window_min * 60.0)
+            read = await reader.read([*workers, *gone], now, window)
         except ClusterError as exc:
             await self._cluster_unreadable(str(exc), now)
-            view = None
         else:
             await self._cluster_readable(now)
-            self.cluster_view = view
+            self.cluster_view = view = read
+            fleet_done = sum(state.done for state in read.workers.values())
+            self._proof_costs = spend.proof_costs(
+                [*records, *killed], now, window, fleet_done, read.totals.cluster_done,
+                read.totals.paid,
+            )  # fmt: skip
         async with self._lock:
             if view is not None:
                 for vast_id, state in view.workers.items():
@@ -736,10 +750,14 @@ class Engine:
             out.update(view.totals.to_json())
             out["read_at"] = view.read_at
             out["window_s"] = view.window_s
-            fleet_done = sum(s.done for s in view.workers.values())
-            out["fleet_done"] = fleet_done
+            out["fleet_done"] = sum(s.done for s in view.workers.values())
             out["fleet_failed"] = sum(s.failed for s in view.workers.values())
             out["fleet_held"] = sum(s.held for s in view.workers.values())
+            costs = self._proof_costs
+            if costs is not None:
+                out["spent_window"] = round(costs.spent, 4)
+                out["cost_per_computed"] = costs.per_computed
+                out["cost_per_paid"] = costs.per_paid
         return out
 
     # -- worker events and counters (from the followers) -----------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import Counter
@@ -78,6 +79,8 @@ class Monitor:
                 kills_last_hour=sum(
                     1 for r in mine if r.killed and (r.killed_at or 0.0) >= now - HOUR
                 ),
+                cluster_error=engine.cluster_error,
+                cluster_error_since=engine.cluster_error_since,
             )
             for alert in self.book.observe(self.conditions.holding(facts, now), now):
                 log.info("alert %s %s: %s", alert.key, alert.state, alert.summary)
@@ -131,10 +134,12 @@ class Monitor:
             credit=engine.credit,
             max_daily_spend=fleet.max_daily_spend or None,
             max_total_dph=fleet.max_total_dph,
+            cluster=status.cluster,
         )
 
 
 def _worker(r: InstanceRecord) -> WorkerSample:
+    held = cluster_held(r)
     return WorkerSample(
         label=r.label or str(r.vast_id),
         machine_id=r.machine_id,
@@ -144,4 +149,18 @@ def _worker(r: InstanceRecord) -> WorkerSample:
         failures=r.prod_failed or 0,
         proofs_per_hour=r.prod_rate,
         dollars_per_hour=r.dph_total or 0.0,
+        tasks_held=held,
+        draining=r.drain_started_at is not None,
     )
+
+
+def cluster_held(r: InstanceRecord) -> int | None:
+    """The tasks a worker's curio machine held at the last reading of the cluster."""
+    if not r.cluster_state:
+        return None
+    try:
+        state = json.loads(r.cluster_state)
+    except ValueError:
+        return None
+    held = state.get("held") if isinstance(state, dict) else None
+    return held if isinstance(held, int) and not isinstance(held, bool) and held >= 0 else None

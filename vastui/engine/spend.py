@@ -44,12 +44,14 @@ class Spend:
     total: float  # since start: every vastui instance recorded
     rejected: float  # on rejected workers, since start
     day_start: float  # the day boundary used for `today` (engine clock)
+    draining: float = 0.0  # on workers while they drained before their destroy, since start
 
     def to_json(self) -> dict[str, float]:
         return {
             "today": round(self.today, 4),
             "total": round(self.total, 4),
             "rejected": round(self.rejected, 4),
+            "draining": round(self.draining, 4),
             "day_start": self.day_start,
         }
 
@@ -120,7 +122,47 @@ def fleet_spend(records: Iterable[InstanceRecord], now: float, day_start: float)
         total=sum(instance_cost(r, now) for r in mine),
         rejected=sum(instance_cost(r, now) for r in mine if is_rejected(r)),
         day_start=day_start,
+        draining=sum(drain_cost(r, now) for r in mine),
     )
+
+
+def drain_cost(rec: InstanceRecord, now: float) -> float:
+    """What a worker cost while it drained (cordoned, finishing its tasks, until destroyed)."""
+    if rec.drain_started_at is None:
+        return 0.0
+    return instance_cost(rec, now, since=rec.drain_started_at)
+
+
+@dataclass(frozen=True, slots=True)
+class ProofCosts:
+    """The fleet's $/proof over a window, as curio's cluster counts its proofs."""
+
+    spent: float  # on workers while they proved, within the window
+    per_computed: float | None  # ÷ PSProve tasks curio recorded done for the fleet
+    per_paid: float | None  # ÷ the cluster's paid proofs, at the fleet's share of its done
+
+
+def proof_costs(
+    records: Iterable[InstanceRecord],
+    now: float,
+    window_s: float,
+    fleet_done: int,
+    cluster_done: int,
+    paid: int,
+) -> ProofCosts:
+    """Payments are the cluster's (one wallet, proofshare_provider_payments), not per machine:
+    the fleet is credited its share of them, as its share of the PSProve tasks the cluster
+    finished in the window. Challenge proofs are never paid (they are not in payments)."""
+    since = now - window_s
+    spent = sum(
+        instance_cost(r, now, since=max(since, r.proving_at))
+        for r in counted(records)
+        if r.proving_at is not None
+    )
+    per_computed = spent / fleet_done if fleet_done > 0 else None
+    share = min(1.0, fleet_done / cluster_done) if cluster_done > 0 else 0.0
+    per_paid = spent / (paid * share) if paid > 0 and share > 0 else None
+    return ProofCosts(spent, per_computed, per_paid)
 
 
 def local_midnight(now: float, tz: tzinfo | None = None) -> float:

@@ -1,0 +1,132 @@
+"""`vastui cluster` and the cluster's line in `vastui status` (vastui/cluster_report.py), on a
+real PostgreSQL with curio's schema (tests/pgfixtures.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.pgfixtures import CurioDb
+from vastui.cli import main
+from vastui.engine import identity
+from vastui.status import cluster_line
+from vastui.store import InstanceRecord, Store
+
+T0 = time.time() - 3600.0
+
+
+async def fleet_store(path: Path, db: CurioDb) -> dict[str, int]:
+    """Three workers of fleet "main": two proving (curio machines), one destroyed and released;
+    and a row of this fleet's name no record matches (an orphan)."""
+    store = await Store.open(path)
+    machines = {}
+    try:
+        for vast_id, runner in ((101, 1), (102, 2), (103, 3)):
+            addr = identity.curio_listen(runner)
+            name = identity.node_name("main", runner)
+            mid = db.register(addr, name, T0 + 3000)
+            machines[addr] = mid
+            rec = InstanceRecord(
+                vast_id=vast_id, label=f"vastui-main-{vast_id}", state="proving",
+                runner_id=runner, created_at=T0, proving_at=T0 + 600, machine_id=9000 + runner,
+                curio_info=json.dumps({"machine_id": mid, "host_and_port": addr}),
+            )  # fmt: skip
+            await store.upsert_instance(rec, now=T0)
+        await store.mark_killed(103, "surplus", "above target", now=T0 + 3100)
+        await store.note_released(103, 0, "destroyed: 0 tasks", now=T0 + 3100)
+        db.q("DELETE FROM harmony_machines WHERE host_and_port = %s", (identity.curio_listen(3),))
+        db.register(identity.curio_listen(9), identity.node_name("main", 9), T0 + 3000)
+        db.register("10.0.0.9:12300", "operator-node", T0 + 3000)  # not ours at all
+        t = db.add_task("PSProve", T0)
+        db.claim(machines[identity.curio_listen(1)], [t, db.add_task("PSProve", T0)])
+        db.complete(t, identity.curio_listen(1), True, "", T0 + 3200)
+        db.market(4, T0 + 3000, computed=3, submitted=2, pow_=1, paid=1)
+    finally:
+        await store.close()
+    return machines
+
+
+def config_for(tmp_path: Path, db: CurioDb, password: str) -> Path:
+    cfg = tmp_path / "vastui.toml"
+    cfg.write_text(
+        f'[ssh]\ncurio_db = "{db.server.address}"\n[curio]\ndb_name = "{db.name}"\n',
+        encoding="utf-8",
+    )
+    secret = tmp_path / "curio-db-password"
+    secret.write_text(password + "\n", encoding="utf-8")
+    secret.chmod(0o600)
+    return cfg
+
+
+def test_cluster_lists_this_fleets_machines_and_the_totals(
+    tmp_path: Path, curio_db: CurioDb, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machines = asyncio.run(fleet_store(tmp_path / "s.db", curio_db))
+    cfg = config_for(tmp_path, curio_db, curio_db.server.password)
+    base = ["--config", str(cfg), "--db", str(tmp_path / "s.db")]
+    assert main([*base, "cluster", "--json"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    rows = {r["host_and_port"]: r for r in report["machines"]}
+    assert set(rows) == {identity.curio_listen(n) for n in (1, 2, 9)}  # 3: released, not shown
+    first = rows[identity.curio_listen(1)]
+    assert (first["instance"], first["curio_machine_id"], first["tasks_held"]) == (
+        101, machines[identity.curio_listen(1)], 1,
+    )  # fmt: skip
+    assert (first["psprove_done"], first["psprove_failed"], first["cordoned"]) == (1, 0, False)
+    assert rows[identity.curio_listen(9)]["state"] == "orphan"
+    assert rows[identity.curio_listen(9)]["instance"] is None
+    t = report["totals"]
+    assert (t["psprove_waiting"], t["psprove_claimed"], t["machines"]) == (0, 1, 4)
+    assert (t["taken"], t["computed"], t["submitted"], t["challenges"], t["paid"]) == (
+        4,
+        3,
+        2,
+        1,
+        1,
+    )
+    assert curio_db.server.password not in out + err
+    # the table: a row per machine, then the totals
+    assert main([*base, "cluster"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].split()[:3] == ["CURIO", "ID", "HOST:PORT"]
+    assert "PSProve 0 waiting, 1 claimed" in text and "1 paid" in text
+
+
+def test_cluster_errors_are_one_line_without_the_password(
+    tmp_path: Path, curio_db: CurioDb, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(fleet_store(tmp_path / "s.db", curio_db))
+    cfg = config_for(tmp_path, curio_db, "wrong-secret-value")
+    assert main(["--config", str(cfg), "--db", str(tmp_path / "s.db"), "cluster"]) == 2
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "password authentication failed" in err
+    assert "wrong-secret-value" not in err
+    off = tmp_path / "off.toml"
+    off.write_text("[curio]\nread_cluster = false\n", encoding="utf-8")
+    assert main(["--config", str(off), "--db", str(tmp_path / "s.db"), "cluster"]) == 2
+    assert "not read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("cluster", "line"),
+    [
+        (None, None),
+        ({"state": "off", "address": "127.0.0.1:5433"}, "cluster: not read (nothing answered"),
+        ({"state": "error", "error": "refused"}, "cluster: cannot be read: refused"),
+        (
+            {"state": "ok", "psprove_waiting": 3, "psprove_claimed": 5, "window_s": 3600,
+             "computed": 12, "submitted": 9, "challenges": 2, "paid": 7,
+             "cost_per_computed": 0.0123, "cost_per_paid": 0.02, "draining": 1},
+            "cluster: PSProve 3 waiting, 5 claimed; last 60 min: 12 computed, 9 submitted "
+            "(2 challenges), 7 paid; $0.0123/proof computed, $0.0200/proof paid; 1 draining",
+        ),
+    ],
+)  # fmt: skip
+def test_the_status_line_of_the_cluster(cluster: dict | None, line: str | None) -> None:
+    got = cluster_line(cluster)
+    assert (got is None) if line is None else (got is not None and got.startswith(line))
