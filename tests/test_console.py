@@ -239,7 +239,8 @@ def test_snapshot_detail_of_a_failed_instance(snap_compare, tmp_path: Path, size
 
 def test_snapshot_detail_of_a_worker_in_curios_cluster(snap_compare, tmp_path: Path):
     """Its runner identity, the curio machine the cluster knows it as, the MaxPending it runs
-    with, and (the demo's cluster) the tasks that machine holds."""
+    with, and the engine's last reading of the cluster: cordoned (draining), the tasks it holds,
+    curio's count of its proofs beside cuzk's, curio's last error."""
 
     async def before(pilot) -> None:
         await _wait_loaded(pilot)

@@ -111,19 +111,26 @@ NULLS = InstanceRecord(vast_id=7)  # every optional field missing
         NULLS,
         InstanceRecord(vast_id=7, state="proving", runner_id=1, tunnel_down_since=T0,
                        curio_info=json.dumps({"machine_id": None, "host_and_port": None,
-                                              "name": None, "max_pending": None})),
+                                              "name": None, "max_pending": None}),
+                       cluster_state=json.dumps(
+                           {"machine_id": None, "host_and_port": None, "last_contact": None,
+                            "cordoned": None, "held": None, "held_by_name": {None: None},
+                            "done_total": None, "failed_total": None, "last_error": None,
+                            "last_error_at": None, "foreign": None}),
+                       drain_started_at=T0, drain_deadline=None, prod_completed=3),
+        InstanceRecord(vast_id=7, state="proving", cluster_state=json.dumps(
+            {"machine_id": 4, "host_and_port": None, "held_by_name": None, "foreign": "x"})),
         InstanceRecord(vast_id=7, state="killed", bench_result=json.dumps(
             {"outcome": None, "stage": None, "proofs_completed": None, "proofs_failed": None,
              "exit_code": None, "rate_per_hour": None})),
         InstanceRecord(vast_id=7, state="killed", bench_result="[1, 2]", error_lines=("x",)),
     ],
-    ids=["nothing", "proving", "killed-nulls", "killed-damaged"],
+    ids=["nothing", "proving", "proving-odd", "killed-nulls", "killed-damaged"],
 )  # fmt: skip
 def test_the_record_never_shows_none(rec: InstanceRecord) -> None:
-    cluster = {"id": None, "host_and_port": None, "claims": [None, 1041], "last_contact": None}
     screen = DetailScreen(
         rec, current_image="img", now=lambda: T0, spend=lambda _r: None,
-        ssh_command=lambda _r: None, cluster=lambda _r: cluster,
+        ssh_command=lambda _r: None,
     )  # fmt: skip
     shown = _text(detail._kv(screen._meta()), screen._diagnosis())
     assert "None" not in shown and "state / stage" in shown

@@ -421,7 +421,6 @@ class VastuiApp(App[int]):
                 now=self.clock,
                 spend=self.spent,
                 ssh_command=self.source.ssh_command,
-                cluster=self.source.cluster_node,
                 listen_port_base=self.opts.config.curio.listen_port_base,
             )
         )

@@ -110,7 +110,6 @@ class DetailScreen(ModalScreen[None]):
         now: Callable[[], float] | None = None,
         spend: Callable[[InstanceRecord], float | None] | None = None,
         ssh_command: Callable[[InstanceRecord], str | None] | None = None,
-        cluster: Callable[[InstanceRecord], dict[str, Any] | None] | None = None,
         listen_port_base: int = identity.DEFAULT_PORT_BASE,
     ) -> None:
         super().__init__(classes="dialog-screen")
@@ -121,7 +120,6 @@ class DetailScreen(ModalScreen[None]):
         self.now = now
         self.spend = spend
         self.ssh_command = ssh_command
-        self.cluster = cluster
         self.listen_port_base = listen_port_base
         self.cuzk_reads = 0  # polls answered, for tests and the status line
         self.shown: tuple[str, str] | None = None
@@ -250,24 +248,86 @@ class DetailScreen(ModalScreen[None]):
             down.append(sanitize_line(rec.tunnel_detail or "", 300))
             down.append("  (the controller's; not the machine's)", style="dim")
             rows.append(("tunnel", down))
-        machine = self.cluster(rec) if self.cluster is not None else None
-        if machine is not None:
-            claims = _list(machine.get("claims"))
-            shown = ", ".join(_shown(c, 20) for c in claims[:12])
-            shown += " …" if len(claims) > 12 else ""
-            contact = machine.get("last_contact")
-            when = f", last contact {self._when(contact)}" if isinstance(contact, float) else ""
-            rows.append(
-                ("cluster (sim)", f"machine {_shown(machine.get('id'), 20)} "
-                 f"{_shown(machine.get('host_and_port'), 60)}{when}; "
-                 f"tasks held: {shown or 'none'}")
-            )  # fmt: skip
+        rows.extend(self._cluster_rows())
         return rows
+
+    def _cluster_rows(self) -> list[tuple[str, Any]]:
+        """The worker as the engine last read it in curio's cluster (any mode: the reading is
+        in the store): its machine, whether it is cordoned (draining), the tasks it holds,
+        curio's count of its PSProve tasks beside cuzk's, curio's last error line."""
+        rec = self.rec
+        rows: list[tuple[str, Any]] = []
+        state = json_dict(rec.cluster_state)
+        if rec.drain_started_at is not None:
+            drain = Text(f"cordoned {self._when(rec.drain_started_at)}", style="bold yellow")
+            by = "its deadline"
+            if rec.drain_deadline is not None:
+                by = iso_utc(rec.drain_deadline)
+                if self.now is not None:
+                    left = rec.drain_deadline - self.now()
+                    by += f" (in {age(left)})" if left > 0 else " (passed)"
+            drain.append(f"; destroyed once it holds no task, by {by}")
+            rows.append(("drain", drain))
+        if state:
+            checked = self._when(rec.cluster_checked_at) or "-"
+            if state.get("machine_id") is None:
+                where = Text("no machine of its own in the cluster", style="dim")
+            else:
+                where = Text(
+                    f"machine {_shown(state.get('machine_id'), 20)} "
+                    f"{_shown(state.get('host_and_port'), 60)}"
+                )
+                contact = state.get("last_contact")
+                if isinstance(contact, int | float):
+                    where.append(f", last contact {self._when(float(contact))}")
+                if state.get("cordoned"):
+                    where.append(" cordoned", style="bold yellow")
+            if state.get("foreign"):
+                where.append(
+                    f"; its address is also {_shown(state['foreign'], 80)}'s", style="bold red"
+                )
+            where.append(f"  (read {checked})", style="dim")
+            rows.append(("cluster", where))
+            raw = state.get("held_by_name")
+            held: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            names = ", ".join(f"{_shown(k, 24)} {_shown(v, 8)}" for k, v in sorted(held.items()))
+            count = _shown(state.get("held", 0), 8)
+            rows.append(("tasks held", f"{count} ({names})" if names else count))
+            rows.append(("proofs", self._both_counts(state)))
+            error = state.get("last_error")
+            if isinstance(error, str) and error:
+                line = Text(sanitize_line(error, 300), style="red")
+                when = state.get("last_error_at")
+                if isinstance(when, int | float):
+                    line.append(f"  ({self._when(float(when))})", style="dim")
+                rows.append(("curio's last error", line))
+        if rec.released_at is not None:
+            rows.append(
+                ("tasks released", f"{_shown(rec.released_tasks, 8)} {self._when(rec.released_at)}")
+            )
+        return rows
+
+    def _both_counts(self, state: dict[str, Any]) -> Text:
+        """cuzk's count of proofs since the benchmark beside curio's PSProve results since it
+        proved: they differ when curio fails a proof cuzk finished (or the other way round)."""
+        rec = self.rec
+        done, failed = state.get("done_total"), state.get("failed_total")
+        text = Text(f"curio {_shown(done, 8)} done, {_shown(failed, 8)} failed")
+        if rec.prod_completed is not None:
+            text.append(f"; cuzk {rec.prod_completed} done, {rec.prod_failed or 0} failed")
+            if isinstance(done, int) and done != rec.prod_completed:
+                text.append("  ≠ the two disagree", style="bold yellow")
+        return text
 
     def _diagnosis(self) -> Text:
         rec = self.rec
         text = Text()
-        if not rec.killed:
+        if not rec.killed and rec.drain_started_at is not None:
+            text.append(
+                f"alive, {_shown(rec.state, 40)}; draining: cordoned in curio's cluster, "
+                "destroyed once it holds no task\n", style="magenta",
+            )  # fmt: skip
+        elif not rec.killed:
             text.append(f"alive, {_shown(rec.state, 40)}; no failure\n", style="green")
         if rec.killed:
             text.append(f"killed in stage {_shown(rec.failed_stage, 40)}: ", style="bold")

@@ -131,13 +131,6 @@ class FixedSource:
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         return CUZK_STATUS
 
-    def cluster_node(self, rec: InstanceRecord) -> dict[str, Any] | None:
-        """The simulated cluster's row of the first proving worker, as the demo's engine has it."""
-        if rec.vast_id != 3000001:
-            return None
-        return {"id": 4, "host_and_port": "127.0.0.1:12401", "last_contact": T0 - 20.0,
-                "claims": [1041, 1043, 1044, 1047, 1050, 1051, 1052, 1055, 1056, 1058]}  # fmt: skip
-
     def stream_logs(
         self, rec: InstanceRecord, source: str, tail: int = 500
     ) -> AsyncIterator[list[str]]:
@@ -222,7 +215,16 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
              runner_id=1, max_pending=10, curio_info=json.dumps(
                  {"machine_id": 4, "host_and_port": "127.0.0.1:12401",
                   "name": "vastui-main-r1", "listen": "127.0.0.1:12401", "max_pending": 10,
-                  "layer": "vastui-cuzk", "tasks": "PSAutoSettle,PShareSubmit,PSProve"})),
+                  "layer": "vastui-cuzk", "tasks": "PSAutoSettle,PShareSubmit,PSProve"}),
+             # curio's count: three of the proofs cuzk finished failed in curio (a Snap proof
+             # that does not verify); a lowered target drains it
+             cluster_state=json.dumps(
+                 {"machine_id": 4, "host_and_port": "127.0.0.1:12401", "last_contact": T0 - 20,
+                  "cordoned": True, "held": 3, "held_by_name": {"PSProve": 2,
+                  "bg:PShareRequest": 1}, "done": 11, "failed": 1, "done_total": 60,
+                  "failed_total": 3, "last_error": "error: failed to compute proof: proof check "
+                  "failed: invalid UpdateProof", "last_error_at": T0 - 300, "foreign": None}),
+             cluster_checked_at=T0 - 5, drain_started_at=T0 - 240, drain_deadline=T0 + 960),
         inst(3000006, m[4], "proving", bench_rate=88.4, bench_outcome="pass", bench_failed=1,
              runner_id=6, max_pending=6, tunnel_down_since=T0 - 420,
              tunnel_detail="lotus api 127.0.0.1:1234: curl: (7) Failed to connect to 127.0.0.1 "
@@ -261,6 +263,8 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
                "> max $4.00/h",
         best={"offer_id": m[7].id}, dry_run=False, updated_at=T0, reason_since=T0 - 600,
         credit=87.2, daily_budget=40.0, dph=4.0, dph_cap=4.0,
+        cluster={"state": "ok", "psprove_waiting": 3, "psprove_claimed": 14, "window_s": 3600,
+                 "paid": 41, "cost_per_paid": 0.0214, "draining": 1},
     )  # fmt: skip
     # Another controller on the same account (a staging console with its own database).
     foreign = [ForeignInstance(vast_id=3180077, label="vastui-main.5e1f0a2c-9b7d31c4e8a0",

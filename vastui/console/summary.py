@@ -32,6 +32,9 @@ STRIP_HELP = (
     ("below target: …", "why the engine is not renting: no viable offer (the best one and its "
      "expected $/proof against the maximum), the $/h cap, the benchmark concurrency cap, "
      "dry-run, an API error"),
+    ("cluster 3 waiting 5 claimed …", "curio's cluster as the engine last read it: PSProve tasks "
+     "waiting and claimed, proofs paid in the production window and $ per paid proof, workers "
+     "draining (⤓); red when it cannot be read"),
     ("vast 12s / engine ♥ 2s", "time since the engine last listed instances on Vast / "
      "since the attached engine's last heartbeat"),
 )  # fmt: skip
@@ -118,6 +121,10 @@ def strip_text(s: StripState) -> Text:
         line.append(f"│ {label} {age(seconds)}", style="yellow" if seconds > warn else "dim")
     line.append("\n")
     line.append_text(reason_text(status))
+    cluster = cluster_text(status)
+    if cluster is not None:
+        line.append(" │ ", style="dim")
+        line.append_text(cluster)
     # Two lines whatever the width: cut, never wrapped (the reason must stay in view).
     line.no_wrap = True
     line.overflow = "ellipsis"
@@ -137,6 +144,27 @@ def reason_text(status: EngineStatus | None) -> Text:
         return Text(reason or "target is 0: the engine rents nothing", style="dim")
     text = Text("below target: ", style="bold yellow")
     text.append(reason or status.reason_kind)
+    return text
+
+
+def cluster_text(status: EngineStatus | None) -> Text | None:
+    """curio's cluster in a few words (the engine's status carries its last reading)."""
+    c = status.cluster if status is not None else None
+    if not c or c.get("state") == "off":
+        return None
+    if c.get("state") == "error":
+        return Text("cluster unreadable", style="bold red")
+    text = Text("cluster ", style="bold")
+    if c.get("psprove_waiting") is not None:
+        text.append(f"{c.get('psprove_waiting')} waiting {c.get('psprove_claimed')} claimed · ")
+        window = c.get("window_s")
+        minutes = f"/{window / 60:.0f}m" if isinstance(window, int | float) and window else ""
+        text.append(f"{c.get('paid')} paid{minutes}")
+        per_paid = c.get("cost_per_paid")
+        if isinstance(per_paid, int | float):
+            text.append(f" (${per_paid:.4f}/paid)")
+    if c.get("draining"):
+        text.append(f" ⤓{c.get('draining')} draining", style="bold magenta")
     return text
 
 

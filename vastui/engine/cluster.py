@@ -120,6 +120,18 @@ def worker_of(rec: InstanceRecord, config: Config, now: float) -> Worker | None:
     )
 
 
+def cluster_held(rec: InstanceRecord) -> int | None:
+    """The tasks a worker's curio machine held at the engine's last reading of the cluster."""
+    if not rec.cluster_state:
+        return None
+    try:
+        state = json.loads(rec.cluster_state)
+    except ValueError:
+        return None
+    held = state.get("held") if isinstance(state, dict) else None
+    return held if isinstance(held, int) and not isinstance(held, bool) and held >= 0 else None
+
+
 def belongs(worker: Worker, row: Row) -> bool:
     """The row is this worker's: its address, and what else is known agrees (the reported
     machine id, the node name), at least one of them known."""
@@ -579,6 +591,7 @@ __all__ = [
     "Totals",
     "Worker",
     "belongs",
+    "cluster_held",
     "from_db_time",
     "to_db_time",
 ]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from vastui.alerts import Alert, AlertBook, Conditions, FleetFacts, Notifier
 from vastui.config import Config
+from vastui.engine.cluster import cluster_held
 from vastui.engine.provision import REASON_KINDS
 from vastui.engine.spend import counted, fleet_spend, instance_cost, local_midnight
 from vastui.metrics import FleetCollector, FleetSample, MetricsServer, WorkerSample
@@ -152,15 +152,3 @@ def _worker(r: InstanceRecord) -> WorkerSample:
         tasks_held=held,
         draining=r.drain_started_at is not None,
     )
-
-
-def cluster_held(r: InstanceRecord) -> int | None:
-    """The tasks a worker's curio machine held at the last reading of the cluster."""
-    if not r.cluster_state:
-        return None
-    try:
-        state = json.loads(r.cluster_state)
-    except ValueError:
-        return None
-    held = state.get("held") if isinstance(state, dict) else None
-    return held if isinstance(held, int) and not isinstance(held, bool) and held >= 0 else None

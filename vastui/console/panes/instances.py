@@ -19,6 +19,7 @@ from vastui.console.dialogs import ConfirmScreen
 from vastui.console.messages import CopyText, SendCommand
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
 from vastui.console.panes.offers import ask_ignore
+from vastui.engine.cluster import cluster_held
 from vastui.engine.policy import LIVE_STAGES
 from vastui.engine.spend import worker_cost_per_proof
 from vastui.sanitize import sanitize_line
@@ -50,6 +51,8 @@ class InstancesPane(TablePane):
         Column("meas", "Meas", 5, "proofs/h measured in production from cuzk's counters "
                "(red: under its min_rate)"),
         Column("proofs", "Proofs", 7, "proofs completed in production (/n✗ failed)"),
+        Column("tasks", "Tasks", 5, "curio's tasks its machine holds in the cluster, as the "
+               "engine last read it (- not read); ⤓ marks a drain"),
         Column("dph", "$/h", 6, "price per hour"),
         Column("cpp", "$/proof", 8, "$/h ÷ measured proofs/h; ~ marks the benchmark's estimate"),
         Column("spent", "Spent", 7, "dollars billed so far: billed time × $/h"),
@@ -89,6 +92,7 @@ class InstancesPane(TablePane):
         "bench": lambda r: r.bench_rate,
         "meas": lambda r: r.prod_rate,
         "proofs": lambda r: r.prod_completed,
+        "tasks": lambda r: cluster_held(r),
         "dph": lambda r: r.dph_total,
         "cpp": lambda r: worker_cost_per_proof(r)[0],
         "up": lambda r: r.created_at,
@@ -130,6 +134,7 @@ class InstancesPane(TablePane):
             t(fmt(rec.bench_rate, ".1f")),
             _measured_rate(rec),
             _proofs(rec),
+            _tasks(rec),
             t(fmt(rec.dph_total, ".3f")),
             t("-", "dim") if cpp is None else
             t(f"~{cpp:.4f}", "dim") if estimated else t(f"{cpp:.4f}", "bold"),
@@ -235,6 +240,9 @@ def stage_text(rec: InstanceRecord, now: float | None = None) -> Text:
     text.append(f" {rec.state}", style=STATE_STYLE.get(rec.state, ""))
     if rec.tunnel_down_since is not None:  # waiting for the controller's tunnel to prove
         text.append(" ⚠ tunnel down", style="bold yellow")
+    if rec.drain_started_at is not None:  # cordoned in curio's cluster: destroyed once drained
+        since = "" if now is None else f" {age(max(0.0, now - rec.drain_started_at))}"
+        text.append(f" ⤓ draining{since}", style="bold magenta")
     if rec.outbid_since is not None:
         since = "" if now is None else f" {age(max(0.0, now - rec.outbid_since))}"
         text.append(f" ⏸ stopped: outbid{since}", style="bold yellow")
@@ -258,6 +266,17 @@ def _proofs(rec: InstanceRecord) -> Text:
     text = Text(str(rec.prod_completed))
     if rec.prod_failed:
         text.append(f"/{rec.prod_failed}✗", style="red")
+    return text
+
+
+def _tasks(rec: InstanceRecord) -> Text:
+    """The tasks its curio machine holds (the engine's last reading of the cluster)."""
+    held = cluster_held(rec)
+    if held is None:
+        return t("-", "dim")
+    text = Text(str(held), style="bold" if held else "")
+    if rec.drain_started_at is not None:
+        text.append(" ⤓", style="bold magenta")
     return text
 
 
@@ -288,6 +307,7 @@ def foreign_cells(f: ForeignInstance, now: float) -> list[Text]:
         t(f.vast_id),
         t(f"⊘ other controller {sanitize_line(f.owner, 40)}", "magenta"),
         t(f"{sanitize_line(f.gpu_name or '?', 30)} x{f.num_gpus or 1}"),
+        t("-", "dim"),
         t("-", "dim"),
         t("-", "dim"),
         t("-", "dim"),

@@ -91,9 +91,6 @@ class Bystander:
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         return await cuzk_status_of(worker_of(self.ssh, rec), rec)
 
-    def cluster_node(self, rec: InstanceRecord) -> dict[str, Any] | None:
-        return None  # the simulated cluster lives in the engine's process
-
     def stream_logs(
         self, rec: InstanceRecord, source: str, tail: int = 500
     ) -> AsyncIterator[list[str]]:

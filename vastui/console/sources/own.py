@@ -17,7 +17,6 @@ from vastui.console.sources.enginelog import RingLog
 from vastui.console.sources.protocol import Badge, Freshness
 from vastui.console.sources.storeside import OfferSearch, read_snapshot, wait_command
 from vastui.console.sources.workers import (
-    cluster_machine,
     cuzk_status_of,
     key_path,
     ssh_command,
@@ -130,11 +129,6 @@ class OwnEngineSource:
 
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         return await cuzk_status_of(worker_of(self.engine.ssh, rec), rec)
-
-    def cluster_node(self, rec: InstanceRecord) -> dict[str, Any] | None:
-        """The demo's engine holds the simulated cluster database; elsewhere, None."""
-        cluster = self.runtime.cluster if self.runtime is not None else None
-        return None if cluster is None else cluster_machine(cluster.view(), rec)
 
     def stream_logs(
         self, rec: InstanceRecord, source: str, tail: int = 500

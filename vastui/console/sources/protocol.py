@@ -92,9 +92,6 @@ class FleetSource(Protocol):
     async def cuzk_status(self, rec: InstanceRecord) -> dict[str, Any]:
         """The worker's cuzk daemon status (raises when it is not reachable)."""
 
-    def cluster_node(self, rec: InstanceRecord) -> dict[str, Any] | None:
-        """The worker's machine in the simulated curio cluster, where this source has it."""
-
     def stream_logs(
         self, rec: InstanceRecord, source: str, tail: int = 500
     ) -> AsyncIterator[list[str]]:

@@ -13,7 +13,6 @@ from vastui.backend import Options
 from vastui.config import state_dir
 from vastui.ssh import LOG_SOURCES, SshPool, Worker
 from vastui.store import InstanceRecord
-from vastui.store.common import json_dict
 
 LOG_KEEP = 5_000  # lines a log stream hands the pane per batch at most (the newest)
 
@@ -57,18 +56,6 @@ def ssh_command(key: Path, rec: InstanceRecord) -> str | None:
     if not rec.ssh_host or rec.killed:
         return None
     return f"ssh -i {_home(key)} -p {rec.ssh_port or 22} root@{rec.ssh_host}"
-
-
-def cluster_machine(view: dict[str, Any], rec: InstanceRecord) -> dict[str, Any] | None:
-    """The row of ``rec``'s curio node in a cluster view (vastui/sim/harmonydb.py ``view``): by
-    the machine id the worker reported, else by its identity's host:port."""
-    info = json_dict(rec.curio_info)
-    wanted = info.get("machine_id")
-    listen = info.get("host_and_port")
-    for machine in view.get("machines") or []:
-        if machine.get("id") == wanted or (listen and machine.get("host_and_port") == listen):
-            return machine
-    return None
 
 
 def _home(path: Path) -> str:
