@@ -35,6 +35,9 @@ Times: curio writes ``CURRENT_TIMESTAMP`` into TIMESTAMP columns (UTC, YugabyteD
 TimeZone); the reader compares them with the engine's clock (UTC epoch seconds), which in the
 simulated world is the world's own clock. A reading is information: no worker is destroyed
 because the cluster cannot be read.
+
+One file: every statement vastui sends to curio's database, side by side, so that what it
+reads and the only two writes it makes can be audited in one place.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ NAMES = (
     "rent.answered",  # Vast answered the create, the instance not stored yet
     "destroy.before_send",  # destroy intent recorded, DELETE not sent yet
     "destroy.answered",  # Vast answered the DELETE, kill and ban not recorded yet
+    "drain.cordoned",  # a worker cordoned in curio's cluster, its drain recorded, not destroyed
     "step.end",  # a reconcile step finished
 )
 

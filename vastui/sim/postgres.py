@@ -34,6 +34,7 @@ import importlib.util
 import logging
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -90,8 +91,9 @@ def _version(bindir: Path) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    words = out.stdout.split()
-    return words[-1] if out.returncode == 0 and words else None
+    # "postgres (PostgreSQL) 16.2", "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
+    found = re.search(r"\(PostgreSQL\)\s+(\S+)", out.stdout)
+    return found.group(1) if out.returncode == 0 and found else None
 
 
 def _candidates() -> list[tuple[Path, str]]:
