@@ -70,6 +70,12 @@ def test_the_rate_limit_drops_a_fire_and_its_clear() -> None:
         ("credit fine", [(0, facts(credit=40.0))], set()),
         ("ban storm", [(0, facts(bans_last_hour=5))], {"ban_storm"}),
         ("kill storm", [(0, facts(kills_last_hour=10))], {"kill_storm"}),
+        ("cluster unreadable, not yet long",
+         [(9 * MIN, facts(cluster_error="refused", cluster_error_since=0.0))], set()),
+        ("cluster unreadable 10 min",
+         [(10 * MIN, facts(cluster_error="refused", cluster_error_since=0.0))],
+         {"cluster_unreadable"}),
+        ("cluster readable again", [(30 * MIN, facts())], set()),
     ],
 )  # fmt: skip
 def test_conditions(case: str, seq: list[tuple[float, FleetFacts]], want: set[str]) -> None:

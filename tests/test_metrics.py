@@ -3,6 +3,8 @@ engine's registry serves; per-worker series go with the worker; loopback unless 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 from prometheus_client import generate_latest
@@ -29,11 +31,19 @@ def sample(workers: tuple[WorkerSample, ...] = ()) -> FleetSample:
         bans=1, rents=5, api_errors={"429": 3}, blocked_reason="at_target",
         reason_kinds=("at_target", "daily_budget", "no_credit"),
         market={"RTX 4090": [0.3, 0.35, 0.4, 0.5], "RTX 5090": [0.7]}, credit=42.0,
-        max_daily_spend=50.0, max_total_dph=5.0,
+        max_daily_spend=50.0, max_total_dph=5.0, cluster=CLUSTER,
     )  # fmt: skip
 
 
-W1 = WorkerSample("vastui-main.f-aa", 10001, "RTX 4090", "proving", 40, 1, 30.5, 0.42)
+CLUSTER = {
+    "state": "ok", "psprove_waiting": 4, "psprove_claimed": 9, "taken": 20, "computed": 17,
+    "submitted": 15, "challenges": 3, "paid": 12, "cost_per_computed": 0.011,
+    "cost_per_paid": 0.016, "draining": 1,
+}  # fmt: skip
+W1 = WorkerSample(
+    "vastui-main.f-aa", 10001, "RTX 4090", "proving", 40, 1, 30.5, 0.42, tasks_held=3,
+    draining=True,
+)  # fmt: skip
 W2 = WorkerSample("vastui-main.f-bb", 10002, "RTX 5090", "benchmark", 0, 0, None, 0.48)
 
 
@@ -145,3 +155,29 @@ def test_the_server_serves_the_engines_own_registry_on_loopback() -> None:
     finally:
         sa.stop()
         sb.stop()
+
+
+def test_curios_cluster_in_the_scrape() -> None:
+    c = FleetCollector()
+    c.update(sample((W1, W2)))
+    got = scrape(c)
+    assert got["vastui_cluster_readable"] == [({}, 1.0)]
+    assert dict((d["state"], v) for d, v in got["vastui_cluster_psprove_tasks"]) == {
+        "waiting": 4.0, "claimed": 9.0,
+    }  # fmt: skip
+    assert dict((d["stage"], v) for d, v in got["vastui_cluster_requests"]) == {
+        "taken": 20.0, "computed": 17.0, "submitted": 15.0, "challenges": 3.0, "paid": 12.0,
+    }  # fmt: skip
+    assert got["vastui_cost_per_paid_proof_dollars"] == [({}, 0.016)]
+    assert got["vastui_cost_per_computed_proof_dollars"] == [({}, 0.011)]
+    assert got["vastui_workers_draining"] == [({}, 1.0)]
+    key = {"label": W1.label, "machine_id": "10001", "gpu_name": "RTX 4090", "draining": "1"}
+    assert got["vastui_worker_cluster_tasks"] == [(key, 3.0)]  # W2 was never read: no series
+    # unreadable: the one series that says so, no stale numbers
+    c.update(replace(sample((W1,)), cluster={"state": "error", "error": "refused"}))
+    got = scrape(c)
+    assert got["vastui_cluster_readable"] == [({}, 0.0)]
+    assert "vastui_cluster_psprove_tasks" not in got
+    # not read at all: nothing of the cluster
+    c.update(replace(sample((W1,)), cluster={"state": "off"}))
+    assert not {n for n in scrape(c) if n.startswith("vastui_cluster")}
