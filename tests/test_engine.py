@@ -496,7 +496,9 @@ async def test_every_rent_gets_its_own_runner_identity(world, store):
         env = world.cloud.instance(rec.vast_id).env
         assert env["VASTUI_RUNNER_ID"] == str(rec.runner_id)
         assert env["CURIO_LISTEN"] == f"127.0.0.1:{12400 + rec.runner_id}"
-        assert env["CURIO_NODE_NAME"] == f"vastui-main-r{rec.runner_id}"
+        # the database's fleet id (in its labels) tells its machines from another's
+        fid = rec.label.split(".")[1].split("-")[0]
+        assert env["CURIO_NODE_NAME"] == f"vastui-main.{fid}-r{rec.runner_id}"
         assert env["BENCH_SNAP_PROOFS"] == "2" and env["PROVE_DEADLINE_MARGIN"] == "0.2"
     intents = await store.list_intents(kind="rent")
     assert sorted(i.detail["runner_id"] for i in intents) == [1, 2]

@@ -17,6 +17,7 @@ from tests.pgfixtures import CurioDb
 from vastui.engine import acts as acts_module
 from vastui.engine import identity
 from vastui.engine.engine import Engine
+from vastui.engine.labels import fleet_id_of
 from vastui.store import Store
 
 FLEET = "main"  # Config().fleet.name
@@ -27,7 +28,8 @@ class Crash(BaseException):
 
 
 def ident(rec: Any) -> tuple[str, str]:
-    return identity.curio_listen(rec.runner_id), identity.node_name(FLEET, rec.runner_id)
+    fid = fleet_id_of(rec.label)
+    return identity.curio_listen(rec.runner_id), identity.node_name(FLEET, rec.runner_id, fid)
 
 
 async def engine_on(world: World, store: Store, db: CurioDb) -> Engine:
@@ -260,13 +262,20 @@ async def test_curio_failing_every_psprove_destroys_the_worker_with_curios_line(
     await engine.close()
 
 
+@pytest.mark.parametrize(
+    "theirs",
+    [
+        "someone-else",  # the operator's own node
+        "vastui-main.0badf1ee-r1",  # another database with this fleet's name: same runner ids
+    ],
+)
 async def test_an_identity_another_live_machine_holds_blocks_renting_without_blame(
-    world: World, store: Store, curio_db: CurioDb
+    world: World, store: Store, curio_db: CurioDb, theirs: str
 ) -> None:
     db = curio_db
     target(world, 1)
-    # another fleet's (or the operator's) node already on the address runner 1 would take
-    other = db.register(identity.curio_listen(1), "someone-else", world.clock.now())
+    # another node already on the address runner 1 would take
+    other = db.register(identity.curio_listen(1), theirs, world.clock.now())
     engine = await engine_on(world, store, db)
     await engine.step()
     status = await store.get_engine_status()

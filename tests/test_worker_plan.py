@@ -129,7 +129,8 @@ def test_identities_are_unique_loopback_ports_away_from_curios_own() -> None:
     assert identity.listen_port(53136) == 12401, "wraps past 65535"
     assert 12300 not in ports and 4701 not in ports  # curio's API and GUI
     assert identity.curio_listen(7) == "127.0.0.1:12407"
-    assert identity.node_name("main", 7) == "vastui-main-r7"
+    assert identity.node_name("main", 7) == "vastui-main-r7"  # a label without a fleet id
+    assert identity.node_name("main", 7, "2b63c98f") == "vastui-main.2b63c98f-r7"
     assert identity.runner_env("main", 7) == {
         "VASTUI_RUNNER_ID": "7",
         "CURIO_LISTEN": "127.0.0.1:12407",

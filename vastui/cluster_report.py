@@ -2,9 +2,10 @@
 
 One row per curio machine of this fleet: each worker vastui knows (alive, or destroyed with
 its tasks not yet released) that has a row of its own in ``harmony_machines``, and any row
-whose node name is this fleet's (``vastui-<fleet>-r<id>``) but no record of ours matches (an
-orphan: a database lost, a release never done). Then the cluster's totals over the production
-window. It only reads: the store, and curio's database (vastui/engine/cluster.py).
+whose node name is this database's (``vastui-<fleet>.<fleet id>-r<id>``, or the older
+``vastui-<fleet>-r<id>``) but no record of ours matches (an orphan: a release never done).
+Then the cluster's totals over the production window. It only reads: the store, and curio's
+database (vastui/engine/cluster.py).
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ async def gather(store: Store, reader: ClusterReader, config: Config, now: float
     workers = [w for r in records if (w := worker_of(r, config, now)) is not None]
     window = config.proving.window_min * 60.0
     view = await reader.read(workers, now, window)
-    prefix = f"vastui-{config.fleet.name}-r"
-    orphans = await reader.named_rows(prefix)
+    fleet_id = await store.fleet_id()
+    orphans = [
+        *await reader.named_rows(f"vastui-{config.fleet.name}.{fleet_id}-r"),
+        *await reader.named_rows(f"vastui-{config.fleet.name}-r"),  # named before fleet ids
+    ]
     return report(records, view, orphans, now)
 
 

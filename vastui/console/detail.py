@@ -262,7 +262,7 @@ class DetailScreen(ModalScreen[None]):
             drain = Text(f"cordoned {self._when(rec.drain_started_at)}", style="bold yellow")
             by = "its deadline"
             if rec.drain_deadline is not None:
-                by = iso_utc(rec.drain_deadline)
+                by = iso_utc(rec.drain_deadline) or by
                 if self.now is not None:
                     left = rec.drain_deadline - self.now()
                     by += f" (in {age(left)})" if left > 0 else " (passed)"

@@ -177,7 +177,10 @@ class Acts:
             "PARAMFETCH_TIMEOUT": str(detail["paramfetch_timeout"]),
             "VASTUI_IMAGE": self.config.fleet.image,
             **identity.runner_env(
-                self.config.fleet.name, runner_id, self.config.curio.listen_port_base
+                self.config.fleet.name,
+                runner_id,
+                self.config.curio.listen_port_base,
+                fleet_id_of(label),
             ),
             **worker_curio_env(self.config, self.settings.curio_db_password),
             **self.settings.worker_env,
@@ -467,7 +470,8 @@ class Acts:
         base = self.config.curio.listen_port_base
         worker = Worker(
             0, identity.curio_listen(runner_id, base),
-            identity.node_name(self.config.fleet.name, runner_id), None, now, now,
+            identity.node_name(self.config.fleet.name, runner_id, self.fleet_id), None, now,
+            now,
         )  # fmt: skip
         try:
             line = await cluster.identity_in_use(worker, now)

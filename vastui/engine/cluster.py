@@ -52,6 +52,7 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.engine import identity
+from vastui.engine.labels import fleet_id_of
 from vastui.redact import redact
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord
@@ -116,7 +117,7 @@ def worker_of(rec: InstanceRecord, config: Config, now: float) -> Worker | None:
     return Worker(
         vast_id=rec.vast_id,
         host_and_port=identity.curio_listen(rec.runner_id, base),
-        node_name=identity.node_name(config.fleet.name, rec.runner_id),
+        node_name=identity.node_name(config.fleet.name, rec.runner_id, fleet_id_of(rec.label)),
         machine_id=machine,
         since=rec.proving_at or rec.created_at or 0.0,
         window_since=now - config.proving.window_min * 60.0,

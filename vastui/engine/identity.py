@@ -42,17 +42,25 @@ def curio_listen(runner_id: int, base: int = DEFAULT_PORT_BASE) -> str:
     return f"{CURIO_LISTEN_HOST}:{listen_port(runner_id, base)}"
 
 
-def node_name(fleet: str, runner_id: int) -> str:
-    """``curio run --name`` (``CURIO_NODE_NAME``, cmd/curio/run.go:65-70): the fleet and runner."""
+def node_name(fleet: str, runner_id: int, fleet_id: str | None = None) -> str:
+    """``curio run --name`` (``CURIO_NODE_NAME``, cmd/curio/run.go:65-70), written to
+    ``harmony_machine_details.machine_name`` (cmd/curio/tasks/tasks.go:731-748): the fleet, the
+    database's fleet id (the one in its labels: two databases of one fleet name give the same
+    runner ids, and the cluster must tell their machines apart) and the runner.
+    ``vastui-<fleet>-r<id>`` without a fleet id: workers rented before it was in the name."""
+    if fleet_id:
+        return f"vastui-{fleet}.{fleet_id}-r{runner_id}"
     return f"vastui-{fleet}-r{runner_id}"
 
 
-def runner_env(fleet: str, runner_id: int, base: int = DEFAULT_PORT_BASE) -> dict[str, str]:
+def runner_env(
+    fleet: str, runner_id: int, base: int = DEFAULT_PORT_BASE, fleet_id: str | None = None
+) -> dict[str, str]:
     """What a worker is told of its identity (worker-image/entrypoint.sh reads them)."""
     return {
         "VASTUI_RUNNER_ID": str(runner_id),
         "CURIO_LISTEN": curio_listen(runner_id, base),
-        "CURIO_NODE_NAME": node_name(fleet, runner_id),
+        "CURIO_NODE_NAME": node_name(fleet, runner_id, fleet_id),
     }
 
 
