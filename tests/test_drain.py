@@ -110,3 +110,19 @@ def test_curio_verdict(cluster: dict[str, Any] | None, kind: str | None) -> None
         line = cluster["last_error"] or "no error text"
         assert kill.reason.endswith(f": {line}") and kill.error_lines == (line,)
         assert "cuzk counted 12 done" in kill.reason
+
+
+@pytest.mark.parametrize(
+    ("rec", "owed"),
+    [
+        (InstanceRecord(vast_id=1, state="killed", killed_at=100.0), False),  # never proved
+        (InstanceRecord(vast_id=1, state="killed", proving_at=50.0, killed_at=100.0), True),
+        (replace(PROVING, state="killed", proving_at=50.0, killed_at=100.0, released_at=100.0),
+         False),
+        # released when it was outbid, then resumed and destroyed: owed again
+        (replace(PROVING, state="killed", proving_at=50.0, killed_at=100.0, released_at=70.0),
+         True),
+    ],
+)  # fmt: skip
+def test_a_release_is_owed_after_each_destroy(rec: InstanceRecord, owed: bool) -> None:
+    assert drain.release_owed(rec) is owed

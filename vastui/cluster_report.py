@@ -14,6 +14,7 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.engine.cluster import ClusterReader, ClusterView, worker_of
+from vastui.engine.drain import release_owed
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord, Store, iso_utc
 
@@ -37,7 +38,7 @@ def fleet_records(records: list[InstanceRecord]) -> list[InstanceRecord]:
     return [
         r for r in records
         if r.source == "vastui" and r.runner_id is not None
-        and (not r.killed or (r.proving_at is not None and r.released_at is None))
+        and (not r.killed or release_owed(r))
     ]  # fmt: skip
 
 

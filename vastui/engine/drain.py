@@ -112,6 +112,14 @@ def drain_end(
     return None
 
 
+def release_owed(rec: InstanceRecord) -> bool:
+    """A destroyed worker that proved owes the release of its tasks until one after its
+    destroy (an outbid worker's earlier release freed only what it held then)."""
+    return rec.proving_at is not None and (
+        rec.released_at is None or rec.released_at < (rec.killed_at or 0.0)
+    )
+
+
 def _num(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
@@ -124,6 +132,7 @@ __all__ = [
     "drain_end",
     "drain_seconds",
     "drains",
+    "release_owed",
     "work_held",
     "worker_rate",
 ]

@@ -30,7 +30,16 @@ from datetime import UTC
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine import bidding, identity, policy, production, provision, spend, transitions
+from vastui.engine import (
+    bidding,
+    drain,
+    identity,
+    policy,
+    production,
+    provision,
+    spend,
+    transitions,
+)
 from vastui.engine.acts import (
     ONSTART,
     Acts,
@@ -670,7 +679,7 @@ class Engine:
         for rec in await self.store.list_instances(include_killed=True):
             if rec.source != "vastui" or rec.proving_at is None or rec.runner_id is None:
                 continue
-            if rec.killed and rec.released_at is None:
+            if rec.killed and drain.release_owed(rec):
                 await self._isolated(rec.vast_id, self.acts.release(rec))
             elif (
                 not rec.killed
