@@ -160,3 +160,39 @@ async def test_an_absent_cluster_and_a_wrong_password_are_one_line_without_the_s
     assert not isinstance(exc2.value, ClusterAbsent)
     assert "password authentication failed" in str(exc2.value)
     assert "hunter2" not in str(exc2.value) and "\n" not in str(exc2.value)
+
+
+async def test_after_a_failure_the_cluster_is_not_tried_again_for_a_while(
+    curio_db: CurioDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vastui.engine import cluster
+
+    reader = curio_db.reader()
+    good_port = reader.port
+    reader.port = _dead_port()
+    with pytest.raises(ClusterAbsent):
+        await reader.probe()
+    reader.port = good_port  # back, but the back-off holds: no connection is tried
+    tried: list[int] = []
+    real = reader._connect
+
+    async def counting() -> object:
+        tried.append(1)
+        return await real()
+
+    monkeypatch.setattr(reader, "_connect", counting)
+    with pytest.raises(ClusterError, match="tried again in"):
+        await reader.probe()
+    assert tried == []
+    # the back-off over (its clock is time.monotonic): tried, and read
+    now = cluster.time.monotonic()
+    monkeypatch.setattr(cluster.time, "monotonic", lambda: now + cluster.BACKOFF_S[1] + 1)
+    await reader.probe()
+    assert tried == [1]
+    await reader.close()
+
+
+def _dead_port() -> int:
+    from vastui.sim.postgres import _free_port
+
+    return _free_port("127.0.0.1")

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,6 +66,9 @@ LOOKS_DEAD_S = 600.0  # harmony/resources/resources.go:22 LOOKS_DEAD_TIMEOUT
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 10_000
 READ_TIMEOUT_S = 20.0  # a whole reading (its statements), after which it is given up
+# After a failure the database is not tried again for a while (2, 4, ... 60 s, monotonic): a
+# cluster that hangs must not hold every engine step up by its timeouts.
+BACKOFF_S = (2.0, 60.0)
 
 
 class ClusterError(Exception):
@@ -323,6 +327,8 @@ class ClusterReader:
         self.enabled = True
         self.last_error: str | None = None
         self.last_ok_at: float | None = None  # engine clock of the last good reading
+        self._failures = 0
+        self._retry_at = 0.0  # time.monotonic() before which it is not tried again
 
     @property
     def address(self) -> str:
@@ -367,15 +373,26 @@ class ClusterReader:
         import psycopg
 
         async with self._lock:
+            wait = self._retry_at - time.monotonic()
+            if wait > 0 and self.last_error is not None:
+                raise ClusterError(f"{self.last_error} (tried again in {wait:.0f} s)")
             try:
                 conn = await self._connect()
-                return await asyncio.wait_for(work(conn), READ_TIMEOUT_S)
-            except ClusterError:
-                raise
-            except (psycopg.Error, OSError, TimeoutError) as exc:
+                result = await asyncio.wait_for(work(conn), READ_TIMEOUT_S)
+            except (ClusterError, psycopg.Error, OSError, TimeoutError) as exc:
                 await self.close()
-                what = "timed out" if isinstance(exc, TimeoutError) else self._clean(exc)
-                raise ClusterError(f"curio's database at {self.address}: {what}") from None
+                if isinstance(exc, ClusterError):
+                    error = exc
+                else:
+                    what = "timed out" if isinstance(exc, TimeoutError) else self._clean(exc)
+                    error = ClusterError(f"curio's database at {self.address}: {what}")
+                self._failures += 1
+                first, cap = BACKOFF_S
+                self._retry_at = time.monotonic() + min(cap, first * 2 ** (self._failures - 1))
+                self.last_error = str(error)
+                raise error from None
+            self._failures, self._retry_at = 0, 0.0
+            return result
 
     async def probe(self) -> None:
         """One round trip; ClusterAbsent when nothing answers there."""
