@@ -336,3 +336,25 @@ async def test_an_engine_killed_mid_drain_finishes_it_once(
     assert len(await events(store, "tasks_released")) == 1
     assert len(await store.list_instances(include_killed=False)) == 1
     await engine.close()
+
+
+async def test_a_cluster_that_is_not_there_turns_the_reader_off_with_one_line(
+    world: World, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    from vastui.engine.cluster import ClusterReader
+    from vastui.sim.postgres import _free_port
+
+    target(world, 1)
+    engine = await world.engine(store)
+    reader = ClusterReader("127.0.0.1", _free_port("127.0.0.1"), user="yugabyte",
+                           dbname="yugabyte", password="pw")  # fmt: skip
+    engine.cluster = engine.acts.cluster = reader
+    caplog.set_level("INFO", logger="vastui.engine")
+    for _ in range(3):
+        await engine.step()
+        world.clock.advance(30)
+    off = [r for r in caplog.records if "the cluster reader is off" in r.getMessage()]
+    assert len(off) == 1 and not reader.enabled
+    assert (await store.get_engine_status()).cluster["state"] == "off"
+    assert len(await store.list_instances()) == 1  # renting goes on without it
+    await engine.close()

@@ -49,7 +49,7 @@ from vastui.engine.acts import (
     NoCredit,
     worker_curio_env,
 )
-from vastui.engine.cluster import ClusterError, ClusterReader, ClusterView
+from vastui.engine.cluster import ClusterAbsent, ClusterError, ClusterReader, ClusterView
 from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
@@ -158,6 +158,7 @@ class Engine:
         self.identity_collision: str | None = None  # a new worker's identity taken, one line
         self._collision_runner: int | None = None
         self._proof_costs: spend.ProofCosts | None = None  # over the window, as curio counts
+        self._cluster_probed = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -605,7 +606,7 @@ class Engine:
         (``production.curio_verdict``), end the drains that are over and free the tasks of the
         workers destroyed (or outbid) whose release is due."""
         reader = self.cluster
-        if reader is None or not reader.enabled:
+        if reader is None or not reader.enabled or not await self._probe_cluster(reader):
             return
         now = self.clock()
         records = [
@@ -644,6 +645,27 @@ class Engine:
                     await self._isolated(vast_id, self._note_cluster(vast_id, state, now))
             await self._end_drains()
             await self._release_due()
+
+    async def _probe_cluster(self, reader: ClusterReader) -> bool:
+        """The first step's look at curio's database: nothing there (an operator without
+        curio's database) turns the reader off with one line; anything else keeps it on."""
+        if self._cluster_probed:
+            return True
+        self._cluster_probed = True
+        try:
+            await reader.probe()
+        except ClusterAbsent as exc:
+            reader.enabled = False
+            log.warning(
+                "%s: the cluster reader is off (workers are judged by cuzk alone; no drain "
+                "before a destroy, no release after)", exc,
+            )  # fmt: skip
+            return False
+        except ClusterError as exc:
+            log.warning("%s: shown, alerted and tried again", exc)
+            return True
+        log.info("reading curio's cluster at %s", reader.address)
+        return True
 
     async def _note_cluster(self, vast_id: int, state: Any, now: float) -> None:
         rec = await self.store.get_instance(vast_id)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from vastui.alerts import Notifier
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
 from vastui.config import Config, FleetSection, load_curio_db_password
-from vastui.engine.cluster import ClusterAbsent, ClusterError, ClusterReader
+from vastui.engine.cluster import ClusterReader
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
 from vastui.engine.monitor import Monitor
@@ -206,9 +206,10 @@ async def open_cluster_reader(
     user: str,
     dbname: str,
 ) -> ClusterReader | None:
-    """The engine's reader of curio's cluster database (vastui/engine/cluster.py), probed once:
-    nothing there (an operator without curio's database) turns it off with one line; a
-    cluster that answers but cannot be read (a wrong password) stays on, shown and alerted."""
+    """The engine's reader of curio's cluster database (vastui/engine/cluster.py). The engine's
+    first step probes it (not here: the lease's heartbeat must run meanwhile): nothing there
+    (an operator without curio's database) turns it off with one line; a cluster that answers
+    but cannot be read (a wrong password) stays on, shown and alerted."""
     if not config.curio.read_cluster or not addr:
         log.info("curio's cluster is not read ([curio] read_cluster = false or no [ssh] curio_db)")
         return None
@@ -218,18 +219,6 @@ async def open_cluster_reader(
         password=password or CURIO_DEFAULT_PASSWORD,
     )  # fmt: skip
     stack.push_async_callback(reader.close)
-    try:
-        await reader.probe()
-    except ClusterAbsent as exc:
-        reader.enabled = False
-        log.warning(
-            "%s: the cluster reader is off (workers are judged by cuzk alone; no drain before "
-            "a destroy, no release after)", exc,
-        )  # fmt: skip
-    except ClusterError as exc:
-        log.warning("%s: shown and retried every step", exc)
-    else:
-        log.info("reading curio's cluster at %s", reader.address)
     return reader
 
 
