@@ -358,3 +358,49 @@ async def test_a_cluster_that_is_not_there_turns_the_reader_off_with_one_line(
     assert (await store.get_engine_status()).cluster["state"] == "off"
     assert len(await store.list_instances()) == 1  # renting goes on without it
     await engine.close()
+
+
+async def test_an_outbid_worker_frees_its_tasks_when_vast_stops_it(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    from tests.test_engine_bids import bids_on, rent_a_bid
+
+    db = curio_db
+    bids_on(world)
+    engine, iid = await rent_a_bid(world, store)
+    engine.cluster = engine.acts.cluster = db.reader()
+    for stage in ("setup", "paramfetch", "benchmark"):
+        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    rec = await store.get_instance(iid)
+    await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    addr, name = ident(rec)
+    mid = db.register(addr, name, world.clock.now())
+    report = {"machine_id": mid, "host_and_port": addr, "name": name}
+    await engine.handle_worker_event(
+        iid, {"stage": "prove", "event": "progress", "detail": "curio", "curio": report}
+    )
+    held = db.claim(mid, [db.add_task("PSProve", world.clock.now()) for _ in range(2)])
+    rec = await store.get_instance(iid)
+    assert rec.state == "proving" and rec.bid_cap is not None
+    world.cloud.instances[iid].bid_floor = rec.bid_cap * 2  # outbid past its cap
+    world.clock.advance(30)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.outbid_since is not None and not rec.killed
+    # stopped by Vast, its curio with it: what it held can finish only elsewhere
+    assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
+    assert db.unschedulable(mid) is False  # its row kept: it may win its bid back
+    [ev] = await events(store, "tasks_released")
+    assert ev.detail["tasks"] == 2 and ev.detail["outbid"] is True
+    world.clock.advance(30)
+    await engine.step()
+    assert len(await events(store, "tasks_released")) == 1  # once per outbid
+    # it never wins back: let go; its row goes with the destroy
+    world.clock.advance(world.config.bids.keep_outbid_min * 60 + 60)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert rec.killed and rec.kill_kind == "outbid"
+    assert db.unschedulable(mid) is None
+    assert [e.detail["tasks"] for e in await events(store, "tasks_released")] == [2, 0]
+    await engine.close()
