@@ -263,6 +263,12 @@ async def cmd_cluster(opts: Options, args: argparse.Namespace) -> int:
     from vastui.engine.runtime import CURIO_DEFAULT_PASSWORD
 
     config = opts.config
+    if opts.demo:
+        raise CliError(
+            "the demo's curio cluster lives in the demo's process, with a password of its own: "
+            "see it in the console (the instance detail, the strip), or run `vastui sim serve "
+            "--write-config F` and `vastui --config F cluster`"
+        )
     if not config.curio.read_cluster or not config.ssh.curio_db:
         raise CliError("curio's cluster is not read ([curio] read_cluster or [ssh] curio_db)")
     host, _, port = config.ssh.curio_db.rpartition(":")
