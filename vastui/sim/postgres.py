@@ -420,13 +420,16 @@ class PostgresServer:
 
         self._held = hold_port(self.host, self.port)
 
-    def come_back(self) -> None:
+    def come_back(self, wait: bool = True) -> None:
+        """Serve again on the same port, the same data (``wait``: until it accepts
+        connections; an event loop polls ``ready()`` itself instead)."""
         held, self._held = self._held, None
         if held is None:
             return
         held.close()
         self.spawn(self.port)
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     @property
     def down(self) -> bool:
