@@ -904,6 +904,26 @@ def test_snap_proof_through_cuzk_bench(box: Box) -> None:
     assert "\nLoaded SRS:\n  porep-32g (tier=0, size=0 bytes, refs=0)\n" in bench
 
 
+def test_a_gpu_whose_snap_proofs_do_not_verify_still_completes_them(box: Box) -> None:
+    """The snap_invalid machine fault: the daemon self-checks PoRep only (engine.rs), so a Snap
+    proof that does not verify is COMPLETED and counted; only its verifier (curio's CheckOutput,
+    tests/test_curio_cluster.py) finds out. PoRep is untouched."""
+    _, ids = snap_input(box)
+    box.machine(fault="snap_invalid")
+    box.start_daemon()
+    answer = grpc(box, "Prove", {"submit": SIM.snap_prove_fields(1000, 1)})["result"]
+    assert answer["status"] == 1
+    comms = [bytes.fromhex(ids[k]) for k in ("comm_r_old", "comm_r_new", "comm_d_new")]
+    assert len(bytes.fromhex(answer["proof"])) == 3072
+    assert not SIM.verify_snap_proof(bytes.fromhex(answer["proof"]), *comms)
+    res = box.run(["cuzk-bench", "--addr", f"http://{box.listen}", "single", "-t", "porep",
+                   "--c1", str(box.c1)])  # fmt: skip
+    assert status_of(res.stdout) == "COMPLETED"
+    counters = status(box)["counters"]
+    assert counters["completed_by_kind"] == {"snap-update": 1, "porep-c2": 1}
+    assert counters["total_failed"] == 0
+
+
 def test_bench_snap_flags_and_errors(box: Box) -> None:
     addr = f"http://127.0.0.1:{free_port()}"
     vanilla, ids = snap_input(box)
