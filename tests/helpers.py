@@ -159,18 +159,30 @@ async def sim_api(cloud: Any, headers: dict[str, str]) -> AsyncIterator[Any]:
         yield client
 
 
+_CLUSTERS = itertools.count(1)
+
+
 class Controller:
     """The controller-side services a worker reaches through its tunnels, for tests that drive
     the worker scripts without SSH: the stand-in Lotus API (with its token) and curio's cluster
-    database (YSQL + YCQL: a production cluster of three nodes, whose YCQL the engine's tunnel
-    end pins, vastui/ssh/cqlpin.py), on their own event loop in a thread."""
+    database (a real PostgreSQL, YCQL: a production cluster of three nodes, whose YCQL the
+    engine's tunnel end pins, vastui/ssh/cqlpin.py) with the proofshare market beside it, on
+    their own event loop in a thread. Without ``db_password`` the cluster is a database of its
+    own on the session's server (tests/conftest.py); with one, a server of its own."""
 
-    def __init__(self, *, db_password: str = "yugabyte", **cluster: Any) -> None:
+    def __init__(
+        self, *, db_password: str | None = None, speed: float = 5000.0, **cluster: Any
+    ) -> None:
         import asyncio
         import threading
 
-        from vastui.sim.harmonydb import SIM_CHAIN_TOKEN, FakeHarmonyDb
+        from vastui.sim.clock import ScaledClock
+        from vastui.sim.harmonydb import CURIO_DEFAULT_PASSWORD, SIM_CHAIN_TOKEN, ClusterDatabase
         from vastui.sim.lotus import FakeLotus
+
+        # One simulated clock for the cluster and every node of it (env(): WORKER_CLOCK_*):
+        # curio's nodes judge each other's heartbeats by it. ``speed`` is the nodes' SIM_SPEED.
+        self.clock = ScaledClock(speed)
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -178,7 +190,11 @@ class Controller:
         self.token = SIM_CHAIN_TOKEN
         self.lotus = FakeLotus(token=SIM_CHAIN_TOKEN)
         self._call(self.lotus.start())
-        self.db = FakeHarmonyDb(chain_addr=self.lotus_addr, password=db_password, **cluster)
+        cluster.setdefault("database", f"cluster{next(_CLUSTERS)}")
+        cluster.setdefault("clock", self.clock.now)
+        self.db = ClusterDatabase(
+            chain_addr=self.lotus_addr, password=db_password or CURIO_DEFAULT_PASSWORD, **cluster
+        )
         self._call(self.db.start())
         from vastui.ssh.cqlpin import CqlPinProxy
 
@@ -203,6 +219,25 @@ class Controller:
         """Where the worker's YCQL forward goes: the engine's pinning proxy, as in production."""
         return f"127.0.0.1:{self.cql_pin_port}"
 
+    @property
+    def password(self) -> str:
+        return self.db.password
+
+    def env(self) -> dict[str, str]:
+        """What a worker's environment says of this cluster: the simulated clock, its database's
+        name and password (the engine sends them, vastui/engine/acts.py worker_curio_env) and
+        where the market is (the simulator's, vastui/sim/workers.py)."""
+        from vastui.sim.proofsvc import URL_ENV
+
+        return {
+            "WORKER_CLOCK_WALL0": f"{self.clock.wall0:.6f}",
+            "WORKER_CLOCK_SIM0": f"{self.clock.start:.6f}",
+            "CURIO_DB_NAME": self.db.database,
+            "CURIO_DB_USER": self.db.user,
+            "CURIO_DB_PASSWORD": self.db.password,
+            URL_ENV: self.db.proofsvc_url,
+        }
+
     def tunnel_files(self, run_dir: Any) -> None:
         """What the simulator's SSH server writes for the worker's forwarded ports."""
         from pathlib import Path
@@ -214,12 +249,20 @@ class Controller:
         (run / "forwards" / "9042").write_text(self.cql_addr + "\n")
 
     def view(self) -> dict[str, Any]:
-        """The simulated cluster's tables (machines, claims, history), read on its own loop."""
+        """The simulated cluster's tables (machines, claims, history, queue, payments)."""
+        return self.db.view()
 
-        async def read() -> dict[str, Any]:
-            return self.db.view()
+    def lotus_lookup(self, address: str) -> str:
+        """The ID address the stand-in Lotus gives an account (Filecoin.StateLookupID)."""
+        from vastui.sim.lotus import lookup_id
 
-        return self._call(read())
+        return lookup_id(address)
+
+    def sql(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        """One statement on the cluster's database, as an operator (or the engine) sends it."""
+        with self.db.connect() as conn:
+            cur = conn.execute(query, params)
+            return list(cur.fetchall()) if cur.description is not None else []
 
     def close(self) -> None:
         self._call(self.cql_pin.stop())

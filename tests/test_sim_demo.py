@@ -296,6 +296,24 @@ def test_machine_faults_belong_to_the_machine_not_to_the_run(seed, tmp_path):
     ]
 
 
+def test_the_snap_invalid_gpu_is_drawn_last_and_injectable(tmp_path, monkeypatch):
+    """The fault a later table row adds moves no other machine's draw (FAULTS is walked in
+    order); a test injects it like any other (SimWorkerHost.fault_overrides)."""
+    from vastui.sim import workers
+
+    host = workers.SimWorkerHost(market(2, hosts=60), tmp_path, speed=1.0, machine_fault_rate=3.0)
+    machine_ids = sorted(host.cloud.machines_by_id)
+    now = {m: host.fault_for(m) for m in machine_ids}
+    assert workers.FAULTS[-1][0] == "snap_invalid"
+    monkeypatch.setattr(workers, "FAULTS", workers.FAULTS[:-1])
+    before = {m: host.fault_for(m) for m in machine_ids}
+    changed = [m for m in machine_ids if now[m] != before[m]]
+    assert all(now[m]["fault"] == "snap_invalid" and before[m] == {"fault": "none"}
+               for m in changed)  # fmt: skip
+    host.fault_overrides[machine_ids[0]] = "snap_invalid"
+    assert host.fault_for(machine_ids[0]) == {"fault": "snap_invalid"}
+
+
 def test_a_machines_hidden_fault_does_not_move_its_price():
     """No source says faulty machines ask less: a moment's prices are the same whatever the
     world seed (which alone decides the faults), each in its GPU model's range."""

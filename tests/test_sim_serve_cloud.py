@@ -9,6 +9,7 @@ with an upper bound.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -580,3 +581,47 @@ def sandbox_pids(parent: Path) -> list[int]:
         if any(v.startswith(prefix) for v in environ):
             pids.append(int(entry.name))
     return pids
+
+
+async def test_write_config_puts_curios_password_beside_it_and_never_prints_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`vastui sim serve --write-config F`: curio's database has a password of its own, written
+    to curio-db-password beside F (0600) and in nothing printed; F's [curio] names the user and
+    the database; the psql line reads the file."""
+    import asyncio
+    import stat
+
+    import psycopg
+
+    from tests.helpers import eventually
+    from vastui.sim.server import ServeOptions, serve_cloud
+
+    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
+    config = tmp_path / "cfg" / "vastui.toml"
+    said: list[str] = []
+    opts = ServeOptions(machine_fault_rate=0.0, write_config=config)
+    task = asyncio.create_task(
+        serve_cloud(SimCloud(seed=3, clock=ManualClock()), opts, said.append)
+    )
+    try:
+        await eventually(lambda: any("psql" in line for line in said), 60, "the psql line")
+        secret = config.parent / "curio-db-password"
+        password = secret.read_text().strip()
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and len(password) >= 24
+        assert not any(password in line for line in said)
+        text = config.read_text()
+        assert '[curio]\ndb_name = "yugabyte"\ndb_user = "yugabyte"\n' in text
+        assert password not in text
+        psql = next(line for line in said if "psql" in line)
+        port = psql.split(" -p ")[1].split()[0]
+        assert psql.endswith(
+            f"PGPASSWORD=$(cat {secret}) psql -h 127.0.0.1 -p {port} -U yugabyte yugabyte"
+        )
+        conninfo = f"host=127.0.0.1 port={port} user=yugabyte dbname=yugabyte password={password}"
+        with psycopg.connect(conninfo, connect_timeout=10) as conn:
+            assert conn.execute("SELECT title FROM harmony_config").fetchall() == [("base",)]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

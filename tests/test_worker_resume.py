@@ -46,7 +46,7 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
 
 @pytest.fixture
 def controller() -> Iterator[Controller]:
-    c = Controller()  # curio's default database password, as the sandbox's environment has it
+    c = Controller()  # the sandbox learns its database from c.env() (start_entrypoint)
     try:
         yield c
     finally:

@@ -654,6 +654,7 @@ def start_entrypoint(box: Sandbox, c: Controller | None = None, **env: str) -> s
     40 proofs/h machine)."""
     if c is not None:
         c.tunnel_files(box.path("run"))
+        env = {**c.env(), **env}
     env.setdefault("MIN_RATE", "1")
     return box.start([box.script("entrypoint.sh")], out=box.tmp / "ep.out", **env)
 
@@ -669,8 +670,9 @@ def test_a_tunnel_down_costs_no_benchmark_and_blames_no_machine(
     refused = f"127.0.0.1:{free_port()}"
     (run / "lotus-api-addr").write_text(refused + "\n")  # nothing listens: the tunnel is down
     start_entrypoint(
-        sandbox, BENCH_PROOFS="2", PARAMFETCH_PROGRESS_INTERVAL="0", TUNNEL_REPORT_INTERVAL="3600"
-    )
+        sandbox, BENCH_PROOFS="2", PARAMFETCH_PROGRESS_INTERVAL="0", TUNNEL_REPORT_INTERVAL="3600",
+        **controller.env(),
+    )  # fmt: skip
     waiting = wait_for(
         lambda: [e for e in sandbox.events() if e.get("tunnel") == "down"],
         what="the prove stage waiting for the tunnel",
@@ -816,7 +818,7 @@ def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: 
     # (the market's Snap requests start the SnapDeals one in production)
     assert sandbox.log("cuzk").count("background PCE extraction starting for PoRep 32G") == 1
     # the layer, set the way curio users set it, and curio using cuzk
-    layer = controller.db.layers["vastui-cuzk"]
+    layer = controller.db.layer("vastui-cuzk") or ""
     assert f'[Cuzk]\n  Address = "{sandbox.listen}"\n  MaxPending = 10\n' in layer
     assert "EnableProofShare = true" in layer
     curio = sandbox.log("curio")
@@ -951,7 +953,9 @@ def test_a_curio_that_cannot_start_is_restarted_then_named(
     try:
         controller.tunnel_files(sandbox.path("run"))
         (sandbox.path("run/forwards/9042")).write_text(f"127.0.0.1:{silent.getsockname()[1]}\n")
-        proc = start_entrypoint(sandbox, None, BENCH_PROOFS="2", CURIO_MAX_RESTARTS="2")
+        proc = start_entrypoint(
+            sandbox, None, BENCH_PROOFS="2", CURIO_MAX_RESTARTS="2", **controller.env()
+        )
         assert proc.wait(timeout=WAIT * 2) == 1
     finally:
         stop.set()
@@ -976,7 +980,7 @@ def test_a_curio_that_cannot_start_is_restarted_then_named(
 
 
 def test_entrypoint_curio_exit_names_its_error(sandbox: Sandbox, controller: Controller) -> None:
-    del controller.db.layers["base"]
+    controller.db.delete_layer("base")
     proc = start_entrypoint(sandbox, controller, BENCH_PROOFS="4", CURIO_MAX_RESTARTS="0")
     assert proc.wait(timeout=WAIT * 2) == 1
     fail = sandbox.events()[-1]

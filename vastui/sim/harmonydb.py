@@ -1,38 +1,28 @@
-"""A stand-in for the curio cluster's database (YugabyteDB: YSQL on 5433, YCQL on 9042) on the
-controller, for the demo and the tests. Workers reach it through the SSH tunnel, as they reach
-the Lotus API.
+"""curio's cluster database on the controller, for the demo, ``vastui sim serve`` and the tests:
+a real PostgreSQL server (vastui/sim/postgres.py; YugabyteDB's YSQL is PostgreSQL's protocol,
+port 5433 in production) holding the part of curio's schema its workers use
+(vastui/sim/curio_schema.sql), the cluster's YCQL (vastui/sim/ycql.py) and, beside them, the
+proofshare market the workers reach over their own internet (vastui/sim/proofsvc.py).
 
-It keeps what the workers meet in (curio @ e0294b0f; file names below are relative to it):
+The workers' stand-in curio (vastui/sim/standins/curio) is a PostgreSQL client sending curio's
+own statements; what the cluster is, then, is what those statements do on these tables. This
+module only sets the cluster up as an operator would (curio @ e0294b0f):
 
-* ``harmony_config``: the config layers, with a ``base`` layer whose ``[Apis]`` name the
-  controller's chain node (harmony/harmonydb/sql/20230919-config.sql);
-* ``harmony_machines``: one row per curio node, upserted by ``host_and_port``, which is NOT
-  unique: two nodes that register the same host:port share one row and one machine id
-  (harmony/resources/resources.go:81-99); rows whose heartbeat is older than 10 minutes are
-  deleted at every registration (resources.go:22, 121-129);
-* ``harmony_machine_details``: the node's name, task types and layers (cmd/curio/tasks/
-  tasks.go:731-748, ON CONFLICT (machine_id));
-* ``harmony_task`` and ``harmony_task_history``: task claims (``owner_id``) and their results,
-  with harmonytask's semantics: a claim sets ``owner_id`` only where it is NULL
-  (harmony/harmonytask/task_type_handler.go:165-181); a node that starts takes back every task
-  whose ``owner_id`` is its machine id (harmonytask.go:351-389); a result deletes the task, a
-  failure clears the owner and counts a retry, MaxFailures ends it
-  (task_type_handler.go:405-495);
-* ``proofshare_queue``: the market's requests (PoRep C2 and SnapDeals, tasks/proofshare/
-  task_prove.go:271-289); the PShareRequest singleton that fills it (task_request.go) is played
-  by the database itself: it keeps a backlog of unclaimed PSProve tasks, in a seeded mix of both
-  kinds. A proof stored for a task another node already finished updates nothing (task_prove.go
-  ``UPDATE proofshare_queue ... WHERE compute_task_id = $2`` → "no task found"): work done twice.
+* the ``base`` layer in ``harmony_config``, whose ``[Apis]`` name the controller's chain node
+  (``curio config set``: cmd/curio/config.go:117-121);
+* proofshare enabled, with a wallet and an ask price, as curio's web UI sets them
+  (web/api/webrpcporep/proofshare.go:88-92);
+* ``yb_servers()``: the cluster's tservers, three on the controller's private network by default
+  (a worker that dials them instead of the tunnel cannot reach them), or curio's documented single
+  node (``nodes=("127.0.0.1",)``, documentation/en/setup.md:57).
 
-The cluster's topology is what a production cluster looks like from the controller: three
-tservers on its private network (``yb_servers()``, which YugabyteDB's smart driver reads for load
-balancing: yugabyte/pgx load_balance.go ``LB_QUERY``). A worker that dials those addresses
-instead of the tunnel cannot reach them. ``nodes=("127.0.0.1",)`` is the single-node set-up of
-curio's documentation/en/setup.md:57 (``yugabyted start --advertise_address 127.0.0.1``).
+Time: curio's statements say ``CURRENT_TIMESTAMP``/``NOW()``; the stand-ins send the simulated
+now instead (TIMESTAMP columns hold naive UTC, TIMESTAMPTZ aware UTC; the server runs in UTC).
+Only time is modelled: a reader of these columns compares them with the same simulated clock.
 
-The YSQL wire protocol is JSON lines, spoken only by the stand-in ``curio``
-(``vastui/sim/standins/curio``); the YCQL port speaks the real CQL native protocol
-(``vastui/sim/ycql.py``).
+A process may share one server among its clusters (``share_server``: the test suite starts one
+PostgreSQL per session and gives each cluster a database of its own); a cluster that asks for
+another user or password, or a database another live cluster holds, starts its own.
 """
 
 from __future__ import annotations
@@ -40,16 +30,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
+import hashlib
 import logging
-import random
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from vastui.sim import curio_schema
+from vastui.sim.curio_schema import DEFAULT_NODES
 from vastui.sim.fleet import hold_port
+from vastui.sim.postgres import READY_TIMEOUT_S, PostgresServer, PostgresUnavailable
+from vastui.sim.proofsvc import Market, ProofService, fil_to_atto
 
 log = logging.getLogger("vastui.sim.harmonydb")
 
@@ -57,11 +50,23 @@ log = logging.getLogger("vastui.sim.harmonydb")
 # (deps/apiinfo_parse_curio.go).
 SIM_CHAIN_TOKEN = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJBbGxvdyI6WyJyZWFkIl19.c2ltLXNpZ25hdHVyZQ"
 LOOKS_DEAD_S = 600.0  # harmony/resources/resources.go:22 LOOKS_DEAD_TIMEOUT
-PSPROVE_MAX_FAILURES = 20  # tasks/proofshare/task_prove.go TypeDetails MaxFailures
-PSPROVE = "PSProve"  # tasks/tasknames
-# A production cluster's tservers, as yb_servers() and system.local/peers advertise them.
-DEFAULT_NODES: tuple[str, ...] = ("10.0.0.5", "10.0.0.6", "10.0.0.7")
-MAX_LINE = 1 << 20
+# curio's own defaults for its database (cmd/curio/main.go:108-186): what a worker without a
+# configured password sends.
+CURIO_DEFAULT_USER = "yugabyte"
+CURIO_DEFAULT_PASSWORD = "yugabyte"
+CURIO_DEFAULT_DATABASE = "yugabyte"
+DEFAULT_PRICE_FIL = "0.005"  # the provider's ask, FIL per proof (an operator's choice)
+
+
+def _f1_address(seed: bytes) -> str:
+    """A well-formed secp256k1 (f1) address: blake2b-160 of a key, its blake2b-32 checksum
+    over the protocol byte and payload, base32 lower case without padding."""
+    payload = hashlib.blake2b(seed, digest_size=20).digest()
+    checksum = hashlib.blake2b(b"\x01" + payload, digest_size=4).digest()
+    return "f1" + base64.b32encode(payload + checksum).decode().lower().rstrip("=")
+
+
+SIM_WALLET = _f1_address(b"vastui simulated proofshare provider")
 
 
 def base_layer(chain_addr: str, token: str = SIM_CHAIN_TOKEN) -> str:
@@ -74,416 +79,328 @@ def base_layer(chain_addr: str, token: str = SIM_CHAIN_TOKEN) -> str:
     )
 
 
-@dataclass
-class Machine:
-    id: int
-    host_and_port: str
-    cpu: int
-    ram: int
-    gpu: float
-    last_contact: float
-    unschedulable: bool = False
-    # harmony_machine_details
-    name: str | None = None
-    tasks: str | None = None
-    layers: str | None = None
-    startup_time: float | None = None
+# -- one server for many clusters (the test suite) ---------------------------------------------
+
+_shared: PostgresServer | None = None
+_leased: set[str] = set()
 
 
-@dataclass
-class Task:
-    id: int
-    name: str
-    posted_time: float
-    update_time: float
-    owner_id: int | None = None
-    retries: int = 0
+def share_server(server: PostgresServer | None) -> None:
+    """Every later cluster of this process that asks for ``server``'s user and password gets a
+    database of its own on it instead of a server of its own; None: each starts its own."""
+    global _shared
+    _shared = server
 
 
-@dataclass
-class Request:
-    """A proofshare_queue row: one market request."""
-
-    service_id: int
-    kind: str  # "porep" or "snap"
-    miner: int
-    sector: int
-    obtained_at: float
-    compute_task_id: int | None = None
-    compute_done: bool = False
+def _epoch(value: Any) -> Any:
+    """A TIMESTAMP (naive UTC) or TIMESTAMPTZ read back as epoch seconds; anything else as is."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    return value
 
 
-@dataclass
-class History:
-    task_id: int
-    name: str
-    posted: float
-    work_start: float
-    work_end: float
-    result: bool
-    completed_by_host_and_port: str
-    err: str
+class ClusterDatabase:
+    """curio's cluster database (YSQL on a real PostgreSQL, YCQL) and the proofshare market."""
 
-
-@dataclass
-class Cluster:
-    """The tables, and the operations curio runs on them (one at a time: the server is one
-    asyncio loop, as a transaction would serialise them)."""
-
-    clock: Callable[[], float]
-    snap_share: float = 0.25
-    backlog: int = 4  # unclaimed PSProve tasks the market keeps ready
-    seed: int = 0
-    machines: dict[int, Machine] = field(default_factory=dict)
-    tasks: dict[int, Task] = field(default_factory=dict)
-    requests: dict[int, Request] = field(default_factory=dict)
-    history: list[History] = field(default_factory=list)
-    wasted: list[dict[str, Any]] = field(default_factory=list)  # proofs nobody could store
-    _next_machine: int = 1
-    _next_task: int = 1000
-    _next_request: int = 1
-
-    def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed * 7907 + 11)
-
-    # -- harmony_machines -------------------------------------------------------------
-
-    def register(self, host_and_port: str, cpu: int, ram: int, gpu: float) -> int:
-        """resources.go:81-99: UPDATE ... WHERE host_and_port = $1 RETURNING id, else INSERT;
-        the first id wins; then CleanupMachines (resources.go:121-129)."""
-        now = self.clock()
-        same = [m for m in self.machines.values() if m.host_and_port == host_and_port]
-        for m in same:
-            m.cpu, m.ram, m.gpu, m.last_contact = cpu, ram, gpu, now
-        if same:
-            machine_id = same[0].id
-        else:
-            machine_id = self._next_machine
-            self._next_machine += 1
-            self.machines[machine_id] = Machine(machine_id, host_and_port, cpu, ram, gpu, now)
-        for m in list(self.machines.values()):
-            if m.last_contact < now - LOOKS_DEAD_S:
-                del self.machines[m.id]
-        return machine_id
-
-    def details(self, machine_id: int, name: str, tasks: str, layers: str) -> None:
-        m = self.machines.get(machine_id)
-        if m is not None:
-            m.name, m.tasks, m.layers, m.startup_time = name, tasks, layers, self.clock()
-
-    def heartbeat(self, machine_id: int) -> None:
-        m = self.machines.get(machine_id)
-        if m is not None:
-            m.last_contact = self.clock()
-
-    # -- harmony_task -----------------------------------------------------------------
-
-    def owned(self, machine_id: int) -> list[dict[str, Any]]:
-        """harmonytask.go:357-365: the tasks a starting node takes back."""
-        return [asdict(t) for t in self.tasks.values() if t.owner_id == machine_id]
-
-    def claim(self, machine_id: int, name: str, limit: int) -> list[dict[str, Any]]:
-        """task_type_handler.go:165-181: owner_id set where it is NULL, oldest first; a task
-        that failed waits its RetryWait (10 s x retries, task_prove.go TypeDetails)."""
-        if name == PSPROVE:
-            self._fill_market()
-        now = self.clock()
-        free = sorted(
-            (
-                t
-                for t in self.tasks.values()
-                if t.name == name and t.owner_id is None and t.update_time + 10 * t.retries <= now
-            ),
-            key=lambda t: (t.posted_time, t.id),
-        )
-        taken = free[: max(0, limit)]
-        for t in taken:
-            t.owner_id = machine_id
-        return [asdict(t) for t in taken]
-
-    def request_of(self, task_id: int) -> dict[str, Any] | None:
-        for r in self.requests.values():
-            if r.compute_task_id == task_id:
-                return asdict(r)
-        return None
-
-    def store_proof(self, task_id: int, host_and_port: str) -> int:
-        """task_prove.go Do: ``UPDATE proofshare_queue SET ... compute_task_id = NULL WHERE
-        compute_task_id = $2``: 0 rows when another node stored this task's proof first."""
-        n = 0
-        for r in self.requests.values():
-            if r.compute_task_id == task_id:
-                r.compute_task_id, r.compute_done = None, True
-                n += 1
-        if n == 0:
-            self.wasted.append({"task_id": task_id, "host_and_port": host_and_port})
-        return n
-
-    def complete(
-        self, task_id: int, done: bool, err: str, work_start: float, host_and_port: str
-    ) -> str | None:
-        """recordCompletion (task_type_handler.go:405-495); an error text when the task row is
-        gone (another node completed it): "could not log completion"."""
-        t = self.tasks.get(task_id)
-        if t is None:
-            return "could not log completion: no rows in result set "
-        if done or t.retries >= PSPROVE_MAX_FAILURES - 1:
-            del self.tasks[task_id]
-        else:
-            t.owner_id, t.retries, t.update_time = None, t.retries + 1, self.clock()
-        self.history.append(
-            History(task_id, t.name, t.posted_time, work_start, self.clock(), done,
-                    host_and_port, "" if done else f"error: {err}")
-        )  # fmt: skip
-        return None
-
-    def still_owned(self, task_id: int, machine_id: int) -> bool:
-        t = self.tasks.get(task_id)
-        return t is not None and t.owner_id == machine_id
-
-    def _fill_market(self) -> None:
-        """The PShareRequest singleton's job: requests from the market become PSProve tasks
-        (task_request.go:81-120 creates the task and sets compute_task_id)."""
-        now = self.clock()
-        ready = sum(1 for t in self.tasks.values() if t.name == PSPROVE and t.owner_id is None)
-        for _ in range(max(0, self.backlog - ready)):
-            task = Task(self._next_task, PSPROVE, now, now)
-            self._next_task += 1
-            self.tasks[task.id] = task
-            kind = "snap" if self._rng.random() < self.snap_share else "porep"
-            req = Request(
-                self._next_request, kind, self._rng.randint(1000, 99999),
-                self._rng.randint(1, 9999), now, compute_task_id=task.id,
-            )  # fmt: skip
-            self._next_request += 1
-            self.requests[req.service_id] = req
-
-    # -- for tests and the console ----------------------------------------------------
-
-    def view(self) -> dict[str, Any]:
-        """The cluster as curio's web UI would show it: machines with their claims, results."""
-        machines = []
-        for m in sorted(self.machines.values(), key=lambda m: m.id):
-            claims = sorted(t.id for t in self.tasks.values() if t.owner_id == m.id)
-            machines.append({**asdict(m), "claims": claims})
-        return {
-            "machines": machines,
-            "tasks": [asdict(t) for t in sorted(self.tasks.values(), key=lambda t: t.id)],
-            "history": [asdict(h) for h in self.history],
-            "wasted": list(self.wasted),
-        }
-
-
-class FakeHarmonyDb:
     def __init__(
         self,
         *,
-        user: str = "yugabyte",
-        password: str = "yugabyte",
-        database: str = "yugabyte",
+        user: str = CURIO_DEFAULT_USER,
+        password: str = CURIO_DEFAULT_PASSWORD,
+        database: str = CURIO_DEFAULT_DATABASE,
         chain_addr: str = "127.0.0.1:1234",
         nodes: Sequence[str] = DEFAULT_NODES,
         clock: Callable[[], float] = time.time,
         snap_share: float = 0.25,
         seed: int = 0,
+        pow_share: float = 0.1,
+        price_fil: str = DEFAULT_PRICE_FIL,
+        wallet: str = SIM_WALLET,
+        server: PostgresServer | None = None,
+        market: Market | None = None,
     ) -> None:
         self.user = user
         self.password = password
         self.database = database
+        self.chain_addr = chain_addr
         self.nodes = tuple(nodes)
-        self.layers: dict[str, str] = {"base": base_layer(chain_addr)}
-        self.cluster = Cluster(clock=clock, snap_share=snap_share, seed=seed)
-        self.auth_failures = 0
-        self._servers: list[asyncio.Server] = []
-        self._handlers: set[asyncio.Task[Any]] = set()
+        self.clock = clock
+        self.wallet = wallet
+        self.price = fil_to_atto(price_fil)
+        self.market = market or Market(
+            clock=clock, seed=seed, snap_share=snap_share, pow_share=pow_share
+        )
+        self.proofsvc = ProofService(self.market)
+        self.server: PostgresServer | None = server
+        self._owned = False  # we started the server (and stop it)
+        self._lease: str | None = None  # the database we hold on a shared server
         self.ycql: Any = None
+        self.host = "127.0.0.1"
         self.port = 0
         self.cql_port = 0
-        self.host = "127.0.0.1"
-        self._held: list[socket.socket] = []  # down: both ports, bound, not listening
+        self._held_cql: socket.socket | None = None
+
+    # -- where ------------------------------------------------------------------------
+
+    def conninfo(self) -> str:
+        """A libpq connection string for this cluster's database (the password in it: never
+        log it)."""
+        assert self.server is not None, "start first"
+        return self.server.conninfo(self.database)
+
+    @property
+    def proofsvc_url(self) -> str:
+        return self.proofsvc.url
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def _choose_server(self, host: str) -> PostgresServer:
+        if self.server is not None:
+            return self.server
+        shared = _shared
+        if (
+            shared is not None
+            and shared.user == self.user
+            and shared.password == self.password
+            and shared.host == host
+            and self.database not in _leased
+        ):
+            _leased.add(self.database)
+            self._lease = self.database
+            return shared
+        self._owned = True
+        return PostgresServer(
+            user=self.user, password=self.password, database=self.database, host=host
+        )
 
     async def start(self, host: str = "127.0.0.1") -> tuple[int, int]:
+        """The server (initdb in a thread, the postmaster spawned from this loop's thread: its
+        parent-death signal follows the thread that forks it), the schema and the operator's
+        set-up, YCQL, the market. Returns (YSQL port, YCQL port)."""
         from vastui.sim.ycql import FakeYcql
 
         self.host = host
-        ysql = await asyncio.start_server(self._handle, host, 0, limit=MAX_LINE)
-        self._servers = [ysql]
-        self.port = ysql.sockets[0].getsockname()[1]
-        self.ycql = FakeYcql(rpc_address=self.nodes[0], peers=self.nodes[1:])
-        self.cql_port = await self.ycql.start(host)
+        server = self.server = self._choose_server(host)
+        try:
+            if self._owned:
+                await asyncio.to_thread(server.initdb)
+                server.spawn()
+                await self._until_ready()
+            await asyncio.to_thread(self._create)
+            self.port = server.port
+            self.ycql = FakeYcql(rpc_address=self.nodes[0], peers=self.nodes[1:])
+            self.cql_port = await self.ycql.start(host)
+            self.proofsvc.start(host)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info(
+            "curio cluster database %r on %s:%s (PostgreSQL %s%s), YCQL on %s, market %s",
+            self.database, host, self.port, server.binaries.version,
+            "" if self._owned else ", shared", self.cql_port, self.proofsvc.url,
+        )  # fmt: skip
         return self.port, self.cql_port
+
+    async def _until_ready(self) -> None:
+        assert self.server is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.server.ready():
+            if time.monotonic() > deadline:
+                raise PostgresUnavailable(
+                    f"PostgreSQL did not accept connections within {READY_TIMEOUT_S:.0f} s: "
+                    f"{self.server.log_tail()}"
+                )
+            await asyncio.sleep(0.01)
+
+    def _create(self) -> None:
+        """The database, curio's schema, and the cluster as an operator sets it up."""
+        import psycopg
+        from psycopg import sql
+
+        assert self.server is not None
+        name = sql.Identifier(self.database)
+        with psycopg.connect(self.server.conninfo("postgres"), autocommit=True) as admin:
+            if not self._owned:  # a database a dead test left on the shared server
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
+            # YugabyteDB runs YSQL's READ COMMITTED as Snapshot isolation unless
+            # yb_enable_read_committed_isolation is set (docs.yugabyte.com, "Isolation levels";
+            # on by default only for universes deployed by yugabyted at v2025.2 or later): two
+            # nodes' adders updating one row conflict (40001, which curio retries) rather than
+            # the second overwriting the first, as PostgreSQL's READ COMMITTED would.
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'")
+                .format(name)
+            )  # fmt: skip
+        with psycopg.connect(self.conninfo()) as conn:
+            curio_schema.apply(conn, self.nodes)
+            with conn.transaction():
+                # cmd/curio/config.go:117-121 (setConfig)
+                conn.execute(
+                    "INSERT INTO harmony_config (title, config) VALUES (%s, %s) "
+                    "ON CONFLICT (title) DO UPDATE SET config = excluded.config",
+                    ("base", base_layer(self.chain_addr)),
+                )
+                # web/api/webrpcporep/proofshare.go:88-92 (PSSetMeta): pprice in attoFIL
+                conn.execute(
+                    "UPDATE proofshare_meta SET enabled = %s, wallet = %s, pprice = %s "
+                    "WHERE singleton = TRUE",
+                    (True, self.wallet, str(self.price)),
+                )
 
     @property
     def down(self) -> bool:
-        return bool(self._held)
+        return self._held_cql is not None
 
     async def go_down(self) -> None:
         """The cluster is down (the fleet fault ``controller_down``): YSQL and YCQL drop their
         connections and refuse new ones, their ports held so that no other server takes them
-        (vastui/sim/fleet.py ``hold_port``); the tables are kept for when it comes back."""
-        if not self._servers or self._held:
+        (vastui/sim/fleet.py ``hold_port``); the tables are kept for ``come_back``. On a shared
+        server every database on it goes down too."""
+        if self.server is None or self._held_cql is not None:
             return
-        await self._close_ysql()
+        await asyncio.to_thread(self.server.go_down)
         if self.ycql is not None:
             await self.ycql.stop()  # the same tables when it listens again
-        self._held = [hold_port(self.host, self.port), hold_port(self.host, self.cql_port)]
+        self._held_cql = hold_port(self.host, self.cql_port)
 
     async def come_back(self) -> None:
-        """Listen again on the same ports."""
-        held, self._held = self._held, []
-        if not held:
+        """Listen again on the same ports, with the same data."""
+        held, self._held_cql = self._held_cql, None
+        if held is None or self.server is None:
             return
         try:
-            ysql = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_LINE)
-            self._servers = [ysql]
+            if self.server.down:
+                self.server.come_back(wait=False)  # spawned from this loop's thread
+                await self._until_ready()
             if self.ycql is not None:
+                held.close()
                 await self.ycql.start(self.host, self.cql_port)
         finally:
-            for sock in held:
-                sock.close()
-
-    async def _close_ysql(self) -> None:
-        for server in self._servers:
-            server.close()
-        for task in list(self._handlers):
-            task.cancel()
-        for task in list(self._handlers):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await server.wait_closed()
-        self._servers = []
+            held.close()
 
     async def stop(self) -> None:
-        await self._close_ysql()
-        for sock in self._held:
-            sock.close()
-        self._held = []
+        """The market, YCQL and the database gone: an own server stopped and its files
+        removed, a shared server's database dropped."""
+        self.proofsvc.stop()
+        if self._held_cql is not None:
+            self._held_cql.close()
+            self._held_cql = None
         if self.ycql is not None:
             await self.ycql.stop()
             self.ycql = None
+        server = self.server
+        if server is None:
+            return
+        if self._owned:
+            await asyncio.to_thread(server.stop)
+            self._owned = False
+            self.server = None
+        elif self._lease is not None:
+            if server.down:
+                server.come_back(wait=False)
+                await self._until_ready()
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._drop)
+            _leased.discard(self._lease)
+            self._lease = None
+
+    def _drop(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        assert self.server is not None
+        with psycopg.connect(self.server.conninfo("postgres"), autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(self.database)
+                )
+            )
+
+    # -- reading and writing, for tests (synchronous: psycopg) -------------------------
+
+    def connect(self) -> Any:
+        """A psycopg connection to the cluster's database (autocommit)."""
+        import psycopg
+
+        return psycopg.connect(self.conninfo(), autocommit=True, connect_timeout=10)
+
+    def layer(self, title: str) -> str | None:
+        with self.connect() as conn:
+            row = conn.execute(
+                "SELECT config FROM harmony_config WHERE title=%s", (title,)
+            ).fetchone()  # cmd/curio/config.go:151
+        return None if row is None else str(row[0])
+
+    def set_layer(self, title: str, text: str) -> None:
+        with self.connect() as conn:  # cmd/curio/config.go:117-121
+            conn.execute(
+                "INSERT INTO harmony_config (title, config) VALUES (%s, %s) "
+                "ON CONFLICT (title) DO UPDATE SET config = excluded.config",
+                (title, text),
+            )
+
+    def delete_layer(self, title: str) -> None:
+        with self.connect() as conn:  # cmd/curio/config.go:195
+            conn.execute("DELETE FROM harmony_config WHERE title=%s", (title,))
 
     def view(self) -> dict[str, Any]:
-        return self.cluster.view()
+        """The cluster as curio's web UI shows it: machines (with their details and the tasks
+        each holds), tasks, history, the proofshare queue and payments; times as epoch
+        seconds."""
+        from psycopg.rows import dict_row
 
-    def _track(self) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+        with self.connect() as conn:
+            conn.row_factory = dict_row
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._track()
-        authed = False
-        try:
-            while line := await reader.readline():
-                try:
-                    request = json.loads(line)
-                except ValueError:
-                    break
-                if not isinstance(request, dict):
-                    break
-                if request.get("op") == "auth":
-                    authed = (
-                        request.get("user") == self.user
-                        and request.get("password") == self.password
-                        and request.get("database") == self.database
-                    )
-                    if not authed:
-                        self.auth_failures += 1
-                        user = request.get("user")
-                        answer: dict[str, Any] = {
-                            "error": f'password authentication failed for user "{user}"'
-                        }
-                    else:
-                        answer = {"ok": True}
-                elif not authed:
-                    answer = {"error": "not authenticated"}
-                else:
-                    try:
-                        answer = self._query(request)
-                    except (KeyError, TypeError, ValueError) as exc:
-                        answer = {"error": f"bad request: {type(exc).__name__}: {exc}"}
-                writer.write((json.dumps(answer) + "\n").encode())
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
-        except asyncio.CancelledError:
-            # stop() cancels open connections: end quietly, or Python 3.11's stream callback
-            # logs the cancelled handler task as an error.
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            def rows(query: str) -> list[dict[str, Any]]:
+                return [{k: _epoch(v) for k, v in r.items()} for r in conn.execute(query)]
 
-    def _query(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        c = self.cluster
-        if op == "get_layer":
-            return {"config": self.layers.get(str(request.get("title")))}
-        if op == "set_layer":
-            title = str(request.get("title") or "")
-            self.layers[title] = str(request.get("config") or "")
-            log.info("layer %s created/updated", title)
-            return {"ok": True}
-        if op == "list_layers":
-            return {"titles": sorted(self.layers)}
-        if op == "yb_servers":
-            # yb_servers(): host, port, num_connections, node_type, cloud, region, zone,
-            # public_ip (yugabyte/pgx load_balance.go LB_QUERY)
-            return {
-                "servers": [
-                    {"host": node, "port": 5433, "num_connections": 0, "node_type": "primary",
-                     "cloud": "cloud1", "region": "datacenter1", "zone": "rack1",
-                     "public_ip": ""}
-                    for node in self.nodes
-                ]
-            }  # fmt: skip
-        if op == "register_machine":
-            machine_id = c.register(
-                str(request["host_and_port"]), int(request["cpu"]), int(request["ram"]),
-                float(request["gpu"]),
-            )  # fmt: skip
-            return {"id": machine_id}
-        if op == "machine_details":
-            c.details(
-                int(request["machine_id"]), str(request["name"]), str(request["tasks"]),
-                str(request["layers"]),
-            )  # fmt: skip
-            return {"ok": True}
-        if op == "heartbeat":
-            c.heartbeat(int(request["machine_id"]))
-            return {"ok": True}
-        if op == "owned_tasks":
-            return {"tasks": c.owned(int(request["machine_id"]))}
-        if op == "claim_tasks":
-            return {
-                "tasks": c.claim(
-                    int(request["machine_id"]), str(request["name"]), int(request["limit"])
-                )
-            }
-        if op == "task_request":
-            found = c.request_of(int(request["task_id"]))
-            return {"request": found} if found else {"error": "no task found"}
-        if op == "store_proof":
-            n = c.store_proof(int(request["task_id"]), str(request["host_and_port"]))
-            return {"updated": n}
-        if op == "record_completion":
-            err = c.complete(
-                int(request["task_id"]), bool(request["done"]), str(request.get("error") or ""),
-                float(request["work_start"]), str(request["host_and_port"]),
-            )  # fmt: skip
-            return {"error": err} if err else {"ok": True}
-        if op == "still_owned":
-            return {"owned": c.still_owned(int(request["task_id"]), int(request["machine_id"]))}
-        if op == "cluster_machines":
-            # peering.go:117 SELECT host_and_port FROM harmony_machines
-            return {"machines": [{"id": m.id, "host_and_port": m.host_and_port}
-                                 for m in c.machines.values()]}  # fmt: skip
-        if op == "node_info":
-            # CurioAPI.Info (cmd/curio/rpc/rpc.go:392-425), for `curio cli info`
-            m = c.machines.get(int(request["machine_id"]))
-            return {"machine": asdict(m)} if m else {"error": "no rows in result set"}
-        return {"error": f"unknown op {op!r}"}
+            machines = rows(
+                "SELECT m.id, m.host_and_port, m.cpu, m.ram, m.gpu, m.last_contact, "
+                "m.unschedulable, m.restart_request, d.machine_name AS name, d.tasks, "
+                "d.layers, d.startup_time FROM harmony_machines m "
+                "LEFT JOIN harmony_machine_details d ON d.machine_id = m.id ORDER BY m.id"
+            )
+            tasks = rows(
+                "SELECT id, name, posted_time, update_time, owner_id, added_by, retries "
+                "FROM harmony_task ORDER BY id"
+            )
+            history = rows(
+                "SELECT id, task_id, name, posted, work_start, work_end, result, err, "
+                "completed_by_host_and_port FROM harmony_task_history ORDER BY id"
+            )
+            queue = rows(
+                "SELECT service_id, obtained_at, request_cid, compute_task_id, compute_done, "
+                "submit_task_id, submit_done, was_pow FROM proofshare_queue "
+                "ORDER BY obtained_at, service_id"
+            )
+            payments = rows(
+                "SELECT provider_id, request_cid, payment_nonce, payment_cumulative_amount, "
+                "created_at FROM proofshare_provider_payments ORDER BY provider_id, payment_nonce"
+            )
+            meta = rows("SELECT enabled, wallet, pprice, request_task_id FROM proofshare_meta")
+        for m in machines:
+            m["claims"] = [t["id"] for t in tasks if t["owner_id"] == m["id"]]
+        return {
+            "machines": machines,
+            "tasks": tasks,
+            "history": history,
+            "queue": queue,
+            "payments": payments,
+            "meta": meta[0] if meta else {},
+        }
+
+
+__all__ = [
+    "CURIO_DEFAULT_DATABASE",
+    "CURIO_DEFAULT_PASSWORD",
+    "CURIO_DEFAULT_USER",
+    "DEFAULT_NODES",
+    "LOOKS_DEAD_S",
+    "SIM_CHAIN_TOKEN",
+    "SIM_WALLET",
+    "ClusterDatabase",
+    "base_layer",
+    "share_server",
+]

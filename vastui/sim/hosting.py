@@ -3,8 +3,9 @@
 When the cloud reports an instance running, a sandbox runs the real worker-image scripts behind
 an SSH server on the ports the API reports (the proxy endpoint at once, the direct port later,
 as Vast does), with the account's keys. On the controller's side stand a Lotus API and curio's
-cluster database, which the workers reach through the SSH tunnel the engine opens (config
-`ssh.lotus_api`, `ssh.curio_db`, `ssh.curio_db_cql`).
+cluster database (a real PostgreSQL, vastui/sim/harmonydb.py), which the workers reach through the
+SSH tunnel the engine opens (config `ssh.lotus_api`, `ssh.curio_db`, `ssh.curio_db_cql`); out on
+the internet, the proofshare market (vastui/sim/proofsvc.py), which they reach directly.
 
 Sandboxes live in `<state dir>/sim/vastui-sim-<owner pid>-*`: the owner's pid lets a later run
 stop the workers of one that died without cleaning up.
@@ -25,8 +26,15 @@ from typing import Any
 
 from vastui.config import state_dir
 from vastui.sim.cloud import SimCloud
-from vastui.sim.harmonydb import SIM_CHAIN_TOKEN, FakeHarmonyDb
+from vastui.sim.harmonydb import (
+    CURIO_DEFAULT_DATABASE,
+    CURIO_DEFAULT_PASSWORD,
+    CURIO_DEFAULT_USER,
+    SIM_CHAIN_TOKEN,
+    ClusterDatabase,
+)
 from vastui.sim.lotus import FakeLotus
+from vastui.sim.proofsvc import Market
 from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
 
 log = logging.getLogger("vastui.sim.hosting")
@@ -60,7 +68,7 @@ class WorkerHosts:
     cloud: SimCloud
     host: SimWorkerHost
     lotus: FakeLotus
-    db: FakeHarmonyDb
+    db: ClusterDatabase
     sandbox_root: Path
 
     def controller_addrs(self) -> dict[str, str]:
@@ -71,6 +79,24 @@ class WorkerHosts:
             "curio_db_cql": f"127.0.0.1:{self.db.cql_port}",
         }
 
+    # What the engine's workers need to log in to curio's database (config `[curio] db_user`,
+    # `db_name`, and the password file), and what the engine's own cluster reader uses.
+    @property
+    def curio_db_user(self) -> str:
+        return self.db.user
+
+    @property
+    def curio_db_name(self) -> str:
+        return self.db.database
+
+    @property
+    def curio_db_password(self) -> str:
+        return self.db.password
+
+    @property
+    def market(self) -> Market:
+        return self.db.market
+
 
 @asynccontextmanager
 async def worker_hosts(
@@ -80,10 +106,16 @@ async def worker_hosts(
     machine_fault_rate: float = 1.0,
     poll_interval: float = 0.5,
     parent: Path | None = None,
+    db_password: str = CURIO_DEFAULT_PASSWORD,
+    db_user: str = CURIO_DEFAULT_USER,
+    db_name: str = CURIO_DEFAULT_DATABASE,
+    snap_share: float = 0.25,
 ) -> AsyncIterator[WorkerHosts]:
     """Run ``cloud``'s worker hosts until the block ends; then every sandbox process is killed
-    and the sandboxes removed. Call before any instance is created (the proxy-then-direct SSH
-    endpoints are decided at create)."""
+    and the sandboxes removed, the cluster's database server stopped and its files removed.
+    Call before any instance is created (the proxy-then-direct SSH endpoints are decided at
+    create). The cluster's password is curio's own default unless given (a worker without one
+    configured sends that)."""
     parent = parent or sandbox_parent()
     reaped = reap_stale_sandboxes(parent)
     if reaped:
@@ -105,11 +137,14 @@ async def worker_hosts(
         stack.push_async_callback(lotus.stop)
         # curio's cluster database, whose base layer names the chain node as the controller
         # sees it
-        db = FakeHarmonyDb(
-            chain_addr=f"127.0.0.1:{lotus.port}", clock=cloud.clock.now, seed=cloud.seed
-        )
-        await db.start()
+        db = ClusterDatabase(
+            user=db_user, password=db_password, database=db_name,
+            chain_addr=f"127.0.0.1:{lotus.port}", clock=cloud.clock.now, seed=cloud.seed,
+            snap_share=snap_share,
+        )  # fmt: skip
         stack.push_async_callback(db.stop)
+        await db.start()
+        host.proofsvc_url = db.proofsvc_url  # the sandboxes' SIM_PROOFSVC_URL
 
         async def controller(name: str, on: bool, _params: dict[str, Any]) -> None:
             """The fleet fault ``controller_down`` (vastui/sim/fleet.py): the controller's

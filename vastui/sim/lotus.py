@@ -1,20 +1,31 @@
 """A stand-in for the controller's Lotus API (JSON-RPC over HTTP on :1234).
 
-Workers check the tunnel by calling `Filecoin.Version` through it, and curio asks
-`Filecoin.StateNetworkName` with its token (deps/apiinfo.go) before it starts; the demo and the
-tests have no Lotus node, so this answers just enough for both.
+Workers check the tunnel by calling `Filecoin.Version` through it, curio asks
+`Filecoin.StateNetworkName` with its token (deps/apiinfo.go) before it starts and its proofshare
+submit task `Filecoin.StateLookupID`; the demo and the tests have no Lotus node, so this answers
+just enough for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import socket
 
 from vastui.sim.fleet import hold_port
 
 VERSION = {"Version": "1.34.0+mainnet+sim", "APIVersion": 131840, "BlockDelay": 30}
+
+
+def lookup_id(addr: str) -> str:
+    """The ID address the simulated chain gives an account: f0 and a number from the address
+    (an ID address is its own)."""
+    if addr[:2] in ("f0", "t0"):
+        return addr
+    digest = hashlib.sha256(addr.encode()).digest()
+    return f"f0{100000 + int.from_bytes(digest[:4], 'big') % 900000}"
 
 
 class FakeLotus:
@@ -81,6 +92,12 @@ class FakeLotus:
                 answer = {"jsonrpc": "2.0", "error": {"code": 401, "message": "unauthorized"}}
             elif method == "Filecoin.StateNetworkName":
                 answer = {"jsonrpc": "2.0", "result": "mainnet", "id": rid}
+            elif method == "Filecoin.StateLookupID":
+                # curio's PShareSubmit turns the provider's wallet into its actor id
+                # (tasks/proofshare/task_submit.go:141): a stable one per address
+                params = request.get("params") if isinstance(request, dict) else None
+                addr = str(params[0]) if isinstance(params, list) and params else ""
+                answer = {"jsonrpc": "2.0", "result": lookup_id(addr), "id": rid}
             else:
                 answer = {
                     "jsonrpc": "2.0",

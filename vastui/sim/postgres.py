@@ -185,12 +185,20 @@ def _binaries_for(user: pwd.struct_passwd | None, bins: PgBinaries) -> PgBinarie
             return _copies[bins.bindir]
         top = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}bin-{os.getpid()}-"))
         os.chmod(top, 0o755)
+        # The same layout under the copy: a wheel's binaries find the shared libraries auditwheel
+        # vendored beside the package through an RPATH ($ORIGIN/../../../pgserver.libs: initdb
+        # needs its libpq), so <package>.libs goes where that path points.
+        install = bins.bindir.parent  # .../pgserver/pginstall
+        dest = top / install.parent.name / install.name
         for part in ("bin", "lib", "share"):
-            src = bins.bindir.parent / part
+            src = install / part
             if src.is_dir():
-                shutil.copytree(src, top / part, symlinks=True)
+                shutil.copytree(src, dest / part, symlinks=True)
+        vendored = install.parent.parent / f"{install.parent.name}.libs"
+        if vendored.is_dir():
+            shutil.copytree(vendored, top / vendored.name, symlinks=True)
         _chmod_readable(top)
-        copy = PgBinaries(top / "bin", bins.version, f"{bins.source}, copied for {user.pw_name}")
+        copy = PgBinaries(dest / "bin", bins.version, f"{bins.source}, copied for {user.pw_name}")
         _copies[bins.bindir] = copy
         import atexit
 
@@ -422,13 +430,16 @@ class PostgresServer:
 
         self._held = hold_port(self.host, self.port)
 
-    def come_back(self) -> None:
+    def come_back(self, wait: bool = True) -> None:
+        """Serve again on the same port, the same data (``wait``: until it accepts
+        connections; an event loop polls ``ready()`` itself instead)."""
         held, self._held = self._held, None
         if held is None:
             return
         held.close()
         self.spawn(self.port)
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     @property
     def down(self) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import json
+import secrets
 import signal
 import socket
 from collections.abc import Callable, Generator
@@ -109,9 +110,13 @@ class ServeOptions:
     write_config: Path | None = None  # a vastui config for an engine against this cloud
 
 
-def engine_config(api_url: str, addrs: dict[str, str]) -> str:
+PASSWORD_FILE = "curio-db-password"  # beside the written config (0600)
+
+
+def engine_config(api_url: str, addrs: dict[str, str], curio: dict[str, str] | None = None) -> str:
     """A vastui config (TOML) pointing an engine at a served cloud and its stand-ins. The API
-    key is never in it: vastui reads $VAST_API_KEY (or the vastai key file)."""
+    key is never in it: vastui reads $VAST_API_KEY (or the vastai key file); nor is curio's
+    database password (a file of its own beside the config, PASSWORD_FILE)."""
     lines = [
         "# Written by `vastui sim serve`: an engine against the served simulated cloud.",
         "# Run it with VAST_API_KEY set to the --api-key the cloud was served with.",
@@ -122,6 +127,10 @@ def engine_config(api_url: str, addrs: dict[str, str]) -> str:
         lines.append("")
         lines.append("[ssh]")
         lines += [f"{key} = {json.dumps(value)}" for key, value in sorted(addrs.items())]
+    if curio:
+        lines.append("")
+        lines.append("[curio]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in sorted(curio.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -145,13 +154,22 @@ async def serve_cloud(
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(sock.close)
         addrs: dict[str, str] = {}
+        curio: dict[str, str] = {}
+        password = ""
         if opts.workers:
             from vastui.sim.hosting import worker_hosts
 
+            # curio's database gets a password of its own, never printed: an engine reads it
+            # from the file --write-config puts beside its config
+            password = secrets.token_urlsafe(24)
             hosts = await stack.enter_async_context(
-                worker_hosts(cloud, speed=cloud.speed, machine_fault_rate=opts.machine_fault_rate)
-            )
+                worker_hosts(
+                    cloud, speed=cloud.speed, machine_fault_rate=opts.machine_fault_rate,
+                    db_password=password,
+                )
+            )  # fmt: skip
             addrs = hosts.controller_addrs()
+            curio = {"db_user": hosts.curio_db_user, "db_name": hosts.curio_db_name}
 
         def ready(bound: int) -> None:
             where = f"[{opts.host}]" if ":" in opts.host else opts.host
@@ -167,13 +185,21 @@ async def serve_cloud(
                 say(f"vastui sim: VASTUI_SIM_CLOCK={clock}")
             if opts.write_config is not None:
                 opts.write_config.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                write_private(opts.write_config, engine_config(api_url, addrs))
+                write_private(opts.write_config, engine_config(api_url, addrs, curio))
                 env = f"VASTUI_SIM_CLOCK={clock} " if clock is not None else ""
                 say(
                     f"vastui sim: wrote {opts.write_config}; an engine: {env}"
                     f"VAST_API_KEY=<the --api-key> vastui --config {opts.write_config} "
                     "--engine-only"
                 )
+                if password:
+                    secret = opts.write_config.parent / PASSWORD_FILE
+                    write_private(secret, password + "\n")
+                    port = addrs["curio_db"].rpartition(":")[2]
+                    say(
+                        f"vastui sim: curio's database: PGPASSWORD=$(cat {secret}) psql "
+                        f"-h 127.0.0.1 -p {port} -U {curio['db_user']} {curio['db_name']}"
+                    )
 
         await serve(cloud, opts.host, opts.port, ready=ready, sock=sock)
 

@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from vastui.sim.clock import ScaledClock
 from vastui.sim.cloud import SimCloud
 from vastui.sim.fleet import BROKEN_C1_MINER
 from vastui.sim.market import machine_fault_rng
+from vastui.sim.proofsvc import URL_ENV as PROOFSVC_URL_ENV
 from vastui.sim.sshd import SandboxSshd
 from vastui.sim.standins import _simlib as simlib
 
@@ -60,6 +62,8 @@ FAULTS: tuple[tuple[str, float, tuple[int, int]], ...] = (
     ("host_oom", 0.01, (2, 30)),
     ("hang", 0.01, (3, 40)),
     ("pce_save_fail", 0.01, (0, 0)),  # non-fatal
+    # appended last, so that every other machine's draw stays what it was
+    ("snap_invalid", 0.01, (0, 0)),  # SnapDeals proofs that do not verify: curio rejects them
 )
 
 
@@ -101,6 +105,9 @@ class SimWorkerHost:
         self.extra_env = dict(extra_env or {})
         self.poll_interval = poll_interval
         self.sandboxes: dict[int, Sandbox] = {}
+        self._wall0 = time.time()  # the sandboxes' one clock when the cloud's is not scaled
+        # the proofshare market the workers reach over their own internet (SIM_PROOFSVC_URL)
+        self.proofsvc_url: str | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._starting: dict[int, asyncio.Task[None]] = {}
         # A container keeps its host key across restarts (a reboot, a stop and start).
@@ -225,7 +232,7 @@ class SimWorkerHost:
             "SIM_SPEED": str(self.speed),
             # The scripts' own clock runs at the stand-ins' pace (worker-image/vastui-lib.sh).
             "WORKER_TIME_SCALE": str(self.speed),
-            **_clock_env(self.cloud.clock),
+            **_clock_env(self.cloud.clock, self._wall0),
             "CUZK_LISTEN": f"127.0.0.1:{free_port()}",
             "CUZK_STATUS_ADDR": f"127.0.0.1:{free_port()}",
             "VAST_CONTAINERLABEL": f"C.{inst.id}",
@@ -238,6 +245,8 @@ class SimWorkerHost:
             "PYTHONDONTWRITEBYTECODE": "1",
             MARKER: str(root),
         }
+        if self.proofsvc_url:
+            env[PROOFSVC_URL_ENV] = self.proofsvc_url
         for key, value in inst.env.items():
             if key and not key.startswith("-"):  # "-p 8080:8080" style keys are docker options
                 env[key] = str(value)
@@ -432,10 +441,13 @@ def _kill_marked(match: Callable[[str], bool]) -> int:
     return killed
 
 
-def _clock_env(clock: object) -> dict[str, str]:
+def _clock_env(clock: object, wall0: float) -> dict[str, str]:
     """Where the cloud's scaled clock stood against the wall clock: the worker's log lines and
     the stand-ins' own (WORKER_CLOCK_*, worker-image/vastui-lib.sh now_iso) then read the
-    engine's time, so every log merges in order with the engine's."""
+    engine's time, so every log merges in order with the engine's. A clock that is not scaled
+    (a test's ManualClock) has no such mapping; the sandboxes then share one clock anyway, the
+    wall clock from the host's start at their speed: curio's nodes compare each other's
+    heartbeats (harmony/resources/resources.go:130-138), one clock per process would not do."""
     if not isinstance(clock, ScaledClock):
-        return {}
+        return {"WORKER_CLOCK_WALL0": f"{wall0:.3f}", "WORKER_CLOCK_SIM0": f"{wall0:.3f}"}
     return {"WORKER_CLOCK_WALL0": f"{clock.wall0:.3f}", "WORKER_CLOCK_SIM0": f"{clock.start:.3f}"}

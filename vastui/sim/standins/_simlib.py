@@ -98,6 +98,10 @@ DEFAULT_MACHINE: dict[str, Any] = {
 #   pce_extract_fail the background PCE extraction fails: WARN, not fatal (engine.rs:2282)
 #   stalled_download curio fetch-params stops making progress
 #   slow             the machine proves at half its rate
+#   snap_invalid     the GPU's SnapDeals proofs do not verify: cuzk self-checks PoRep proofs only
+#                    (engine.rs, every "self-check" line is PoRep's), so the daemon returns the
+#                    Snap proof COMPLETED and counts it; curio's CheckOutput rejects it
+#                    (lib/proofsvc/common/types.go:274-305: "invalid UpdateProof")
 FAULTS = frozenset(
     {
         "none",
@@ -112,6 +116,7 @@ FAULTS = frozenset(
         "pce_extract_fail",
         "stalled_download",
         "slow",
+        "snap_invalid",
     }
 )
 
