@@ -24,13 +24,13 @@ _names = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[PostgresServer]:
-    server = PostgresServer(password="sim-cluster-secret")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def pg_server(_cluster_server: None) -> Iterator[PostgresServer]:
+    """The session's one server (tests/conftest.py ``_cluster_server``)."""
+    from vastui.sim import harmonydb
+
+    server = harmonydb._shared
+    assert server is not None, "tests/conftest.py starts the session's PostgreSQL"
+    yield server
 
 
 @dataclass
@@ -175,6 +175,11 @@ def curio_db(pg_server: PostgresServer) -> Iterator[CurioDb]:
     name = f"t{next(_names)}"
     with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
+        # as the simulated cluster's (vastui/sim/harmonydb.py): YugabyteDB's READ COMMITTED is
+        # snapshot isolation unless yb_enable_read_committed_isolation is set
+        admin.execute(
+            f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'repeatable read'"
+        )
     conn = psycopg.connect(pg_server.conninfo(name), autocommit=True)
     curio_schema.apply(conn)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import eventually
 from tests.pgfixtures import CurioDb
 from vastui.engine.cluster import ClusterAbsent, ClusterError, ClusterReader, Row, Worker, belongs
 
@@ -196,3 +197,34 @@ def _dead_port() -> int:
     from vastui.sim.postgres import _free_port
 
     return _free_port("127.0.0.1")
+
+
+async def test_a_release_that_conflicts_with_a_nodes_write_is_tried_again(
+    curio_db: CurioDb,
+) -> None:
+    import asyncio
+
+    import psycopg
+
+    db = curio_db
+    mid = db.register("127.0.0.1:12401", "vastui-main-r1", T0)
+    ids = [db.add_task("PSProve", T0) for _ in range(2)]
+    db.claim(mid, ids)
+    # the node writes its heartbeat in a transaction of its own, not committed yet
+    node = await psycopg.AsyncConnection.connect(db.server.conninfo(db.name))
+    await node.execute(
+        "UPDATE harmony_machines SET last_contact = last_contact WHERE id = %s", (mid,)
+    )
+    reader = db.reader()
+    release = asyncio.create_task(reader.release(worker(1, 1, mid)))
+    # the release waits on the node's row lock (read from pg_locks)
+
+    async def waiting() -> bool:
+        return db.q("SELECT count(*) FROM pg_locks WHERE NOT granted")[0][0] > 0
+
+    await eventually(waiting, 30, "the release waiting on the node's lock")
+    await node.commit()  # under repeatable read the release's first try now fails (40001)
+    assert await release == (2, mid)
+    assert db.owned(mid) == [] and db.unschedulable(mid) is None
+    await node.close()
+    await reader.close()

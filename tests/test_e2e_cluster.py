@@ -22,6 +22,7 @@ from tests.helpers import E2E_WORKER_ENV, eventually
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine import identity
+from vastui.engine.labels import fleet_id_of
 from vastui.engine.runtime import RunOptions, engine_runtime
 from vastui.store import InstanceRecord
 
@@ -76,7 +77,9 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
                 listen = identity.curio_listen(w.runner_id or 0)
                 assert info["host_and_port"] == info["listen"] == listen
                 assert machines[info["machine_id"]]["host_and_port"] == listen
-                assert machines[info["machine_id"]]["name"] == f"vastui-main-r{w.runner_id}"
+                # the node's name carries the database's fleet id (from its label)
+                name = identity.node_name("main", w.runner_id or 0, fleet_id_of(w.label))
+                assert machines[info["machine_id"]]["name"] == name
             assert len({json.loads(w.curio_info or "{}")["machine_id"] for w in workers}) == 3
             # nothing past the tunnel: no load balancing, no dial to the cluster's 10.x nodes
             logs = {w.vast_id: rt.demo.sandboxes[w.vast_id].root / "var/log/vastui/curio.log"

@@ -69,6 +69,7 @@ READ_TIMEOUT_S = 20.0  # a whole reading (its statements), after which it is giv
 # After a failure the database is not tried again for a while (2, 4, ... 60 s, monotonic): a
 # cluster that hangs must not hold every engine step up by its timeouts.
 BACKOFF_S = (2.0, 60.0)
+SERIALIZATION_RETRIES = 4  # a transaction that conflicts with a node's write, tried again
 
 
 class ClusterError(Exception):
@@ -378,7 +379,15 @@ class ClusterReader:
                 raise ClusterError(f"{self.last_error} (tried again in {wait:.0f} s)")
             try:
                 conn = await self._connect()
-                result = await asyncio.wait_for(work(conn), READ_TIMEOUT_S)
+                for attempt in range(SERIALIZATION_RETRIES):
+                    try:
+                        result = await asyncio.wait_for(work(conn), READ_TIMEOUT_S)
+                        break
+                    except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+                        # a conflict with a node's own write (YugabyteDB reports it as curio's
+                        # harmonyquery retries it, SQLSTATE 40001): the transaction again
+                        if attempt == SERIALIZATION_RETRIES - 1:
+                            raise
             except (ClusterError, psycopg.Error, OSError, TimeoutError) as exc:
                 await self.close()
                 if isinstance(exc, ClusterError):
