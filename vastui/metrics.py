@@ -259,7 +259,7 @@ def _cluster(c: Mapping[str, Any] | None, workers: Iterable[WorkerSample]) -> It
         requests = GaugeMetricFamily(
             "vastui_cluster_requests",
             "proofshare requests over the production window, by how far they got "
-            "(challenges: submitted unpaid challenge proofs; paid: payments recorded)",
+            "(challenges: submitted unpaid challenge proofs; paid: those paid)",
             labels=["stage"],
         )
         for stage in CLUSTER_STAGES:

@@ -198,7 +198,7 @@ class Totals:
     computed: int = 0
     submitted: int = 0
     challenges: int = 0  # submitted challenge proofs (was_pow): unpaid
-    paid: int = 0  # payments recorded in the window
+    paid: int = 0  # payments for the requests taken in the window
     cluster_done: int = 0  # PSProve successes by any machine in the window
     cluster_failed: int = 0
 
@@ -289,7 +289,12 @@ SELECT count(*), count(*) FILTER (WHERE compute_done), count(*) FILTER (WHERE su
        count(*) FILTER (WHERE submit_done AND was_pow)
 FROM proofshare_queue WHERE obtained_at >= %(since)s
 """
-_PAID = "SELECT count(*) FROM proofshare_provider_payments WHERE created_at >= %(since)s"
+# Payments for the requests taken in the window (one cohort: taken → computed → submitted →
+# paid, so that paid never exceeds what was submitted unpaid-challenges aside).
+_PAID = """
+SELECT count(*) FROM proofshare_provider_payments p
+WHERE p.request_cid IN (SELECT request_cid FROM proofshare_queue WHERE obtained_at >= %(since)s)
+"""
 _CLUSTER_RESULTS = """
 SELECT count(*) FILTER (WHERE result), count(*) FILTER (WHERE NOT result)
 FROM harmony_task_history WHERE name = %(name)s AND work_end >= %(since)s
