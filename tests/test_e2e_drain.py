@@ -1,6 +1,8 @@
 """The engine and curio's cluster end to end, as the demo runs them (the engine, the simulated
 cloud, real SSH, the real worker scripts, the stand-in curio on a real PostgreSQL):
 
+* workers go on proving when the controller's SSH connections (their tunnels) drop and come
+  back;
 * a lowered target drains the worker it gives up (cordoned, destroyed once it holds no task or
   at its drain's deadline) and frees what it held: no task stays owned by its machine;
 * a worker whose curio fails every PSProve while cuzk counts its proofs done (a GPU whose Snap
@@ -22,6 +24,7 @@ from tests.helpers import E2E_WORKER_ENV, eventually
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
+from vastui.sim import sshd
 from vastui.store import InstanceRecord
 
 SPEED = 300.0
@@ -68,7 +71,25 @@ async def test_a_lowered_target_drains_the_surplus_and_frees_what_it_held(
                 ]  # fmt: skip
                 return read if len(read) >= 2 else None
 
-            await eventually(two_read, LONG, "two workers proving, read in curio's cluster")
+            workers = await eventually(
+                two_read, LONG, "two workers proving, read in curio's cluster"
+            )
+            # the controller's SSH connections drop and come back (an engine restart): each
+            # worker's tunnel ends anew (a sandbox's forward on a new port) and curio, which
+            # reconnects to the same address, goes on proving
+            dropped_at = engine.clock()
+            assert await sshd.refuse_connections(True) == 2  # every live one dropped ...
+            await sshd.refuse_connections(False)  # ... and listening again
+            addrs = {json.loads(w.curio_info or "{}")["host_and_port"] for w in workers}
+
+            async def proving_again() -> bool:
+                done = {
+                    h["completed_by_host_and_port"] for h in cluster.view()["history"]
+                    if h["result"] and h["work_end"] > dropped_at
+                }  # fmt: skip
+                return addrs <= done
+
+            await eventually(proving_again, LONG, "both workers' curio proving after the drop")
             lowered = replace(engine.config, fleet=replace(engine.config.fleet, target_workers=1))
             engine.config = engine.acts.config = lowered
 
@@ -107,7 +128,10 @@ async def test_a_lowered_target_drains_the_surplus_and_frees_what_it_held(
             assert len(destroys) == 1
             assert len(await engine.store.list_events(kind="cordoned")) == 1  # one drain
             live = await engine.store.list_instances(include_killed=False)
-            assert [r.state for r in live] == ["proving"] and live[0].drain_started_at is None
+            every = await engine.store.list_instances()
+            assert [r.state for r in live] == ["proving"] and live[0].drain_started_at is None, [
+                (r.vast_id, r.state, r.kill_kind, r.kill_reason) for r in every
+            ]
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):

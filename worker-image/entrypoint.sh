@@ -525,13 +525,16 @@ prove_daemon() {
 # wins over the base layer's [Apis] ChainApiInfo, deps/chainapi_resolve.go). Nothing here is
 # printed: the password and the token are secrets.
 curio_env() {
-  local db cql lotus base token
-  db=$(forward_addr 5433 "${CURIO_DB_HOST:-127.0.0.1}:${CURIO_DB_PORT:-5433}")
-  cql=$(forward_addr 9042 "${CURIO_DB_HOST_CQL:-${CURIO_DB_HOST:-127.0.0.1}}:${CURIO_DB_CASSANDRA_PORT:-9042}")
-  export CURIO_DB_HOST="${db%:*}" CURIO_DB_PORT="${db##*:}"
+  local lotus base token
+  # The tunnel's end on the worker's own loopback, where curio dials every time it connects:
+  # pgx's pool and gocql reconnect to the same address after the controller's SSH connection
+  # drops and comes back (an engine restart). Never a resolved address: a simulated sandbox's
+  # forward moves at each reconnect (forward_addr), the stand-ins map the worker's ports.
+  export CURIO_DB_HOST="${CURIO_DB_HOST:-127.0.0.1}" CURIO_DB_PORT="${CURIO_DB_PORT:-5433}"
   # YCQL pinned to the tunnel: the controller's end rewrites the cluster's advertised peers to
   # this address, since gocql would connect to them (vastui/ssh/cqlpin.py)
-  export CURIO_DB_HOST_CQL="${cql%:*}" CURIO_DB_CASSANDRA_PORT="${cql##*:}"
+  export CURIO_DB_HOST_CQL="${CURIO_DB_HOST_CQL:-$CURIO_DB_HOST}"
+  export CURIO_DB_CASSANDRA_PORT="${CURIO_DB_CASSANDRA_PORT:-9042}"
   # No load balancing: the YugabyteDB smart driver would connect to the addresses yb_servers()
   # advertises (cmd/curio/main.go:166-170, default true; yugabyte/pgx load_balance.go), which a
   # Vast box cannot reach; the tunnel is the only way to the cluster.
