@@ -228,3 +228,36 @@ async def test_a_release_that_conflicts_with_a_nodes_write_is_tried_again(
     assert db.owned(mid) == [] and db.unschedulable(mid) is None
     await node.close()
     await reader.close()
+
+
+@pytest.mark.parametrize(
+    ("err", "whose"),
+    [
+        ("proof check failed: invalid UpdateProof", "machine"),
+        ("failed to get proof: Get \"https://mainnet.snass.fsp.sh/v0/proofs/provider/proof/x\": "
+         "dial tcp 1.2.3.4:443: connect: connection refused", "machine"),  # its own internet
+        ("failed to store proof: 127.0.0.1:5433 (127.0.0.1): dial error: dial tcp "
+         "127.0.0.1:5433: connect: connection refused", "controller"),  # the tunnel: ours
+        ("failed to connect to `user=yugabyte database=yugabyte`: [::1]:5433 (localhost): dial "
+         "error", "controller"),
+        ("failed to store proof: conn closed", "controller"),  # pgx, the tunnel gone mid-query
+        ("no task found", "neither"),  # work done twice
+        ("failed to store proof: 127.0.0.1:54330: refused", "machine"),  # not a tunnel port
+    ],
+)  # fmt: skip
+async def test_whose_failure_a_psprove_error_is(curio_db: CurioDb, err: str, whose: str) -> None:
+    db = curio_db
+    mid = db.register("127.0.0.1:12401", "vastui-main-r1", T0)
+    t = db.add_task("PSProve", T0)
+    db.claim(mid, [t])
+    db.complete(t, "127.0.0.1:12401", False, err, T0 + 60)
+    reader = db.reader()
+    try:
+        view = await reader.read([worker(1, 1, mid)], now=T0 + 120, window_s=H)
+    finally:
+        await reader.close()
+    s = view.workers[1]
+    assert (s.failed, s.failed_controller) == {
+        "machine": (1, 0), "controller": (0, 1), "neither": (0, 0),
+    }[whose]  # fmt: skip
+    assert (s.last_error is not None) == (whose == "machine")

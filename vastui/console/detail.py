@@ -313,6 +313,9 @@ class DetailScreen(ModalScreen[None]):
         rec = self.rec
         done, failed = state.get("done_total"), state.get("failed_total")
         text = Text(f"curio {_shown(done, 8)} done, {_shown(failed, 8)} failed")
+        theirs = state.get("failed_controller")
+        if isinstance(theirs, int) and theirs > 0:
+            text.append(f" (+{theirs} on the controller's tunnel, not counted)", style="dim")
         if rec.prod_completed is not None:
             text.append(f"; cuzk {rec.prod_completed} done, {rec.prod_failed or 0} failed")
             if isinstance(done, int) and done != rec.prod_completed:

@@ -171,6 +171,7 @@ class MachineState:
     last_error: str | None = None  # its latest failed PSProve's err (untrusted, cleaned)
     last_error_at: float | None = None
     foreign: str | None = None  # a row at its address that is not its own: whose
+    failed_controller: int = 0  # PSProve failed in the window on the controller's side
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -179,7 +180,7 @@ class MachineState:
             "held_by_name": dict(self.held_by_name), "done": self.done, "failed": self.failed,
             "done_total": self.done_total, "failed_total": self.failed_total,
             "last_error": self.last_error, "last_error_at": self.last_error_at,
-            "foreign": self.foreign,
+            "foreign": self.foreign, "failed_controller": self.failed_controller,
         }  # fmt: skip
 
 
@@ -248,17 +249,26 @@ _HELD = """
 SELECT owner_id, name, count(*) FROM harmony_task
 WHERE owner_id = ANY(%(ids)s) GROUP BY owner_id, name
 """
-# Each worker's PSProve results since it began proving, those in the window apart, and its
-# latest error: curio's own record of what it finished (task_type_handler.go:484-489). "no task
-# found" is not the machine's failure: another node stored that task's proof first, the task
-# having been given to two (task_prove.go:221-226).
+# Failures that are not the machine's. "no task found": another node stored the task's proof
+# first, the task having been given to two (task_prove.go:221-226). The controller's tunnel: the
+# worker reaches curio's database and the Lotus API only at its own loopback's 5433, 9042 and
+# 1234 (vastui/engine/runtime.py WORKER_PORTS), and a proof whose store failed there (an engine
+# restarting, the controller's database down) failed on the controller's side; pgx says "conn
+# closed" when that connection went away mid-query.
+CONTROLLER_SIDE = r"(127\.0\.0\.1|localhost|\[::1\]):(5433|9042|1234)\M|\mconn closed\M"
+NOT_THE_MACHINE = r"no task found|" + CONTROLLER_SIDE
+
+# Each worker's PSProve results since it began proving, those in the window apart, its latest
+# error that is its own, and the failures on the controller's side in the window: curio's own
+# record of what it finished (task_type_handler.go:484-489).
 _RESULTS = """
 WITH f(addr, since, wsince) AS (
     SELECT * FROM unnest(%(addrs)s::text[], %(since)s::timestamp[], %(wsince)s::timestamp[])
 ),
 h AS (
     SELECT completed_by_host_and_port, work_end, result,
-           NOT result AND coalesce(err, '') NOT LIKE '%%no task found%%' AS failed, err
+           NOT result AND coalesce(err, '') !~* %(theirs)s AS failed,
+           NOT result AND coalesce(err, '') ~* %(controller)s AS controller, err
     FROM harmony_task_history
     WHERE name = %(name)s AND completed_by_host_and_port = ANY(%(addrs)s)
 )
@@ -268,7 +278,8 @@ SELECT f.addr,
        count(*) FILTER (WHERE h.result),
        count(*) FILTER (WHERE h.failed),
        (array_agg(h.err ORDER BY h.work_end DESC) FILTER (WHERE h.failed))[1],
-       max(h.work_end) FILTER (WHERE h.failed)
+       max(h.work_end) FILTER (WHERE h.failed),
+       count(*) FILTER (WHERE h.controller AND h.work_end >= f.wsince)
 FROM f JOIN h ON h.completed_by_host_and_port = f.addr AND h.work_end >= f.since
 GROUP BY f.addr
 """
@@ -450,6 +461,8 @@ class ClusterReader:
                 "since": [to_db_time(w.since) for w in workers],
                 "wsince": [to_db_time(max(w.since, w.window_since)) for w in workers],
                 "name": PSPROVE,
+                "theirs": NOT_THE_MACHINE,
+                "controller": CONTROLLER_SIDE,
             }
             results: dict[str, tuple[Any, ...]] = {}
             if workers:
@@ -457,7 +470,7 @@ class ClusterReader:
             states = {}
             for w in workers:
                 got = own.get(w.vast_id)
-                res = results.get(w.host_and_port, (0, 0, 0, 0, None, None))
+                res = results.get(w.host_and_port, (0, 0, 0, 0, None, None, 0))
                 err = res[4] if isinstance(res[4], str) else None
                 counts = held.get(got.machine_id, {}) if got is not None else {}
                 states[w.vast_id] = MachineState(
@@ -470,6 +483,7 @@ class ClusterReader:
                     failed_total=_count(res[3]),
                     last_error=sanitize_line(err, 500) if err else None,
                     last_error_at=from_db_time(res[5]), foreign=foreign.get(w.vast_id),
+                    failed_controller=_count(res[6]),
                 )  # fmt: skip
             totals = await self._totals(conn, since)
             return ClusterView(now, window_s, states, totals)
