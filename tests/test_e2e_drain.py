@@ -83,13 +83,19 @@ async def test_a_lowered_target_drains_the_surplus_and_frees_what_it_held(
             addrs = {json.loads(w.curio_info or "{}")["host_and_port"] for w in workers}
 
             async def proving_again() -> bool:
-                done = {
-                    h["completed_by_host_and_port"] for h in cluster.view()["history"]
-                    if h["result"] and h["work_end"] > dropped_at
+                after = [h for h in cluster.view()["history"] if h["work_end"] > dropped_at]
+                proved = {
+                    h["completed_by_host_and_port"] for h in after
+                    if h["result"] and h["name"] == "PSProve"
                 }  # fmt: skip
-                return addrs <= done
+                # and the proofs go on being submitted (PShareSubmit signs through the Lotus
+                # tunnel, whose end also moved)
+                submitted = any(h["result"] and h["name"] == "PShareSubmit" for h in after)
+                return addrs <= proved and submitted
 
-            await eventually(proving_again, LONG, "both workers' curio proving after the drop")
+            await eventually(
+                proving_again, LONG, "both workers' curio proving and submitting after the drop"
+            )
             lowered = replace(engine.config, fleet=replace(engine.config.fleet, target_workers=1))
             engine.config = engine.acts.config = lowered
 

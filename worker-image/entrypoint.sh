@@ -544,8 +544,9 @@ curio_env() {
   export GOLOG_LOG_LEVEL=info
   export CURIO_LISTEN CURIO_NODE_NAME
   if [[ -z ${FULLNODE_API_INFO:-} ]]; then
-    # The chain node's token from the cluster's base layer, pointed at the tunnel's end.
-    lotus=$(lotus_addr)
+    # The chain node's token from the cluster's base layer, pointed at the tunnel's end on the
+    # worker's loopback (as the database's: never a resolved port, see above).
+    lotus=${LOTUS_API_ADDR:-127.0.0.1:1234}
     base=$(curio config get base 2>/dev/null) || base=""
     token=$(sed -nE 's/.*ChainApiInfo[[:space:]]*=[[:space:]]*\[[[:space:]]*"([A-Za-z0-9_.-]+):.*/\1/p' <<<"$base" | head -n 1)
     if [[ -n $token ]]; then
