@@ -173,8 +173,12 @@ async def test_curio_failing_every_proof_cuzk_finished_destroys_the_worker_with_
             # cuzk counted those proofs as done: only curio's count could tell
             state = json.loads(rec.cluster_state or "{}")
             assert state.get("done", 0) == 0 and state.get("failed", 0) >= 3
+            # its strike (an earlier rental of the machine may have one of its own: a loaded
+            # test machine can make a benchmark abort early)
             strikes = await engine.store.list_strikes(rec.machine_id)
-            assert [s.kind for s in strikes] == ["prove_curio_failing"]
+            assert [s.kind for s in strikes if s.instance_id == rec.vast_id] == [
+                "prove_curio_failing"
+            ]
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):

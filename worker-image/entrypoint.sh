@@ -526,15 +526,20 @@ prove_daemon() {
 # printed: the password and the token are secrets.
 curio_env() {
   local lotus base token
-  # The tunnel's end on the worker's own loopback, where curio dials every time it connects:
+  # The tunnel's ends on the worker's own loopback, where curio dials every time it connects:
   # pgx's pool and gocql reconnect to the same address after the controller's SSH connection
   # drops and comes back (an engine restart). Never a resolved address: a simulated sandbox's
-  # forward moves at each reconnect (forward_addr), the stand-ins map the worker's ports.
-  export CURIO_DB_HOST="${CURIO_DB_HOST:-127.0.0.1}" CURIO_DB_PORT="${CURIO_DB_PORT:-5433}"
+  # forward (run/forwards/) moves at each reconnect, and stands for the worker's own port,
+  # which the stand-ins map; where it is written it wins over the environment, as in
+  # forward_addr.
+  local db="${CURIO_DB_HOST:-127.0.0.1}:${CURIO_DB_PORT:-5433}"
+  local cql="${CURIO_DB_HOST_CQL:-${CURIO_DB_HOST:-127.0.0.1}}:${CURIO_DB_CASSANDRA_PORT:-9042}"
+  [[ -s $RUN_DIR/forwards/5433 ]] && db=127.0.0.1:5433
+  [[ -s $RUN_DIR/forwards/9042 ]] && cql=127.0.0.1:9042
+  export CURIO_DB_HOST="${db%:*}" CURIO_DB_PORT="${db##*:}"
   # YCQL pinned to the tunnel: the controller's end rewrites the cluster's advertised peers to
   # this address, since gocql would connect to them (vastui/ssh/cqlpin.py)
-  export CURIO_DB_HOST_CQL="${CURIO_DB_HOST_CQL:-$CURIO_DB_HOST}"
-  export CURIO_DB_CASSANDRA_PORT="${CURIO_DB_CASSANDRA_PORT:-9042}"
+  export CURIO_DB_HOST_CQL="${cql%:*}" CURIO_DB_CASSANDRA_PORT="${cql##*:}"
   # No load balancing: the YugabyteDB smart driver would connect to the addresses yb_servers()
   # advertises (cmd/curio/main.go:166-170, default true; yugabyte/pgx load_balance.go), which a
   # Vast box cannot reach; the tunnel is the only way to the cluster.
@@ -545,8 +550,9 @@ curio_env() {
   export CURIO_LISTEN CURIO_NODE_NAME
   if [[ -z ${FULLNODE_API_INFO:-} ]]; then
     # The chain node's token from the cluster's base layer, pointed at the tunnel's end on the
-    # worker's loopback (as the database's: never a resolved port, see above).
+    # worker's loopback (as the database's, above).
     lotus=${LOTUS_API_ADDR:-127.0.0.1:1234}
+    [[ -s $RUN_DIR/lotus-api-addr || -s $RUN_DIR/forwards/1234 ]] && lotus=127.0.0.1:1234
     base=$(curio config get base 2>/dev/null) || base=""
     token=$(sed -nE 's/.*ChainApiInfo[[:space:]]*=[[:space:]]*\[[[:space:]]*"([A-Za-z0-9_.-]+):.*/\1/p' <<<"$base" | head -n 1)
     if [[ -n $token ]]; then
