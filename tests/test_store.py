@@ -696,3 +696,27 @@ async def test_a_version_9_database_keeps_its_ban_counts_as_bans(tmp_path: Path)
     with sqlite3.connect(path) as raw:
         columns = [r[1] for r in raw.execute("PRAGMA table_info(bad_machines)")]
     assert "bans" in columns and "strikes" not in columns
+
+
+async def test_a_transaction_cancelled_as_it_begins_leaves_no_transaction_open(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    # A stop cancels the step: the cancellation reaches the coroutine after aiosqlite's thread
+    # ran the BEGIN. The connection must not stay in it (the next BEGIN would be refused).
+    conn = store.db.require()
+    real = conn.execute
+
+    async def begin_then_cancelled(sql: str, *args: object) -> object:
+        result = await real(sql, *args)
+        if sql == "BEGIN IMMEDIATE":
+            raise asyncio.CancelledError
+        return result
+
+    monkeypatch.setattr(conn, "execute", begin_then_cancelled)
+    with pytest.raises(asyncio.CancelledError):
+        await store.add_event("rent", "x", now=T0)
+    monkeypatch.setattr(conn, "execute", real)
+    assert not conn.in_transaction
+    assert (await store.add_event("rent", "after", now=T0)).reason == "after"

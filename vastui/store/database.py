@@ -267,6 +267,12 @@ class Database:
                 await conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
                 raise self.remember(store_error(self.path, e, "cannot begin transaction")) from e
+            except BaseException:
+                # Cancelled (a stop) while the BEGIN ran in aiosqlite's thread: it may have
+                # begun, and a connection left in a transaction refuses the next BEGIN (the
+                # lease's release at exit said "cannot start a transaction within a transaction")
+                await _rollback(conn)
+                raise
             try:
                 yield conn
             except BaseException as e:
@@ -285,6 +291,9 @@ class Database:
                 except sqlite3.Error as e:
                     await _rollback(conn)
                     raise self.remember(store_error(self.path, e, "commit failed")) from e
+                except BaseException:  # cancelled during the commit: done or rolled back
+                    await _rollback(conn)
+                    raise
 
     def decode(self, table: str, key: str, cls: type[R], row: sqlite3.Row) -> R:
         """Decode a row the engine decides on; one that does not decode is StoreFatal naming
