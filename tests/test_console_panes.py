@@ -202,3 +202,32 @@ async def test_another_controllers_instances_are_shown_apart_and_never_acted_on(
         messages = [n.message for n in app._notifications]
         assert sum("another controller's (fleet main.0badc0de)" in m for m in messages) == 4
         assert source.submitted == [] and len(app.screen_stack) == 1, "no dialog, no command"
+
+
+def test_the_tasks_cell_says_what_became_of_a_destroyed_workers_tasks() -> None:
+    """Held while it lives (⤓ while it drains); once destroyed, freed (↩n) or still held in red
+    (the release is owed): a destroyed row never reads as holding work it gave back."""
+    from vastui.console.panes.instances import _tasks
+    from vastui.store.instances import InstanceRecord
+
+    state = '{"held": 3}'
+    cases = [
+        (InstanceRecord(1), "-", "dim"),
+        (InstanceRecord(1, cluster_state=state), "3", "bold"),
+        (InstanceRecord(1, cluster_state=state, drain_started_at=5.0), "3 ⤓", "bold"),
+        (InstanceRecord(1, cluster_state=state, state="killed"), "3", "bold red"),
+        (InstanceRecord(1, cluster_state='{"held": 0}', state="killed"), "0", "dim"),
+        (
+            InstanceRecord(
+                1, cluster_state=state, state="killed", released_at=9.0, released_tasks=3
+            ),
+            "↩3",
+            "dim",
+        ),
+        (InstanceRecord(1, state="killed", released_at=9.0, released_tasks=0), "↩0", "dim"),
+        # freed at an outbid, alive: what its curio holds now
+        (InstanceRecord(1, cluster_state=state, released_at=9.0, released_tasks=2), "3", "bold"),
+    ]
+    for rec, text, style in cases:
+        cell = _tasks(rec)
+        assert (cell.plain, str(cell.style)) == (text, style), rec

@@ -52,7 +52,8 @@ class InstancesPane(TablePane):
                "(red: under its min_rate)"),
         Column("proofs", "Proofs", 7, "proofs completed in production (/n✗ failed)"),
         Column("tasks", "Tasks", 5, "curio's tasks its machine holds in the cluster, as the "
-               "engine last read it (- not read); ⤓ marks a drain"),
+               "engine last read it (- not read); ⤓ marks a drain; once destroyed, ↩n: n freed "
+               "(red: still held, the release owed)"),
         Column("dph", "$/h", 6, "price per hour"),
         Column("cpp", "$/proof", 8, "$/h ÷ measured proofs/h; ~ marks the benchmark's estimate"),
         Column("spent", "Spent", 7, "dollars billed so far: billed time × $/h"),
@@ -270,10 +271,16 @@ def _proofs(rec: InstanceRecord) -> Text:
 
 
 def _tasks(rec: InstanceRecord) -> Text:
-    """The tasks its curio machine holds (the engine's last reading of the cluster)."""
+    """The tasks its curio machine holds (the engine's last reading of the cluster); once
+    destroyed, what became of them: freed (↩ and how many), or still held (red: the release
+    is owed)."""
     held = cluster_held(rec)
+    if rec.killed and rec.released_at is not None:
+        return t(f"↩{rec.released_tasks or 0}", "dim")
     if held is None:
         return t("-", "dim")
+    if rec.killed:
+        return Text(str(held), style="bold red" if held else "dim")
     text = Text(str(held), style="bold" if held else "")
     if rec.drain_started_at is not None:
         text.append(" ⤓", style="bold magenta")
