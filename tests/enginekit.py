@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.helpers import deploy
 from vastui.backend import client_for_cloud
 from vastui.config import Config
-from vastui.engine.engine import Engine, EngineSettings
+from vastui.engine.engine import VANISH_MIN_AGE, VANISH_MISSES, Engine, EngineSettings
 from vastui.sim import ManualClock, SimCloud
 from vastui.store import Store
 from vastui.vast.client import RetryPolicy, VastClient
@@ -61,6 +61,19 @@ class World:
             if live and all(r.state != "loading" for r in live):
                 return
         raise AssertionError("instances never left loading")
+
+    async def until_gone(self, engine: Engine, vast_id: int) -> int:
+        """Steps (the clock moving on) until the engine records ``vast_id`` vanished: one miss
+        in Vast's answers is evidence, not the truth (engine.py VANISH_MISSES, VANISH_MIN_AGE).
+        Returns the steps it took."""
+        every = VANISH_MIN_AGE / (VANISH_MISSES - 1)
+        for n in range(1, 3 * VANISH_MISSES + 1):
+            await engine.step()
+            rec = await engine.store.get_instance(vast_id)
+            if rec is not None and rec.killed:
+                return n
+            self.clock.advance(every)
+        raise AssertionError(f"instance {vast_id} never recorded gone")
 
 
 async def rent_one(world: World, store: Store) -> tuple[Engine, int]:

@@ -66,6 +66,8 @@ def test_the_rate_limit_drops_a_fire_and_its_clear() -> None:
         ("target 0 is manual", [(0, facts(0, 0)), (30 * MIN, facts(0, 0))], set()),
         ("budget", [(0, facts(reason_kind="daily_budget", reason="spent $50"))],
          {"daily_budget"}),
+        ("rent breaker", [(0, facts(reason_kind="rent_breaker", reason="rent breaker: 4"))],
+         {"rent_breaker"}),
         ("credit low", [(0, facts(credit=4.0))], {"low_credit"}),
         ("credit fine", [(0, facts(credit=40.0))], set()),
         ("ban storm", [(0, facts(bans_last_hour=5))], {"ban_storm"}),

@@ -68,6 +68,8 @@ def test_valid_file_overrides(tmp_path: Path):
             "[fleet]\nmax_cost_per_proof = 0\n",
             "key 'fleet.max_cost_per_proof': expected a number > 0",
         ),
+        ("[fleet]\nmax_rents_per_slot_hour = 61\n", "key 'fleet.max_rents_per_slot_hour'"),
+        ("[fleet]\nmax_rents_per_slot_hour = -1\n", "key 'fleet.max_rents_per_slot_hour'"),
         ("[ui.keymap]\nquit = 1\n", "key 'ui.keymap.quit': expected a string"),
         ("[fleet\n", "not valid TOML"),
         ('[vast]\napi_key = "x"\n', "'api_key' is not read from the config file"),

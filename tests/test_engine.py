@@ -16,7 +16,7 @@ from tests.enginekit import PUBKEY, World, rent_one, result
 from tests.helpers import deploy, destroy
 from vastui.engine import policy
 from vastui.engine.commands import COMMAND_TTL
-from vastui.engine.engine import EngineError
+from vastui.engine.engine import VANISH_MIN_AGE, VANISH_MISSES, EngineError
 from vastui.engine.labels import is_vastui_label
 from vastui.engine.ranking import from_record
 from vastui.store import Store
@@ -116,11 +116,12 @@ async def test_a_machine_that_proved_well_is_rented_again_by_hand_and_automatica
     again = await deploy(engine, rec.offer_id)
     assert again is not None and again != rec.vast_id
     assert (await store.get_instance(again)).machine_id == rec.machine_id
-    # Ended outside vastui (vanished): the next step rents the machine back on its own.
+    # Ended outside vastui (vanished): once known gone, the machine is rented back.
     async with world.client() as client:
         await client.destroy_instance(again)
     _only_machine(world, rec.machine_id, target=1)
     auto = await world.engine(store)
+    await world.until_gone(auto, again)
     await auto.step()
     assert (await store.get_instance(again)).kill_kind == "vanished"
     [live] = await store.list_instances(include_killed=False)
@@ -601,9 +602,50 @@ async def test_vanished_instance_is_marked_killed(world, store):
     engine, iid = await rent_one(world, store)
     async with world.client() as client:
         await client.destroy_instance(iid)
-    await engine.step()
+    steps = await world.until_gone(engine, iid)
+    assert steps >= VANISH_MISSES, "one miss is evidence, not the truth"
     rec = await store.get_instance(iid)
     assert rec.kill_kind == "vanished" and rec.kill_reason == "instance disappeared from vast"
+    await engine.close()
+
+
+async def test_an_instance_missing_from_vasts_answers_keeps_its_slot(world, store):
+    """Lists that lag (and a GET answering null) for less than VANISH_MIN_AGE: the instance is
+    unseen, not gone; its slot is not rented again; listed again, it goes on."""
+    first, iid = await rent_one(world, store)
+    await first.close()
+    _only_machine(world, (await store.get_instance(iid)).machine_id, target=1)
+    engine = await world.engine(store)  # a target of 1: the slot it holds
+    world.cloud.list_lag_s = 1e9  # every instance missing from every answer
+    for _ in range(2 * VANISH_MISSES):
+        world.clock.advance(VANISH_MIN_AGE / (2 * VANISH_MISSES + 1))
+        await engine.step()
+        assert not (await store.get_instance(iid)).killed
+    world.cloud.list_lag_s = 0.0
+    world.clock.advance(30)
+    await engine.step()
+    assert not (await store.get_instance(iid)).killed and iid in world.cloud.instances
+    assert len(await store.list_intents(kind="rent")) == 1, "its slot was never rented again"
+    assert await store.list_events(kind="kill") == []
+    await engine.close()
+
+
+async def test_a_vanished_instance_listed_again_is_adopted_back_not_destroyed(world, store):
+    """Recorded vanished after the misses added up (no destroy was ever sent), then listed
+    again: back in its stage, an adopt event, never destroyed as unknown or killed."""
+    engine, iid = await rent_one(world, store)
+    stage = (await store.get_instance(iid)).state
+    world.cloud.list_lag_s = 1e9
+    await world.until_gone(engine, iid)
+    assert (await store.get_instance(iid)).kill_kind == "vanished"
+    world.cloud.list_lag_s = 0.0
+    world.clock.advance(30)
+    await engine.step()
+    rec = await store.get_instance(iid)
+    assert not rec.killed and rec.state == stage and rec.kill_kind is None
+    assert iid in world.cloud.instances, "not destroyed"
+    adopted = [e.reason for e in await store.list_events(kind="adopt")]
+    assert any("listed again after it was recorded vanished" in r for r in adopted)
     await engine.close()
 
 

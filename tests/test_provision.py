@@ -85,6 +85,12 @@ CASES: list[tuple[str, FleetView, tuple[str, ...], int | None, str | None]] = [
     ("no daily budget (0)", view(spent_today=1e6, max_daily_spend=0.0), ALL, 1, None),
     ("the budget does not hide the target", view(by_stage={"proving": 3}, spent_today=60.0,
      max_daily_spend=50.0), ALL, None, "at_target"),
+    ("the rent breaker: 4 rents per slot in the hour", view(rents_last_hour=12,
+     max_rents_per_slot_hour=4), ALL, None, "rent_breaker"),
+    ("under the breaker", view(rents_last_hour=11, max_rents_per_slot_hour=4), ALL, 1, None),
+    ("no breaker (0)", view(rents_last_hour=999, max_rents_per_slot_hour=0), ALL, 1, None),
+    ("the breaker does not hide the target", view(by_stage={"proving": 3}, rents_last_hour=99,
+     max_rents_per_slot_hour=4), ALL, None, "at_target"),
     ("too little RAM for the memory plan is never rented", view(), ("small", "dear"), 2, None),
     ("only offers too small for the plan", view(), ("small",), None, "no_viable_offer"),
 ]  # fmt: skip

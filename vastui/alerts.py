@@ -32,6 +32,8 @@ ALERT_KEYS = (
     "below_target",  # fewer workers than the target for [alerts] below_target_min
     "engine_stopped",  # the engine stopped itself (its one line)
     "daily_budget",  # [fleet] max_daily_spend reached: nothing more is rented today
+    "rent_breaker",  # [fleet] max_rents_per_slot_hour reached: renting stopped
+    "cluster_unreadable",  # curio's cluster unreadable for [alerts] cluster_unreadable_min
     "low_credit",  # the account's credit under [alerts] min_credit
     "ban_storm",  # [alerts] storm_bans machines banned within an hour
     "kill_storm",  # [alerts] storm_kills workers destroyed within an hour
@@ -136,6 +138,8 @@ class Conditions:
                 )
         if facts.reason_kind == "daily_budget":
             out["daily_budget"] = facts.reason or "daily budget reached"
+        if facts.reason_kind == "rent_breaker":
+            out["rent_breaker"] = facts.reason or "rent breaker: renting stopped"
         if facts.credit is not None and self.min_credit > 0 and facts.credit < self.min_credit:
             out["low_credit"] = (
                 f"account credit ${facts.credit:.2f} is under the minimum ${self.min_credit:.2f}"

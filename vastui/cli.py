@@ -359,6 +359,7 @@ def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
         host_maintenance=host_maintenance(args.machine_fault_rate) if args.workers else 0.0,
         bid_pressure=args.bid_pressure,
     )  # fmt: skip
+    cloud.list_lag_s = args.list_lag
     serve = ServeOptions(
         port=args.port,
         workers=args.workers,
@@ -628,6 +629,11 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument(
         "--bid-pressure", type=_non_negative, default=1.0,
         help="how often other bidders outbid an interruptible instance, scaled (0: never)",
+    )  # fmt: skip
+    ss.add_argument(
+        "--list-lag", type=_non_negative, default=0.0, metavar="SECONDS",
+        help="a new instance is missing from Vast's answers this many simulated seconds (as "
+        "Vast's lists lag)",
     )  # fmt: skip
     ss.add_argument(
         "--write-config", type=Path, metavar="PATH",

@@ -90,6 +90,10 @@ class FleetSection:
     # since midnight UTC). At the cap nothing more is rented that day; nothing is destroyed for
     # it. 0: no daily cap (max_total_dph still caps the hourly rate).
     max_daily_spend: float = 0.0
+    # A breaker on renting: more rents than this per target slot within an hour (the account's
+    # lists lagging, a market that refuses every image) stops renting with a reason and an
+    # alert until the hour's count falls. 0 turns it off.
+    max_rents_per_slot_hour: int = 4
 
 
 @dataclass
@@ -359,6 +363,11 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("fleet.max_total_dph", lambda c: c.fleet.max_total_dph >= 0, "a number >= 0"),
     ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
     ("fleet.auto_ban_days", lambda c: c.fleet.auto_ban_days >= 0, "a number >= 0"),
+    (
+        "fleet.max_rents_per_slot_hour",
+        lambda c: 0 <= c.fleet.max_rents_per_slot_hour <= 60,
+        "0 (off) or an integer of rents per target slot per hour, at most 60",
+    ),
     (
         "fleet.fleet_failure_machines",
         lambda c: c.fleet.fleet_failure_machines == 0 or c.fleet.fleet_failure_machines >= 2,

@@ -77,6 +77,12 @@ RENT_RECOVERY_GRACE = 600.0
 # request went out, is a rent that did not happen: Vast lists an instance once it exists.
 RENT_MISSES = 3
 RENT_MISS_MIN_AGE = 60.0
+# A recorded instance missing from Vast's answers is "unseen", not gone: Vast's lists lag
+# (vast-api.md; SkyPilot and dstack both learned it). Gone only once this many steps in a row,
+# this long (engine clock) from the first, found it neither in the list nor by its own GET;
+# until then its slot stays taken. An instance costs nothing once it is really gone.
+VANISH_MISSES = 3
+VANISH_MIN_AGE = 300.0
 PUBLISHED_OFFERS = 500  # ranked offers published for attached consoles
 
 
@@ -119,6 +125,8 @@ class Engine:
         self._offers: list[RankedOffer] = []
         self._foreign_seen: list[tuple[int, str, float]] | None = None  # as last written
         self._ssh_reached: dict[int, float] = {}  # proving worker -> last counters read (clock)
+        # recorded instances missing from Vast's answers: vast id -> (first miss, misses)
+        self._unseen: dict[int, tuple[float, int]] = {}
         self._offers_at: float | None = None  # monotonic
         self._offers_gen = 0  # bumped when the ranking goes stale (a measurement, a ban)
         self._stopping = False  # a stop was asked: nothing new is rented
@@ -372,7 +380,15 @@ class Engine:
                 else:
                     foreign.append(_foreign(inst))
             elif rec.killed and rec.source == "vastui" and (rec.killed_at or 0.0) <= observed_at:
-                await self.acts.destroy_again(rec)  # (not one killed since the list was read)
+                if rec.kill_kind == "vanished":  # never destroyed: Vast's answers lagged
+                    revived = await self._isolated(inst.id, self.store.revive_vanished(
+                        inst.id, now=now))  # fmt: skip
+                    if revived is not None:
+                        log.warning("instance %s is listed again after it was recorded "
+                                    "vanished: adopted back", inst.id)  # fmt: skip
+                        known[inst.id] = revived
+                else:
+                    await self.acts.destroy_again(rec)  # (not one killed since the list was read)
         await self._note_foreign(foreign, now)
         bad = {e.machine_id: e.reason or "" for e in await self.store.list_bad(now=now)}
         for rec in list(known.values()):
@@ -420,10 +436,14 @@ class Engine:
     ) -> None:
         inst = vast.get(rec.vast_id)
         if inst is None:
-            # One list that misses a row is not proof: ask for the instance itself.
+            # One list that misses a row is not proof: ask for the instance itself, and even
+            # a null from that is evidence, not the truth, until the misses add up.
             if await self.client.show_instance(rec.vast_id) is None:
-                await self._vanished(rec, now)
+                await self._unseen_once(rec, now)
+            else:
+                self._seen(rec.vast_id)
             return
+        self._seen(rec.vast_id)
         rec = await self._refresh(rec, inst, now)
         if rec.outbid_since is not None and await self._outbid(rec, inst, now):
             return
@@ -546,6 +566,23 @@ class Engine:
         )
         log.info("adopted instance %s (%s)", inst.id, inst.label)
         return rec
+
+    async def _unseen_once(self, rec: InstanceRecord, now: float) -> None:
+        """One more step that found the instance neither listed nor by its GET: gone once the
+        misses are VANISH_MISSES in a row over VANISH_MIN_AGE (engine clock)."""
+        first, misses = self._unseen.get(rec.vast_id, (now, 0))
+        misses += 1
+        self._unseen[rec.vast_id] = (first, misses)
+        if misses >= VANISH_MISSES and now - first >= VANISH_MIN_AGE:
+            self._unseen.pop(rec.vast_id, None)
+            await self._vanished(rec, now)
+        elif misses == 1:
+            log.info("instance %s not in Vast's answers; gone only if it stays unseen for %d "
+                     "steps and %.0f s", rec.vast_id, VANISH_MISSES, VANISH_MIN_AGE)  # fmt: skip
+
+    def _seen(self, vast_id: int) -> None:
+        if self._unseen.pop(vast_id, None) is not None:
+            log.info("instance %s is listed again", vast_id)
 
     async def _vanished(self, rec: InstanceRecord, now: float) -> None:
         await self.follow.stop(rec.vast_id)
@@ -950,6 +987,8 @@ class Engine:
             max_daily_spend=fleet.max_daily_spend,
             draining=len(every) - len(live),
             identity_collision=self.identity_collision,
+            rents_last_hour=await self.store.rents_since(self.clock() - 3600.0),
+            max_rents_per_slot_hour=fleet.max_rents_per_slot_hour,
         )  # fmt: skip
 
     async def _spent_today(self) -> float:

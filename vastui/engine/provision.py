@@ -11,6 +11,9 @@ is the offer to rent (or none) and, whenever the fleet is not being grown, a typ
 ``api_error``               this cycle's Vast call failed: no decision on a stale view
 ``no_credit``               Vast refused a rent for billing (the account is out of credit): no
                             machine is blamed; cleared by the next credit read above zero
+``rent_breaker``            more than ``fleet.max_rents_per_slot_hour`` rents per target slot in
+                            the last hour: something undoes every rent (a lagging list, a host
+                            that never starts); renting stops until the hour's count falls
 ``daily_budget``            today's spend (UTC) reached ``fleet.max_daily_spend``: nothing more
                             is rented today, nothing is destroyed for it
 ``tunnel_down``             workers report the controller's tunnel (Lotus API, curio's database)
@@ -43,6 +46,7 @@ REASON_KINDS: tuple[str, ...] = (
     "at_target",
     "api_error",
     "no_credit",
+    "rent_breaker",
     "daily_budget",
     "tunnel_down",
     "fleet_failure",
@@ -164,6 +168,8 @@ class FleetView:
     draining: int = 0
     # a new worker's curio identity is another live machine's in the cluster, one line
     identity_collision: str | None = None
+    rents_last_hour: int = 0  # rents this fleet sent (or may have) in the last hour
+    max_rents_per_slot_hour: int = 0  # fleet.max_rents_per_slot_hour; 0: no breaker
 
     @property
     def live(self) -> int:
@@ -215,6 +221,18 @@ def gate(view: FleetView) -> Decision | None:
                 "no_credit",
                 f"no credit: {view.no_credit}; nothing is rented until the account has credit, "
                 "and no machine is blamed",
+            ),
+        )
+    cap = view.max_rents_per_slot_hour * view.target
+    if cap > 0 and view.rents_last_hour >= cap:
+        return Decision(
+            None,
+            Reason(
+                "rent_breaker",
+                f"rent breaker: {view.rents_last_hour} rents in the last hour for a target of "
+                f"{view.target} (fleet.max_rents_per_slot_hour = {view.max_rents_per_slot_hour})"
+                "; something undoes every rent: nothing more is rented until the hour's count "
+                "falls",
             ),
         )
     if 0 < view.max_daily_spend <= view.spent_today:

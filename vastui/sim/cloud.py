@@ -284,6 +284,9 @@ class SimCloud:
         0: nobody ever outbids an interruptible instance)."""
         self.seed = seed
         self.world_seed = seed if world_seed is None else world_seed
+        # Vast's lists lag (vast-api.md): a new instance is missing from every list and its own
+        # GET answers null for this many simulated seconds after its create. 0: none.
+        self.list_lag_s = 0.0
         self.clock: SimClock = clock if clock is not None else ScaledClock(speed)
         self.speed = speed
         self.api_key = api_key
@@ -869,7 +872,15 @@ class SimCloud:
 
     def instances_snapshot(self) -> list[dict[str, Any]]:
         now = self.now()
-        return [self.render(i, now) for i in sorted(self.instances.values(), key=lambda i: i.id)]
+        return [
+            self.render(i, now)
+            for i in sorted(self.instances.values(), key=lambda i: i.id)
+            if self._listed(i, now)
+        ]
+
+    def _listed(self, inst: SimInstance, now: float) -> bool:
+        """Whether Vast's answers show the instance yet (``list_lag_s``)."""
+        return now - inst.created_at >= self.list_lag_s
 
     # ------------------------------------------------------------------ list / show
     def list_v0(self) -> dict[str, Any]:
@@ -969,7 +980,10 @@ class SimCloud:
 
     def show(self, instance_id: int) -> dict[str, Any]:
         inst = self.instances.get(instance_id)
-        return {"instances": None if inst is None else self.render(inst)}
+        now = self.now()
+        if inst is None or not self._listed(inst, now):
+            return {"instances": None}
+        return {"instances": self.render(inst, now)}
 
     # ------------------------------------------------------------------ manage
     def destroy(self, instance_id: int) -> dict[str, Any]:

@@ -129,6 +129,18 @@ class IntentRepo:
             rows = await fetch_all(conn, sql + " ORDER BY id", params)
         return [self.decode(r) for r in rows]
 
+    async def rents_since(self, since: float) -> int:
+        """Rent intents created at or after ``since`` that went, or may have gone, out (a dry
+        run's never did)."""
+        async with self._db.read() as conn:
+            row = await fetch_one(
+                conn,
+                "SELECT COUNT(*) FROM intents WHERE kind = 'rent' AND status != 'dry_run' "
+                "AND created_at >= ?",
+                (since,),
+            )
+        return int(row[0]) if row is not None else 0
+
     async def intended(self, label: str) -> bool:
         """Whether this database ever meant to rent an instance with this label (a rent intent
         that went, or may have gone, out; a dry run's never did) or recorded one under it."""

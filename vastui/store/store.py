@@ -183,6 +183,33 @@ class Store:
                 )  # fmt: skip
         return self._instances.decode(row)
 
+    async def revive_vanished(
+        self, vast_id: int, *, now: float | None = None
+    ) -> InstanceRecord | None:
+        """An instance recorded as vanished (no destroy was ever sent) that Vast lists again:
+        back in the stage it was lost in, its stage clock restarted, with an ``adopt`` event.
+        None when the row is not a vanished one (a destroyed instance stays destroyed)."""
+        ts = stamp(now)
+        async with self.db.transaction() as conn:
+            row = await self._instances.row(conn, vast_id)
+            if row is None or row["state"] != "killed" or row["kill_kind"] != "vanished":
+                return None
+            stage = row["failed_stage"] or "loading"
+            await conn.execute(
+                "UPDATE instances SET state = ?, killed_at = NULL, kill_kind = NULL,"
+                " kill_reason = NULL, failed_stage = NULL, stage_started_at = ?"
+                " WHERE vast_id = ?",
+                (stage, ts, vast_id),
+            )
+            await insert_event(
+                conn, "adopt",
+                f"instance {vast_id} is listed again after it was recorded vanished: "
+                f"adopted back in {stage}",
+                ts=ts, instance_id=vast_id, machine_id=row["machine_id"],
+            )  # fmt: skip
+            after = await self._instances.row(conn, vast_id)
+        return None if after is None else self._instances.decode(after)
+
     # -- destroy and ban: one intent, one unit of work ----------------------------------------
 
     async def create_destroy_intent(
@@ -475,6 +502,9 @@ class Store:
 
     async def intended(self, label: str) -> bool:
         return await self._intents.intended(label)
+
+    async def rents_since(self, since: float) -> int:
+        return await self._intents.rents_since(since)
 
     async def submit_command(
         self,
