@@ -67,6 +67,13 @@ def db(tmp_path: Path) -> Path:
         (["sim"], "vastui sim --help"),
         (["sim", "serve", "--port", "70000"], "vastui sim serve --help"),
         (["events", "--bogus"], "vastui --help"),  # unknown options are the top parser's
+        # flags are checked as the config is, before anything starts
+        (["--engine-only", "--target-workers", "-1"], "vastui --help"),
+        (["--engine-only", "--target-workers", "100000"], "vastui --help"),
+        (["--engine-only", "--metrics", "127.0.0.1:99999"], "vastui --help"),
+        (["--engine-only", "--metrics", "nowhere"], "vastui --help"),
+        (["--demo", "--speed", "0"], "vastui --help"),
+        (["--demo", "--speed", "nan"], "vastui --help"),
     ],
 )
 def test_argparse_errors_are_one_line(capsys, argv, hint):
@@ -193,3 +200,16 @@ def test_event_kind_found_in_the_log_is_listed_even_if_undocumented(capsys, db: 
     in_store(db, ("add_event", ("newkind", "written by a newer vastui"), {}))
     code, out, _ = run(capsys, "events", "--db", str(db), "--kind", "newkind", "--json")
     assert code == 0 and [e["kind"] for e in jsonl(out)] == ["newkind"]
+
+
+def test_the_console_without_a_terminal_is_one_line_and_starts_nothing(
+    capsys, tmp_path, monkeypatch
+):
+    """Under pytest stdin and stderr are no terminal: the console refuses before it starts
+    anything (no store, no engine, no escape codes)."""
+    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path))
+    code, out, err = run(capsys, "--demo")
+    assert code != 0 and out == ""
+    assert err.count("\n") == 1 and "the console needs a terminal" in err, err
+    assert "\x1b" not in err
+    assert list(tmp_path.iterdir()) == [], "nothing was started or written"

@@ -68,6 +68,8 @@ def test_valid_file_overrides(tmp_path: Path):
             "[fleet]\nmax_cost_per_proof = 0\n",
             "key 'fleet.max_cost_per_proof': expected a number > 0",
         ),
+        ("[fleet]\nauto_ban_days = 1e308\n", "key 'fleet.auto_ban_days'"),
+        ("[fleet]\nauto_ban_days = nan\n", "key 'fleet.auto_ban_days'"),
         ("[fleet]\nmax_rents_per_slot_hour = 61\n", "key 'fleet.max_rents_per_slot_hour'"),
         ("[fleet]\nmax_rents_per_slot_hour = -1\n", "key 'fleet.max_rents_per_slot_hour'"),
         ("[ui.keymap]\nquit = 1\n", "key 'ui.keymap.quit': expected a string"),
@@ -101,3 +103,35 @@ def test_api_key_order(monkeypatch: pytest.MonkeyPatch, _isolated_env: Path):
     assert load_api_key() == ("filekey", str(key_file))
     monkeypatch.setenv("VAST_API_KEY", "envkey")
     assert load_api_key() == ("envkey", "$VAST_API_KEY")
+
+
+def _numeric_keys() -> list[tuple[str, str, type]]:
+    """Every number the config file may set: (section, key, int or float)."""
+    import dataclasses
+
+    out = []
+    for section in dataclasses.fields(Config):
+        default = getattr(Config(), section.name)
+        if not dataclasses.is_dataclass(default):
+            continue
+        for f in dataclasses.fields(default):
+            value = getattr(default, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out.append((section.name, f.name, type(value)))
+    return out
+
+
+NUMERIC = _numeric_keys()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "kind"), NUMERIC, ids=[f"{s}.{k}" for s, k, _ in NUMERIC]
+)
+def test_every_number_has_a_range_an_operator_could_mean(tmp_path, section, key, kind) -> None:
+    """Absurd values (a float the store cannot hold a day count of, NaN, an integer past any
+    fleet) are one line naming the key, before anything starts."""
+    absurd = ["1e308", "nan", "-1e308"] if kind is float else ["1000000000000", "-1000000000000"]
+    for value in absurd:
+        path = write(tmp_path, f"[{section}]\n{key} = {value}\n")
+        with pytest.raises(ConfigError, match=f"key '{section}.{key}'"):
+            load_config(path)

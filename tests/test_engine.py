@@ -764,3 +764,55 @@ async def test_the_image_digest_a_worker_reports_is_recorded_by_the_engine(world
         await engine.handle_worker_status(iid, nothing)  # type: ignore[arg-type]
     assert (await store.get_instance(iid)).image_digest == "sha256:abcd"
     await engine.close()
+
+
+TAIL = ["2026-03-13T17:19:40Z ERROR cuzk_core::engine: CUDA error 700: illegal memory access"]
+
+
+async def test_an_absurd_ban_length_never_blocks_the_destroy_that_carries_it(world, store):
+    """auto_ban_days = 1e308 (as a config built in code can say; the file refuses it): the ban's
+    expiry is bounded (policy.MAX_BAN_DAYS), recorded, and the instance destroyed."""
+    world.config = replace(world.config, fleet=replace(world.config.fleet, auto_ban_days=1e308))
+    engine, iid = await rent_one(world, store)
+    await engine.handle_worker_event(iid, result("error", 1.0, TAIL))
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "bench_error" and iid not in world.cloud.instances
+    [ban] = await store.list_bad(now=world.clock.now())
+    assert ban.expires_at is not None and math.isfinite(ban.expires_at)
+    assert ban.expires_at == world.clock.now() + policy.MAX_BAN_DAYS * 86400
+    await engine.close()
+
+
+async def test_a_ban_the_store_refuses_never_blocks_the_destroy(world, store, monkeypatch):
+    """Whatever makes recording the ban fail (a value the store refuses), the DELETE goes out,
+    the destroy is recorded, and the refusal is an event anyone can read."""
+    from vastui.store import StoreError
+
+    engine, iid = await rent_one(world, store)
+    create = store.create_destroy_intent
+
+    async def refusing(*args, ban=None, **kw):
+        if ban is not None:
+            raise StoreError("expires_at must be a finite time")
+        return await create(*args, **kw)
+
+    monkeypatch.setattr(store, "create_destroy_intent", refusing)
+    await engine.handle_worker_event(iid, result("error", 1.0, TAIL))
+    rec = await store.get_instance(iid)
+    assert rec.kill_kind == "bench_error" and iid not in world.cloud.instances
+    [destroy] = await store.list_events(kind="destroy")
+    assert destroy.instance_id == iid
+    [note] = await store.list_events(kind="ban")
+    assert "not recorded" in note.reason and "destroyed without it" in note.reason
+    assert await store.list_bad(now=world.clock.now()) == []
+    await engine.close()
+
+
+@pytest.mark.parametrize(
+    ("days", "expiry"),
+    [(0.0, None), (float("nan"), None), (30.0, 30 * 86400.0), (1e308, policy.MAX_BAN_DAYS * 86400),
+     (float("inf"), policy.MAX_BAN_DAYS * 86400)],
+)  # fmt: skip
+def test_ban_expiry_is_bounded(days: float, expiry: float | None) -> None:
+    got = policy.ban_expiry(1000.0, days)
+    assert got == (None if expiry is None else 1000.0 + expiry)

@@ -424,6 +424,13 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
             return run_headless(opts, run, duration)
         except (LeaseHeld, StoreError, ValueError) as exc:  # held, a dead store, a bad knob
             raise CliError(str(exc)) from None
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        # Textual draws on stderr and reads keys from stdin: without a terminal it would write
+        # escape codes into a file or a pipe for as long as it ran
+        raise CliError(
+            "the console needs a terminal (stdin and stderr are not one): run the engine "
+            "headless with --engine-only, or attach from a terminal"
+        )
     from vastui.console.app import run_console
     from vastui.console.themes import ThemeError
 
@@ -445,6 +452,26 @@ def _check_url(url: str) -> None:
         raise CliError(f"--api-url {url!r}: not a valid URL ({exc})") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise CliError(f"--api-url {url!r}: expected http(s)://host[:port]")
+
+
+def _target(text: str) -> int:
+    """--target-workers: as fleet.target_workers is bounded (vastui/config.py)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be 0 to 1000 workers: {text!r}")
+    return value
+
+
+def _listen(text: str) -> str:
+    """--metrics: checked as [metrics] listen is, before anything starts."""
+    from vastui.config import is_listen
+
+    if not is_listen(text):
+        raise argparse.ArgumentTypeError(f"not host:port (e.g. 127.0.0.1:9464): {text!r}")
+    return text
 
 
 def _port(text: str) -> int:
@@ -509,18 +536,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--engine-only", action="store_true", help="run headless (no console)")
     parser.add_argument("--for", dest="for_", metavar="DURATION", help="stop after e.g. 120s, 2h")
     parser.add_argument(
-        "--metrics", metavar="HOST:PORT", default=None,
+        "--metrics", metavar="HOST:PORT", default=None, type=_listen,
         help="serve Prometheus metrics (e.g. 127.0.0.1:9464; else [metrics] listen; off)",
     )  # fmt: skip
     parser.add_argument(
-        "--speed", type=float, default=60.0, help="demo: simulated seconds per real second"
+        "--speed", type=_speed, default=60.0, help="demo: simulated seconds per real second"
     )
     parser.add_argument(
         "--seed", type=int, default=None,
         help="demo: the market's seed (default: a new one each run; the log names it)",
     )  # fmt: skip
     parser.add_argument(
-        "--target-workers", type=int, help="keep this many workers (overrides fleet.target_workers)"
+        "--target-workers",
+        type=_target,
+        help="keep this many workers, 0 to 1000 (overrides fleet.target_workers)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="decide and record, but rent and destroy nothing"

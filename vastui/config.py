@@ -331,7 +331,7 @@ def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
     return cls(**kwargs)
 
 
-def _is_listen(value: str) -> bool:
+def is_listen(value: str) -> bool:
     from vastui.metrics import MetricsError, parse_listen
 
     try:
@@ -358,11 +358,23 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ),
     # The image, every parameter file curio fetches with EnableProofShare and the PCE files
     # (vastui/engine/plan.py): a smaller disk fails every worker's setup.
-    ("fleet.disk_gb", lambda c: c.fleet.disk_gb >= _disk_need(), f"a number >= {_DISK_NEED:g}"),
-    ("fleet.target_workers", lambda c: c.fleet.target_workers >= 0, "an integer >= 0"),
-    ("fleet.max_total_dph", lambda c: c.fleet.max_total_dph >= 0, "a number >= 0"),
-    ("fleet.max_concurrent_benchmarks", lambda c: c.fleet.max_concurrent_benchmarks >= 1, ">= 1"),
-    ("fleet.auto_ban_days", lambda c: c.fleet.auto_ban_days >= 0, "a number >= 0"),
+    (
+        "fleet.disk_gb",
+        lambda c: _disk_need() <= c.fleet.disk_gb <= 100_000,
+        f"a number of GB from {_DISK_NEED:g} to 100000",
+    ),
+    ("fleet.target_workers", lambda c: 0 <= c.fleet.target_workers <= 1000, "0 to 1000"),
+    ("fleet.max_total_dph", lambda c: 0 <= c.fleet.max_total_dph <= 10_000, "0 to 10000 $/h"),
+    (
+        "fleet.max_concurrent_benchmarks",
+        lambda c: 1 <= c.fleet.max_concurrent_benchmarks <= 1000,
+        "an integer from 1 to 1000",
+    ),
+    (
+        "fleet.auto_ban_days",
+        lambda c: 0 <= c.fleet.auto_ban_days <= 3650,
+        "a number of days from 0 (bans never expire) to 3650",
+    ),
     (
         "fleet.max_rents_per_slot_hour",
         lambda c: 0 <= c.fleet.max_rents_per_slot_hour <= 60,
@@ -370,20 +382,26 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ),
     (
         "fleet.fleet_failure_machines",
-        lambda c: c.fleet.fleet_failure_machines == 0 or c.fleet.fleet_failure_machines >= 2,
-        "0 (off) or an integer >= 2",
+        lambda c: (
+            c.fleet.fleet_failure_machines == 0 or 2 <= c.fleet.fleet_failure_machines <= 1000
+        ),
+        "0 (off) or an integer from 2 to 1000",
     ),
     (
         "fleet.fleet_failure_window_min",
         lambda c: 0 < c.fleet.fleet_failure_window_min <= 7 * 24 * 60,
         "a number of minutes > 0 (at most a week)",
     ),
-    ("fleet.bench_proofs", lambda c: c.fleet.bench_proofs >= 1, "an integer >= 1"),
-    ("fleet.max_daily_spend", lambda c: c.fleet.max_daily_spend >= 0, "a number >= 0 (0: off)"),
+    ("fleet.bench_proofs", lambda c: 1 <= c.fleet.bench_proofs <= 1000, "1 to 1000"),
+    (
+        "fleet.max_daily_spend",
+        lambda c: 0 <= c.fleet.max_daily_spend <= 1_000_000,
+        "dollars from 0 (off) to 1000000",
+    ),
     ("vast.credit_poll_s", lambda c: 30 <= c.vast.credit_poll_s <= 86400, "30 to 86400 seconds"),
     (
         "metrics.listen",
-        lambda c: not c.metrics.listen or _is_listen(c.metrics.listen),
+        lambda c: not c.metrics.listen or is_listen(c.metrics.listen),
         "host:port (e.g. 127.0.0.1:9464), or empty for off",
     ),
     (
@@ -396,10 +414,10 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
         lambda c: all(c.alerts.command) and len(c.alerts.command) <= 64,
         "an array of non-empty strings (the program first)",
     ),
-    ("alerts.min_credit", lambda c: c.alerts.min_credit >= 0, "a number >= 0 (0: off)"),
-    ("alerts.below_target_min", lambda c: c.alerts.below_target_min > 0, "minutes > 0"),
-    ("alerts.storm_bans", lambda c: c.alerts.storm_bans >= 0, "an integer >= 0 (0: off)"),
-    ("alerts.storm_kills", lambda c: c.alerts.storm_kills >= 0, "an integer >= 0 (0: off)"),
+    ("alerts.min_credit", lambda c: 0 <= c.alerts.min_credit <= 1e6, "0 (off) to 1000000 $"),
+    ("alerts.below_target_min", lambda c: 0 < c.alerts.below_target_min <= 10_080, "0 to 10080"),
+    ("alerts.storm_bans", lambda c: 0 <= c.alerts.storm_bans <= 10_000, "0 (off) to 10000"),
+    ("alerts.storm_kills", lambda c: 0 <= c.alerts.storm_kills <= 10_000, "0 (off) to 10000"),
     ("alerts.max_per_hour", lambda c: 1 <= c.alerts.max_per_hour <= 1000, "1 to 1000"),
     ("alerts.timeout_s", lambda c: 1 <= c.alerts.timeout_s <= 300, "1 to 300 seconds"),
     (
@@ -417,17 +435,41 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ),
     ("vast.max_attempts", lambda c: 1 <= c.vast.max_attempts <= 20, "an integer from 1 to 20"),
     ("offers.limit", lambda c: 1 <= c.offers.limit <= 10_000, "an integer from 1 to 10000"),
-    ("offers.refresh_s", lambda c: c.offers.refresh_s >= 5, "a number >= 5 (seconds)"),
+    ("offers.refresh_s", lambda c: 5 <= c.offers.refresh_s <= 86_400, "5 to 86400 seconds"),
     ("vast.timeout_s", lambda c: 1 <= c.vast.timeout_s <= 600, "a number from 1 to 600"),
     ("ssh.connect_timeout_s", lambda c: 1 <= c.ssh.connect_timeout_s <= 120, "1 to 120"),
     # A deadline of 0 would destroy (and ban) every new worker at once.
-    ("deadlines.loading_min", lambda c: c.deadlines.loading_min >= 1, "a number >= 1 (minutes)"),
-    ("deadlines.first_report_min", lambda c: c.deadlines.first_report_min >= 1, "a number >= 1"),
-    ("deadlines.setup_min", lambda c: c.deadlines.setup_min >= 1, "a number >= 1 (minutes)"),
-    ("deadlines.paramfetch_min", lambda c: c.deadlines.paramfetch_min >= 1, "a number >= 1"),
-    ("deadlines.benchmark_min", lambda c: c.deadlines.benchmark_min >= 1, "a number >= 1"),
-    ("deadlines.exited_grace_min", lambda c: c.deadlines.exited_grace_min >= 0, "a number >= 0"),
-    ("deadlines.tunnel_min", lambda c: c.deadlines.tunnel_min >= 1, "a number >= 1 (minutes)"),
+    (
+        "deadlines.loading_min",
+        lambda c: 1 <= c.deadlines.loading_min <= 10_080,
+        "1 to 10080 minutes (a week)",
+    ),
+    (
+        "deadlines.first_report_min",
+        lambda c: 1 <= c.deadlines.first_report_min <= 10_080,
+        "1 to 10080 minutes (a week)",
+    ),
+    (
+        "deadlines.setup_min",
+        lambda c: 1 <= c.deadlines.setup_min <= 10_080,
+        "1 to 10080 minutes (a week)",
+    ),
+    (
+        "deadlines.paramfetch_min",
+        lambda c: 1 <= c.deadlines.paramfetch_min <= 10_080,
+        "1 to 10080 minutes (a week)",
+    ),
+    (
+        "deadlines.benchmark_min",
+        lambda c: 1 <= c.deadlines.benchmark_min <= 10_080,
+        "1 to 10080 minutes (a week)",
+    ),
+    ("deadlines.exited_grace_min", lambda c: 0 <= c.deadlines.exited_grace_min <= 1440, "0-1440"),
+    (
+        "deadlines.tunnel_min",
+        lambda c: 1 <= c.deadlines.tunnel_min <= 10_080,
+        "1 to 10080 minutes (a week)",
+    ),
     (
         "curio.listen_port_base",
         lambda c: 1024 <= c.curio.listen_port_base <= 65000,
@@ -442,13 +484,13 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("ssh.curio_db_cql", lambda c: _is_addr(c.ssh.curio_db_cql, empty=True), "host:port or empty"),
     ("ssh.lotus_api", lambda c: _is_addr(c.ssh.lotus_api), "host:port"),
     ("proving.poll_s", lambda c: 5 <= c.proving.poll_s <= 3600, "a number from 5 to 3600"),
-    ("proving.window_min", lambda c: c.proving.window_min >= 5, "a number >= 5 (minutes)"),
-    ("proving.max_failures", lambda c: c.proving.max_failures >= 1, "an integer >= 1"),
-    ("proving.unresponsive_min", lambda c: c.proving.unresponsive_min >= 1, "a number >= 1"),
-    ("proving.unreachable_min", lambda c: c.proving.unreachable_min >= 1, "a number >= 1"),
-    ("proving.strikes_to_ban", lambda c: c.proving.strikes_to_ban >= 1, "an integer >= 1"),
+    ("proving.window_min", lambda c: 5 <= c.proving.window_min <= 1440, "5 to 1440 minutes"),
+    ("proving.max_failures", lambda c: 1 <= c.proving.max_failures <= 10_000, "1 to 10000"),
+    ("proving.unresponsive_min", lambda c: 1 <= c.proving.unresponsive_min <= 1440, "1 to 1440"),
+    ("proving.unreachable_min", lambda c: 1 <= c.proving.unreachable_min <= 1440, "1 to 1440"),
+    ("proving.strikes_to_ban", lambda c: 1 <= c.proving.strikes_to_ban <= 100, "1 to 100"),
     ("proving.deadline_margin", lambda c: 0 <= c.proving.deadline_margin <= 2, "0 to 2"),
-    ("proving.max_overdue", lambda c: c.proving.max_overdue >= 1, "an integer >= 1"),
+    ("proving.max_overdue", lambda c: 1 <= c.proving.max_overdue <= 10_000, "1 to 10000"),
     ("proving.drain_min", lambda c: 0 <= c.proving.drain_min <= 1440, "0 to 1440 (minutes)"),
     (
         "proving.market_deadline_min",

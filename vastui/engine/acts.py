@@ -13,6 +13,7 @@ rent, destroy, ban and strike.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -39,6 +40,7 @@ from vastui.engine.transitions import (
 )
 from vastui.sanitize import sanitize_line
 from vastui.store import BanSpec, InstanceRecord, Intent, Store
+from vastui.store.errors import StoreError, StoreFatal
 from vastui.store.intents import BAN_KEY
 from vastui.vast.client import VastClient
 from vastui.vast.errors import CreateOutcomeUnknown, VastError, VastHTTPError
@@ -341,10 +343,7 @@ class Acts:
                 intent = pending[0]
             else:
                 kill = await self._fleet_check(rec, kill, now)
-                intent = await self.store.create_destroy_intent(
-                    rec.vast_id, kill.reason, machine_id=rec.machine_id,
-                    detail=kill.to_detail(), ban=self._ban_spec(rec, kill, now), now=now,
-                )  # fmt: skip
+                intent = await self._destroy_intent(rec, kill, now)
                 if drain.drains(kill, rec) and await self._begin_drain(rec, kill, intent, now):
                     return False
                 return await self._destroy(rec, kill, intent.id)
@@ -362,6 +361,36 @@ class Acts:
         elif drain.drains(decided, rec) and await self._begin_drain(rec, decided, intent, now):
             return False  # decided before a crash, its drain not begun: begun now
         return await self._destroy(rec, decided, intent.id)
+
+    async def _destroy_intent(self, rec: InstanceRecord, kill: policy.Kill, now: float) -> Intent:
+        """The destroy's intent, with its ban. A ban the store refuses never holds up the
+        destroy that carries it: the intent is written without it (the refusal logged and
+        recorded as an event) and the DELETE goes out."""
+        ban = self._ban_spec(rec, kill, now)
+        try:
+            return await self.store.create_destroy_intent(
+                rec.vast_id, kill.reason, machine_id=rec.machine_id, detail=kill.to_detail(),
+                ban=ban, now=now,
+            )  # fmt: skip
+        except StoreFatal:
+            raise
+        except StoreError as exc:
+            if ban is None:
+                raise
+            line = sanitize_line(
+                f"ban of machine {rec.machine_id} not recorded ({exc}); instance {rec.vast_id} "
+                "is destroyed without it",
+                300,
+            )
+            log.error("%s", line)
+        intent = await self.store.create_destroy_intent(
+            rec.vast_id, kill.reason, machine_id=rec.machine_id, detail=kill.to_detail(), now=now
+        )
+        with contextlib.suppress(StoreError):
+            await self.store.add_event(
+                "ban", line, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
+            )
+        return intent
 
     async def _destroy(self, rec: InstanceRecord, kill: policy.Kill, intent_id: int) -> bool:
         """The DELETE of a decided destroy, its record, then its tasks released in curio's

@@ -227,9 +227,15 @@ def reconcile_kill(
     )
 
 
+MAX_BAN_DAYS = 3650.0  # config.py bounds fleet.auto_ban_days by it too: ten years is forever
+
+
 def ban_expiry(now: float, auto_ban_days: float) -> float | None:
-    """When an automatic ban made now lapses; None: never (``auto_ban_days`` 0)."""
-    return now + auto_ban_days * 86400.0 if auto_ban_days > 0 else None
+    """When an automatic ban made now lapses; None: never (``auto_ban_days`` 0). Bounded: a
+    value no store can hold must never stand between a decided destroy and its DELETE."""
+    if not auto_ban_days > 0:  # (NaN included)
+        return None
+    return now + min(auto_ban_days, MAX_BAN_DAYS) * 86400.0
 
 
 def strike_window_start(now: float, auto_ban_days: float) -> float | None:
