@@ -49,6 +49,7 @@ from vastui.engine.acts import (
     NoCredit,
     worker_curio_env,
 )
+from vastui.engine.clock import SteadyClock
 from vastui.engine.cluster import ClusterAbsent, ClusterError, ClusterReader, ClusterView
 from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
@@ -107,7 +108,7 @@ class Engine:
         *,
         ssh: SshPool | None,
         public_key: str | None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         settings: EngineSettings | None = None,
         on_change: Callable[[str], Awaitable[None] | None] | None = None,
         monitor: Monitor | None = None,
@@ -118,7 +119,8 @@ class Engine:
         self.client = client
         self.ssh = ssh
         self.public_key = public_key
-        self.clock = clock
+        # the wall clock steps; deadlines must not (vastui/engine/clock.py)
+        self.clock = clock if clock is not None else SteadyClock()
         self.settings = settings or EngineSettings()
         self.on_change = on_change
         self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
@@ -137,10 +139,10 @@ class Engine:
             ssh, store, on_event=self.handle_worker_event, on_counters=self.handle_counters,
             on_status=self.handle_worker_status,
             prove_poll=lambda: self.settings.prove_poll or self.config.proving.poll_s,
-            on_crash=self._task_failed, clock=clock,
+            on_crash=self._task_failed, clock=self.clock,
         )  # fmt: skip
         self.acts = Acts(
-            config, store, client, clock=clock,
+            config, store, client, clock=self.clock,
             settings=ActSettings(
                 self.settings.dry_run, self.settings.worker_env, self.settings.curio_db_password
             ),
@@ -1096,7 +1098,7 @@ class Engine:
                 dry_run=view.dry_run,
                 updated_at=self.clock(),
                 wall_at=time.time(),
-                simulated=self.clock is not time.time,  # the demo's, a served sim's, a test's
+                simulated=not isinstance(self.clock, SteadyClock),  # a demo's, a sim's, a test's
                 credit=self.credit,
                 spent_today=view.spent_today if view.max_daily_spend > 0 else None,
                 daily_budget=view.max_daily_spend or None,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from vastui.alerts import Notifier
 from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
 from vastui.config import Config, FleetSection, load_curio_db_password
+from vastui.engine.clock import SteadyClock, steady_scaled
 from vastui.engine.cluster import ClusterReader
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.keys import ensure_ssh_key
@@ -136,7 +137,7 @@ async def engine_runtime(
             )  # fmt: skip
             engine = Engine(
                 config, store, client, ssh=pool, public_key=public_key, settings=settings,
-                on_change=on_change, clock=clock[0] if clock else time.time, cluster=reader,
+                on_change=on_change, clock=clock[0] if clock else SteadyClock(), cluster=reader,
             )  # fmt: skip
         stack.push_async_callback(engine.close)
         engine.monitor = await _monitor(stack, config, run, engine.client.secrets())
@@ -278,7 +279,7 @@ def sim_clock() -> tuple[Callable[[], float], float] | None:
         raise ValueError(f"{SIM_CLOCK_ENV} must be wall0,start,speed; got {text[:60]!r}") from None
     if not (math.isfinite(wall0) and math.isfinite(start) and 0 < speed < 1e6):
         raise ValueError(f"{SIM_CLOCK_ENV}: not a usable clock: {text[:60]!r}")
-    return (lambda: start + (time.time() - wall0) * speed), speed
+    return steady_scaled(start, wall0, speed), speed
 
 
 async def open_demo_cloud(store: Store, run: RunOptions) -> SimCloud:
