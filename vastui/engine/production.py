@@ -112,6 +112,9 @@ class ProdState:
     unreachable_since: float | None = None
     # [t, completed, failed, busy, curio timeouts, daemon uptime (-1: none), read latency]
     samples: list[list[float]] = field(default_factory=list)
+    # readings refused as impossible (vastui/engine/physics.py): when, and the last one's why
+    refusals: list[float] = field(default_factory=list)
+    refused: str | None = None
 
     @property
     def completed(self) -> int:

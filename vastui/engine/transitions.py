@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine import policy, production
+from vastui.engine import physics, policy, production
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord
 
@@ -127,6 +127,18 @@ def on_event(
 
 def on_benchmark(rec: InstanceRecord, result: dict[str, Any], config: Config) -> list[Effect]:
     """benchmark.sh's result: the record, the machine's rate, the gate, a strike."""
+    refusal = physics.bench_refusal(result, rec.gpu_name, rec.num_gpus)
+    if refusal is not None:  # nothing of it is kept: not its rate, not its sizing
+        why = sanitize_line(refusal, 300)
+        return [
+            Update({"bench_rate": None, "bench_outcome": "implausible",
+                    "bench_result": json.dumps(result)[:20_000]}),
+            Note("benchmark", f"refused: {why}", {"outcome": "implausible"}, warn=True),
+            KillWorker(
+                policy.Kill("bench_implausible", f"benchmark refused: {why}", "benchmark",
+                            bench_outcome="implausible", strike=True)
+            ),
+        ]  # fmt: skip
     rate = policy.bench_rate(result)
     outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
     failed = result.get("proofs_failed")
@@ -207,6 +219,9 @@ def on_counters(
     m: production.Measure | None = None
     if reading is not None and reading.alive and reading.completed is not None:
         bench = production.baseline_from_bench(bench_result)
+        refusal = _counters_refusal(rec, state, reading, bench, now)
+        if refusal is not None:
+            return _refused(state, refusal, now, window)
         state = production.fold(state, reading, now, window, bench)
         m = production.measure(state, now, window)
         prod_rate = None if m.rate is None else round(m.rate, 3)
@@ -227,6 +242,55 @@ def on_counters(
         effects.append(RecordRate(prod_rate))
     if kill is not None:
         effects.append(KillWorker(kill))
+    return effects
+
+
+def _counters_refusal(
+    rec: InstanceRecord,
+    state: production.ProdState,
+    reading: production.Reading,
+    bench: tuple[int | None, int, int],
+    now: float,
+) -> str | None:
+    """Why this reading cannot be true: against the last good one, or (the first reading of
+    the benchmark's daemon) against the counters its benchmark ended with, since proving began."""
+    ceiling = physics.rate_ceiling(rec.gpu_name, rec.num_gpus)
+    done, fail = reading.completed or 0, reading.failed or 0
+    if state.started is not None:
+        return physics.counters_refusal(
+            state.pid, state.last_completed, state.last_failed, state.last_uptime,
+            state.last_ok, reading.pid, done, fail, reading.uptime, now, ceiling,
+        )  # fmt: skip
+    bench_pid, bench_done, bench_fail = bench
+    if bench_pid is None or reading.pid != bench_pid:
+        return None  # another daemon: production counts from its first reading
+    since = rec.stage_started_at if rec.stage_started_at is not None else now
+    return physics.counters_refusal(
+        bench_pid, bench_done, bench_fail, 0.0, since, reading.pid, done, fail, None, now,
+        ceiling,
+    )  # fmt: skip
+
+
+def _refused(state: production.ProdState, why: str, now: float, window: float) -> list[Effect]:
+    """A refused reading: kept out of every count and verdict; repeated, it ends the worker."""
+    recent = [t for t in state.refusals if t >= now - window][-physics.REFUSALS_TO_KILL :]
+    state = replace(state, refusals=[*recent, now], refused=sanitize_line(why, 300))
+    effects: list[Effect] = [
+        Production(state, False),
+        Note("counters", f"reading refused: {state.refused}", warn=True),
+    ]
+    if len(state.refusals) >= physics.REFUSALS_TO_KILL:
+        effects.append(
+            KillWorker(
+                policy.Kill(
+                    "prove_implausible",
+                    f"{len(state.refusals)} counter readings refused in "
+                    f"{window / 60:g} min, the last: {state.refused}",
+                    "proving",
+                    strike=True,
+                )
+            )
+        )
     return effects
 
 

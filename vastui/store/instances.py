@@ -26,6 +26,8 @@ STATES: tuple[str, ...] = (*STAGES, "killed", "legacy")
 # vastui writes itself.
 KILL_KINDS: tuple[str, ...] = (
     "bench_below_min",  # benchmark finished below min_rate
+    "bench_implausible",  # a benchmark rate beyond physics or its own proofs and time
+    "prove_implausible",  # cuzk's counters refused again and again (went back, grew too fast)
     "prove_below_min",  # measured production rate below min_rate over the window
     "prove_failing",  # failed proofs in production
     "prove_unresponsive",  # cuzk-daemon stopped answering while proving
