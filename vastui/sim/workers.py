@@ -19,11 +19,10 @@ import logging
 import math
 import os
 import shutil
-import signal
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from vastui.sim.market import machine_fault_rng
 from vastui.sim.proofsvc import URL_ENV as PROOFSVC_URL_ENV
 from vastui.sim.sshd import SandboxSshd
 from vastui.sim.standins import _simlib as simlib
+from vastui.sim.warden import MARKER, kill_marked, start_warden, stop_warden
 
 log = logging.getLogger("vastui.sim.workers")
 
@@ -45,7 +45,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 STANDINS_DIR = PACKAGE_DIR / "standins"
 WORKER_IMAGE_DIR = bundled_dir("worker-image")
 WORKER_SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl", "vastui-lib.sh")
-MARKER = "VASTUI_SIM_SANDBOX"
 GIB = 1024**3
 
 # Machine faults, by probability per machine (scaled by `machine_fault_rate`), with the range of
@@ -115,12 +114,15 @@ class SimWorkerHost:
         # One start or stop of an instance's sandbox at a time: a stop still killing the old
         # container's processes must not kill the next start's.
         self._locks: dict[int, asyncio.Lock] = {}
+        self._warden: subprocess.Popen[bytes] | None = None
 
     def attach(self) -> None:
         """Hook into the cloud: real free ports for SSH, sandboxes on first `running`."""
         self.cloud.alloc_port = free_port
         self.cloud.on_running = self._on_running
         self.root.mkdir(parents=True, exist_ok=True)
+        if self._warden is None:  # the sandboxes die with this process, however it ends
+            self._warden = start_warden(self.root)
         if self._monitor is None:
             self._monitor = asyncio.create_task(self._watch(), name="sim-worker-monitor")
 
@@ -321,6 +323,9 @@ class SimWorkerHost:
                 await task
         for iid in list(self.sandboxes):
             await self.stop_instance(iid)
+        if self._warden is not None:
+            stop_warden(self._warden)
+            self._warden = None
 
 
 def lay_out_memory(root: Path, profile: dict[str, Any]) -> None:
@@ -379,7 +384,7 @@ def kill_sandbox_processes(root: Path) -> int:
     Worker scripts background daemons (`nohup ... &`), so process groups are not enough.
     """
     target = str(root)
-    return _kill_marked(lambda value: value == target)
+    return kill_marked(lambda value: value == target)
 
 
 def reap_stale_sandboxes(parent: Path) -> int:
@@ -401,43 +406,10 @@ def reap_stale_sandboxes(parent: Path) -> int:
             return False
         return False
 
-    killed = _kill_marked(lambda value: owner_gone(Path(value).parent))
+    killed = kill_marked(lambda value: owner_gone(Path(value).parent))
     for directory in parent.glob("vastui-sim-*"):
         if owner_gone(directory):
             shutil.rmtree(directory, ignore_errors=True)
-    return killed
-
-
-def _kill_marked(match: Callable[[str], bool]) -> int:
-    """SIGKILL processes whose sandbox marker satisfies `match`.
-
-    A listing of /proc is a snapshot: a process may fork after it and before its own kill
-    (the entrypoint starting cuzk-daemon), so scan again until a pass finds nobody new.
-    """
-    prefix = f"{MARKER}=".encode()
-    seen: set[int] = set()
-    killed = 0
-    for _ in range(100):  # each pass kills every parent of the next pass's newcomers
-        fresh = False
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            pid = int(entry.name)
-            if pid in seen:
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            values = [v[len(prefix) :] for v in environ.split(b"\0") if v.startswith(prefix)]
-            if values and match(values[0].decode("utf-8", "replace")):
-                seen.add(pid)
-                fresh = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-        if not fresh:
-            break
     return killed
 
 
