@@ -16,6 +16,7 @@ from pathlib import Path
 
 from vastui.backend import Options
 from vastui.config import ensure_parent_dir, load_api_key, state_dir
+from vastui.engine import sigbus
 from vastui.engine.runtime import RunOptions, engine_runtime
 from vastui.logfmt import ClockFormatter, PrivateFileHandler
 from vastui.redact import SecretFilter
@@ -120,6 +121,7 @@ def run_headless(opts: Options, run: RunOptions, duration: float | None) -> int:
     one line on stderr, and systemd's Restart=on-failure starts it again."""
     name = "engine-demo.log" if opts.demo else "engine.log"
     fmt = setup_logging(state_dir() / name)
+    sigbus.install(str(opts.db_path))  # a -shm gone under SQLite: one line and status 1
     counts, fatal = asyncio.run(run_engine(opts, run, duration, fmt))
     if fatal is not None:
         print(f"vastui: engine stopped: {sanitize_line(fatal, 300)}", file=sys.stderr)
