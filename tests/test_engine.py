@@ -816,3 +816,45 @@ async def test_a_ban_the_store_refuses_never_blocks_the_destroy(world, store, mo
 def test_ban_expiry_is_bounded(days: float, expiry: float | None) -> None:
     got = policy.ban_expiry(1000.0, days)
     assert got == (None if expiry is None else 1000.0 + expiry)
+
+
+async def test_a_controller_cut_off_from_its_workers_is_one_episode(world, store):
+    """Every step repeats that the tunnel is down; the event log has one line when the cut
+    starts and one when it ends, and the alert condition holds only meanwhile."""
+    from vastui.alerts import Conditions, FleetFacts
+
+    engine, iid = await rent_one(world, store)
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    down = {
+        "stage": "prove",
+        "event": "progress",
+        "tunnel": "down",
+        "detail": "waiting for the controller's tunnel",
+        "down": ["lotus api: refused"],
+    }
+    await engine.handle_worker_event(iid, down)
+    for _ in range(20):  # 10 minutes of steps, each seeing the tunnel down
+        world.clock.advance(30)
+        await engine.handle_worker_event(iid, down)
+        await engine.step()
+    facts = FleetFacts(
+        target=1,
+        workers=1,
+        reason_kind=None,
+        reason=None,
+        credit=None,
+        bans_last_hour=0,
+        kills_last_hour=0,
+        cut_off=engine.cut_off,
+    )
+    assert "cut_off" in Conditions().holding(facts, world.clock.now())
+    await engine.handle_worker_event(iid, {"stage": "prove", "event": "progress", "tunnel": "up"})
+    world.clock.advance(30)
+    await engine.step()
+    events = [e.reason for e in await store.list_events(kind="cut_off")]
+    assert len(events) == 2, events
+    assert events[0].startswith("the controller is cut off from its workers: instance")
+    assert events[1] == "the controller reaches its workers again (cut off for 10 min)"
+    assert engine.cut_off is None
+    assert "cut_off" not in Conditions().holding(replace(facts, cut_off=None), world.clock.now())
+    await engine.close()

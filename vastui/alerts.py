@@ -34,6 +34,7 @@ ALERT_KEYS = (
     "daily_budget",  # [fleet] max_daily_spend reached: nothing more is rented today
     "rent_breaker",  # [fleet] max_rents_per_slot_hour reached: renting stopped
     "cluster_unreadable",  # curio's cluster unreadable for [alerts] cluster_unreadable_min
+    "cut_off",  # the controller cut off from its workers (their tunnel to it down)
     "low_credit",  # the account's credit under [alerts] min_credit
     "ban_storm",  # [alerts] storm_bans machines banned within an hour
     "kill_storm",  # [alerts] storm_kills workers destroyed within an hour
@@ -109,6 +110,7 @@ class FleetFacts:
     # curio's cluster: why it cannot be read, since when (engine clock); None: readable or off
     cluster_error: str | None = None
     cluster_error_since: float | None = None
+    cut_off: str | None = None  # the controller cut off from its workers, one line
 
 
 @dataclass
@@ -148,6 +150,8 @@ class Conditions:
             out["ban_storm"] = f"{facts.bans_last_hour} machines banned in the last hour"
         if self.storm_kills > 0 and facts.kills_last_hour >= self.storm_kills:
             out["kill_storm"] = f"{facts.kills_last_hour} workers destroyed in the last hour"
+        if facts.cut_off:
+            out["cut_off"] = f"the controller is cut off from its workers: {facts.cut_off}"
         since = facts.cluster_error_since
         if facts.cluster_error and since is not None:
             waited = now - since

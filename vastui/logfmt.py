@@ -38,3 +38,42 @@ class PrivateFileHandler(logging.FileHandler):
     def _open(self) -> io.TextIOWrapper:
         fd = open_private(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND)
         return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
+class RepeatLimiter(logging.Filter):
+    """At most one warning (or worse) per minute of each kind (its logger and message template,
+    not its arguments), the rest counted and summed up in the next one let through: a fault that
+    repeats every step for every worker (a controller cut off from its workers, a dead
+    database) is a line a minute in the log, not thousands. Seconds on the monotonic clock.
+    Lines below WARNING pass: they are the fleet's own news, one per change."""
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.every_s = every_s
+        self.clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        decided = getattr(record, "_vastui_repeat", None)
+        if decided is not None:  # the same record at another handler: the same answer
+            return bool(decided)
+        record._vastui_repeat = keep = self._keep(record)
+        return keep
+
+    def _keep(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, str(record.msg))
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.every_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it in the last {now - last:.0f} s)"
+        if len(self._last) > 10_000:  # bounded, whatever the messages
+            self._last.clear()
+        return True

@@ -165,6 +165,10 @@ class Engine:
         self.cluster_view: ClusterView | None = None  # its last good reading
         self.cluster_error: str | None = None  # why it cannot be read now, one line
         self.cluster_error_since: float | None = None  # engine clock
+        # the controller cut off from its workers (their tunnel to it down): one episode, an
+        # event at its start and its end (the line and since when, engine clock)
+        self.cut_off: str | None = None
+        self.cut_off_since: float | None = None
         self.identity_collision: str | None = None  # a new worker's identity taken, one line
         self._collision_runner: int | None = None
         self._proof_costs: spend.ProofCosts | None = None  # over the window, as curio counts
@@ -1085,8 +1089,27 @@ class Engine:
             return view, provision.decide(view, offers)
         return view, decision
 
+    async def _note_cut_off(self, tunnel_down: str | None) -> None:
+        """The controller cut off from its workers is one episode: an event (and, through the
+        monitor, an alert) when it starts and when it ends, whatever each step repeats."""
+        now = self.clock()
+        if tunnel_down is not None and self.cut_off is None:
+            self.cut_off, self.cut_off_since = tunnel_down, now
+            text = f"the controller is cut off from its workers: {tunnel_down}"
+            log.warning("%s", text)
+            await self.store.add_event("cut_off", text, now=now)
+        elif tunnel_down is None and self.cut_off is not None:
+            lasted = now - (self.cut_off_since or now)
+            self.cut_off = self.cut_off_since = None
+            text = f"the controller reaches its workers again (cut off for {lasted / 60:.0f} min)"
+            log.info("%s", text)
+            await self.store.add_event("cut_off", text, now=now)
+        elif tunnel_down is not None:
+            self.cut_off = tunnel_down  # the newest line; the episode's start stands
+
     async def _publish(self, view: provision.FleetView, decision: provision.Decision) -> None:
         reason = decision.reason
+        await self._note_cut_off(view.tunnel_down)
         status = await self.store.put_engine_status(
             EngineStatus(
                 target=view.target,

@@ -18,7 +18,7 @@ from vastui.backend import Options
 from vastui.config import ensure_parent_dir, load_api_key, state_dir
 from vastui.engine import sigbus
 from vastui.engine.runtime import RunOptions, engine_runtime
-from vastui.logfmt import ClockFormatter, PrivateFileHandler
+from vastui.logfmt import ClockFormatter, PrivateFileHandler, RepeatLimiter
 from vastui.redact import SecretFilter
 from vastui.sanitize import sanitize_line
 from vastui.store import Store
@@ -58,8 +58,10 @@ def setup_logging(path: Path, level: int = logging.INFO) -> ClockFormatter:
         old.close()
     _INSTALLED.clear()
     secrets = SecretFilter([_api_key()])  # in any message, from any library: never the key
+    repeats = RepeatLimiter()  # one filter for both: a line held back is held in both
     for handler in (logging.StreamHandler(sys.stderr), PrivateFileHandler(path)):
         handler.setFormatter(fmt)
+        handler.addFilter(repeats)
         handler.addFilter(secrets)
         handler.addFilter(_SafeText())
         _INSTALLED.append(handler)

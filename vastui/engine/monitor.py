@@ -81,6 +81,7 @@ class Monitor:
                 ),
                 cluster_error=engine.cluster_error,
                 cluster_error_since=engine.cluster_error_since,
+                cut_off=engine.cut_off,
             )
             for alert in self.book.observe(self.conditions.holding(facts, now), now):
                 log.info("alert %s %s: %s", alert.key, alert.state, alert.summary)

@@ -46,6 +46,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "tunnel",
     "error",
     "cordoned",  # a worker's curio machine cordoned before a planned destroy (its drain)
+    "cut_off",  # the controller cut off from its workers, and back (one episode, two events)
     "tasks_released",  # a destroyed (or outbid) worker's tasks freed in curio's cluster
     "cluster",  # curio's cluster: unreadable, readable again; an identity collision
 )
