@@ -58,6 +58,10 @@ INVARIANTS: dict[str, str] = {
     "signature in status, nothing rented",
     "storm_recovery": "once the fault is gone and `vastui resume` has run, the fleet is at target "
     "within the bound, proving within the ready bound, and not paused again",
+    "observed_too_little": "the observer saw the cloud in at least half of its observations "
+    "(a trial does not pass on the ledger alone)",
+    "crash_point_unreached": "every crash point a trial armed was reached (not replaced by an "
+    "outside kill)",
 }
 
 
@@ -1393,3 +1397,23 @@ def dedupe(violations: Iterable[Violation]) -> list[Violation]:
             seen.add(v.key)
             out.append(v)
     return out
+
+
+MIN_OBSERVED_SHARE = 0.5  # of a trial's observations, those that saw the cloud
+
+
+def observed_enough(observations: int, failed: int) -> list[Violation]:
+    """A trial whose observer could not see the cloud most of the time checked its invariants
+    on nothing: it does not pass on the ledger alone."""
+    if observations <= 0:
+        return [Violation("observed_too_little", "observer", "no observation at all")]
+    seen = observations - failed
+    if seen / observations < MIN_OBSERVED_SHARE:
+        return [
+            Violation(
+                "observed_too_little", "observer",
+                f"only {seen} of {observations} observations saw the cloud "
+                f"(at least {MIN_OBSERVED_SHARE:.0%} needed)",
+            )
+        ]  # fmt: skip
+    return []

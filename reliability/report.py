@@ -12,11 +12,12 @@ from reliability import invariants as inv
 from reliability.trial import ORPHAN_BOUND, Trial, refill_bound
 from vastui.engine.labels import is_vastui_label
 
-# The invariants each command checks (the soak's and the crash trial's are the first 13).
-BASE = tuple(list(inv.INVARIANTS)[:13])
+# The invariants each command checks (the soak's and the crash trial's are the first 13, and
+# every trial's observer must have seen the cloud).
+BASE = (*list(inv.INVARIANTS)[:13], "observed_too_little")
 CHECKED: dict[str, tuple[str, ...]] = {
     "soak": BASE,
-    "crash": BASE,
+    "crash": (*BASE, "crash_point_unreached"),
     "api-outage": (*BASE, "outage_destroy", "outage_recovery", "trial_setup"),
     "ssh-cut": (*BASE, "cut_off_destroy", "outage_recovery", "trial_setup"),
     "resources": (*BASE, "resource_growth", "db_growth"),

@@ -422,6 +422,8 @@ class Trial:
         rows = self.last_rows or []
         self.record(inv.gone_unrecorded(self.ever_ours, rows, store))
         self.record(inv.destroys_unrecorded(store))
+        self.record(inv.observed_enough(self.counts["observations"],
+                                        self.counts["observations_failed"]))  # fmt: skip
         self.check_ledger()
 
     def target_reached_check(self, bound: float, start: float) -> None:

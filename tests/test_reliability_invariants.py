@@ -507,3 +507,23 @@ def test_a_cloud_without_its_clock_is_refused() -> None:
     proc = _printing("vastui sim: serving simulated Vast API on http://127.0.0.1:4321 (x)\n")
     with pytest.raises(SystemExit, match="no VASTUI_SIM_CLOCK"):
         _wait_for_start(proc, [], 10.0, wrote=False)
+
+
+def test_a_quick_crash_run_plans_the_shrink_too() -> None:
+    import random
+
+    from reliability.crash import SHRINK, plan_trials
+
+    for count in (3, 6):
+        assert SHRINK in plan_trials(count, random.Random(1)), count
+
+
+@pytest.mark.parametrize(
+    ("observations", "failed", "violated"),
+    [(0, 0, True), (10, 0, False), (10, 5, False), (10, 6, True), (10, 10, True)],
+)
+def test_a_trial_that_saw_too_little_of_the_cloud_does_not_pass(observations, failed, violated):
+    found = inv.observed_enough(observations, failed)
+    assert bool(found) == violated
+    assert all(v.invariant == "observed_too_little" for v in found)
+    assert {v.invariant for v in found} <= set(inv.INVARIANTS)
