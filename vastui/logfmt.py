@@ -72,7 +72,7 @@ class RepeatLimiter(logging.Filter):
             return False
         self._last[key] = now
         held = self._held.pop(key, 0)
-        if held:
+        if held and last is not None:
             record.msg = f"{record.msg} (and {held} more like it in the last {now - last:.0f} s)"
         if len(self._last) > 10_000:  # bounded, whatever the messages
             self._last.clear()
