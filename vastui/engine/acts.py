@@ -469,8 +469,12 @@ class Acts:
         worker = self.cluster_worker(rec)
         if cluster is None or worker is None or rec.proving_at is None:
             return False
+        # A vanish is the engine's conclusion, not a destroy Vast confirmed: an instance listed
+        # again is adopted back, and its curio must still find its machine row (harmony_task's
+        # owner_id references it); curio's own cleanup removes the row if it is really gone.
+        keep_row = outbid or rec.kill_kind == "vanished"
         try:
-            freed, machine = await cluster.release(worker, keep_row=outbid)
+            freed, machine = await cluster.release(worker, keep_row=keep_row)
         except ClusterError as exc:
             log.warning("instance %s: its tasks in curio's cluster are not freed yet: %s",
                         rec.vast_id, exc)  # fmt: skip
@@ -479,7 +483,7 @@ class Acts:
         if machine is None:
             text = f"{why}: no curio machine of its own in the cluster, nothing to free"
         else:
-            kept = "; its row kept (it may resume)" if outbid else "; its row deleted"
+            kept = "; its row kept (it may resume)" if keep_row else "; its row deleted"
             text = f"{why}: {freed} task(s) of curio machine {machine} freed{kept}"
         await self.store.note_released(
             rec.vast_id, freed, text, now=self.clock(),

@@ -46,11 +46,6 @@ class SteadyClock:
             self._noted = offset
         return now
 
-    @property
-    def wall_offset(self) -> float:
-        """How far the wall clock is from this one (seconds; 0 until it steps)."""
-        return self._wall() - (self._wall0 + (self._monotonic() - self._mono0))
-
 
 def steady_scaled(
     start: float, wall0: float, speed: float, monotonic: Callable[[], float] = time.monotonic

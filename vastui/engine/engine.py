@@ -397,6 +397,9 @@ class Engine:
                     await self.acts.destroy_again(rec)  # (not one killed since the list was read)
         await self._note_foreign(foreign, now)
         bad = {e.machine_id: e.reason or "" for e in await self.store.list_bad(now=now)}
+        # misses of instances no longer live (destroyed meanwhile) are forgotten
+        live = {r.vast_id for r in known.values() if not r.killed}
+        self._unseen = {k: v for k, v in self._unseen.items() if k in live}
         for rec in list(known.values()):
             if not rec.killed and rec.source == "vastui":
                 await self._isolated(rec.vast_id, self._reconcile_one(rec, vast, bad, now))
