@@ -16,8 +16,31 @@ from vastui.sim.workers import free_port
 WAIT = 60.0  # generous upper bound for any condition
 
 __all__ = [
-    "WAIT", "Controller", "eventually", "free_port", "settle", "until_instance", "wait_for",
+    "WAIT", "Controller", "eventually", "free_port", "quiet_port", "settle", "until_instance",
+    "wait_for",
 ]  # fmt: skip
+
+
+def quiet_port() -> int:
+    """A free port below the kernel's ephemeral range (ip_local_port_range starts at 32768 by
+    default), for a server started later: a port from free_port() is released at once, and any
+    bind to port 0 meanwhile (the market, a stand-in's server, PostgreSQL) may be handed it (seen
+    under load: the daemon's 'Address already in use'). Nothing binds port 0 into this range."""
+    import random
+    import socket
+    from pathlib import Path
+
+    text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    low = int(text.split()[0])
+    for _ in range(200):
+        port = random.randrange(20_000, max(20_001, min(low, 32_768)))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return free_port()
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = WAIT, what: str = "condition") -> Any:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import WAIT, Controller, free_port, wait_for
+from tests.helpers import WAIT, Controller, free_port, quiet_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "vastui" / "sim" / "standins"
@@ -60,8 +60,9 @@ class Box:
         self.params.mkdir(parents=True)
         (self.params / SIM.SRS_PARAMS).write_text("x\n")
         self.procs: list[subprocess.Popen] = []
-        self.listen = f"127.0.0.1:{free_port()}"
-        self.status_addr = f"127.0.0.1:{free_port()}"
+        # started later than chosen: out of the range binds to port 0 take from
+        self.listen = f"127.0.0.1:{quiet_port()}"
+        self.status_addr = f"127.0.0.1:{quiet_port()}"
         self.env = {
             "PATH": f"{STANDINS}:{PYBIN}:/usr/bin:/bin",
             "WORKER_ROOT": str(root),
