@@ -79,6 +79,17 @@ async def test_strip_shows_target_and_reason_and_follows_the_cause(tmp_path: Pat
         )
         await settle(pilot, app, lambda: "workers 3/3" in strip(app))
         assert "below target" not in strip(app)
+        assert "CUT OFF" not in strip(app)
+        # cut off from its workers for 12 minutes: said on the first line, whatever the reason
+        source.fixed_snapshot = replace(
+            source.fixed_snapshot,
+            engine_status=status(
+                workers=3, reason_kind="at_target", reason="at target",
+                cut_off="instance 7: lotus api: refused", cut_off_since=1_790_000_000.0 - 720,
+            ),
+        )  # fmt: skip
+        await settle(pilot, app, lambda: "CUT OFF 12m" in strip(app))
+        assert strip(app).index("CUT OFF") < strip(app).index("\n")
 
 
 # -- attached: a gone engine is noticed, and commands are refused ---------------------------

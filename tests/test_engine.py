@@ -19,6 +19,7 @@ from vastui.engine.commands import COMMAND_TTL
 from vastui.engine.engine import VANISH_MIN_AGE, VANISH_MISSES, EngineError
 from vastui.engine.labels import is_vastui_label
 from vastui.engine.ranking import from_record
+from vastui.status import gather, render
 from vastui.store import Store
 
 # -- provisioning ------------------------------------------------------------------------
@@ -848,9 +849,19 @@ async def test_a_controller_cut_off_from_its_workers_is_one_episode(world, store
         cut_off=engine.cut_off,
     )
     assert "cut_off" in Conditions().holding(facts, world.clock.now())
+    # its state is published: `vastui status` (and the strip, the metrics) say it
+    published = await store.get_engine_status()
+    assert published is not None and published.cut_off == engine.cut_off
+    assert published.cut_off_since == engine.cut_off_since
+    assert world.clock.now() - published.cut_off_since == pytest.approx(600, abs=30)
+    lines = render(await gather(store, now=world.clock.now())).splitlines()
+    assert any(line.startswith("cut off from its workers since ") for line in lines), lines
     await engine.handle_worker_event(iid, {"stage": "prove", "event": "progress", "tunnel": "up"})
     world.clock.advance(30)
     await engine.step()
+    published = await store.get_engine_status()
+    assert published is not None and published.cut_off is None
+    assert "cut off" not in render(await gather(store, now=world.clock.now()))
     events = [e.reason for e in await store.list_events(kind="cut_off")]
     assert len(events) == 2, events
     assert events[0].startswith("the controller is cut off from its workers: instance")

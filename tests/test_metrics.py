@@ -112,6 +112,18 @@ def test_unknown_numbers_are_left_out_not_invented() -> None:
         assert name not in got
 
 
+def test_a_cut_off_controller_is_a_gauge_and_its_length() -> None:
+    c = FleetCollector()
+    c.update(sample())
+    got = scrape(c)
+    assert got["vastui_controller_cut_off"] == [({}, 0.0)]
+    assert "vastui_controller_cut_off_seconds" not in got
+    c.update(replace(sample(), cut_off_seconds=600.0))
+    got = scrape(c)
+    assert got["vastui_controller_cut_off"] == [({}, 1.0)]
+    assert got["vastui_controller_cut_off_seconds"] == [({}, 600.0)]
+
+
 @pytest.mark.parametrize(
     ("text", "want"),
     [("127.0.0.1:9464", ("127.0.0.1", 9464)), (":9000", ("127.0.0.1", 9000)),

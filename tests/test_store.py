@@ -608,7 +608,7 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
         "reason_since": "2026-11-30T10:06:30Z",
         "simulated_clock": False,
         "credit": None, "spent_today": None, "daily_budget": None, "dph": None, "dph_cap": None,
-        "cluster": None,
+        "cluster": None, "cut_off": None, "cut_off_since": None,
     }  # fmt: skip
     seen = await store.put_engine_status(
         replace(_status(None, T0 + 140), cluster={"state": "ok", "psprove_waiting": 3})
@@ -651,7 +651,7 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 12
+        assert await s.schema_version() == SCHEMA_VERSION == 13
         assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
         await s.put_engine_status(_status("at_target", T0))
         assert (await s.get_engine_status()).reason_kind == "at_target"

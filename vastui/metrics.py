@@ -79,6 +79,8 @@ class FleetSample:
     # curio's cluster, as the engine's status carries it (vastui/engine/engine.py
     # cluster_summary); None: not read
     cluster: Mapping[str, Any] | None = None
+    # the controller cut off from its workers: for how long (seconds); None while they reach it
+    cut_off_seconds: float | None = None
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -155,6 +157,16 @@ def _fleet(s: FleetSample) -> Iterator[Metric]:
     for kind in s.reason_kinds:
         blocked.add_metric([kind], 1.0 if kind == s.blocked_reason else 0.0)
     yield blocked
+    yield GaugeMetricFamily(
+        "vastui_controller_cut_off",
+        "1 while the controller is cut off from its workers (their tunnel to it down)",
+        value=0.0 if s.cut_off_seconds is None else 1.0,
+    )
+    yield from _gauge(
+        "vastui_controller_cut_off_seconds",
+        "How long the controller has been cut off from its workers",
+        s.cut_off_seconds,
+    )
 
 
 def _workers(workers: Iterable[WorkerSample]) -> Iterator[Metric]:

@@ -90,6 +90,12 @@ def render(report: dict[str, Any]) -> str:
     """A few plain lines: the engine, the workers and the reason, the spend (and other
     controllers' instances on the account, when the engine saw any)."""
     lines = [_engine_line(report), _workers_line(report), _spend_line(report)]
+    engine = report.get("engine") or {}
+    if engine.get("cut_off"):
+        lines.append(
+            f"cut off from its workers since {engine.get('cut_off_since')}: "
+            f"{engine['cut_off']}; workers wait to prove, no machine is blamed"
+        )
     cluster = cluster_line((report.get("engine") or {}).get("cluster"))
     if cluster:
         lines.append(cluster)

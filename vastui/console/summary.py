@@ -35,6 +35,8 @@ STRIP_HELP = (
     ("cluster 3 waiting 5 claimed …", "curio's cluster as the engine last read it: PSProve tasks "
      "waiting and claimed, proofs paid in the production window and $ per paid proof, workers "
      "draining (⤓); red when it cannot be read"),
+    ("CUT OFF 12m", "the controller is cut off from its workers (their tunnel to the Lotus API "
+     "and curio's database is down) for 12 min: they wait to prove, no machine is blamed"),
     ("vast 12s / engine ♥ 2s", "time since the engine last listed instances on Vast / "
      "since the attached engine's last heartbeat"),
 )  # fmt: skip
@@ -83,6 +85,10 @@ def strip_text(s: StripState) -> Text:
             line.append(f"{counts[key]}", style=f"bold {style}")
     if counts["killed"]:
         line.append(f" ✗{counts['killed']}", style="red")
+    if status is not None and status.cut_off is not None:
+        lasted = max(0.0, status.updated_at - (status.cut_off_since or status.updated_at))
+        line.append(" │ ", style="dim")
+        line.append(f"CUT OFF {age(lasted)}", style="bold red")
     line.append(" │ ", style="dim")
     line.append(f"${eco.dph:.2f}/h ", style="bold")
     if status is not None and status.dph_cap is not None:

@@ -1131,6 +1131,8 @@ class Engine:
                 dph=view.dph_in_use,
                 dph_cap=view.max_total_dph if math.isfinite(view.max_total_dph) else None,
                 cluster=self._cluster_status(view),
+                cut_off=self.cut_off,
+                cut_off_since=self.cut_off_since,
             )
         )
         previous = self.status

@@ -136,6 +136,9 @@ class Monitor:
             max_daily_spend=fleet.max_daily_spend or None,
             max_total_dph=fleet.max_total_dph,
             cluster=status.cluster,
+            cut_off_seconds=None
+            if engine.cut_off_since is None
+            else max(0.0, now - engine.cut_off_since),
         )
 
 

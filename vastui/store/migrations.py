@@ -329,7 +329,14 @@ UPDATE instances SET released_at = killed_at WHERE state = 'killed';
 ALTER TABLE engine_status ADD COLUMN cluster TEXT;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
+# The controller cut off from its workers (issue 28): the episode's newest line and its start
+# (the engine's clock), for `vastui status`, the strip and an attached console.
+_V13 = """
+ALTER TABLE engine_status ADD COLUMN cut_off TEXT;
+ALTER TABLE engine_status ADD COLUMN cut_off_since REAL;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

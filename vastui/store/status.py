@@ -43,6 +43,10 @@ class EngineStatus:
     # curio's cluster (migration 12): the reader's state and the totals of its last reading
     # (vastui/engine/engine.py _cluster_summary), None when it is off
     cluster: dict[str, Any] | None = None
+    # the controller cut off from its workers (migration 13): the episode's newest line and
+    # when it began (the engine's clock); None while they reach it
+    cut_off: str | None = None
+    cut_off_since: float | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> EngineStatus:
@@ -65,6 +69,8 @@ class EngineStatus:
             dph=_money(row["dph"]),
             dph_cap=_money(row["dph_cap"]),
             cluster=json_obj(row["cluster"]),
+            cut_off=row["cut_off"],
+            cut_off_since=row["cut_off_since"] if row["cut_off"] is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +91,8 @@ class EngineStatus:
             "dph": self.dph,
             "dph_cap": self.dph_cap,
             "cluster": self.cluster,
+            "cut_off": self.cut_off,
+            "cut_off_since": iso_utc(self.cut_off_since),
         }
 
     def check(self) -> None:
@@ -99,7 +107,7 @@ class EngineStatus:
             raise StoreError(
                 f"engine status updated_at must be epoch seconds, got {self.updated_at!r}"
             )
-        for name in ("credit", "spent_today", "daily_budget", "dph", "dph_cap"):
+        for name in ("credit", "spent_today", "daily_budget", "dph", "dph_cap", "cut_off_since"):
             value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool)
@@ -136,8 +144,8 @@ class StatusRepo:
             await conn.execute(
                 "INSERT INTO engine_status (id, target, workers, by_stage, reason_kind, reason,"
                 " best, dry_run, updated_at, reason_since, wall_at, simulated, credit,"
-                " spent_today, daily_budget, dph, dph_cap, cluster)"
-                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                " spent_today, daily_budget, dph, dph_cap, cluster, cut_off, cut_off_since)"
+                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(id) DO UPDATE SET target = excluded.target,"
                 " workers = excluded.workers, by_stage = excluded.by_stage,"
                 " reason_kind = excluded.reason_kind, reason = excluded.reason,"
@@ -146,7 +154,8 @@ class StatusRepo:
                 " wall_at = excluded.wall_at, simulated = excluded.simulated,"
                 " credit = excluded.credit, spent_today = excluded.spent_today,"
                 " daily_budget = excluded.daily_budget, dph = excluded.dph,"
-                " dph_cap = excluded.dph_cap, cluster = excluded.cluster",
+                " dph_cap = excluded.dph_cap, cluster = excluded.cluster,"
+                " cut_off = excluded.cut_off, cut_off_since = excluded.cut_off_since",
                 (
                     status.target, status.workers, json.dumps(dict(status.by_stage)),
                     status.reason_kind, status.reason,
@@ -155,6 +164,7 @@ class StatusRepo:
                     status.wall_at, int(status.simulated), status.credit, status.spent_today,
                     status.daily_budget, status.dph, status.dph_cap,
                     None if status.cluster is None else json.dumps(status.cluster, default=str),
+                    status.cut_off, status.cut_off_since,
                 ),
             )  # fmt: skip
             row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")
