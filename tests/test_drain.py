@@ -10,6 +10,7 @@ import pytest
 from vastui.config import Config
 from vastui.engine import drain, production
 from vastui.engine.policy import Kill
+from vastui.engine.production import ProdState
 from vastui.store import InstanceRecord
 
 PROVING = InstanceRecord(vast_id=1, state="proving", runner_id=3, bench_rate=20.0)
@@ -110,6 +111,40 @@ def test_curio_verdict(cluster: dict[str, Any] | None, kind: str | None) -> None
         line = cluster["last_error"] or "no error text"
         assert kill.reason.endswith(f": {line}") and kill.error_lines == (line,)
         assert "cuzk counted 12 done" in kill.reason
+
+
+UNAVAILABLE = (
+    "error: failed to compute proof: cuzk porep prove failed: cuzk Prove RPC: rpc error: code = "
+    'Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp '
+    '127.0.0.1:33277: connect: connection refused"'
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "state", "waits"),
+    [
+        # curio's own error: the verdict stands at once
+        ("error: proof check failed", ProdState(last_ok=50.0), False),
+        # curio could not reach the daemon, and neither could the engine's last reading: the
+        # cuzk verdicts judge (died, unresponsive)
+        (UNAVAILABLE, ProdState(last_ok=50.0, silent_since=80.0), True),
+        # no reading of cuzk since the engine saw the failures (at 100): wait for one
+        (UNAVAILABLE, ProdState(last_ok=90.0), True),
+        (UNAVAILABLE, ProdState(last_ok=100.0), True),
+        (UNAVAILABLE, ProdState(), True),
+        # the daemon answered the engine after the failures were seen: curio cannot reach a live
+        # daemon, the verdict stands
+        (UNAVAILABLE, ProdState(last_ok=130.0), False),
+        # another gRPC code is the daemon's own answer, not an unreachable daemon
+        (UNAVAILABLE.replace("Unavailable", "DeadlineExceeded"), ProdState(), False),
+    ],
+)
+def test_a_verdict_of_curios_failures_waits_for_a_reading_of_cuzk(
+    line: str, state: ProdState, waits: bool
+) -> None:
+    kill = production.curio_verdict({"done": 0, "failed": 9, "last_error": line}, 12, Config())
+    assert kill is not None
+    assert production.waits_for_cuzk(kill, state, seen_since=100.0) is waits
 
 
 @pytest.mark.parametrize(

@@ -173,6 +173,9 @@ class Engine:
         self._collision_runner: int | None = None
         self._proof_costs: spend.ProofCosts | None = None  # over the window, as curio counts
         self._cluster_probed = False
+        # when a verdict of curio's failures waiting for a reading of cuzk was first seen
+        # (production.waits_for_cuzk), per instance, engine clock
+        self._curio_waits: dict[int, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -716,6 +719,7 @@ class Engine:
     async def _note_cluster(self, vast_id: int, state: Any, now: float) -> None:
         rec = await self.store.get_instance(vast_id)
         if rec is None or rec.killed:
+            self._curio_waits.pop(vast_id, None)
             return
         rec = await self.store.update_instance(
             vast_id, cluster_state=json.dumps(state.to_json()), cluster_checked_at=now
@@ -723,11 +727,18 @@ class Engine:
         if rec.state != "proving" or rec.outbid_since is not None or rec.drain_started_at:
             return
         window = self.config.proving.window_min * 60.0
-        cuzk = production.measure(production.ProdState.from_json(rec.prod_state), now, window)
+        prod = production.ProdState.from_json(rec.prod_state)
+        cuzk = production.measure(prod, now, window)
         kill = production.curio_verdict(state.to_json(), cuzk.completed, self.config)
-        if kill is not None:
-            log.warning("instance %s: %s", vast_id, kill.reason)
-            await self.acts.kill(rec, kill)
+        if kill is None:
+            self._curio_waits.pop(vast_id, None)
+            return
+        seen = self._curio_waits.setdefault(vast_id, now)
+        if production.waits_for_cuzk(kill, prod, seen):
+            return
+        self._curio_waits.pop(vast_id, None)
+        log.warning("instance %s: %s", vast_id, kill.reason)
+        await self.acts.kill(rec, kill)
 
     async def _end_drains(self) -> None:
         """Each drain's destroy intent, carried on: destroyed once it is over (drain.py)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -379,6 +380,29 @@ def curio_verdict(
         strike=True,
         detail={"curio_failed": failed, "curio_done": done, "cuzk_completed": cuzk_completed},
     )
+
+
+# curio's error when it cannot reach the worker's own cuzk-daemon: its client wraps the gRPC
+# error (curio lib/cuzk/client.go:124 "cuzk Prove RPC: %w"), Unavailable for a refused or lost
+# connection (a daemon dead, restarting, or not where curio dials it).
+CUZK_UNREACHABLE = re.compile(r"cuzk Prove RPC: rpc error: code = Unavailable\b")
+
+
+def waits_for_cuzk(kill: Kill, state: ProdState, seen_since: float) -> bool:
+    """Whether a ``prove_curio_failing`` verdict waits for the engine's own reading of cuzk.
+
+    Failures that say curio could not reach the daemon follow a daemon's death at once (curio
+    fails each claimed task in a moment while the engine reads cuzk once per ``poll_s``), and
+    the engine's reading names a death with its own lines (``prove_daemon_died``, the CUDA error
+    that banned the machine). So such a verdict waits: while the engine's latest reading of cuzk
+    failed too, the cuzk verdicts judge (died, unresponsive); once a reading taken after the
+    engine first saw these failures (``seen_since``, the engine's clock) answered, the daemon is
+    alive and curio cannot reach it, and the verdict stands."""
+    if not any(CUZK_UNREACHABLE.search(line) for line in kill.error_lines):
+        return False
+    if state.silent_since is not None:
+        return True
+    return state.last_ok is None or state.last_ok <= seen_since
 
 
 def _obj(value: Any) -> dict[str, Any]:
