@@ -282,10 +282,20 @@ class Controller:
         return lookup_id(address)
 
     def sql(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        """One statement on the cluster's database, as an operator (or the engine) sends it."""
-        with self.db.connect() as conn:
-            cur = conn.execute(query, params)
-            return list(cur.fetchall()) if cur.description is not None else []
+        """One statement on the cluster's database, as an operator (or the engine) sends it:
+        tried again on a serialization conflict (SQLSTATE 40001, a node's heartbeat updating the
+        same row), as curio's harmonydb and the engine's reader do (vastui/engine/cluster.py)."""
+        import psycopg
+
+        for attempt in range(10):
+            try:
+                with self.db.connect() as conn:
+                    cur = conn.execute(query, params)
+                    return list(cur.fetchall()) if cur.description is not None else []
+            except psycopg.errors.SerializationFailure:
+                if attempt == 9:
+                    raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._call(self.cql_pin.stop())
