@@ -58,8 +58,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Test files run side by side in PYTEST_WORKERS processes (pytest-xdist; a file stays in one
+# process, its fixtures with it). The suite mostly waits, so one more process than cores pays;
+# PYTEST_WORKERS=0 runs it in this process.
+PYTEST_WORKERS ?= $(shell $(PY) -c 'import os; print(min(8, len(os.sched_getaffinity(0)) + 1))' 2>/dev/null || echo 2)
+
 test: lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix vastui tests reliability bench $(STANDINS)
