@@ -101,7 +101,7 @@ class Sim:
             offers[0].id,
             label=f"vastui-e2e-{self._labels}",
             image=IMAGE,
-            disk_gb=250,  # the parameters and PCE files (vastui/engine/plan.py)
+            disk_gb=250,  # the parameters and PCE files (vastui/domain/plan.py)
             env=env,
             onstart=ONSTART,
         )

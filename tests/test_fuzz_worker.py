@@ -29,7 +29,7 @@ from vastui.console.logtext import clean as _clean
 from vastui.console.logview import LogView
 from vastui.sanitize import MAX_LINE, sanitize_line
 from vastui.ssh.errors import SshConnectionLost
-from vastui.ssh.lines import TEXT_LINE_BYTES, _LineSplitter, display_line
+from vastui.ssh.lines import TEXT_LINE_BYTES, LineSplitter, display_line
 from vastui.ssh.worker import MAX_EVENT_DEPTH, Worker
 
 BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -136,7 +136,7 @@ class EventLogConn:
         for _ in range(after):  # the worker skips the first N lines
             data = data[data.index(b"\n") + 1 :]
         drop_after = self.drops.pop(0) if self.drops else None
-        splitter = _LineSplitter(self.cap)
+        splitter = LineSplitter(self.cap)
         for n, start in enumerate(range(0, len(data), self.chunk)):
             if n == drop_after:
                 raise SshConnectionLost(self.instance_id, "connection lost")
@@ -196,7 +196,7 @@ def test_nan_and_infinity_are_not_events() -> None:
 
 def split(data: bytes, chunk: int) -> list[str]:
     """What `follow` shows for a byte stream: split with the byte cap, then sanitised."""
-    splitter = _LineSplitter(LINE_CAP)
+    splitter = LineSplitter(LINE_CAP)
     pieces = [p for i in range(0, len(data), chunk) for p in splitter.feed(data[i : i + chunk])]
     last = splitter.flush()
     return [display_line(text, cut) for text, cut in [*pieces, *([last] if last else [])]]

@@ -33,7 +33,6 @@ from vastui.vast.models import (
     ModelError,
     Offer,
     _bool,
-    _depth_exceeds,
     _gb,
     _json_constant,
     _json_int,
@@ -42,6 +41,7 @@ from vastui.vast.models import (
     _req_id,
     _str,
     _text,
+    depth_exceeds,
     describe,
     parse_int,
     parse_json,
@@ -150,9 +150,9 @@ def test_depth_walk_agrees_with_a_recursive_count(value, limit):
             return 1 + max((depth(v, records, True) for v in node), default=0)
         return 0
 
-    assert _depth_exceeds(value, limit) == (depth(value, True) > limit)
+    assert depth_exceeds(value, limit) == (depth(value, True) > limit)
     # records=False: an object inside a list is a record, not entered (it counts no level).
-    assert _depth_exceeds(value, limit, records=False) == (depth(value, False) > limit)
+    assert depth_exceeds(value, limit, records=False) == (depth(value, False) > limit)
 
 
 def deep(depth: int) -> Any:

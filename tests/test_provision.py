@@ -19,7 +19,7 @@ OFFERS = {
     "dear": (2, 102, 0.24),  # required 30: viable, $0.0075/proof
     "slow": (3, 103, 0.30),  # required 38: not viable, $0.0094/proof
     # cheapest and viable by its ranking (256 GB class), but 170 GB cannot hold PoRep and Snap
-    # resident (vastui/engine/plan.py)
+    # resident (vastui/domain/plan.py)
     "small": (4, 104, 0.10, 170_000),
 }
 

@@ -1,5 +1,5 @@
 """Log lines a chunk at a time (`_DisplaySplitter`, `display_lines`): the very lines the line-by-
-line path gives (`_LineSplitter` + `display_line`, i.e. `sanitize_line` per line), however the
+line path gives (`LineSplitter` + `display_line`, i.e. `sanitize_line` per line), however the
 bytes are chunked, whatever they hold: escapes that would run across a newline, CR LF, invalid
 UTF-8 split across reads, lines over the byte cap and over MAX_LINE characters."""
 
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from tests.fuzz_strategies import HOSTILE_PIECES, hostile_bytes
 from vastui.sanitize import MAX_LINE, sanitize_line
 from vastui.ssh.lines import (
+    LineSplitter,
     LogBatch,
     _DisplaySplitter,
-    _LineSplitter,
     display_batches,
     display_batches_ahead,
     display_line,
@@ -28,7 +28,7 @@ CAP = 64  # small: over-long (cut) lines come up often
 
 
 def per_line(data: bytes, cap: int) -> list[str]:
-    splitter = _LineSplitter(cap)
+    splitter = LineSplitter(cap)
     pieces = splitter.feed(data)
     last = splitter.flush()
     return [display_line(text, cut) for text, cut in [*pieces, *([last] if last else [])]]

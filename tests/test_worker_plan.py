@@ -1,7 +1,7 @@
 """The worker's plan and identity, where the worker (bash) and the engine (Python) must agree:
 the memory and disk plan, the MaxPending that fits curio's ProveTimeout, the curio listen
 address of a runner id. Each bash function is run as the worker runs it (vastui-lib.sh sourced
-in a sandbox root) and compared with vastui/engine/plan.py and identity.py on a table."""
+in a sandbox root) and compared with vastui/domain/plan.py and identity.py on a table."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from vastui.config import _DISK_NEED
-from vastui.engine import identity, plan
+from vastui.config import DISK_NEED_GB
+from vastui.domain import plan
+from vastui.engine import identity
 
 REPO = Path(__file__).resolve().parents[1]
 LIB = REPO / "worker-image" / "vastui-lib.sh"
@@ -49,7 +50,7 @@ def test_the_worker_and_the_engine_hold_the_same_plan() -> None:
     assert lib_value("PLAN_PARAMS_DISK_GIB") == plan.PARAMS_DISK_GIB
     assert lib_value("PLAN_PCE_DISK_GIB") == plan.PCE_DISK_GIB
     assert plan.memory_need_gib() == 163
-    assert plan.disk_need_gb() == _DISK_NEED
+    assert plan.disk_need_gb() == DISK_NEED_GB == 205
 
 
 SIZING_CASES = [

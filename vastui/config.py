@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vastui.domain.plan import disk_need_gb
 from vastui.pricing import required_rate
 
 # The original vast-manager's filter, plus what the worker image needs of the host: a driver
@@ -341,13 +342,7 @@ def is_listen(value: str) -> bool:
     return True
 
 
-def _disk_need() -> float:
-    from vastui.engine.plan import disk_need_gb
-
-    return disk_need_gb()
-
-
-_DISK_NEED = 205.0  # GB; tests/test_worker_plan.py checks it equals plan.disk_need_gb()
+DISK_NEED_GB = disk_need_gb()  # vastui/domain/plan.py: the image, the parameters, the PCE files
 
 _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     # min_rate = ceil($/h ÷ this): a tiny divisor overflows it (vastui/pricing.py).
@@ -357,11 +352,11 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
         "a number > 0 (from 0.000001 to 100 $/proof)",
     ),
     # The image, every parameter file curio fetches with EnableProofShare and the PCE files
-    # (vastui/engine/plan.py): a smaller disk fails every worker's setup.
+    # (vastui/domain/plan.py): a smaller disk fails every worker's setup.
     (
         "fleet.disk_gb",
-        lambda c: _disk_need() <= c.fleet.disk_gb <= 100_000,
-        f"a number of GB from {_DISK_NEED:g} to 100000",
+        lambda c: DISK_NEED_GB <= c.fleet.disk_gb <= 100_000,
+        f"a number of GB from {DISK_NEED_GB:g} to 100000",
     ),
     ("fleet.target_workers", lambda c: 0 <= c.fleet.target_workers <= 1000, "0 to 1000"),
     ("fleet.max_total_dph", lambda c: 0 <= c.fleet.max_total_dph <= 10_000, "0 to 10000 $/h"),

@@ -55,10 +55,10 @@ class RepeatLimiter(logging.Filter):
         self._held: dict[tuple[str, str], int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        decided = getattr(record, "_vastui_repeat", None)
+        decided = getattr(record, "vastui_repeat", None)
         if decided is not None:  # the same record at another handler: the same answer
             return bool(decided)
-        record._vastui_repeat = keep = self._keep(record)
+        record.vastui_repeat = keep = self._keep(record)
         return keep
 
     def _keep(self, record: logging.LogRecord) -> bool:

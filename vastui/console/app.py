@@ -42,7 +42,7 @@ from vastui.console.footer import KeyFooter
 from vastui.console.heap import settle_heap
 from vastui.console.help import HelpScreen, all_binding_ids, live_bindings
 from vastui.console.logview import LogView
-from vastui.console.logviewport import LogLines
+from vastui.console.logviewport import LogViewport
 from vastui.console.messages import (
     CopyText,
     OffersLoaded,
@@ -523,7 +523,7 @@ def binding_classes() -> tuple[type[DOMNode], ...]:
     """Every class of the console that declares bindings: each binding has an id."""
     return (
         VastuiApp, OffersPane, InstancesPane, LogsPane, BadListPane, TablePane, LogView,
-        LogLines, DetailScreen, HelpScreen, ConfirmScreen, PromptScreen, QuitScreen,
+        LogViewport, DetailScreen, HelpScreen, ConfirmScreen, PromptScreen, QuitScreen,
     )  # fmt: skip
 
 

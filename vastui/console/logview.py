@@ -3,7 +3,7 @@ searchable, bounded log pane for worker and engine logs.
 
 The app's message handlers feed it with `append(source, lines)`, where `lines` are already
 sanitised plain text; the buffer keeps, filters, wraps and searches them, and this view draws
-them (its viewport, `LogLines` in logviewport.py, renders the rows) and turns keys and
+them (its viewport, `LogViewport` in logviewport.py, renders the rows) and turns keys and
 scrolling into calls on the buffer. Lines are never interpreted as markup.
 
 Design (after textual's `Log` and toolong's `LogLines`):
@@ -36,9 +36,9 @@ from textual.widgets import Input, Label
 
 from vastui.console.logbuffer import DEFAULT_MAX_LINES, LogBuffer
 from vastui.console.logtext import PREFIX_WIDTH, Entry, classify_line, text_width
-from vastui.console.logviewport import LogLines
+from vastui.console.logviewport import LogViewport
 
-__all__ = ["DEFAULT_MAX_LINES", "PREFIX_WIDTH", "LogLines", "LogView"]
+__all__ = ["DEFAULT_MAX_LINES", "PREFIX_WIDTH", "LogView"]
 
 
 class LogView(Widget):
@@ -114,7 +114,7 @@ class LogView(Widget):
         self._buffer.set_wrap(wrap)
         self._follow_key_display = "End"
         self._frame_due = False  # appends since the last frame: one repaint owed
-        self._lines = LogLines(self, self._buffer)
+        self._lines = LogViewport(self, self._buffer)
         self.set_reactive(LogView.wrap, wrap)
         self._lines.set_class(wrap, "-wrap")
 
@@ -140,7 +140,7 @@ class LogView(Widget):
         return self._buffer
 
     @property
-    def viewport(self) -> LogLines:
+    def viewport(self) -> LogViewport:
         """The scrolling line widget (scroll offsets, `render_line`)."""
         return self._lines
 
@@ -256,7 +256,7 @@ class LogView(Widget):
         self._sync()
         self._lines.scroll_to_end()
 
-    # ------------------------------------------------------------------ what LogLines reports
+    # ------------------------------------------------------------------ what LogViewport reports
 
     def user_scrolled(self, old: float, new: float) -> None:
         """The user scrolled: away from the bottom pauses following, back to it resumes."""

@@ -1,4 +1,4 @@
-"""`LogLines`: the scrolling viewport of a `LogView` (console/logview.py). It draws the rows of
+"""`LogViewport`: the scrolling viewport of a `LogView` (console/logview.py). It draws the rows of
 the view's `LogBuffer` through the line API, each line from its raw text (never markup) into a
 cached `Strip`, so a frame costs the height of the view, not the backlog; and it tells its
 owner, through the owner's public methods, when the user scrolls and when it is resized."""
@@ -6,7 +6,7 @@ owner, through the owner's public methods, when the user scrolls and when it is 
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -33,8 +33,22 @@ from vastui.console.logtext import (
     text_width,
 )
 
-if TYPE_CHECKING:
-    from vastui.console.logview import LogView
+
+class ViewportOwner(Protocol):
+    """What the viewport asks of the widget that owns it (console/logview.py `LogView`)."""
+
+    @property
+    def badge_text(self) -> str: ...
+
+    @property
+    def rich_style(self) -> Style: ...
+
+    def user_scrolled(self, old: float, new: float) -> None: ...
+
+    def viewport_resized(self) -> None: ...
+
+    def get_component_rich_style(self, *names: str, partial: bool = False) -> Style: ...
+
 
 _SOURCE_COLOURS: dict[str, str] = {
     "cuzk": "#56b6c2",
@@ -54,7 +68,7 @@ def source_colour(tag: str) -> str:
     return colour
 
 
-class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
+class LogViewport(ScrollView, can_focus=True, inherit_bindings=False):
     """The rows of a `LogView`'s buffer, scrolled; the badge over the last row while paused."""
 
     ALLOW_SELECT = False  # mouse text selection is not implemented for the pinned source tags
@@ -70,7 +84,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     ]
 
     DEFAULT_CSS = """
-    LogLines {
+    LogViewport {
         height: 1fr;
         background: $surface;
         color: $foreground;
@@ -81,7 +95,7 @@ class LogLines(ScrollView, can_focus=True, inherit_bindings=False):
     }
     """
 
-    def __init__(self, owner: LogView, buffer: LogBuffer) -> None:
+    def __init__(self, owner: ViewportOwner, buffer: LogBuffer) -> None:
         super().__init__(id="logview-lines")
         self._owner = owner
         self._buffer = buffer

@@ -130,7 +130,7 @@ class _Styles:
         # hover, header hover, cursor, header cursor
         self.parts = tuple(rich(f"datatable--{n}") for n in ("hover", "header-hover", "cursor",
                                                               "header-cursor"))  # fmt: skip
-        self.id = table._styles_id((self.base, self.header, self.odd, self.even, self.background,
+        self.id = table.styles_id((self.base, self.header, self.odd, self.even, self.background,
                                    self.parts))  # fmt: skip
         self._cells: dict[tuple[bool, bool, bool, bool, bool], tuple[Style, Style]] = {}
 
@@ -528,7 +528,7 @@ class RowTable(ScrollView, can_focus=True):
             styles = self._styles_memo = _Styles(self)
         return styles
 
-    def _styles_id(self, styles: Hashable) -> int:
+    def styles_id(self, styles: Hashable) -> int:
         found = self._styles_ids.get(styles)
         if found is None:
             if len(self._styles_ids) > 64:  # themes switched back and forth: start over

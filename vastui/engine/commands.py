@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from vastui.engine import policy, provision
-from vastui.engine.acts import EngineError
+from vastui.engine.acts import Acts, EngineError
+from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
-from vastui.store import Command, StoreError
+from vastui.store import Command, Store, StoreError
+from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
 from vastui.vast.models import Offer
-
-if TYPE_CHECKING:
-    from vastui.engine.engine import Engine
 
 log = logging.getLogger("vastui.engine")
 
@@ -27,19 +27,37 @@ log = logging.getLogger("vastui.engine")
 COMMAND_TTL = 60.0
 
 
-class Commands:
-    """What the engine does for the operator, with the engine's store, acts and view."""
+class FleetReader(Protocol):
+    """What a command reads of the engine: its fleet as provisioning sees it, and the market as
+    its last search ranked it."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    async def fleet_view(self) -> provision.FleetView: ...
+
+    def ranked_offers(self) -> list[RankedOffer]: ...
+
+
+class Commands:
+    """What the engine does for the operator: through its acts, on its store, reading its fleet."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        acts: Acts,
+        client: VastClient,
+        clock: Callable[[], float],
+        fleet: FleetReader,
+    ) -> None:
+        self.store, self.acts, self.client = store, acts, client
+        self.clock, self.fleet = clock, fleet
 
     async def run_pending(self) -> None:
         """Carry out the commands waiting in the store (the engine's lock held), each
         answered in the store: done, refused with one line, or expired."""
-        for cmd in await self.engine.store.claim_commands():
+        for cmd in await self.store.claim_commands():
             waited = time.time() - cmd.created_at
             if waited > COMMAND_TTL:
-                await self.engine.store.finish_command(
+                await self.store.finish_command(
                     cmd.id, False, f"expired: sent {waited:.0f} s ago while no engine ran; not done"
                 )
                 log.warning(
@@ -48,12 +66,12 @@ class Commands:
                 continue
             try:
                 result = await self._execute(cmd)
-                await self.engine.store.finish_command(cmd.id, True, result)
+                await self.store.finish_command(cmd.id, True, result)
             except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
-                await self.engine.store.finish_command(cmd.id, False, sanitize_line(str(exc), 300))
+                await self.store.finish_command(cmd.id, False, sanitize_line(str(exc), 300))
             except Exception as exc:  # a bad command must fail, not take the engine down
                 log.exception("command %s (%s) failed", cmd.id, cmd.kind)
-                await self.engine.store.finish_command(
+                await self.store.finish_command(
                     cmd.id, False, sanitize_line(f"{type(exc).__name__}: {exc}", 300)
                 )
 
@@ -63,7 +81,7 @@ class Commands:
             iid = await self.deploy(int(args["offer_id"]), reason="manual deploy")
             if iid:
                 return f"rented instance {iid}"
-            if self.engine.settings.dry_run:
+            if self.acts.settings.dry_run:
                 return "dry-run: not rented"
             return "create outcome unknown: resolving by label (do not deploy again)"
         if cmd.kind == "destroy":
@@ -72,47 +90,45 @@ class Commands:
             )
             return f"destroyed instance {args['instance_id']}"
         if cmd.kind == "ignore":
-            await self.engine.acts.ban(int(args["machine_id"]), str(args["reason"]), "manual")
+            await self.acts.ban(int(args["machine_id"]), str(args["reason"]), "manual")
             return f"machine {args['machine_id']} ignored"
         if cmd.kind == "unignore":
-            if not await self.engine.store.remove_bad(
-                int(args["machine_id"]), now=self.engine.clock()
-            ):
+            if not await self.store.remove_bad(int(args["machine_id"]), now=self.clock()):
                 raise EngineError(f"machine {args['machine_id']} is not on the bad list")
             return f"machine {args['machine_id']} unignored"
         raise EngineError(f"unknown command {cmd.kind}")
 
     async def destroy(self, instance_id: int, kind: str, reason: str) -> None:
-        rec = await self.engine.store.get_instance(instance_id)
+        rec = await self.store.get_instance(instance_id)
         if rec is None:
             raise EngineError(f"instance {instance_id} is not one of vastui's")
         if rec.killed:
             raise EngineError(f"instance {instance_id} is already destroyed")
-        if not self.engine.acts.ours(rec.label):
+        if not self.acts.ours(rec.label):
             raise EngineError(f"instance {instance_id} has no label of this fleet; not destroying")
-        if not await self.engine.acts.kill(rec, policy.Kill(kind, reason)):
-            why = self.engine.acts.last_error or "retrying"
+        if not await self.acts.kill(rec, policy.Kill(kind, reason)):
+            why = self.acts.last_error or "retrying"
             raise EngineError(
                 f"destroy of {instance_id} did not go through yet ({why}); it is retried"
             )
 
     async def deploy(self, offer_id: int, reason: str) -> int | None:
-        view = await self.engine._fleet_view()
+        view = await self.fleet.fleet_view()
         full = provision.manual_rent_refusal(view)
         if full is not None:
             raise EngineError(full)
         offer = await self._find_offer(offer_id)
         if offer is None:
             raise EngineError(f"offer {offer_id} is not on the market (any more)")
-        return await self.engine.acts.rent(offer, reason)
+        return await self.acts.rent(offer, reason)
 
     async def _find_offer(self, offer_id: int) -> Offer | None:
-        for ranked in self.engine._offers:
+        for ranked in self.fleet.ranked_offers():
             if ranked.offer.id == offer_id:
                 return ranked.offer
-        result = await self.engine.client.search_offers(
+        result = await self.client.search_offers(
             f"id={offer_id} rentable=any verified=any",
             limit=5,
-            allocated_storage=self.engine.config.fleet.disk_gb,
+            allocated_storage=self.acts.config.fleet.disk_gb,
         )
         return next((o for o in result.offers if o.id == offer_id), None)

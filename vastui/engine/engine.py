@@ -55,7 +55,7 @@ from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
 from vastui.engine.labels import is_vastui_label, owner_of
-from vastui.engine.monitor import Monitor
+from vastui.engine.monitor import Monitor, StepFacts
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers, to_record
 from vastui.engine.spend import SURPLUS_KIND, fleet_spend, local_midnight, worker_cost_per_proof
 from vastui.numbers import parse_number
@@ -114,7 +114,7 @@ class Engine:
         monitor: Monitor | None = None,
         cluster: ClusterReader | None = None,
     ) -> None:
-        self.config = config
+        self._config = config
         self.store = store
         self.client = client
         self.ssh = ssh
@@ -149,7 +149,10 @@ class Engine:
             public_key=public_key, stopping=lambda: self._stopping or self.halted,
             forget_worker=self.follow.stop, offers_changed=self._offers_changed,
         )  # fmt: skip
-        self.commands = Commands(self)  # the operator's: carried out on the step, under the lock
+        # the operator's: carried out on the step, under the lock
+        self.commands = Commands(
+            store=store, acts=self.acts, client=client, clock=self.clock, fleet=self
+        )
         self._wake = asyncio.Event()
         self.vast_seen_at: float | None = None  # wall time of the last good Vast list
         self.last_error: str | None = None
@@ -176,6 +179,16 @@ class Engine:
         # when a verdict of curio's failures waiting for a reading of cuzk was first seen
         # (production.waits_for_cuzk), per instance, engine clock
         self._curio_waits: dict[int, float] = {}
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        """One configuration for the engine and what acts for it (a reload, a test's change)."""
+        self._config = config
+        self.acts.config = config
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -301,7 +314,8 @@ class Engine:
             self.last_error = self._cycle_error or self.acts.last_error
             self.acts.last_error = None
             try:
-                await self.monitor.after_step(self)
+                if self.status is not None:
+                    await self.monitor.after_step(self.store, self._step_facts(self.status))
             except Exception as exc:  # metrics and alerts only observe: never the fleet's end
                 if isinstance(exc, StoreFatal):
                     self.stop_fatal(str(exc))
@@ -961,7 +975,7 @@ class Engine:
         await self.store.put_engine_offers(cfg.filter, rows, self.clock())
         return self._offers
 
-    async def _fleet_view(self) -> provision.FleetView:
+    async def fleet_view(self) -> provision.FleetView:
         """What the provisioning decision needs, read from the store (the source of truth)."""
         fleet = self.config.fleet
         every = [
@@ -1020,7 +1034,7 @@ class Engine:
     async def _provision(self) -> None:
         """Rent at most one worker towards the target, then publish the status and its reason."""
         async with self._lock:
-            view = await self._fleet_view()
+            view = await self.fleet_view()
             if view.workers > view.target > 0 and not view.api_error:
                 view = await self._shrink(view)
             wants_market = provision.gate(view) is None
@@ -1034,7 +1048,7 @@ class Engine:
                 search_error = self._cycle_error = sanitize_line(f"offer search: {exc}", 300)
                 log.warning("%s", self._cycle_error)
         async with self._lock:
-            view = await self._fleet_view()
+            view = await self.fleet_view()
             if search_error is not None:
                 view = replace(view, api_error=search_error)
             # The market as this step saw it; none if it did not look (the view changed since
@@ -1060,7 +1074,7 @@ class Engine:
             reason = provision.surplus_reason(view.workers, view.target, w)
             log.info("instance %s is surplus: %s", w.vast_id, reason)
             await self.acts.kill(live[w.vast_id], policy.Kill(SURPLUS_KIND, reason))
-        return await self._fleet_view()
+        return await self.fleet_view()
 
     async def _rent_one(
         self, view: provision.FleetView, decision: provision.Decision, offers: list[RankedOffer]
@@ -1099,9 +1113,17 @@ class Engine:
                 log.warning("%s", self._cycle_error)
                 view = replace(view, api_error=self._cycle_error)
                 return view, provision.decide(view, offers)
-            view = await self._fleet_view()
+            view = await self.fleet_view()
             return view, provision.decide(view, offers)
         return view, decision
+
+    def _step_facts(self, status: EngineStatus) -> StepFacts:
+        return StepFacts(
+            now=self.clock(), status=status, credit=self.credit,
+            cluster_error=self.cluster_error, cluster_error_since=self.cluster_error_since,
+            cut_off=self.cut_off, cut_off_since=self.cut_off_since,
+            offers=self._offers, api_errors=self.client.error_counts,
+        )  # fmt: skip
 
     async def _note_cut_off(self, tunnel_down: str | None) -> None:
         """The controller cut off from its workers is one episode: an event (and, through the

@@ -10,24 +10,37 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC
-from typing import TYPE_CHECKING
 
 from vastui.alerts import Alert, AlertBook, Conditions, FleetFacts, Notifier
 from vastui.config import Config
 from vastui.engine.cluster import cluster_held
 from vastui.engine.provision import REASON_KINDS
+from vastui.engine.ranking import RankedOffer
 from vastui.engine.spend import counted, fleet_spend, instance_cost, local_midnight
 from vastui.metrics import FleetCollector, FleetSample, MetricsServer, WorkerSample
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord
-
-if TYPE_CHECKING:
-    from vastui.engine.engine import Engine
+from vastui.store import EngineStatus, InstanceRecord, Store
 
 log = logging.getLogger("vastui.engine")
 HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What the engine knows after a step, beyond its store: for the metrics and the alerts."""
+
+    now: float  # the engine's clock
+    status: EngineStatus  # what the step published
+    credit: float | None = None  # the account's, as last read
+    cluster_error: str | None = None  # why curio's cluster cannot be read now, one line
+    cluster_error_since: float | None = None
+    cut_off: str | None = None  # the controller cut off from its workers, one line
+    cut_off_since: float | None = None
+    offers: Sequence[RankedOffer] = ()  # the market as the last search ranked it
+    api_errors: Mapping[str, int] | None = None  # failed Vast calls by HTTP status
 
 
 class Monitor:
@@ -59,31 +72,31 @@ class Monitor:
     def enabled(self) -> bool:
         return self.collector is not None or self.notifier is not None
 
-    async def after_step(self, engine: Engine) -> None:
-        if not self.enabled or engine.status is None:
+    async def after_step(self, store: Store, facts: StepFacts) -> None:
+        if not self.enabled:
             return
-        now = engine.clock()
-        mine = counted(await engine.store.list_instances(include_killed=True))
-        bans = await engine.store.list_events(kind="ban")
+        now = facts.now
+        mine = counted(await store.list_instances(include_killed=True))
+        bans = await store.list_events(kind="ban")
         if self.collector is not None:
-            self.collector.update(self._sample(engine, mine, len(bans), now))
+            self.collector.update(self._sample(facts, mine, len(bans)))
         if self.notifier is not None:
-            status = engine.status
-            facts = FleetFacts(
+            status = facts.status
+            conditions = FleetFacts(
                 target=status.target,
                 workers=status.workers,
                 reason_kind=status.reason_kind,
                 reason=status.reason,
-                credit=engine.credit,
+                credit=facts.credit,
                 bans_last_hour=sum(1 for e in bans if e.ts >= now - HOUR),
                 kills_last_hour=sum(
                     1 for r in mine if r.killed and (r.killed_at or 0.0) >= now - HOUR
                 ),
-                cluster_error=engine.cluster_error,
-                cluster_error_since=engine.cluster_error_since,
-                cut_off=engine.cut_off,
+                cluster_error=facts.cluster_error,
+                cluster_error_since=facts.cluster_error_since,
+                cut_off=facts.cut_off,
             )
-            for alert in self.book.observe(self.conditions.holding(facts, now), now):
+            for alert in self.book.observe(self.conditions.holding(conditions, now), now):
                 log.info("alert %s %s: %s", alert.key, alert.state, alert.summary)
                 self.notifier.submit(alert)
 
@@ -99,18 +112,15 @@ class Monitor:
             summary = sanitize_line(line, 300)
             self.notifier.submit(Alert("engine_stopped", "firing", summary, now, self.book.fleet))
 
-    def _sample(
-        self, engine: Engine, mine: list[InstanceRecord], bans: int, now: float
-    ) -> FleetSample:
-        status = engine.status
-        assert status is not None
+    def _sample(self, facts: StepFacts, mine: list[InstanceRecord], bans: int) -> FleetSample:
+        status, now = facts.status, facts.now
         live = [r for r in mine if not r.killed]
         spend = fleet_spend(mine, now, local_midnight(now, UTC))
         proved = [r for r in mine if r.proving_at is not None and (r.prod_completed or 0) > 0]
         proofs = sum(r.prod_completed or 0 for r in proved)
         cost = sum(instance_cost(r, now, since=r.proving_at) for r in proved)
         market: dict[str, list[float]] = {}
-        for ranked in engine.ranked_offers():
+        for ranked in facts.offers:
             if not ranked.bad:
                 gpu = sanitize_line(ranked.offer.gpu_name or "?", 40)
                 market.setdefault(gpu, []).append(ranked.offer.dph_total)
@@ -128,17 +138,17 @@ class Monitor:
             kills=Counter(r.kill_kind or "unknown" for r in mine if r.killed),
             bans=bans,
             rents=len(mine),
-            api_errors=dict(engine.client.error_counts),
+            api_errors=dict(facts.api_errors or {}),
             blocked_reason=status.reason_kind,
             reason_kinds=REASON_KINDS,
             market=market,
-            credit=engine.credit,
+            credit=facts.credit,
             max_daily_spend=fleet.max_daily_spend or None,
             max_total_dph=fleet.max_total_dph,
             cluster=status.cluster,
             cut_off_seconds=None
-            if engine.cut_off_since is None
-            else max(0.0, now - engine.cut_off_since),
+            if facts.cut_off_since is None
+            else max(0.0, now - facts.cut_off_since),
         )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine import plan
+from vastui.domain import plan
 from vastui.numbers import parse_number
 from vastui.store import STAGES, InstanceRecord
 

@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vastui.engine import plan
+from vastui.domain import plan
 from vastui.engine.policy import PIPELINE_STAGES
 from vastui.engine.ranking import RankedOffer
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.plan import GIB, PARAMS_DISK_GIB
 from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
-from vastui.engine.plan import GIB, PARAMS_DISK_GIB
 from vastui.numbers import parse_number
 from vastui.pricing import required_rate_at
 from vastui.store import PerfRecord
@@ -257,11 +257,11 @@ class RateModel:
         return newest.last_rate / newest.num_gpus * offer.num_gpus
 
     def prior(self, offer: Offer) -> tuple[float | None, str]:
-        return self._prior(
+        return self.prior_of(
             offer.gpu_name, offer.num_gpus, ram_class(offer.cpu_ram_gb, offer.num_gpus)
         )
 
-    def _prior(self, gpu_name: str, num_gpus: int, klass: str) -> tuple[float | None, str]:
+    def prior_of(self, gpu_name: str, num_gpus: int, klass: str) -> tuple[float | None, str]:
         peer = self._peer_median.get((gpu_name, klass))
         default = DEFAULT_GPU_RATES.get(gpu_name)
         if peer is not None:
@@ -317,7 +317,7 @@ def rank_offers(
             peers = (like[0], like[1], ram_class(like[2], like[1]))
             found = priors.get(peers)
             if found is None:
-                found = priors[peers] = model._prior(*peers)
+                found = priors[peers] = model.prior_of(*peers)
             by_ram[like] = found
         prior, source = found
         expected = known if known is not None else prior

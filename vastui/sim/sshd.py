@@ -115,6 +115,11 @@ class SandboxSshd:
             await self.refuse()
         return self.port
 
+    @property
+    def forward_count(self) -> int:
+        """Remote port forwards open now, over every connection."""
+        return sum(len(f) for f in self._forwards.values())
+
     async def _listen(self, port: int) -> asyncssh.SSHAcceptor:
         return await asyncssh.create_server(
             lambda: _Server(self),
@@ -286,7 +291,7 @@ def census() -> dict[str, int]:
         "listening": sum(len(b.servers) for b in boxes),
         "connections": sum(len(b.connections) for b in boxes),
         "sessions": sum(len(b.processes) for b in boxes),
-        "forwards": sum(len(f) for b in boxes for f in b._forwards.values()),
+        "forwards": sum(b.forward_count for b in boxes),
     }
 
 

@@ -44,19 +44,19 @@ from .errors import (
     SshUnreachable,
     WorkerCommandFailed,
     WorkerProtocolError,
-    _safe,
+    safe_text,
 )
 from .lines import (
-    _DISPLAY_LINE_BYTES,
+    DISPLAY_LINE_BYTES,
     TEXT_LINE_BYTES,
+    LineSplitter,
     LogBatch,
-    _LineSplitter,
-    _split_output,
     display_batches,
     display_batches_ahead,
     display_line,
     refuse_json_constant,
     sanitize_json,
+    split_output,
 )
 from .pins import HostKeyPins, ssh_key
 
@@ -145,7 +145,7 @@ class _Client(asyncssh.SSHClient):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.conn is not None:
-            self._owner._connection_lost(self.conn, exc)
+            self._owner.connection_gone(self.conn, exc)
 
 
 class WorkerConnection:
@@ -393,7 +393,7 @@ class WorkerConnection:
             )
         except asyncssh.HostKeyNotVerifiable as e:
             if pinned is None:
-                raise _Transient(f"host key rejected: {_safe(e)}") from None
+                raise _Transient(f"host key rejected: {safe_text(e)}") from None
             got = client.offered.get_fingerprint() if client.offered else "an unknown key"
             raise HostKeyChanged(self.instance_id, pinned.fingerprint, got) from None
         except asyncssh.KeyExchangeFailed as e:
@@ -402,18 +402,18 @@ class WorkerConnection:
                 raise HostKeyChanged(
                     self.instance_id, pinned.fingerprint, "no key of the pinned type"
                 ) from None
-            raise _Transient(f"key exchange failed: {_safe(e)}") from None
+            raise _Transient(f"key exchange failed: {safe_text(e)}") from None
         except asyncssh.PermissionDenied as e:
             raise SshAuthFailed(
                 self.instance_id,
-                f"{self.username}@{self.host}:{self.port} refused our key: {_safe(e)}",
+                f"{self.username}@{self.host}:{self.port} refused our key: {safe_text(e)}",
             ) from None
         except asyncssh.Error as e:
-            raise _Transient(f"{type(e).__name__}: {_safe(e)}") from None
+            raise _Transient(f"{type(e).__name__}: {safe_text(e)}") from None
         except TimeoutError:
             raise _Transient(f"timed out after {self.connect_timeout:g}s") from None
         except OSError as e:
-            raise _Transient(_safe(e.strerror or e)) from None
+            raise _Transient(safe_text(e.strerror or e)) from None
 
         try:
             if pinned is None:
@@ -443,7 +443,7 @@ class WorkerConnection:
             await self._pins.pin(self.instance_id, self.host, self.port, text)
         except Exception as e:
             # Unpinned trust is not trust: refuse to use the connection.
-            raise SshError(self.instance_id, f"cannot pin host key: {_safe(e)}") from None
+            raise SshError(self.instance_id, f"cannot pin host key: {safe_text(e)}") from None
         log.info(
             "instance %s: pinned ssh host key %s (%s:%s)",
             self.instance_id,
@@ -461,7 +461,7 @@ class WorkerConnection:
                     fw.remote_host, fw.remote_port, fw.local_host, fw.local_port
                 )
             except (asyncssh.Error, asyncssh.ChannelListenError, OSError) as e:
-                msg = _safe(e) or type(e).__name__
+                msg = safe_text(e) or type(e).__name__
                 self.forward_errors[fw] = msg
                 log.warning(
                     "instance %s: remote forward %s:%s -> %s:%s failed: %s",
@@ -483,14 +483,14 @@ class WorkerConnection:
                 fw.local_port,
             )
 
-    def _connection_lost(self, conn: asyncssh.SSHClientConnection, exc: Exception | None) -> None:
+    def connection_gone(self, conn: asyncssh.SSHClientConnection, exc: Exception | None) -> None:
         if self._conn is not conn:
             return
         self._conn = None
         self._listeners = {}
         if self._closed:
             return
-        detail = f"connection lost: {_safe(exc)}" if exc else "connection closed"
+        detail = f"connection lost: {safe_text(exc)}" if exc else "connection closed"
         log.info("instance %s: ssh %s", self.instance_id, detail)
         if self._state == ConnState.CONNECTED:
             self._set_state(ConnState.DISCONNECTED, detail)
@@ -510,7 +510,7 @@ class WorkerConnection:
     # -- processes --------------------------------------------------------------------------
 
     def _lost_error(self, conn: asyncssh.SSHClientConnection, command: str) -> SshError:
-        self._connection_lost(conn, None)
+        self.connection_gone(conn, None)
         if self._closed:
             return SshClosed(self.instance_id, f"connection closed while running: {command}")
         return SshConnectionLost(self.instance_id, f"connection lost while running: {command}")
@@ -524,7 +524,7 @@ class WorkerConnection:
             except asyncssh.ChannelOpenError as e:
                 if not conn.is_closed():
                     raise SshError(
-                        self.instance_id, f"worker refused a session: {_safe(e)}"
+                        self.instance_id, f"worker refused a session: {safe_text(e)}"
                     ) from None
                 err: Exception = e
             except (asyncssh.Error, OSError) as e:
@@ -532,10 +532,10 @@ class WorkerConnection:
             else:
                 process.stdin.write_eof()
                 return conn, process
-            self._connection_lost(conn, None)
+            self.connection_gone(conn, None)
             if retry:
                 raise SshConnectionLost(
-                    self.instance_id, f"cannot start {command}: {_safe(err)}"
+                    self.instance_id, f"cannot start {command}: {safe_text(err)}"
                 ) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -567,7 +567,7 @@ class WorkerConnection:
         the channel is closed and :class:`SshTimeout` raised.
         """
         exit_status, out, err = await self._exec(command, timeout)
-        return CommandResult(exit_status, _split_output(out), _split_output(err))
+        return CommandResult(exit_status, split_output(out), split_output(err))
 
     async def _exec(self, command: str, timeout: float) -> tuple[int | None, bytes, bytes]:
         # Connecting has its own bounds (connect_timeout, max_attempts); ``timeout`` is the
@@ -591,9 +591,9 @@ class WorkerConnection:
             if process is not None:
                 self._close_process(process)
         if process.exit_status is None and process.exit_signal is not None:
-            signal = _safe(process.exit_signal[0], 40)
+            signal = safe_text(process.exit_signal[0], 40)
             raise WorkerCommandFailed(
-                self.instance_id, command, None, _split_output(err)[-_STDERR_TAIL:], signal
+                self.instance_id, command, None, split_output(err)[-_STDERR_TAIL:], signal
             )
         return process.exit_status, out, err
 
@@ -602,7 +602,7 @@ class WorkerConnection:
         exit_status, out, err = await self._exec(command, timeout)
         if exit_status != 0:
             raise WorkerCommandFailed(
-                self.instance_id, command, exit_status, _split_output(err)[-_STDERR_TAIL:]
+                self.instance_id, command, exit_status, split_output(err)[-_STDERR_TAIL:]
             )
         return self.parse_json(out.decode("utf-8", errors="replace"), command)
 
@@ -627,7 +627,7 @@ class WorkerConnection:
         connection drops (an unterminated last line is then dropped, never half-delivered).
         Closing the iterator closes the channel.
         """
-        splitter = _LineSplitter(max_line_bytes)
+        splitter = LineSplitter(max_line_bytes)
         async with contextlib.aclosing(self._stdout_chunks(command)) as chunks:
             async for chunk in chunks:
                 for item in splitter.feed(chunk):
@@ -687,7 +687,7 @@ class WorkerConnection:
             with contextlib.suppress(Exception):  # a timeout; never a cancellation
                 await asyncio.wait_for(drain, _CLOSE_GRACE)
             if process.exit_status != 0:
-                signal = _safe(process.exit_signal[0], 40) if process.exit_signal else None
+                signal = safe_text(process.exit_signal[0], 40) if process.exit_signal else None
                 raise WorkerCommandFailed(
                     self.instance_id, command, process.exit_status, list(stderr_tail), signal
                 )
@@ -697,7 +697,7 @@ class WorkerConnection:
 
     @staticmethod
     async def _drain_stderr(process: Any, tail: deque[str]) -> None:
-        splitter = _LineSplitter(_DISPLAY_LINE_BYTES)
+        splitter = LineSplitter(DISPLAY_LINE_BYTES)
         with contextlib.suppress(asyncssh.Error, OSError):
             while chunk := await process.stderr.read(_READ_CHUNK):
                 tail.extend(display_line(t, c) for t, c in splitter.feed(chunk))

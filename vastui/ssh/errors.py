@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from vastui.sanitize import sanitize_line
 
 
-def _safe(text: object, max_len: int = 300) -> str:
+def safe_text(text: object, max_len: int = 300) -> str:
     return sanitize_line(str(text), max_len)
 
 
@@ -16,7 +16,7 @@ class SshError(Exception):
     """Base of every error raised by :mod:`vastui.ssh`."""
 
     def __init__(self, instance_id: int, message: str) -> None:
-        super().__init__(f"instance {instance_id}: {_safe(message, 600)}")
+        super().__init__(f"instance {instance_id}: {safe_text(message, 600)}")
         self.instance_id = instance_id
 
 

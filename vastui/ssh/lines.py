@@ -17,7 +17,7 @@ from typing import Any
 from vastui.sanitize import MAX_LINE, sanitize_line
 
 # A display line longer than this many bytes is cut (sanitize_line bounds it to MAX_LINE chars).
-_DISPLAY_LINE_BYTES = 4 * MAX_LINE + 4
+DISPLAY_LINE_BYTES = 4 * MAX_LINE + 4
 # Lines meant for parsing (JSON) may be longer, but not unboundedly so.
 TEXT_LINE_BYTES = 1 << 20
 
@@ -28,7 +28,7 @@ def refuse_json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-class _LineSplitter:
+class LineSplitter:
     """Split a byte stream on ``\\n`` with a per-line byte cap; decode with replacement."""
 
     def __init__(self, max_bytes: int) -> None:
@@ -248,7 +248,7 @@ class _ReadAhead:
 
 async def display_batches(chunks: AsyncGenerator[bytes, None]) -> AsyncGenerator[LogBatch, None]:
     """Display lines of a byte stream, a batch per chunk that ends a line or more."""
-    splitter = _DisplaySplitter(_DISPLAY_LINE_BYTES)
+    splitter = _DisplaySplitter(DISPLAY_LINE_BYTES)
     async with contextlib.aclosing(chunks) as source:
         async for chunk in source:
             lines = splitter.feed(chunk)
@@ -264,8 +264,8 @@ async def display_batches_ahead(
 ) -> AsyncGenerator[LogBatch, None]:
     """Display lines of a byte stream read ahead (:class:`_ReadAhead`): each batch what came
     since the last, its newest ``keep`` lines at most (``skipped`` counts the others)."""
-    reader = _ReadAhead(chunks, keep, _DISPLAY_LINE_BYTES)
-    splitter = _DisplaySplitter(_DISPLAY_LINE_BYTES)
+    reader = _ReadAhead(chunks, keep, DISPLAY_LINE_BYTES)
+    splitter = _DisplaySplitter(DISPLAY_LINE_BYTES)
     try:
         while True:
             data, skipped, done = await reader.take()
@@ -285,7 +285,7 @@ async def display_batches_ahead(
 class _DisplaySplitter:
     """Bytes → display-safe lines, a chunk at a time (:meth:`WorkerConnection.follow`).
 
-    The same lines as :class:`_LineSplitter` + :func:`display_line`, line for line (a line
+    The same lines as :class:`LineSplitter` + :func:`display_line`, line for line (a line
     over ``max_bytes`` keeps its first ``max_bytes`` and ends in "…"), but whole runs of
     lines are decoded and sanitised at once: a log firehose costs per chunk, not per line.
     """
@@ -338,8 +338,8 @@ class _DisplaySplitter:
         return display_line(raw.decode("utf-8", errors="replace"), cut)
 
     def _slow(self, block: bytes) -> list[str]:
-        """A block holding an over-long line: line by line, as :class:`_LineSplitter`."""
-        splitter = _LineSplitter(self._max)
+        """A block holding an over-long line: line by line, as :class:`LineSplitter`."""
+        splitter = LineSplitter(self._max)
         return [display_line(text, cut) for text, cut in splitter.feed(block)]
 
 
@@ -362,8 +362,8 @@ def sanitize_json(value: Any) -> Any:
     return value
 
 
-def _split_output(data: bytes) -> list[str]:
-    splitter = _LineSplitter(_DISPLAY_LINE_BYTES)
+def split_output(data: bytes) -> list[str]:
+    splitter = LineSplitter(DISPLAY_LINE_BYTES)
     pieces = splitter.feed(data)
     last = splitter.flush()
     if last is not None:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import orjson
 
 from vastui.vast.errors import VastMalformedResponse, VastProtocolError
-from vastui.vast.models import MAX_JSON_DEPTH, ModelError, _depth_exceeds, parse_json
+from vastui.vast.models import MAX_JSON_DEPTH, ModelError, depth_exceeds, parse_json
 
 _T = TypeVar("_T")
 
@@ -95,7 +95,7 @@ def _convert_pieces(
         except orjson.JSONDecodeError:
             return None
         del piece
-        if _depth_exceeds(items, MAX_JSON_DEPTH - 1, records=False):
+        if depth_exceeds(items, MAX_JSON_DEPTH - 1, records=False):
             raise VastMalformedResponse(where, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         records, refused = convert_records(items, record, record_key)
         del items  # this piece's dicts go now, before the next piece is parsed

@@ -677,7 +677,7 @@ def parse_json(data: bytes | str, endpoint: str = "", *, scalar_records: bool = 
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         value = _stdlib_json(data, endpoint)
-    if _depth_exceeds(value, MAX_JSON_DEPTH, records=not scalar_records):
+    if depth_exceeds(value, MAX_JSON_DEPTH, records=not scalar_records):
         raise VastMalformedResponse(endpoint, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 
@@ -699,7 +699,7 @@ def _first_line(exc: Exception) -> str:
     return sanitize_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120)
 
 
-def _depth_exceeds(value: Any, limit: int, records: bool = True) -> bool:
+def depth_exceeds(value: Any, limit: int, records: bool = True) -> bool:
     """True when containers nest deeper than `limit`. Level by level (no recursion to exhaust),
     each level's values typed in bulk by C iterators (exact types: the parsers make only dict
     and list). records=False: objects inside lists are not entered (see parse_json)."""
