@@ -1,6 +1,6 @@
 """The original's policy on the same market, as issue 11 defines it (original-system.md §1.6,
 §1.7, §3): an operator deploys the cheapest $/h offers that pass the default filter, with
-min_rate = ceil($/h ÷ max $/proof) (the deploy dialog's formula: ``pricing.required_rate``);
+min_rate = ceil($/h ÷ max $/proof) (the deploy dialog's formula: ``pricing.min_rate``);
 every worker runs the full benchmark and posts its rate to /bench-done, which destroys it below
 min_rate; a monitor every 60 s destroys instances past the param fetch (90 min) and benchmark
 (45 min) timeouts. No performance memory, no automatic bans: a machine that failed is as
@@ -29,7 +29,7 @@ from bench.economics_fleet import Clock, Fleet, Outcome, Worker
 from bench.economics_worker import PROVE_START_S, Production, original_bench
 from bench.economics_world import Market
 from vastui.config import Config
-from vastui.pricing import required_rate
+from vastui.pricing import min_rate
 from vastui.vast.models import Offer
 
 MONITOR_FIRST_S = 10.0  # runMonitor: first cycle after 10 s, then every 60 s
@@ -103,8 +103,8 @@ class OriginalPolicy:
         if self.fair:
             cheapest = self._by_known_perf(cheapest)
         for offer in cheapest[:missing]:
-            min_rate = required_rate(offer.dph_total, self.config.fleet.max_cost_per_proof)
-            self._schedule(self.fleet.rent(offer, min_rate))
+            rate = min_rate(offer.dph_total, self.config.fleet.max_cost_per_proof)
+            self._schedule(self.fleet.rent(offer, rate))
 
     def _by_known_perf(self, offers: list[Offer]) -> list[Offer]:
         """The offers table read with its Known Perf column: machines known to pay first (by
@@ -116,7 +116,7 @@ class OriginalPolicy:
             rate = self.known.get(o.machine_id)
             if rate is None:
                 unknown.append(o)
-            elif rate >= required_rate(o.dph_total, cap):
+            elif rate >= min_rate(o.dph_total, cap):
                 good.append((o.dph_total / rate, o.id, o))
         return [o for _, _, o in sorted(good)] + unknown
 

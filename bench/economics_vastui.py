@@ -6,8 +6,8 @@ provisioning (``provision.gate``/``decide``, one rent per step, the benchmark co
 $/h caps), the reconcile kills (``policy.reconcile_kill``: deadlines, offline/exited grace), the
 benchmark gate (``policy.benchmark_kill``, ``benchmark_strike``), worker failures
 (``policy.failure_kill``), strikes and bans (``policy.strike_ban``), production measured from
-cuzk's counters (``production.fold``/``measure``/``verdict``), the required rate
-(``pricing.required_rate``) and the spend (``spend``). What a worker's event, benchmark result
+cuzk's counters (``production.fold``/``measure``/``verdict``), the min_rate
+(``pricing.min_rate``) and the spend (``spend``). What a worker's event, benchmark result
 or counters reading does to it is the engine's own transition (``transitions.on_event``,
 ``on_counters``); this module only carries the effects out on its in-memory fleet, as
 ``acts.carry_out`` does on the store (``_carry_out``), and plays ``acts.kill``/``strike``/
@@ -35,7 +35,7 @@ from bench.economics_world import Market
 from vastui.config import Config
 from vastui.engine import bidding, policy, production, provision, transitions
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers
-from vastui.pricing import required_rate
+from vastui.pricing import min_rate
 from vastui.store import PerfRecord
 from vastui.store.bids import bid_history
 from vastui.store.common import json_dict
@@ -199,8 +199,8 @@ class VastuiPolicy:
         if decision.rent is not None:
             offer, bid = decision.rent.offer, decision.rent.rent_bid
             price = offer.dph_total if bid is None else bid.total
-            min_rate = required_rate(price, self.config.fleet.max_cost_per_proof)
-            self._schedule(self.fleet.rent(offer, min_rate, bid))
+            rate = min_rate(price, self.config.fleet.max_cost_per_proof)
+            self._schedule(self.fleet.rent(offer, rate, bid))
 
     def _offers(self) -> list[RankedOffer]:
         """Engine.refresh_offers: the search ranked with the record (re-ranked when a

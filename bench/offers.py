@@ -6,7 +6,7 @@ between receiving the answer's bytes and having a ranked list:
   parse   `models.parse_json`: orjson (stdlib for what it refuses), nesting bounded outside
           the offer rows (`scalar_records`, as the client reads a search answer)
   models  `Offer.from_api` for every offer, through the client's `_valid` (skip and report)
-  rank    `rank_offers`: known rate, prior, required rate, expected $/proof, bad flag, sort
+  rank    `rank_offers`: known rate, prior, min_rate, expected $/proof, bad flag, sort
 "Filter" in the issue's sense happens server-side: Vast applies the query (the payload is
 the simulator's answer to vastui's default filter); the client filters nothing more, it
 only marks offers on bad machines. The ranking sees a realistic history: 300 measured

@@ -18,7 +18,7 @@ OFFER_KEYS = {
 }  # fmt: skip
 # The ranking the console's offers pane shows (engine/ranking.py RankedOffer.to_json).
 RANK_KEYS = {
-    "known_rate", "prior_rate", "rate_source", "expected_rate", "required_rate",
+    "known_rate", "prior_rate", "rate_source", "expected_rate", "min_rate",
     "expected_cost_per_proof", "bad", "bid", "as_bid",
     # the bid beside the on-demand price (bids off: none)
     "bid_price", "bid_cost_per_proof", "rent_as",

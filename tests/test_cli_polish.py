@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from vastui.cli import EXIT_BROKEN_PIPE, main
-from vastui.pricing import required_rate
+from vastui.pricing import min_rate
 from vastui.store import EVENT_KINDS, Store
 
 RANK_KEYS = {
-    "known_rate", "prior_rate", "rate_source", "expected_rate", "required_rate",
+    "known_rate", "prior_rate", "rate_source", "expected_rate", "min_rate",
     "expected_cost_per_proof", "bad",
 }  # fmt: skip
 MAX_COST_PER_PROOF = 0.008  # the default fleet.max_cost_per_proof
@@ -155,7 +155,7 @@ def test_offers_json_carries_the_ranking(capsys, db: Path):
     assert rows and all(set(r) >= RANK_KEYS for r in rows)
     for r in rows:
         # dph_total is rounded to 4 digits in JSON: the ceiling may be one above.
-        assert r["required_rate"] - required_rate(r["dph_total"], MAX_COST_PER_PROOF) in (0, 1)
+        assert r["min_rate"] - min_rate(r["dph_total"], MAX_COST_PER_PROOF) in (0, 1)
         if r["expected_rate"]:
             assert r["expected_cost_per_proof"] == pytest.approx(
                 r["dph_total"] / r["expected_rate"], abs=1e-5
@@ -177,7 +177,7 @@ def test_offers_table_shows_the_ranking_columns(capsys, db: Path):
     code, out, _ = run(capsys, "offers", "--demo", "--db", str(db), "--limit", "5")
     header = out.splitlines()[0]
     assert code == 0
-    for name in ("EXP $/P", "REQ", "KNOWN", "EXP RATE", "FROM", "BAD"):
+    for name in ("EXP $/P", "MIN", "KNOWN", "EXP RATE", "FROM", "BAD"):
         assert name in header
 
 

@@ -306,8 +306,8 @@ async def test_sorted_column_is_marked(tmp_path: Path) -> None:
         assert "Exp $/p ▼" in labels()
         await pilot.press("s")
         await pilot.pause()
-        assert "Req ▼" in labels() and "Exp $/p" in labels()
-        rates = [app.pane("offers").sort_value(r[2], "req") for r in app.pane("offers")._rows]
+        assert "Min ▼" in labels() and "Exp $/p" in labels()
+        rates = [app.pane("offers").sort_value(r[2], "min") for r in app.pane("offers")._rows]
         shown = [int(str(table.get_row_at(i)[4])) for i in range(table.row_count)]
         assert shown == sorted(shown, reverse=True) and len(rates) == len(shown)
 

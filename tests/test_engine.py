@@ -751,7 +751,7 @@ async def test_the_engine_publishes_its_ranked_offers(world, store):
     back = [from_record(r) for r in rows]
     assert [b.offer.id for b in back if b] == [r.offer.id for r in ranked[: len(rows)]]
     assert back[0] == ranked[0] or back[0].to_json() == ranked[0].to_json()
-    assert from_record({"raw": {"id": "x"}, "required_rate": 3}) is None  # skipped, not fatal
+    assert from_record({"raw": {"id": "x"}, "min_rate": 3}) is None  # skipped, not fatal
     await engine.close()
 
 

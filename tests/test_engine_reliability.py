@@ -323,7 +323,7 @@ async def test_impossible_offers_are_never_rented(world: World, store: Store):
     engine = await world.engine(store)
     ranked = await engine.refresh_offers(force=True)
     assert {free, huge, overflow}.isdisjoint(r.offer.id for r in ranked)
-    assert all(r.required_rate >= 1 for r in ranked)
+    assert all(r.min_rate >= 1 for r in ranked)
     for _ in range(3):
         await engine.step()
     rented = {r.offer_id for r in await store.list_instances()}

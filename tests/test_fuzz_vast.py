@@ -18,7 +18,7 @@ import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vastui.pricing import MAX_REQUIRED_RATE, required_rate
+from vastui.pricing import MAX_MIN_RATE, min_rate
 from vastui.vast.client import RetryPolicy, VastClient
 from vastui.vast.errors import VastError, VastMalformedResponse
 from vastui.vast.models import (
@@ -130,7 +130,7 @@ def check_offer(offer: Offer) -> None:
     assert math.isfinite(offer.dph_total) and 0 < offer.dph_total <= MAX_DPH
     assert 1 <= offer.num_gpus <= MAX_GPUS
     # Priced and costed without overflow; the benchmark gate is never switched off.
-    assert 1 <= required_rate(offer.dph_total, 0.008) <= MAX_REQUIRED_RATE
+    assert 1 <= min_rate(offer.dph_total, 0.008) <= MAX_MIN_RATE
     assert math.isfinite(offer.dph_total * 24 * 3650)
     for value in (offer.gpu_ram_gb, offer.cpu_ram_gb, offer.cpu_cores, offer.inet_down):
         assert value is None or (math.isfinite(value) and value >= 0)

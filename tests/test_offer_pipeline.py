@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vastui.engine.ranking import RankedOffer, RateModel, rank_offers
-from vastui.pricing import MAX_REQUIRED_RATE, required_rate, required_rate_at
+from vastui.pricing import MAX_MIN_RATE, min_rate, min_rate_at
 from vastui.sanitize import sanitize_line
 from vastui.store import PerfRecord
 from vastui.vast.errors import VastMalformedResponse
@@ -420,31 +420,27 @@ def test_ranked_offer_still_renders_its_row():
     ),
     st.one_of(st.floats(1e-12, 10.0), st.sampled_from([0.008, 0.001, 1e-300, 5e-324, 0.3])),
 )
-def test_required_rate_at_one_budget_is_the_definition(dph, budget):
+def test_min_rate_at_one_budget_is_the_definition(dph, budget):
     """ceil(round(dph / budget, 9)), at least 1, capped: the fast way skips round() only when
     the ratio is more than 1e-9 above a whole number."""
     ratio = dph / budget
-    want = (
-        MAX_REQUIRED_RATE
-        if not ratio < MAX_REQUIRED_RATE
-        else max(1.0, float(math.ceil(round(ratio, 9))))
-    )
-    assert required_rate_at(budget)(dph) == want == required_rate(dph, budget)
+    want = MAX_MIN_RATE if not ratio < MAX_MIN_RATE else max(1.0, float(math.ceil(round(ratio, 9))))
+    assert min_rate_at(budget)(dph) == want == min_rate(dph, budget)
 
 
 @pytest.mark.parametrize("whole", [1, 29, 30, 12345])
 @pytest.mark.parametrize("frac", [0.0, 1e-12, 1e-10, 3e-10, 4.9e-10, 5e-10, 6e-10, 1e-9, 2e-9])
-def test_required_rate_at_just_above_a_whole_rate(whole, frac):
+def test_min_rate_at_just_above_a_whole_rate(whole, frac):
     budget = 0.008
     dph = (whole + frac) * budget
     want = max(1.0, float(math.ceil(round(dph / budget, 9))))
-    assert required_rate_at(budget)(dph) == want
+    assert min_rate_at(budget)(dph) == want
 
 
 @pytest.mark.parametrize("budget", [0, -1.0, math.nan, math.inf, True, "0.008", 10**400])
-def test_required_rate_at_refuses_a_budget_once(budget):
+def test_min_rate_at_refuses_a_budget_once(budget):
     with pytest.raises(ValueError, match="max \\$/proof"):
-        required_rate_at(budget)
+        min_rate_at(budget)
 
 
 # -- start-up: each verb imports what it needs -----------------------------------------------

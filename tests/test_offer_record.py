@@ -98,11 +98,11 @@ def test_a_record_published_by_the_previous_release_still_reads():
     vast_row = {"id": 7, "machine_id": 70, "gpu_name": "RTX 4090", "dph_total": 0.25,
                 "cpu_ram": 257949, "search": {"totalHour": 0.25}, "bundle_id": 3}  # fmt: skip
     old = {"raw": vast_row, "known_rate": None, "prior_rate": 32.0, "rate_source": "model-default",
-           "expected_rate": 32.0, "required_rate": 32.0, "expected_cost_per_proof": 0.0078,
+           "expected_rate": 32.0, "min_rate": 32.0, "expected_cost_per_proof": 0.0078,
            "bad": False, "bad_reason": None}  # fmt: skip
     back = from_record(old)
     assert back is not None and back.offer == Offer.from_api(vast_row)
-    assert back.required_rate == 32.0 and back.rate_source == "model-default"
+    assert back.min_rate == 32.0 and back.rate_source == "model-default"
 
 
 @pytest.mark.parametrize(
@@ -111,5 +111,5 @@ def test_a_record_published_by_the_previous_release_still_reads():
      {"id": 1, "machine_id": 1, "dph_total": math.inf}],
 )  # fmt: skip
 def test_a_record_with_an_impossible_offer_is_skipped(offer):
-    assert from_record({"offer": offer, "required_rate": 3}) is None
-    assert from_record({"raw": offer, "required_rate": 3}) is None
+    assert from_record({"offer": offer, "min_rate": 3}) is None
+    assert from_record({"raw": offer, "min_rate": 3}) is None

@@ -30,11 +30,11 @@ from vastui.store import InstanceRecord
         (29.0, 0, 2400),
     ],
 )
-def test_bench_timeout_scales_with_the_required_rate(min_rate, proofs, seconds):
+def test_bench_timeout_scales_with_the_min_rate(min_rate, proofs, seconds):
     assert policy.bench_timeout_s(min_rate, proofs) == seconds
 
 
-def test_a_slow_machine_at_its_required_rate_fits_its_budget():
+def test_a_slow_machine_at_its_min_rate_fits_its_budget():
     for min_rate in (1.0, 5.0, 13.0, 29.0, 47.0, 100.0):
         proofs = 12
         at_min_rate = policy.BENCH_SETUP_S + proofs * 3600 / min_rate

@@ -27,9 +27,9 @@ def perf(machine: int, rate: float, gpu: str = "RTX 4090", n: int = 1, ram_gb: f
                       cpu_ram_gb=ram_gb)  # fmt: skip
 
 
-def test_required_rate_and_cost_per_proof_from_known_rate():
+def test_min_rate_and_cost_per_proof_from_known_rate():
     [r] = rank_offers([offer(1, 10, dph=0.232)], [perf(10, 40.0)], set(), 0.008)
-    assert r.required_rate == 29.0
+    assert r.min_rate == 29.0
     assert r.known_rate == 40.0 and r.rate_source == "measured"
     assert r.expected_cost_per_proof == pytest.approx(0.232 / 40.0)
     assert r.viable
@@ -38,9 +38,9 @@ def test_required_rate_and_cost_per_proof_from_known_rate():
 def test_known_slow_machine_is_not_viable_at_its_price_but_is_when_cheap():
     slow = [perf(10, 20.0)]
     [pricey] = rank_offers([offer(1, 10, dph=0.3)], slow, set(), 0.008)
-    assert pricey.required_rate == 38.0 and not pricey.viable
+    assert pricey.min_rate == 38.0 and not pricey.viable
     [cheap] = rank_offers([offer(1, 10, dph=0.15)], slow, set(), 0.008)
-    assert cheap.required_rate == 19.0 and cheap.viable
+    assert cheap.min_rate == 19.0 and cheap.viable
 
 
 def test_prior_is_median_of_peers_with_same_model_and_ram_class():

@@ -97,10 +97,9 @@ def top_picks(seed: int) -> tuple[int, int, int, int]:
     ranked = rank_offers(offers, [], {}, config.fleet.max_cost_per_proof)
     viable = [r for r in ranked if r.viable]
     truth = [cloud.offer_machine[r.offer.id].rate_for(r.offer.num_gpus) for r in ranked]
-    paying = sum(t >= r.required_rate for t, r in zip(truth, ranked, strict=True))
+    paying = sum(t >= r.min_rate for t, r in zip(truth, ranked, strict=True))
     good = sum(
-        cloud.offer_machine[r.offer.id].rate_for(r.offer.num_gpus) >= r.required_rate
-        for r in viable[:6]
+        cloud.offer_machine[r.offer.id].rate_for(r.offer.num_gpus) >= r.min_rate for r in viable[:6]
     )
     return len(viable), paying, len(ranked), good
 
@@ -163,7 +162,7 @@ def learn_three_good_machines(seeds: tuple[int, ...]) -> None:
             rate = cloud.offer_machine[o.id].rate_for(o.num_gpus)
             perf.append(PerfRecord(o.machine_id, o.gpu_name, o.num_gpus, rate, rate, 1,
                                    T0 + step, o.cpu_ram_gb))  # fmt: skip
-            if rate >= pick.required_rate:
+            if rate >= pick.min_rate:
                 good.append(o.machine_id)
             if len(good) == 3:
                 break

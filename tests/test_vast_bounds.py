@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from vastui.pricing import MAX_REQUIRED_RATE, required_rate
+from vastui.pricing import MAX_MIN_RATE, min_rate
 from vastui.redact import SecretFilter, redact
 from vastui.vast.client import RetryPolicy, VastClient
 from vastui.vast.errors import (
@@ -236,12 +236,12 @@ def test_a_zero_price_offer_is_skipped_not_ranked_first():
         (0.24, 0.008, 30.0),
         (1e-6, 0.008, 1.0),  # never below 1: the benchmark gate stays on
         (0.0001, 1.0, 1.0),
-        (1e308, 1e-10, MAX_REQUIRED_RATE),  # overflows to inf: capped, no OverflowError
-        (5e9, 1.0, MAX_REQUIRED_RATE),
+        (1e308, 1e-10, MAX_MIN_RATE),  # overflows to inf: capped, no OverflowError
+        (5e9, 1.0, MAX_MIN_RATE),
     ],
 )
-def test_required_rate_is_at_least_one_and_never_overflows(dph, max_cost, rate):
-    assert required_rate(dph, max_cost) == rate
+def test_min_rate_is_at_least_one_and_never_overflows(dph, max_cost, rate):
+    assert min_rate(dph, max_cost) == rate
 
 
 @pytest.mark.parametrize(
@@ -250,9 +250,9 @@ def test_required_rate_is_at_least_one_and_never_overflows(dph, max_cost, rate):
      (0.3, 0), (0.3, float("nan")), (0.3, float("inf")), (0.3, -1), (True, 0.008),
      (10**400, 0.008), (0.3, 10**400)],
 )  # fmt: skip
-def test_required_rate_refuses_a_price_or_budget_that_is_not_positive_finite(dph, max_cost):
+def test_min_rate_refuses_a_price_or_budget_that_is_not_positive_finite(dph, max_cost):
     with pytest.raises(ValueError, match="positive finite"):
-        required_rate(dph, max_cost)
+        min_rate(dph, max_cost)
 
 
 async def test_search_skips_impossible_offers_and_warns_once_per_offer(caplog):

@@ -85,13 +85,13 @@ def _warn(message: str) -> None:
 # The ranking columns under the console offers pane's names (console/panes/offers.py).
 OFFER_COLUMNS = [
     "id", "machine_id", "gpu_name", "num_gpus", "dph_total", "expected_cost_per_proof",
-    "required_rate", "known_rate", "expected_rate", "rate_source", "gpu_ram_gb", "cpu_ram_gb",
+    "min_rate", "known_rate", "expected_rate", "rate_source", "gpu_ram_gb", "cpu_ram_gb",
     "cpu_cores", "inet_down", "reliability", "geolocation", "bid_price", "bid_cost_per_proof",
     "rent_as", "bad",
 ]  # fmt: skip
 OFFER_HEADERS = {
     "expected_cost_per_proof": "EXP $/P",
-    "required_rate": "REQ",
+    "min_rate": "MIN",
     "known_rate": "KNOWN",
     "expected_rate": "EXP RATE",
     "rate_source": "FROM",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vastui.domain.plan import disk_need_gb
-from vastui.pricing import required_rate
+from vastui.pricing import min_rate
 
 # The original vast-manager's filter, plus what the worker image needs of the host: a driver
 # for CUDA 13 (>= 580; cuda_vers>=13.0 implies it, driver_version says it) and AVX (curio is built
@@ -241,7 +241,7 @@ class Config:
 
     def min_rate_for(self, dph_total: float) -> float:
         """Proofs/hour a machine must reach for its price: ceil($/h ÷ max $/proof)."""
-        return required_rate(dph_total, self.fleet.max_cost_per_proof)
+        return min_rate(dph_total, self.fleet.max_cost_per_proof)
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}

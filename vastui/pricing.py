@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 # Proofs/hour no machine reaches: the answer when the price / budget ratio is beyond any real
 # rate (or overflows), so such an offer is simply never viable instead of an error every step.
-MAX_REQUIRED_RATE = 1e9
+MAX_MIN_RATE = 1e9
 
 
 def _positive_finite(value: float) -> bool:
@@ -25,21 +25,21 @@ def _show(value: object) -> str:
     return repr(value)[:40]
 
 
-def required_rate(dph_total: float, max_cost_per_proof: float) -> float:
+def min_rate(dph_total: float, max_cost_per_proof: float) -> float:
     """Proofs/hour a machine must reach for its price: ceil($/h ÷ max $/proof), at least 1.
 
     $0.232/h at $0.008/proof → 29.0. Rounded first so 0.24/0.008 is 30, not 31. Never below 1,
     so a price that rounds to nothing cannot switch the benchmark gate off; never overflows:
-    capped at MAX_REQUIRED_RATE. Raises ValueError for a price or budget that is not a positive
+    capped at MAX_MIN_RATE. Raises ValueError for a price or budget that is not a positive
     finite number (offers are validated in vastui/vast/models.py, so callers see one only by bug).
     """
     if not _positive_finite(dph_total):
         raise ValueError(f"price must be a positive finite $/h, got {_show(dph_total)}")
-    return required_rate_at(max_cost_per_proof)(dph_total)
+    return min_rate_at(max_cost_per_proof)(dph_total)
 
 
-def required_rate_at(max_cost_per_proof: float) -> Callable[[float], float]:
-    """`required_rate` at one budget, validated once, for many prices that are already valid
+def min_rate_at(max_cost_per_proof: float) -> Callable[[float], float]:
+    """`min_rate` at one budget, validated once, for many prices that are already valid
     (an Offer's: positive, finite, at most models.MAX_DPH): rank_offers prices 10,000 offers."""
     if not _positive_finite(max_cost_per_proof):
         raise ValueError(
@@ -50,9 +50,9 @@ def required_rate_at(max_cost_per_proof: float) -> Callable[[float], float]:
         try:
             ratio = dph_total / max_cost_per_proof
         except OverflowError:  # int / float past the float range
-            return MAX_REQUIRED_RATE
-        if not ratio < MAX_REQUIRED_RATE:  # inf too (NaN cannot come from valid numbers)
-            return MAX_REQUIRED_RATE
+            return MAX_MIN_RATE
+        if not ratio < MAX_MIN_RATE:  # inf too (NaN cannot come from valid numbers)
+            return MAX_MIN_RATE
         whole = math.floor(ratio)
         if ratio - whole > 1e-9:  # exact; then round(ratio, 9) is above whole: ceil is whole + 1
             return max(1.0, float(whole + 1))

@@ -63,7 +63,7 @@ from vastui.console.uistate import load_ui_state, save_ui_state
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
 from vastui.engine.spend import instance_cost
-from vastui.pricing import required_rate
+from vastui.pricing import min_rate
 from vastui.sanitize import sanitize_line
 from vastui.store import InstanceRecord, StoreError
 
@@ -361,7 +361,7 @@ class VastuiApp(App[int]):
         return instance_cost(rec, self.source.now()) if rec.source == "vastui" else None
 
     def min_rate_for(self, dph_total: float) -> float:
-        return required_rate(dph_total, self.opts.config.fleet.max_cost_per_proof)
+        return min_rate(dph_total, self.opts.config.fleet.max_cost_per_proof)
 
     @property
     def view_filter(self) -> str:

@@ -19,6 +19,7 @@ from vastui.console.sources.workers import ssh_command
 from vastui.engine.bidding import RiskModel
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
+from vastui.pricing import min_rate
 from vastui.sim import ManualClock, SimCloud
 from vastui.store import (
     BadEntry,
@@ -202,7 +203,7 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
             cpu_ram_gb=o.cpu_ram_gb, geolocation=o.geolocation,
             state=state, created_at=T0 - 3000,
             stage_started_at=T0 - 600, last_seen_at=T0, ssh_host="127.0.0.1", ssh_port=40022,
-            min_rate=float(int(o.dph_total / 0.008) + 1), **kw,
+            min_rate=min_rate(o.dph_total, 0.008), **kw,
         )  # fmt: skip
 
     what = (

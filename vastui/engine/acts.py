@@ -172,6 +172,7 @@ class Acts:
             await self.store.finish_intent(intent.id, "failed", note="engine stopping", now=now)
             raise EngineError(f"not renting offer {offer.id}: the engine is stopping")
         env = {
+            # min_rate under the name the worker's scripts read (worker-image/README.md)
             "MIN_RATE": f"{min_rate:.1f}",
             "BENCH_PROOFS": str(self.config.fleet.bench_proofs),
             "BENCH_SNAP_PROOFS": str(self.config.fleet.bench_snap_proofs),

@@ -68,7 +68,7 @@ class Candidate:
     num_gpus: int
     dph_total: float
     expected_rate: float | None
-    required_rate: float
+    min_rate: float
     rate_source: str
     expected_cost_per_proof: float | None
     max_cost_per_proof: float
@@ -84,7 +84,7 @@ class Candidate:
             num_gpus=o.num_gpus,
             dph_total=ranked.dph_total,
             expected_rate=ranked.expected_rate,
-            required_rate=ranked.required_rate,
+            min_rate=ranked.min_rate,
             rate_source=ranked.rate_source,
             expected_cost_per_proof=ranked.expected_cost_per_proof,
             max_cost_per_proof=max_cost_per_proof,
@@ -102,10 +102,10 @@ class Candidate:
             return f"expected rate unknown ({self.rate_source}), max ${cap:.4f}/proof"
         if cost > cap:
             return f"${cost:.4f}/proof > max ${cap:.4f}"
-        if self.expected_rate < self.required_rate:
-            # ${cost} is under the cap, but the gate rounds the required rate up.
+        if self.expected_rate < self.min_rate:
+            # ${cost} is under the cap, but the gate rounds the min_rate up.
             return (
-                f"{self.expected_rate:.1f} proofs/h < {self.required_rate:.0f} required "
+                f"{self.expected_rate:.1f} proofs/h < {self.min_rate:.0f} required "
                 f"at ${self.dph_total:.3f}/h (max ${cap:.4f}/proof)"
             )
         return f"${cost:.4f}/proof <= max ${cap:.4f}"
@@ -122,7 +122,7 @@ class Candidate:
             "num_gpus": self.num_gpus,
             "dph_total": round(self.dph_total, 4),
             "expected_rate": None if self.expected_rate is None else round(self.expected_rate, 1),
-            "required_rate": self.required_rate,
+            "min_rate": self.min_rate,
             "rate_source": self.rate_source,
             "expected_cost_per_proof": (
                 None

@@ -6,7 +6,7 @@ For each offer:
 - prior, for machines never measured: the median per-GPU rate of measured machines with the
   same GPU model and RAM class, else of the same GPU model, else a built-in default per model
   (the reference's working assumption, `original-system.md` §4), times the GPU count;
-- required rate: ceil(dph_total / max $/proof): the rate at which this price pays off;
+- min_rate: ceil(dph_total / max $/proof): the rate at which this price pays off;
 - expected $/proof = dph_total / expected rate.
 """
 
@@ -21,7 +21,7 @@ from vastui.config import Config
 from vastui.domain.plan import GIB, PARAMS_DISK_GIB
 from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
 from vastui.numbers import parse_number
-from vastui.pricing import required_rate_at
+from vastui.pricing import min_rate_at
 from vastui.store import PerfRecord
 from vastui.vast.models import ModelError, Offer, unchecked_constructor
 
@@ -60,12 +60,12 @@ class RankedOffer:
     prior_rate: float | None  # what a machine like it is expected to do
     rate_source: str  # "measured", "peers(N)", "model-default", "unknown"
     expected_rate: float | None
-    required_rate: float
+    min_rate: float
     expected_cost_per_proof: float | None
     bad: bool
     bad_reason: str | None = None
     # The bid it would place (vastui/engine/bidding.py; None: bids off, or no bid worth it)
-    # and whether it rents it so, beating on demand; then the required rate and the expected
+    # and whether it rents it so, beating on demand; then the min_rate and the expected
     # $/proof above are the bid's.
     bid: BidQuote | None = None
     as_bid: bool = False
@@ -90,9 +90,7 @@ class RankedOffer:
     def viable(self) -> bool:
         """Worth renting: not bad, and expected to reach the rate its price requires."""
         return (
-            not self.bad
-            and self.expected_rate is not None
-            and self.expected_rate >= self.required_rate
+            not self.bad and self.expected_rate is not None and self.expected_rate >= self.min_rate
         )
 
     def sort_key(self) -> tuple[int, float, int, float]:
@@ -105,7 +103,7 @@ class RankedOffer:
             prior_rate=_r(self.prior_rate),
             rate_source=self.rate_source,
             expected_rate=_r(self.expected_rate),
-            required_rate=self.required_rate,
+            min_rate=self.min_rate,
             expected_cost_per_proof=_r(self.expected_cost_per_proof, 5),
             bad=self.bad,
             bid=None if self.bid is None else self.bid.to_json(),
@@ -136,7 +134,7 @@ def to_record(ranked: RankedOffer) -> dict[str, object]:
         "prior_rate": ranked.prior_rate,
         "rate_source": ranked.rate_source,
         "expected_rate": ranked.expected_rate,
-        "required_rate": ranked.required_rate,
+        "min_rate": ranked.min_rate,
         "expected_cost_per_proof": ranked.expected_cost_per_proof,
         "bad": ranked.bad,
         "bad_reason": ranked.bad_reason,
@@ -157,7 +155,8 @@ def from_record(row: Mapping[str, Any]) -> RankedOffer | None:
             prior_rate=_opt(row.get("prior_rate")),
             rate_source=str(row.get("rate_source") or "unknown"),
             expected_rate=_opt(row.get("expected_rate")),
-            required_rate=float(row["required_rate"]),
+            # "required_rate": the same number, as an engine before issue 29 published it
+            min_rate=float(row["min_rate"] if "min_rate" in row else row["required_rate"]),
             expected_cost_per_proof=_opt(row.get("expected_cost_per_proof")),
             bad=row.get("bad") is True,
             bad_reason=None if row.get("bad_reason") is None else str(row["bad_reason"]),
@@ -300,7 +299,7 @@ def rank_offers(
     measured = model.by_machine
     lifetime = levers.setup_lifetime_h
     bad_reasons: Mapping[int, str | None] = bad if isinstance(bad, Mapping) else dict.fromkeys(bad)
-    required = required_rate_at(max_cost_per_proof)  # the budget validated once, not per offer
+    required = min_rate_at(max_cost_per_proof)  # the budget validated once, not per offer
     # The prior depends only on (GPU model, count, RAM class): thousands of offers share a few
     # hundred of those, so each is worked out once, and looked up by the offer's RAM itself
     # (machines of one kind often report the same RAM: no ram_class call then).

@@ -39,8 +39,8 @@ class OffersPane(TablePane):
         Column("dph", "$/h", 6, "price per hour, Vast's dph_total with the disk we rent"),
         Column("cpp", "Exp $/p", 7, "expected $/proof on demand = $/h ÷ expected proofs/h; "
                "green when under fleet.max_cost_per_proof (the engine may rent it)"),
-        Column("req", "Req", 4, "proofs/h required: ceil($/h ÷ max $/proof), the min_rate "
-               "its benchmark must reach or the worker is destroyed"),
+        Column("min", "Min", 4, "min_rate: the proofs/h this price needs, ceil($/h ÷ max "
+               "$/proof); its benchmark must reach it or the worker is destroyed"),
         Column("known", "Known", 5, "proofs/h this machine measured before (its best), blank "
                "if vastui never ran it; unknown machines are expected at the median of "
                "measured peers with the same GPU"),
@@ -74,7 +74,7 @@ class OffersPane(TablePane):
         "dph": lambda r: r.offer.dph_total,
         "cpp": lambda r: r.on_demand_cost_per_proof,
         "bid": lambda r: None if r.bid is None else r.bid.cost_per_proof,
-        "req": lambda r: r.required_rate,
+        "min": lambda r: r.min_rate,
         "known": lambda r: r.known_rate,
         "ram": lambda r: r.offer.cpu_ram_gb,
         "bad": lambda r: r.bad,
@@ -313,7 +313,7 @@ def offer_cells(ranked: RankedOffer) -> list[Text]:
         t(o.num_gpus),
         t(f"{o.dph_total:.3f}"),
         t(fmt(cpp, ".4f"), "dim" if ranked.as_bid else chosen),
-        t(f"{ranked.required_rate:.0f}"),
+        t(f"{ranked.min_rate:.0f}"),
         t(fmt(known, ".0f"), "bold" if known else "dim"),
         t(fmt(bid, ".4f"), chosen if ranked.as_bid else "dim"),
         t(fmt(o.cpu_ram_gb, ".0f"), ram_style(o.cpu_ram_gb, o.num_gpus)),
