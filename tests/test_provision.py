@@ -179,3 +179,39 @@ def test_candidate_of_a_multi_gpu_offer_and_an_unknown_rate() -> None:
     c = Candidate.of(r, MAX)
     assert c.describe() == "9 2x Mystery GPU expected rate unknown (unknown), max $0.0080/proof"
     assert replace(c, expected_rate=None).to_json()["expected_rate"] is None
+
+
+# -- the view, built from what the engine observed (provision.build_view) ----------------------
+
+
+def test_the_view_counts_rents_in_flight_and_dry_picks_as_workers_and_draining_as_cost() -> None:
+    from vastui.config import FleetSection
+    from vastui.engine.provision import LiveWorker, RentInFlight, build_view
+
+    fleet = FleetSection(target_workers=4, max_daily_spend=50.0)
+    workers = [
+        LiveWorker("proving", 11, 0.30),
+        LiveWorker("benchmark", 12, 0.25, tunnel_down="instance 2: lotus api: refused"),
+        LiveWorker("proving", 13, 0.40, draining=True),
+        LiveWorker("loading", None, 0.20),
+    ]
+    rents = [RentInFlight(offer_id=501, machine_id=14, dph=0.22), RentInFlight(None, None, 0.0)]
+    got = build_view(
+        fleet, workers, rents, dry_run=True, dry_offers={777: 0.5}, bad_machines=frozenset({9}),
+        api_error="429", spent_today=12.5, rents_last_hour=3,
+    )  # fmt: skip
+    assert got.by_stage == {"loading": 1, "benchmark": 1, "proving": 1}
+    assert got.draining == 1 and got.pending_rents == 2 and got.dry_picks == 1
+    assert got.workers == 5  # three live, two rents in flight
+    assert got.blocked_offers == frozenset({501, 777})
+    assert got.busy_machines == frozenset({11, 12, 13, 14})  # a draining worker's too
+    assert got.dph_in_use == pytest.approx(0.30 + 0.25 + 0.40 + 0.20 + 0.22 + 0.5)
+    assert got.tunnel_down == "instance 2: lotus api: refused"
+    assert (got.target, got.max_daily_spend, got.spent_today) == (4, 50.0, 12.5)
+    assert (got.api_error, got.rents_last_hour, got.bad_machines) == ("429", 3, frozenset({9}))
+    # not a dry run: the dry picks are not counted, whatever the acts remember
+    real = build_view(fleet, workers, [], dry_offers={777: 0.5})
+    assert real.dry_picks == 0 and 777 not in real.blocked_offers
+    # a draining worker's tunnel report is not the fleet's
+    only = build_view(fleet, [replace(workers[1], draining=True)], [])
+    assert only.tunnel_down is None and only.by_stage == {}

@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC
@@ -976,53 +975,37 @@ class Engine:
         return self._offers
 
     async def fleet_view(self) -> provision.FleetView:
-        """What the provisioning decision needs, read from the store (the source of truth)."""
+        """What the provisioning decision needs, read from the store (the source of truth) and
+        built in provision (``build_view``)."""
         fleet = self.config.fleet
-        every = [
-            r for r in await self.store.list_instances(include_killed=False)
+        workers = [
+            provision.LiveWorker(
+                stage=r.state, machine_id=r.machine_id, dph=r.dph_total or 0.0,
+                draining=r.drain_started_at is not None,
+                tunnel_down=None if r.tunnel_down_since is None
+                else f"instance {r.vast_id}: {r.tunnel_detail or 'down'}",
+            )
+            for r in await self.store.list_instances(include_killed=False)
             if r.source == "vastui"
         ]  # fmt: skip
-        # Draining workers are on their way out: not workers of the target, still a cost.
-        live = [r for r in every if r.drain_started_at is None]
-        # Rents whose outcome is still unknown count as workers (and cost); in a dry run the
-        # would-be rents of this run stand in for the instances they would make.
-        pending = await self.store.list_intents(status="pending", kind="rent")
-        dry = self.acts.dry_offers if self.settings.dry_run else {}
-        dph = sum(r.dph_total or 0.0 for r in every) + sum(dry.values())
-        stages = Counter(r.state for r in live)
-        dph += sum(float((i.detail.get("offer") or {}).get("dph_total") or 0.0) for i in pending)
-        return provision.FleetView(
-            target=fleet.target_workers,
-            max_concurrent_benchmarks=fleet.max_concurrent_benchmarks,
-            max_cost_per_proof=fleet.max_cost_per_proof,
-            by_stage={st: n for st in policy.LIVE_STAGES if (n := stages[st])},
-            pending_rents=len(pending),
-            blocked_offers=frozenset(
-                {i.offer_id for i in pending if i.offer_id is not None} | set(dry)
-            ),
-            dry_picks=len(dry),
-            busy_machines=frozenset(
-                {r.machine_id for r in every if r.machine_id is not None}
-                | {i.machine_id for i in pending if i.machine_id is not None}
-            ),
-            bad_machines=frozenset(await self.store.bad_machine_ids(now=self.clock())),
-            dph_in_use=dph,
-            max_total_dph=fleet.max_total_dph,
+        rents = [
+            provision.RentInFlight(
+                offer_id=i.offer_id, machine_id=i.machine_id,
+                dph=float((i.detail.get("offer") or {}).get("dph_total") or 0.0),
+            )
+            for i in await self.store.list_intents(status="pending", kind="rent")
+        ]  # fmt: skip
+        return provision.build_view(
+            fleet, workers, rents,
             dry_run=self.settings.dry_run,
+            dry_offers=self.acts.dry_offers,
+            bad_machines=frozenset(await self.store.bad_machine_ids(now=self.clock())),
             api_error=self._cycle_error,
-            tunnel_down=next(
-                (f"instance {r.vast_id}: {r.tunnel_detail or 'down'}" for r in live
-                 if r.tunnel_down_since is not None),
-                None,
-            ),
             fleet_failure=(await self.store.get_fleet_failure() or {}).get("text"),
             no_credit=self.no_credit,
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
-            max_daily_spend=fleet.max_daily_spend,
-            draining=len(every) - len(live),
             identity_collision=self.identity_collision,
             rents_last_hour=await self.store.rents_since(self.clock() - 3600.0),
-            max_rents_per_slot_hour=fleet.max_rents_per_slot_hour,
         )  # fmt: skip
 
     async def _spent_today(self) -> float:

@@ -37,8 +37,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from vastui.config import FleetSection
 from vastui.domain import plan
-from vastui.engine.policy import PIPELINE_STAGES
+from vastui.engine.policy import LIVE_STAGES, PIPELINE_STAGES
 from vastui.engine.ranking import RankedOffer
 
 REASON_KINDS: tuple[str, ...] = (
@@ -185,6 +186,80 @@ class FleetView:
         """Workers not yet proving, counting rents in flight and dry picks."""
         loading = sum(n for stage, n in self.by_stage.items() if stage in PIPELINE_STAGES)
         return loading + self.pending_rents + self.dry_picks
+
+
+@dataclass(frozen=True, slots=True)
+class LiveWorker:
+    """What provisioning needs of one live worker of this fleet."""
+
+    stage: str
+    machine_id: int | None
+    dph: float  # $/h
+    draining: bool = False  # cordoned, waiting to be destroyed: a cost, not a worker
+    tunnel_down: str | None = None  # what it says of the controller's tunnel, when down
+
+
+@dataclass(frozen=True, slots=True)
+class RentInFlight:
+    """A rent whose outcome is not known yet: a worker of the target, and its cost."""
+
+    offer_id: int | None
+    machine_id: int | None
+    dph: float
+
+
+def build_view(
+    fleet: FleetSection,
+    workers: Sequence[LiveWorker],
+    rents: Sequence[RentInFlight],
+    *,
+    dry_run: bool = False,
+    dry_offers: Mapping[int, float] | None = None,
+    bad_machines: frozenset[int] = frozenset(),
+    api_error: str | None = None,
+    fleet_failure: str | None = None,
+    no_credit: str | None = None,
+    spent_today: float = 0.0,
+    identity_collision: str | None = None,
+    rents_last_hour: int = 0,
+) -> FleetView:
+    """The fleet as a provisioning decision sees it, from what the engine observed. Rents whose
+    outcome is still unknown count as workers (and cost); in a dry run the would-be rents of this
+    run (``dry_offers``: offer → $/h) stand in for the instances they would make; draining
+    workers are on their way out: not workers of the target, still a cost."""
+    dry = dict(dry_offers or {}) if dry_run else {}
+    live = [w for w in workers if not w.draining]
+    stages: dict[str, int] = {}
+    for w in live:
+        stages[w.stage] = stages.get(w.stage, 0) + 1
+    tunnel = next((w.tunnel_down for w in live if w.tunnel_down is not None), None)
+    return FleetView(
+        target=fleet.target_workers,
+        max_concurrent_benchmarks=fleet.max_concurrent_benchmarks,
+        max_cost_per_proof=fleet.max_cost_per_proof,
+        by_stage={st: n for st in LIVE_STAGES if (n := stages.get(st, 0))},
+        pending_rents=len(rents),
+        blocked_offers=frozenset({r.offer_id for r in rents if r.offer_id is not None} | set(dry)),
+        dry_picks=len(dry),
+        busy_machines=frozenset(
+            {w.machine_id for w in workers if w.machine_id is not None}
+            | {r.machine_id for r in rents if r.machine_id is not None}
+        ),
+        bad_machines=bad_machines,
+        dph_in_use=sum(w.dph for w in workers) + sum(dry.values()) + sum(r.dph for r in rents),
+        max_total_dph=fleet.max_total_dph,
+        dry_run=dry_run,
+        tunnel_down=tunnel,
+        max_daily_spend=fleet.max_daily_spend,
+        draining=len(workers) - len(live),
+        max_rents_per_slot_hour=fleet.max_rents_per_slot_hour,
+        api_error=api_error,
+        fleet_failure=fleet_failure,
+        no_credit=no_credit,
+        spent_today=spent_today,
+        identity_collision=identity_collision,
+        rents_last_hour=rents_last_hour,
+    )
 
 
 @dataclass(frozen=True, slots=True)
