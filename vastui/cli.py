@@ -455,7 +455,7 @@ def _check_url(url: str) -> None:
 
 
 def _target(text: str) -> int:
-    """--target-workers: as fleet.target_workers is bounded (vastui/config.py)."""
+    """--target-workers: as fleet.target_workers is bounded (vastui/config/schema.py)."""
     try:
         value = int(text)
     except ValueError:

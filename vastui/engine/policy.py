@@ -227,7 +227,7 @@ def reconcile_kill(
     )
 
 
-MAX_BAN_DAYS = 3650.0  # config.py bounds fleet.auto_ban_days by it too: ten years is forever
+MAX_BAN_DAYS = 3650.0  # config/schema.py bounds fleet.auto_ban_days by it too: ten years is forever
 
 
 def ban_expiry(now: float, auto_ban_days: float) -> float | None:
