@@ -720,3 +720,30 @@ async def test_a_transaction_cancelled_as_it_begins_leaves_no_transaction_open(
     monkeypatch.setattr(conn, "execute", real)
     assert not conn.in_transaction
     assert (await store.add_event("rent", "after", now=T0)).reason == "after"
+
+
+async def test_a_transaction_cancelled_before_its_begin_ran_leaves_no_transaction_open(
+    store: Store,
+) -> None:
+    """The other order (seen under load, CI: the lease's release at exit refused with "cannot
+    start a transaction within a transaction"): the cancellation reaches the coroutine while
+    the BEGIN still waits in aiosqlite's queue. The connection reads as not in a transaction
+    then, and the BEGIN runs after: a rollback must be queued behind it, not skipped."""
+    import asyncio
+    import threading
+
+    conn = store.db.require()
+    gate = threading.Event()
+    await conn.create_function("hold", 0, lambda: gate.wait(30) and 1)
+    held = asyncio.ensure_future(conn.execute("SELECT hold()"))  # aiosqlite's thread is busy
+    task = asyncio.ensure_future(store.add_event("rent", "x", now=T0))
+    for _ in range(50):  # until the BEGIN is queued behind the held query
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gate.set()
+    await held
+    assert (await store.add_event("rent", "after", now=T0)).reason == "after"
+    assert not conn.in_transaction
+    assert [e.reason for e in await store.list_events()] == ["after"]

@@ -19,7 +19,7 @@ import asyncio
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,13 @@ async def _rollback(conn: aiosqlite.Connection) -> None:
             await conn.rollback()
     except sqlite3.Error:
         pass
+
+
+async def _rollback_queued(conn: aiosqlite.Connection) -> None:
+    """A ROLLBACK behind whatever aiosqlite's thread has queued (the queue is first in, first
+    out); none to roll back is fine."""
+    with suppress(sqlite3.Error):
+        await conn.execute("ROLLBACK")
 
 
 class Database:
@@ -268,10 +275,12 @@ class Database:
             except sqlite3.Error as e:
                 raise self.remember(store_error(self.path, e, "cannot begin transaction")) from e
             except BaseException:
-                # Cancelled (a stop) while the BEGIN ran in aiosqlite's thread: it may have
-                # begun, and a connection left in a transaction refuses the next BEGIN (the
-                # lease's release at exit said "cannot start a transaction within a transaction")
-                await _rollback(conn)
+                # Cancelled (a stop) while the BEGIN ran in aiosqlite's thread, or still waited in
+                # its queue: it may begin after this, and a connection left in a transaction
+                # refuses the next BEGIN (the lease's release at exit said "cannot start a
+                # transaction within a transaction"). So a ROLLBACK goes in the queue behind it
+                # whatever in_transaction says now.
+                await _rollback_queued(conn)
                 raise
             try:
                 yield conn
