@@ -158,7 +158,7 @@ class Fleet:
         return worker
 
     def set_stage(self, w: Worker, stage: str) -> None:
-        """Store.set_stage: state, stage_started_at and ``<stage>_at``; a no-op when already
+        """store.instances.set_stage: state, stage_started_at and ``<stage>_at``; a no-op when already
         there."""
         if w.rec.state != stage and not w.rec.killed:
             now = self.clock.now

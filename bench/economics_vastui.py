@@ -386,7 +386,7 @@ class VastuiPolicy:
                 self._kill(other, policy.Kill("bad_machine", f"machine {machine_id}: {reason}"))
 
     def _record_rate(self, w: Worker, rate: float) -> None:
-        """Store.record_rate: best = max, last = this one, samples + 1."""
+        """store.perf.record_rate: best = max, last = this one, samples + 1."""
         key = (w.offer.machine_id, w.offer.gpu_name, w.offer.num_gpus)
         old = self.perf.get(key)
         self.perf[key] = PerfRecord(

@@ -276,7 +276,7 @@ async def _rent(engine: Engine, plan: Plan) -> dict[str, Any]:
     progress(f"fleet: {len(offers):,} offers ranked; renting {len(picks)} workers")
     started = time.perf_counter()
     for offer_id in picks:  # as the console rents: a command, carried out by the engine
-        await engine.store.submit_command("deploy", {"offer_id": offer_id}, source="bench")
+        await engine.store.commands.submit("deploy", {"offer_id": offer_id}, source="bench")
         await engine.run_commands()
     return {
         "fleet.offers": len(offers),

@@ -57,7 +57,7 @@ class World:
         for _ in range(40):
             self.clock.advance(30)
             await engine.step()
-            live = await engine.store.list_instances(include_killed=False)
+            live = await engine.store.instances.all(include_killed=False)
             if live and all(r.state != "loading" for r in live):
                 return
         raise AssertionError("instances never left loading")
@@ -69,7 +69,7 @@ class World:
         every = VANISH_MIN_AGE / (VANISH_MISSES - 1)
         for n in range(1, 3 * VANISH_MISSES + 1):
             await engine.step()
-            rec = await engine.store.get_instance(vast_id)
+            rec = await engine.store.instances.get(vast_id)
             if rec is not None and rec.killed:
                 return n
             self.clock.advance(every)

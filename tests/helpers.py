@@ -80,13 +80,13 @@ async def until_instance(
     named in the failure)."""
 
     async def check() -> Any:
-        rec = await engine.store.get_instance(iid)
+        rec = await engine.store.instances.get(iid)
         return rec if rec is not None and predicate(rec) else None
 
     try:
         return await eventually(check, timeout, what)
     except AssertionError:
-        rec = await engine.store.get_instance(iid)
+        rec = await engine.store.instances.get(iid)
         raise AssertionError(f"timed out waiting for {what}; instance: {rec}") from None
 
 
@@ -109,9 +109,9 @@ async def operate(engine: Any, kind: str, **args: Any) -> Any:
     table, carried out by the engine's command step (``Engine.run_commands``, which every step
     starts with). A running loop may claim it first: it finishes it under the lock the call
     here waits for, so the command is answered when this returns."""
-    cid = await engine.store.submit_command(kind, args, source="test")
+    cid = await engine.store.commands.submit(kind, args, source="test")
     await engine.run_commands()
-    cmd = await engine.store.get_command(cid)
+    cmd = await engine.store.commands.get(cid)
     assert cmd is not None and cmd.status in ("done", "failed"), cmd
     return cmd
 

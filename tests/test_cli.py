@@ -176,12 +176,12 @@ def test_status_says_target_reason_and_spend(capsys, db):
     async def seed() -> None:
         async with await Store.open(Path(db)) as store:
             now = 1_790_000_000.0
-            await store.upsert_instance(
+            await store.instances.upsert(
                 InstanceRecord(vast_id=7, label="vastui-main-7", dph_total=0.36, state="proving",
                                created_at=now - 3600, proving_at=now - 1800),
                 now=now,
             )  # fmt: skip
-            await store.put_engine_status(
+            await store.status.put(
                 EngineStatus(
                     target=3,
                     workers=1,
@@ -215,8 +215,8 @@ def test_instances_all_shows_other_controllers_apart(capsys, db):
 
     async def seed() -> None:
         async with await Store.open(Path(db)) as store:
-            await store.upsert_instance(
-                InstanceRecord(vast_id=7, label=f"vastui-main.{await store.fleet_id()}-"
+            await store.instances.upsert(
+                InstanceRecord(vast_id=7, label=f"vastui-main.{await store.meta.fleet_id()}-"
                                "00000000000a", state="proving"), now=1.0,
             )  # fmt: skip
             await store.put_foreign(

@@ -68,7 +68,7 @@ async def test_status_counts_workers_stopped_by_a_higher_bid(tmp_path: Path):
     store = await Store.open(tmp_path / "s.db")
     try:
         for vid, outbid in ((1, 100.0), (2, None)):
-            await store.upsert_instance(
+            await store.instances.upsert(
                 InstanceRecord(
                     vast_id=vid, label=f"vastui-main-{vid:012x}", machine_id=vid, state="proving",
                     created_at=0.0, dph_total=0.2, is_bid=True, bid_price=0.15,

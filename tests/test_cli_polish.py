@@ -41,8 +41,9 @@ def in_store(db: Path, *calls: tuple[str, tuple, dict]) -> None:
     async def go() -> None:
         store = await Store.open(db)
         try:
-            for name, args, kwargs in calls:
-                await getattr(store, name)(*args, **kwargs)
+            for name, args, kwargs in calls:  # "repository.method"
+                repo, method = name.split(".")
+                await getattr(getattr(store, repo), method)(*args, **kwargs)
         finally:
             await store.close()
 
@@ -146,9 +147,9 @@ def test_offers_json_carries_the_ranking(capsys, db: Path):
     measured, banned = first[-1], first[0]
     in_store(
         db,
-        ("record_rate", (measured["machine_id"], measured["gpu_name"],
+        ("perf.record_rate", (measured["machine_id"], measured["gpu_name"],
                               measured["num_gpus"], 500.0), {}),
-        ("add_bad", (banned["machine_id"], "slow"), {"source": "manual"}),
+        ("badlist.add", (banned["machine_id"], "slow"), {"source": "manual"}),
     )  # fmt: skip
     _, out, _ = run(capsys, "offers", "--demo", "--db", str(db), "--json", "--all")
     rows = jsonl(out)
@@ -197,7 +198,7 @@ def test_known_event_kind_without_events_is_an_empty_listing(capsys, db: Path):
 
 
 def test_event_kind_found_in_the_log_is_listed_even_if_undocumented(capsys, db: Path):
-    in_store(db, ("add_event", ("newkind", "written by a newer vastui"), {}))
+    in_store(db, ("events.add", ("newkind", "written by a newer vastui"), {}))
     code, out, _ = run(capsys, "events", "--db", str(db), "--kind", "newkind", "--json")
     assert code == 0 and [e["kind"] for e in jsonl(out)] == ["newkind"]
 

@@ -35,7 +35,7 @@ async def fleet_store(path: Path, db: CurioDb) -> dict[str, int]:
                 runner_id=runner, created_at=T0, proving_at=T0 + 600, machine_id=9000 + runner,
                 curio_info=json.dumps({"machine_id": mid, "host_and_port": addr}),
             )  # fmt: skip
-            await store.upsert_instance(rec, now=T0)
+            await store.instances.upsert(rec, now=T0)
         await store.mark_killed(103, "surplus", "above target", now=T0 + 3100)
         await store.note_released(103, 0, "destroyed: 0 tasks", now=T0 + 3100)
         db.q("DELETE FROM harmony_machines WHERE host_and_port = %s", (identity.curio_listen(3),))

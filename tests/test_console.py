@@ -88,12 +88,12 @@ async def test_deploy_from_offers_pane_rents_and_records(tmp_path: Path):
         await pilot.press("y")
 
         async def rented() -> bool:
-            return bool(await sim.store.list_instances())
+            return bool(await sim.store.instances.all())
 
         await settle(pilot, app, rented)
-        [rec] = await sim.store.list_instances()
+        [rec] = await sim.store.instances.all()
         assert rec.offer_id == offer_id and rec.label.startswith("vastui-main.")
-        assert [e.kind for e in await sim.store.list_events(kind="rent")] == ["rent"]
+        assert [e.kind for e in await sim.store.events.all(kind="rent")] == ["rent"]
         assert list(sim.cloud.instances) == [rec.vast_id]
 
 
@@ -103,7 +103,7 @@ async def test_deploy_cancel_does_nothing(tmp_path: Path):
         await settle(pilot, app, lambda: app.query_one("#offers-table", RowTable).row_count > 0)
         await pilot.press("d", "n")
         await pilot.pause()
-        assert await sim.store.list_instances() == []
+        assert await sim.store.instances.all() == []
         assert sim.cloud.instances == {}
 
 
@@ -118,10 +118,10 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
         await pilot.press("enter")
 
         async def banned() -> bool:
-            return machine in await sim.store.bad_machine_ids()
+            return machine in await sim.store.badlist.machine_ids()
 
         await settle(pilot, app, banned)
-        [entry] = await sim.store.list_bad()
+        [entry] = await sim.store.badlist.all()
         assert entry.reason == "GPU errors under load" and entry.source == "manual"
         await pilot.press("4")
 
@@ -132,10 +132,10 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
         await pilot.press("u", "y")
 
         async def unbanned() -> bool:
-            return await sim.store.bad_machine_ids() == set()
+            return await sim.store.badlist.machine_ids() == set()
 
         await settle(pilot, app, unbanned)
-        kinds = [e.kind for e in await sim.store.list_events()]
+        kinds = [e.kind for e in await sim.store.events.all()]
         assert kinds == ["ban", "unban"]
 
 
@@ -149,20 +149,20 @@ async def test_destroy_from_instances_pane(tmp_path: Path):
             return app.query_one("#instances-table", RowTable).row_count == 1
 
         await settle(pilot, app, rented)
-        [rec] = await sim.store.list_instances()
+        [rec] = await sim.store.instances.all()
         await pilot.press("2", "x")
         await pilot.pause()
         assert "Destroy instance" in str(app.screen.query_one(".dialog-title").render())
         await pilot.press("y")
 
         async def destroyed() -> bool:
-            got = await sim.store.get_instance(rec.vast_id)
+            got = await sim.store.instances.get(rec.vast_id)
             return got is not None and got.killed
 
         await settle(pilot, app, destroyed)
-        rec = await sim.store.get_instance(rec.vast_id)
+        rec = await sim.store.instances.get(rec.vast_id)
         assert rec.kill_kind == "manual"
-        [event] = await sim.store.list_events(kind="destroy")
+        [event] = await sim.store.events.all(kind="destroy")
         assert event.instance_id == rec.vast_id
         assert sim.cloud.instances == {}
 

@@ -17,7 +17,7 @@ from vastui.store import Store
 
 async def hold_lease(db: Path) -> None:
     async with await Store.open(db) as store:
-        await store.acquire_lease("headless-1", pid=4242, hostname="ctl", mode="headless", ttl=600)
+        await store.lease.acquire("headless-1", pid=4242, hostname="ctl", mode="headless", ttl=600)
 
 
 async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
@@ -39,10 +39,10 @@ async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
         await pilot.press("enter")  # the default reason
         await pilot.pause()
     async with await Store.open(db) as store:
-        [cmd] = await store.claim_commands()
+        [cmd] = await store.commands.claim()
         assert cmd.kind == "ignore" and cmd.args["machine_id"] == machine
-        assert await store.list_bad() == [], "the console itself changed nothing"
-        holder = await store.lease_holder()
+        assert await store.badlist.all() == [], "the console itself changed nothing"
+        holder = await store.lease.holder()
         assert holder is not None and holder.owner == "headless-1", "the lease was not taken"
 
 
@@ -62,4 +62,4 @@ async def test_read_only_console_runs_no_engine(tmp_path: Path):
         await settle(pilot, None, lambda: "NO ENGINE" in summary())
         assert "READ-ONLY" in summary()
     async with await Store.open(db) as store:
-        assert await store.lease_holder() is None
+        assert await store.lease.holder() is None

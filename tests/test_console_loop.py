@@ -104,7 +104,7 @@ class Lease:
 
     async def __aenter__(self) -> Lease:
         async with await Store.open(self.db) as store:
-            await store.acquire_lease(
+            await store.lease.acquire(
                 "headless-1", pid=self.pid, hostname=self.hostname, mode="headless", ttl=600
             )
         self.task = asyncio.create_task(self._beat())
@@ -113,7 +113,7 @@ class Lease:
     async def _beat(self) -> None:
         async with await Store.open(self.db) as store:
             while True:
-                await store.renew_lease("headless-1", ttl=600)
+                await store.lease.renew("headless-1", ttl=600)
                 await asyncio.sleep(0.2)
 
     async def stop(self, *, release: bool) -> None:
@@ -123,7 +123,7 @@ class Lease:
             await self.task
         if release:
             async with await Store.open(self.db) as store:
-                await store.release_lease("headless-1")
+                await store.lease.release("headless-1")
 
     async def __aexit__(self, *exc: object) -> None:
         if self.task is not None and not self.task.done():
@@ -151,7 +151,7 @@ async def test_detached_when_the_engine_exits_and_commands_are_refused(tmp_path:
         with pytest.raises(ConnectionError, match="no engine to carry this out"):
             await source.submit("ignore", machine_id=1, reason="x")
     async with await Store.open(tmp_path / "a.db") as store:
-        assert await store.claim_commands() == [], "nothing was queued for a later engine"
+        assert await store.commands.claim() == [], "nothing was queued for a later engine"
 
 
 async def test_detached_when_the_engine_process_is_gone(tmp_path: Path) -> None:
@@ -170,7 +170,7 @@ async def test_detached_when_the_heartbeat_is_stale(tmp_path: Path) -> None:
     app, source = await attached_app(tmp_path)
     async with await Store.open(tmp_path / "a.db") as store:
         # another host's engine whose last heartbeat was a minute ago (lease not yet lapsed)
-        await store.acquire_lease(
+        await store.lease.acquire(
             "far", pid=1, hostname="elsewhere", mode="headless", ttl=600, now=time.time() - 60
         )
     async with app.run_test(size=(200, 50)) as pilot:
@@ -460,7 +460,7 @@ async def test_attached_console_shows_the_engines_offers(tmp_path: Path) -> None
     _snap, ranked = fixed_data()
     db = tmp_path / "a.db"
     async with await Store.open(db) as store:
-        await store.put_engine_offers("the engine's filter", [to_record(r) for r in ranked], 1.0)
+        await store.status.put_offers("the engine's filter", [to_record(r) for r in ranked], 1.0)
     app, source = await attached_app(tmp_path)
     async with Lease(db), app.run_test(size=(200, 50)) as pilot:
         await loaded(pilot)

@@ -35,7 +35,7 @@ async def holder_of(db: Path) -> Lease | None:
     except StoreNotCurrent:
         return None  # not made (or migrated) yet
     async with store:
-        return await store.lease_holder()
+        return await store.lease.holder()
 
 
 async def test_an_attached_console_reads_and_commands_an_engine_it_did_not_start(
@@ -65,7 +65,7 @@ async def test_an_attached_console_reads_and_commands_an_engine_it_did_not_start
                 """What it shows is what the engine published (the engine publishes again
                 as it searches: the console catches up with the newest)."""
                 async with await Store.open(db, migrate=False) as store:
-                    published = await store.get_engine_offers()
+                    published = await store.status.get_offers()
                 ids = {row["offer"]["id"] for row in published[1]} if published else set()
                 return bool(ids) and {r.offer.id for r in app.offers} <= ids
 
@@ -79,7 +79,7 @@ async def test_an_attached_console_reads_and_commands_an_engine_it_did_not_start
 
             async def banned() -> bool:
                 async with await Store.open(db, migrate=False) as store:
-                    return machine in await store.bad_machine_ids()
+                    return machine in await store.badlist.machine_ids()
 
             await settle(pilot, app, banned)
             still = await holder_of(db)

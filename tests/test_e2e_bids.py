@@ -46,7 +46,7 @@ async def test_an_outbid_worker_resumes_without_a_new_benchmark(demo_state: Path
             async def proving_bid():
                 async with asyncio.timeout(240):
                     while True:
-                        for rec in await engine.store.list_instances(include_killed=False):
+                        for rec in await engine.store.instances.all(include_killed=False):
                             if rec.state == "proving" and rec.is_bid and rec.prod_completed:
                                 return rec
                         await asyncio.sleep(0.2)
@@ -82,9 +82,9 @@ async def test_an_outbid_worker_resumes_without_a_new_benchmark(demo_state: Path
             assert [e["stage"] for e in seen if e["event"] == "start"].count("prove") == 2
             # (an earlier rental may have a strike of its own: a loaded test machine can make a
             # benchmark abort early, as one in a full run of the suite did)
-            strikes = await engine.store.list_strikes()
+            strikes = await engine.store.badlist.strikes()
             assert not [s for s in strikes if s.instance_id == iid], "an outbid strikes nobody"
-            notes = [e.reason for e in await engine.store.list_events(kind="bid")]
+            notes = [e.reason for e in await engine.store.events.all(kind="bid")]
             assert any(n.startswith("outbid") for n in notes)
             assert any(n.startswith("resumed after") for n in notes)
         finally:

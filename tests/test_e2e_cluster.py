@@ -63,7 +63,7 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
         try:
 
             async def three_reporting() -> list[InstanceRecord] | None:
-                live = await engine.store.list_instances(include_killed=False)
+                live = await engine.store.instances.all(include_killed=False)
                 proving = [r for r in live if r.state == "proving" and r.curio_info]
                 return proving if len(proving) >= 3 else None
 
@@ -114,7 +114,7 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
             async def restarted() -> str | None:
                 # curio's restart, and the recovered tasks' first lines: their goroutines log
                 # before or after the RPC server's line (cmd/curio/run.go:144-154)
-                rec = await engine.store.get_instance(victim.vast_id)
+                rec = await engine.store.instances.get(victim.vast_id)
                 assert rec is not None and not rec.killed, (
                     f"the victim was destroyed instead: {rec and rec.kill_reason}"
                 )
@@ -129,7 +129,7 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
             # ... and none another worker began
             for w in others:
                 assert not taken & begun(logs[w.vast_id].read_text())
-            rec = await engine.store.get_instance(victim.vast_id)
+            rec = await engine.store.instances.get(victim.vast_id)
             assert rec is not None and not rec.killed, "the worker is kept"
         finally:
             stop.set()

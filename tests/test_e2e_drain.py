@@ -63,7 +63,7 @@ async def test_a_lowered_target_drains_the_surplus_and_frees_what_it_held(
         try:
 
             async def two_read() -> list[InstanceRecord] | None:
-                live = await engine.store.list_instances(include_killed=False)
+                live = await engine.store.instances.all(include_killed=False)
                 read = [
                     r for r in live
                     if r.state == "proving" and r.curio_info and r.cluster_state
@@ -100,7 +100,7 @@ async def test_a_lowered_target_drains_the_surplus_and_frees_what_it_held(
             engine.config = engine.acts.config = lowered
 
             async def cordoned() -> Any:
-                events = await engine.store.list_events(kind="cordoned")
+                events = await engine.store.events.all(kind="cordoned")
                 return events or None
 
             [event] = await eventually(cordoned, LONG, "a worker cordoned")
@@ -110,7 +110,7 @@ async def test_a_lowered_target_drains_the_surplus_and_frees_what_it_held(
             assert row is None or row["unschedulable"] is True  # (gone: drained already)
 
             async def released() -> InstanceRecord | None:
-                rec = await engine.store.get_instance(victim)
+                rec = await engine.store.instances.get(victim)
                 return rec if rec is not None and rec.killed and rec.released_at else None
 
             rec = await eventually(released, LONG, "the drained worker destroyed and released")
@@ -127,17 +127,17 @@ async def test_a_lowered_target_drains_the_surplus_and_frees_what_it_held(
             assert owned_by(view, machine) == [], "a destroyed worker's machine owns no task"
             assert machine not in {m["id"] for m in view["machines"]}, "its row is deleted"
             released = [
-                e for e in await engine.store.list_events(kind="tasks_released")
+                e for e in await engine.store.events.all(kind="tasks_released")
                 if e.instance_id == victim
             ]  # fmt: skip
             assert len(released) == 1 and released[0].detail["curio_machine"] == machine
             destroys = [
-                e for e in await engine.store.list_events(kind="destroy") if e.instance_id == victim
+                e for e in await engine.store.events.all(kind="destroy") if e.instance_id == victim
             ]  # fmt: skip
             assert len(destroys) == 1
-            assert len(await engine.store.list_events(kind="cordoned")) == 1  # one drain
-            live = await engine.store.list_instances(include_killed=False)
-            every = await engine.store.list_instances()
+            assert len(await engine.store.events.all(kind="cordoned")) == 1  # one drain
+            live = await engine.store.instances.all(include_killed=False)
+            every = await engine.store.instances.all()
             assert [r.state for r in live] == ["proving"] and live[0].drain_started_at is None, [
                 (r.vast_id, r.state, r.kill_kind, r.kill_reason) for r in every
             ]
@@ -165,7 +165,7 @@ async def test_curio_failing_every_proof_cuzk_finished_destroys_the_worker_with_
         try:
 
             async def killed() -> InstanceRecord | None:
-                for rec in await engine.store.list_instances():
+                for rec in await engine.store.instances.all():
                     if rec.killed and rec.kill_kind == "prove_curio_failing":
                         return rec
                 return None
@@ -178,7 +178,7 @@ async def test_curio_failing_every_proof_cuzk_finished_destroys_the_worker_with_
             assert state.get("done", 0) == 0 and state.get("failed", 0) >= 3
             # its strike (an earlier rental of the machine may have one of its own: a loaded
             # test machine can make a benchmark abort early)
-            strikes = await engine.store.list_strikes(rec.machine_id)
+            strikes = await engine.store.badlist.strikes(rec.machine_id)
             assert [s.kind for s in strikes if s.instance_id == rec.vast_id] == [
                 "prove_curio_failing"
             ]

@@ -86,7 +86,7 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
             assert "cuzk-daemon was killed by SIGABRT (exit status 134)" in rec.error_lines
             assert iid not in rt.demo.cloud.instances or rt.demo.cloud.instance(iid) is None
             # a GPU error in its lines: the machine is banned, not just struck
-            bad = await engine.store.get_bad(offer.machine_id)
+            bad = await engine.store.badlist.get(offer.machine_id)
             assert bad is not None and "illegal memory access" in bad.reason
         finally:
             stop.set()

@@ -53,14 +53,14 @@ async def _step_the_wall(world: World, store: Store, steady: bool) -> list[str]:
     engine = await _engine(world, store, clock)
     try:
         await rent_distinct(world, engine, 2)
-        assert all(not r.killed for r in await store.list_instances(include_killed=True))
+        assert all(not r.killed for r in await store.instances.all(include_killed=True))
         for step in (HOURS_2, -HOURS_2):
             offset[0] += step
             world.clock.advance(30)
             await engine.step()
     finally:
         await engine.close()
-    return [r.kill_kind or "" for r in await store.list_instances(include_killed=True) if r.killed]
+    return [r.kill_kind or "" for r in await store.instances.all(include_killed=True) if r.killed]
 
 
 async def test_a_wall_clock_stepped_2h_forward_and_back_destroys_strikes_and_bans_nothing(
@@ -68,9 +68,9 @@ async def test_a_wall_clock_stepped_2h_forward_and_back_destroys_strikes_and_ban
 ) -> None:
     caplog.set_level(logging.WARNING, "vastui.engine.clock")
     assert await _step_the_wall(world, store, steady=True) == []
-    assert await store.list_strikes() == []
-    assert await store.list_bad(now=world.clock.now()) == []
-    assert [e.kind for e in await store.list_events() if e.kind in ("kill", "destroy")] == []
+    assert await store.badlist.strikes() == []
+    assert await store.badlist.all(now=world.clock.now()) == []
+    assert [e.kind for e in await store.events.all() if e.kind in ("kill", "destroy")] == []
     steps = [r.getMessage() for r in caplog.records if "wall clock stepped" in r.getMessage()]
     assert len(steps) == 2, "each step is logged once"
 

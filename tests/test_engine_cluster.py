@@ -47,7 +47,7 @@ async def proving_fleet(world: World, store: Store, db: CurioDb, n: int, tasks: 
     for iid in ids:
         for stage in ("setup", "paramfetch", "benchmark"):
             await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
-        rec = await store.get_instance(iid)
+        rec = await store.instances.get(iid)
         await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
         await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
         addr, name = ident(rec)
@@ -58,7 +58,7 @@ async def proving_fleet(world: World, store: Store, db: CurioDb, n: int, tasks: 
             iid, {"stage": "prove", "event": "progress", "detail": "curio", "curio": report}
         )
         db.claim(mid, [db.add_task("PSProve", world.clock.now()) for _ in range(tasks)])
-        assert (await store.get_instance(iid)).state == "proving"
+        assert (await store.instances.get(iid)).state == "proving"
     return engine, ids, machines
 
 
@@ -83,7 +83,7 @@ def owned_by(db: CurioDb, machine_ids: list[int]) -> list[tuple[Any, ...]]:
 
 
 async def events(store: Store, kind: str) -> list[Any]:
-    return [e for e in await store.list_events() if e.kind == kind]
+    return [e for e in await store.events.all() if e.kind == kind]
 
 
 async def test_a_lowered_target_drains_the_surplus_then_destroys_it(
@@ -98,7 +98,7 @@ async def test_a_lowered_target_drains_the_surplus_then_destroys_it(
     engine = await engine_on(world, store, db)
     destroys = count_destroys(engine)
     await engine.step()
-    drained = [r.vast_id for r in await store.list_instances() if r.drain_started_at is not None]
+    drained = [r.vast_id for r in await store.instances.all() if r.drain_started_at is not None]
     assert len(drained) == 2 and all(iid in world.cloud.instances for iid in drained)
     kept = next(i for i in ids if i not in drained)
     for iid in drained:  # cordoned: no new work, the tasks it holds still its own
@@ -107,36 +107,36 @@ async def test_a_lowered_target_drains_the_surplus_then_destroys_it(
     assert db.unschedulable(machines[kept]) is False
     cordoned = await events(store, "cordoned")
     assert sorted(e.instance_id for e in cordoned) == sorted(drained)
-    status = await store.get_engine_status()
+    status = await store.status.get()
     assert status.workers == 1 and status.cluster["draining"] == 2
     # still draining: nothing is destroyed, nothing more is rented, nobody else is cordoned
     world.clock.advance(60)
     await engine.step()
     assert destroys == {} and len(await events(store, "cordoned")) == 2
-    assert len(await store.list_instances(include_killed=False)) == 3
+    assert len(await store.instances.all(include_killed=False)) == 3
     # the first finishes what it holds (curio's recordCompletion), the second one of two
     a, b = drained
-    addr_a = ident(await store.get_instance(a))[0]
-    addr_b = ident(await store.get_instance(b))[0]
+    addr_a = ident(await store.instances.get(a))[0]
+    addr_b = ident(await store.instances.get(b))[0]
     for task in db.owned(machines[a]):
         db.complete(task, addr_a, True, "", world.clock.now())
     db.complete(db.owned(machines[b])[0], addr_b, True, "", world.clock.now())
     world.clock.advance(60)
     await engine.step()
-    rec_a, rec_b = await store.get_instance(a), await store.get_instance(b)
+    rec_a, rec_b = await store.instances.get(a), await store.instances.get(b)
     assert rec_a.killed and rec_a.kill_kind == "surplus" and "drained: " in rec_a.kill_reason
     assert not rec_b.killed and destroys == {a: 1}
     assert db.unschedulable(machines[a]) is None  # its row deleted with the release
     db.complete(db.owned(machines[b])[0], addr_b, True, "", world.clock.now())
     world.clock.advance(60)
     await engine.step()
-    assert (await store.get_instance(b)).killed and destroys == {a: 1, b: 1}
+    assert (await store.instances.get(b)).killed and destroys == {a: 1, b: 1}
     assert owned_by(db, [machines[a], machines[b]]) == []
     released = await events(store, "tasks_released")
     assert sorted(e.instance_id for e in released) == sorted(drained)
     assert all(e.detail["tasks"] == 0 for e in released)  # they held nothing when destroyed
     assert len(await events(store, "cordoned")) == 2  # one per drain
-    assert [r.vast_id for r in await store.list_instances(include_killed=False)] == [kept]
+    assert [r.vast_id for r in await store.instances.all(include_killed=False)] == [kept]
     assert len(db.owned(machines[kept])) == 2 and db.unschedulable(machines[kept]) is False
     await engine.close()
 
@@ -150,17 +150,17 @@ async def test_a_drain_ends_at_its_deadline_and_the_tasks_it_held_go_back_to_the
     target(world, 1)
     engine.config = world.config
     await engine.step()
-    [rec] = [r for r in await store.list_instances() if r.drain_started_at is not None]
+    [rec] = [r for r in await store.instances.all() if r.drain_started_at is not None]
     held = db.owned(machines[rec.vast_id])
     assert rec.drain_deadline is not None and len(held) == 3
     # at its rate (bench min_rate + 5 p/h) three proofs need well under the market's 40 min
     assert rec.drain_deadline - rec.drain_started_at <= 40 * 60
     world.clock.set(rec.drain_deadline - 1)
     await engine.step()
-    assert not (await store.get_instance(rec.vast_id)).killed
+    assert not (await store.instances.get(rec.vast_id)).killed
     world.clock.set(rec.drain_deadline + 1)
     await engine.step()
-    done = await store.get_instance(rec.vast_id)
+    done = await store.instances.get(rec.vast_id)
     assert done.killed and "drain deadline passed with 3 task(s) held" in done.kill_reason
     assert done.released_tasks == 3
     back = db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,))
@@ -180,16 +180,16 @@ async def test_a_worker_destroyed_without_a_drain_frees_its_tasks_in_the_same_st
     # by hand: the operator's destroy does not wait
     held = db.owned(machines[a])
     await destroy(engine, a)
-    assert (await store.get_instance(a)).killed and a not in world.cloud.instances
+    assert (await store.instances.get(a)).killed and a not in world.cloud.instances
     assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
-    assert (await store.get_instance(a)).released_tasks == 2
+    assert (await store.instances.get(a)).released_tasks == 2
     assert await events(store, "cordoned") == []
     # killed by the cloud: gone from Vast; the step that concludes it is gone (one miss is
     # evidence, not the truth) frees its tasks
     held_b = db.owned(machines[b])
     world.cloud.destroy(b)
     await world.until_gone(engine, b)
-    rec_b = await store.get_instance(b)
+    rec_b = await store.instances.get(b)
     assert rec_b.killed and rec_b.kill_kind == "vanished" and rec_b.released_tasks == 2
     assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held_b,)) == [(None,)] * 2
     # a vanish is concluded, not confirmed: the row stays (curio's 10-minute cleanup ends it),
@@ -210,12 +210,12 @@ async def test_a_release_the_cluster_refused_is_done_at_the_next_readable_step(
     good = engine.cluster
     engine.cluster = engine.acts.cluster = replace_port(good)
     await destroy(engine, a)
-    assert (await store.get_instance(a)).released_at is None  # owed
+    assert (await store.instances.get(a)).released_at is None  # owed
     await engine.step()
-    assert (await store.get_engine_status()).cluster["state"] == "error"
+    assert (await store.status.get()).cluster["state"] == "error"
     engine.cluster = engine.acts.cluster = good
     await engine.step()
-    assert (await store.get_instance(a)).released_tasks == 2
+    assert (await store.instances.get(a)).released_tasks == 2
     assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
     assert [e.reason for e in await events(store, "cluster")][-1].endswith("readable again")
     await engine.close()
@@ -240,7 +240,7 @@ async def test_curio_failing_every_psprove_destroys_the_worker_with_curios_line(
     target(world, 0)
     engine, ids, machines = await proving_fleet(world, store, db, 1, tasks=0)
     [a] = ids
-    rec = await store.get_instance(a)
+    rec = await store.instances.get(a)
     addr = ident(rec)[0]
     line = "failed to compute proof: proof check failed: invalid UpdateProof"
     for minute in range(4):
@@ -254,13 +254,13 @@ async def test_curio_failing_every_psprove_destroys_the_worker_with_curios_line(
         db.claim(machines[a], [task])
         db.complete(task, addr, False, line, world.clock.now())
         await engine.step()
-        if (await store.get_instance(a)).killed:
+        if (await store.instances.get(a)).killed:
             break
-    done = await store.get_instance(a)
+    done = await store.instances.get(a)
     assert done.killed and done.kill_kind == "prove_curio_failing"
     assert line in done.kill_reason and "curio failed 3 of 3 PSProve tasks" in done.kill_reason
     assert done.error_lines == (f"error: {line}",)
-    [strike] = await store.list_strikes(done.machine_id)
+    [strike] = await store.badlist.strikes(done.machine_id)
     assert strike.kind == "prove_curio_failing"
     await engine.close()
 
@@ -281,23 +281,23 @@ async def test_an_identity_another_live_machine_holds_blocks_renting_without_bla
     other = db.register(identity.curio_listen(1), theirs, world.clock.now())
     engine = await engine_on(world, store, db)
     await engine.step()
-    status = await store.get_engine_status()
+    status = await store.status.get()
     assert status.reason_kind == "identity_collision"
     assert f"live machine {other}" in status.reason and "listen_port_base" in status.reason
-    assert await store.list_instances() == [] and await store.list_strikes() == []
+    assert await store.instances.all() == [] and await store.badlist.strikes() == []
     [ev] = await events(store, "cluster")
     assert identity.curio_listen(1) in ev.reason
     # still there a step later: still nothing rented
     world.clock.advance(120)
     db.heartbeat(other, world.clock.now())
     await engine.step()
-    assert await store.list_instances() == []
+    assert await store.instances.all() == []
     # the node stops (no heartbeat for curio's 10 minutes): renting resumes
     world.clock.advance(11 * 60)
     await engine.step()
     await engine.step()
-    assert (await store.get_engine_status()).reason_kind != "identity_collision"
-    assert len(await store.list_instances()) == 1
+    assert (await store.status.get()).reason_kind != "identity_collision"
+    assert len(await store.instances.all()) == 1
     await engine.close()
 
 
@@ -318,14 +318,14 @@ async def test_an_engine_killed_mid_drain_finishes_it_once(
     with pytest.raises(Crash):
         await first.step()
     monkeypatch.setattr(acts_module, "crash_point", lambda name: None)
-    [rec] = [r for r in await store.list_instances() if r.drain_started_at is not None]
+    [rec] = [r for r in await store.instances.all() if r.drain_started_at is not None]
     assert db.unschedulable(machines[rec.vast_id]) is True
     # a new engine on the same database (the first is gone without a word)
     engine = await engine_on(world, store, db)
     destroys = count_destroys(engine)
     world.clock.advance(30)
     await engine.step()
-    assert destroys == {} and not (await store.get_instance(rec.vast_id)).killed
+    assert destroys == {} and not (await store.instances.get(rec.vast_id)).killed
     addr = ident(rec)[0]
     for task in db.owned(machines[rec.vast_id]):
         db.complete(task, addr, True, "", world.clock.now())
@@ -337,7 +337,7 @@ async def test_an_engine_killed_mid_drain_finishes_it_once(
     assert len(await events(store, "cordoned")) == 1
     assert [e.instance_id for e in await events(store, "destroy")] == [rec.vast_id]
     assert len(await events(store, "tasks_released")) == 1
-    assert len(await store.list_instances(include_killed=False)) == 1
+    assert len(await store.instances.all(include_killed=False)) == 1
     await engine.close()
 
 
@@ -358,8 +358,8 @@ async def test_a_cluster_that_is_not_there_turns_the_reader_off_with_one_line(
         world.clock.advance(30)
     off = [r for r in caplog.records if "the cluster reader is off" in r.getMessage()]
     assert len(off) == 1 and not reader.enabled
-    assert (await store.get_engine_status()).cluster["state"] == "off"
-    assert len(await store.list_instances()) == 1  # renting goes on without it
+    assert (await store.status.get()).cluster["state"] == "off"
+    assert len(await store.instances.all()) == 1  # renting goes on without it
     await engine.close()
 
 
@@ -374,7 +374,7 @@ async def test_an_outbid_worker_frees_its_tasks_when_vast_stops_it(
     engine.cluster = engine.acts.cluster = db.reader()
     for stage in ("setup", "paramfetch", "benchmark"):
         await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
     await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
     addr, name = ident(rec)
@@ -384,12 +384,12 @@ async def test_an_outbid_worker_frees_its_tasks_when_vast_stops_it(
         iid, {"stage": "prove", "event": "progress", "detail": "curio", "curio": report}
     )
     held = db.claim(mid, [db.add_task("PSProve", world.clock.now()) for _ in range(2)])
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.state == "proving" and rec.bid_cap is not None
     world.cloud.instances[iid].bid_floor = rec.bid_cap * 2  # outbid past its cap
     world.clock.advance(30)
     await engine.step()
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.outbid_since is not None and not rec.killed
     # stopped by Vast, its curio with it: what it held can finish only elsewhere
     assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
@@ -402,7 +402,7 @@ async def test_an_outbid_worker_frees_its_tasks_when_vast_stops_it(
     # it never wins back: let go; its row goes with the destroy
     world.clock.advance(world.config.bids.keep_outbid_min * 60 + 60)
     await engine.step()
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.killed and rec.kill_kind == "outbid"
     assert db.unschedulable(mid) is None
     assert [e.detail["tasks"] for e in await events(store, "tasks_released")] == [2, 0]

@@ -110,22 +110,22 @@ async def test_lowering_the_target_destroys_the_surplus(world: World, store: Sto
     # The first worker proves (its benchmark passed at a rate well above its min_rate).
     engine = await world.engine(store)
     await engine.handle_worker_event(ids[0], {"stage": "benchmark", "event": "start"})
-    rec = await store.get_instance(ids[0])
+    rec = await store.instances.get(ids[0])
     await engine.handle_worker_event(ids[0], result("pass", (rec.min_rate or 1) * 3))
     await engine.handle_worker_event(ids[0], {"stage": "prove", "event": "start"})
-    assert (await store.get_instance(ids[0])).state == "proving"
+    assert (await store.instances.get(ids[0])).state == "proving"
     world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=1))
     engine = await world.engine(store)
     await engine.step()
-    live = await store.list_instances(include_killed=False)
+    live = await store.instances.all(include_killed=False)
     assert [r.vast_id for r in live] == [ids[0]], "the proving worker stays"
     for iid in ids[1:]:
-        rec = await store.get_instance(iid)
+        rec = await store.instances.get(iid)
         assert rec.kill_kind == "surplus"
         assert rec.kill_reason.startswith("above target: 3 workers > target 1")
         assert not is_rejected(rec), "released, not rejected"
         assert iid not in world.cloud.instances, "destroyed on Vast"
-    destroys = {e.instance_id for e in await store.list_events(kind="destroy")}
+    destroys = {e.instance_id for e in await store.events.all(kind="destroy")}
     assert set(ids[1:]) <= destroys
     assert engine.status is not None and engine.status.reason_kind == "at_target"
     await engine.close()
@@ -149,7 +149,7 @@ async def _pending_rent(world: World, store: Store):
     """An engine, the best viable offer, and a pending rent intent for it (not marked sent)."""
     engine = await world.engine(store)
     offer = next(r for r in await engine.refresh_offers(force=True) if r.viable).offer
-    intent = await store.create_intent(
+    intent = await store.intents.create(
         "rent", "auto", label="vastui-main-0123456789ab", offer_id=offer.id,
         machine_id=offer.machine_id, detail={"offer": offer.to_json()}, now=world.clock.now(),
     )  # fmt: skip
@@ -162,7 +162,7 @@ async def test_a_rent_intent_never_sent_frees_its_slot_at_once(world: World, sto
     assert not intent.sent
     world.clock.advance(1)
     await engine.step()
-    (after,) = [i for i in await store.list_intents() if i.id == intent.id]
+    (after,) = [i for i in await store.intents.all() if i.id == intent.id]
     assert after.status == "failed" and after.note == "never sent: the engine stopped first"
     await deploy(engine, offer.id)  # the machine is free again
     await engine.close()
@@ -170,10 +170,10 @@ async def test_a_rent_intent_never_sent_frees_its_slot_at_once(world: World, sto
 
 async def test_a_sent_rent_intent_still_waits_for_its_label(world: World, store: Store):
     engine, offer, intent = await _pending_rent(world, store)
-    await store.mark_intent_sent(intent.id, now=world.clock.now())
+    await store.intents.mark_sent(intent.id, now=world.clock.now())
     world.clock.advance(1)
     await engine.step()
-    (after,) = [i for i in await store.list_intents() if i.id == intent.id]
+    (after,) = [i for i in await store.intents.all() if i.id == intent.id]
     assert after.status == "pending" and after.sent
     with pytest.raises(EngineError, match="in flight"):
         await deploy(engine, offer.id)
@@ -183,12 +183,12 @@ async def test_a_sent_rent_intent_still_waits_for_its_label(world: World, store:
 async def test_a_sent_rent_vast_never_lists_frees_its_slot(world: World, store: Store):
     """A create answered 5xx that did nothing: Vast would list the instance if it existed."""
     engine, offer, intent = await _pending_rent(world, store)
-    await store.mark_intent_sent(intent.id, now=world.clock.now())
+    await store.intents.mark_sent(intent.id, now=world.clock.now())
     statuses = []
     for _ in range(4):
         world.clock.advance(30)
         await engine.step()
-        (after,) = [i for i in await store.list_intents() if i.id == intent.id]
+        (after,) = [i for i in await store.intents.all() if i.id == intent.id]
         statuses.append(after.status)
     assert statuses == ["pending", "pending", "failed", "failed"]
     assert after.note == "no instance with its label in 3 instance lists"
@@ -201,7 +201,7 @@ async def test_a_crash_between_destroy_and_ban_keeps_the_ban(
     world: World, store: Store, ban_rides_in_intent: bool
 ):
     engine, iid = await rent_one(world, store)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     tail = ("CUDA error: an illegal memory access",)
     kill = policy.Kill("bench_error", "benchmark error", "benchmark", tail, "error", ban="GPU")
     if ban_rides_in_intent:  # as the engine writes it now
@@ -210,7 +210,7 @@ async def test_a_crash_between_destroy_and_ban_keeps_the_ban(
             ban=engine.acts._ban_spec(rec, kill, world.clock.now()), now=world.clock.now(),
         )  # fmt: skip
     else:  # as an engine before this release wrote it
-        intent = await store.create_intent(
+        intent = await store.intents.create(
             "destroy", kill.reason, instance_id=iid, machine_id=rec.machine_id,
             detail=kill.to_detail(), now=world.clock.now(),
         )  # fmt: skip
@@ -218,24 +218,24 @@ async def test_a_crash_between_destroy_and_ban_keeps_the_ban(
     await world.client().destroy_instance(iid)
     await store.mark_killed(iid, kill.kind, kill.reason, event="destroy", now=world.clock.now())
     await engine.close()
-    assert rec.machine_id not in await store.bad_machine_ids()
+    assert rec.machine_id not in await store.badlist.machine_ids()
     engine = await world.engine(store)
     await engine.step()
-    assert rec.machine_id in await store.bad_machine_ids(now=world.clock.now())
-    (after,) = [i for i in await store.list_intents() if i.id == intent.id]
+    assert rec.machine_id in await store.badlist.machine_ids(now=world.clock.now())
+    (after,) = [i for i in await store.intents.all() if i.id == intent.id]
     assert after.status == "done"
-    bans = await store.list_events(kind="ban")
+    bans = await store.events.all(kind="ban")
     assert [e.machine_id for e in bans] == [rec.machine_id]
     await engine.step()  # done once: no second ban event
-    assert len(await store.list_events(kind="ban")) == 1
+    assert len(await store.events.all(kind="ban")) == 1
     await engine.close()
 
 
 async def test_a_crash_between_destroy_and_strike_counts_it_once(world: World, store: Store):
     engine, iid = await rent_one(world, store)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     kill = policy.Kill("deadline_benchmark", "benchmark timeout", "benchmark", strike=True)
-    intent = await store.create_intent(
+    intent = await store.intents.create(
         "destroy", kill.reason, instance_id=iid, machine_id=rec.machine_id,
         detail=kill.to_detail(), now=world.clock.now(),
     )  # fmt: skip
@@ -246,9 +246,9 @@ async def test_a_crash_between_destroy_and_strike_counts_it_once(world: World, s
         engine = await world.engine(store)
         await engine.step()
         await engine.close()
-    strikes = await store.list_strikes(rec.machine_id)
+    strikes = await store.badlist.strikes(rec.machine_id)
     assert [(s.instance_id, s.kind) for s in strikes] == [(iid, "deadline_benchmark")]
-    (after,) = [i for i in await store.list_intents() if i.id == intent.id]
+    (after,) = [i for i in await store.intents.all() if i.id == intent.id]
     assert after.status == "done"
 
 
@@ -326,7 +326,7 @@ async def test_impossible_offers_are_never_rented(world: World, store: Store):
     assert all(r.min_rate >= 1 for r in ranked)
     for _ in range(3):
         await engine.step()
-    rented = {r.offer_id for r in await store.list_instances()}
+    rented = {r.offer_id for r in await store.instances.all()}
     assert len(rented) == 2 and {free, huge, overflow}.isdisjoint(rented)
     assert engine.last_error is None
     await engine.close()
@@ -337,11 +337,11 @@ async def test_an_impossible_number_in_our_instance_row_wedges_nothing(world: Wo
     world.cloud.instances[iid].offer["machine_id"] = 2**64  # Vast now reports nonsense
     world.clock.advance(30)
     await engine.step()
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert not rec.killed and rec.machine_id is not None and rec.machine_id < 2**63
     assert not engine.halted and engine.last_error is None
     # ... and the worker is still supervised: its deadline still kills it.
     world.clock.advance(world.config.deadlines.first_report_min * 60 + 60)
     await engine.step()
-    assert (await store.get_instance(iid)).kill_kind == "deadline_first_report"
+    assert (await store.instances.get(iid)).kill_kind == "deadline_first_report"
     await engine.close()

@@ -24,11 +24,11 @@ USER = textwrap.dedent(
     async def main(db):
         assert sigbus.install(db)
         store = await Store.open(Path(db))
-        await store.add_event("fleet", "first")
+        await store.events.add("fleet", "first")
         print("ready", flush=True)
         sys.stdin.readline()  # the test truncates the -shm, then says go
         for n in range(100_000):
-            await store.add_event("fleet", f"note {n}")
+            await store.events.add("fleet", f"note {n}")
         print("the mapping never faulted", flush=True)
 
     asyncio.run(main(sys.argv[1]))

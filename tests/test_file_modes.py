@@ -59,7 +59,7 @@ async def test_everything_vastui_writes_is_private(
     assert not state_home.exists()  # vastui creates the whole chain
     store = await Store.open(default_db_path())
     try:
-        await store.upsert_instance(InstanceRecord(vast_id=5), now=T0)  # -wal and -shm exist
+        await store.instances.upsert(InstanceRecord(vast_id=5), now=T0)  # -wal and -shm exist
         setup_logging(state_dir() / "engine.log")
         logging.getLogger("vastui.engine").warning("a line with a host 10.0.0.1")
         key_path, _ = ensure_ssh_key(Config())

@@ -93,24 +93,24 @@ def _broken_env(iid: int) -> list[str]:
 async def test_one_failure_on_three_machines_is_the_fleets(world: World, store: Store) -> None:
     engine = await world.engine(store)
     ids = await rent_distinct(world, engine, 3)
-    machines = [(await store.get_instance(i)).machine_id for i in ids]
+    machines = [(await store.instances.get(i)).machine_id for i in ids]
     assert len(set(machines)) == 3
     for iid in ids[:2]:
         await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
     # Two machines: each still looks like a machine's fault, and is banned.
-    bad = await store.list_bad(now=world.clock.now())
+    bad = await store.badlist.all(now=world.clock.now())
     assert sorted(b.machine_id for b in bad) == sorted(machines[:2])
     await engine.handle_worker_event(ids[2], result("error", None, _broken_env(ids[2])))
     # The third: the fleet's. Nobody is banned or struck for it, the two bans are taken back.
-    assert await store.list_bad(now=world.clock.now()) == []
+    assert await store.badlist.all(now=world.clock.now()) == []
     for m in machines:
-        assert await store.list_strikes(m) == []
-    pause = await store.get_fleet_failure()
+        assert await store.badlist.strikes(m) == []
+    pause = await store.meta.fleet_failure()
     assert pause is not None and sorted(pause["machines"]) == sorted(machines)
     assert pause["signature"].startswith("benchmark/bench_error: ERROR: C# input")
-    third = await store.get_instance(ids[2])
+    third = await store.instances.get(ids[2])
     assert third.killed and "fleet-wide failure" in (third.kill_reason or "")
-    unbans = await store.list_events(kind="unban")
+    unbans = await store.events.all(kind="unban")
     assert sorted(e.machine_id for e in unbans) == sorted(machines[:2])
     # Provisioning is paused, with the reason and the signature in the status.
     world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=3))
@@ -120,7 +120,7 @@ async def test_one_failure_on_three_machines_is_the_fleets(world: World, store: 
     world.clock.advance(60)
     await engine.step()
     assert set(world.cloud.instances) == before, "nothing rented while paused"
-    status = await store.get_engine_status()
+    status = await store.status.get()
     assert status.reason_kind == "fleet_failure" and "C# input" in (status.reason or "")
     await engine.close()
 
@@ -135,9 +135,9 @@ async def test_a_single_machines_fault_still_bans_it(world: World, store: Store)
     ]
     for iid, tail in zip(ids, tails, strict=True):
         await engine.handle_worker_event(iid, result("error", None, tail))
-    bad = await store.list_bad(now=world.clock.now())
+    bad = await store.badlist.all(now=world.clock.now())
     assert len(bad) == 3, "three different faults: three machines' own"
-    assert await store.get_fleet_failure() is None
+    assert await store.meta.fleet_failure() is None
     await engine.close()
 
 
@@ -146,11 +146,11 @@ async def test_a_worker_that_passes_ends_the_pause(world: World, store: Store) -
     ids = await rent_distinct(world, engine, 4)
     for iid in ids[:3]:
         await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
-    assert await store.get_fleet_failure() is not None
-    rec = await store.get_instance(ids[3])
+    assert await store.meta.fleet_failure() is not None
+    rec = await store.instances.get(ids[3])
     await engine.handle_worker_event(ids[3], result("pass", (rec.min_rate or 1) + 5))
-    assert await store.get_fleet_failure() is None
-    reasons = [e.reason for e in await store.list_events(kind="fleet_failure")]
+    assert await store.meta.fleet_failure() is None
+    reasons = [e.reason for e in await store.events.all(kind="fleet_failure")]
     assert reasons[0].startswith("provisioning paused: benchmark/bench_error")
     assert reasons[-1].startswith(f"provisioning resumed: instance {ids[3]}")
     await engine.close()
@@ -163,8 +163,8 @@ async def test_the_check_can_be_turned_off(world: World, store: Store) -> None:
     ids = await rent_distinct(world, engine, 3)
     for iid in ids:
         await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
-    assert len(await store.list_bad(now=world.clock.now())) == 3
-    assert await store.get_fleet_failure() is None
+    assert len(await store.badlist.all(now=world.clock.now())) == 3
+    assert await store.meta.fleet_failure() is None
     assert fleetwide.SIGNATURE_MAX >= 100
     await engine.close()
 
@@ -231,13 +231,13 @@ async def test_a_straggler_failing_after_the_resume_is_not_charged(
     ids = await rent_distinct(world, engine, 4)
     for iid in ids[:3]:
         await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
-    assert await store.get_fleet_failure() is not None
+    assert await store.meta.fleet_failure() is not None
     assert await store.clear_fleet_failure("operator", now=world.clock.now())
     world.clock.advance(3 * 3600)  # the three failures are out of the 60-minute window
     await engine.handle_worker_event(ids[3], result("error", None, _broken_env(ids[3])))
-    straggler = await store.get_instance(ids[3])
+    straggler = await store.instances.get(ids[3])
     assert straggler.killed and "fleet-wide failure" in (straggler.kill_reason or "")
-    assert await store.list_bad(now=world.clock.now()) == []
-    assert await store.list_strikes(straggler.machine_id) == []
-    assert await store.get_fleet_failure() is None, "one straggler does not pause again"
+    assert await store.badlist.all(now=world.clock.now()) == []
+    assert await store.badlist.strikes(straggler.machine_id) == []
+    assert await store.meta.fleet_failure() is None, "one straggler does not pause again"
     await engine.close()

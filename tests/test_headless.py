@@ -20,7 +20,7 @@ from vastui.store import Store
 
 async def lease_of(db: Path):
     async with await Store.open(db) as store:
-        return await store.lease_holder()
+        return await store.lease.holder()
 
 
 def wait_for_lease(proc: subprocess.Popen[str], db: Path) -> None:
@@ -54,7 +54,7 @@ def test_second_engine_is_refused(tmp_path: Path, capsys):
 
     async def hold() -> None:
         async with await Store.open(db) as store:
-            await store.acquire_lease("other", pid=4242, hostname="ctl", mode="headless", ttl=600)
+            await store.lease.acquire("other", pid=4242, hostname="ctl", mode="headless", ttl=600)
 
     asyncio.run(hold())
     code = main(["--engine-only", "--demo", "--db", str(db), "--for", "1s"])

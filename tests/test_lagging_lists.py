@@ -54,13 +54,13 @@ async def test_a_new_instance_missing_from_the_lists_is_rented_once_and_never_de
     world.cloud.list_lag_s = lag
     async with served_engine(world, store) as engine:
         await run(engine, world, lag + 120.0)
-        rents = await store.list_intents(kind="rent")
+        rents = await store.intents.all(kind="rent")
         assert len(rents) == 1, [(i.status, i.note) for i in rents]
         assert len(world.cloud.instances) == 1, "one instance on the account"
-        [rec] = await store.list_instances(include_killed=True)
+        [rec] = await store.instances.all(include_killed=True)
         assert not rec.killed and rec.vast_id in world.cloud.instances
-        assert await store.list_events(kind="kill") == []
-        assert await store.list_events(kind="destroy") == []
+        assert await store.events.all(kind="kill") == []
+        assert await store.events.all(kind="destroy") == []
 
 
 async def test_a_list_that_lags_past_the_vanish_age_is_bounded_and_loses_no_instance(
@@ -77,13 +77,13 @@ async def test_a_list_that_lags_past_the_vanish_age_is_bounded_and_loses_no_inst
     cap = world.config.fleet.max_rents_per_slot_hour
     async with served_engine(world, store) as engine:
         await run(engine, world, 3600.0)
-        rents = await store.list_intents(kind="rent")
+        rents = await store.intents.all(kind="rent")
         assert 2 <= len(rents) <= cap, [(i.status, i.note) for i in rents]
-        adopted = [e.reason for e in await store.list_events(kind="adopt")]
+        adopted = [e.reason for e in await store.events.all(kind="adopt")]
         assert any("listed again after it was recorded vanished" in r for r in adopted)
         world.cloud.list_lag_s = 0.0  # the lists catch up
         await run(engine, world, 3 * STEP)
-        records = {r.vast_id: r for r in await store.list_instances(include_killed=True)}
+        records = {r.vast_id: r for r in await store.instances.all(include_killed=True)}
         for vast_id in world.cloud.instances:
             assert vast_id in records and not records[vast_id].killed, records.get(vast_id)
         for rec in records.values():

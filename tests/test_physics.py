@@ -88,18 +88,18 @@ def test_no_last_reading_no_judgement() -> None:
 
 async def test_a_benchmark_of_a_billion_proofs_an_hour_is_refused_and_struck(world: World, store):
     engine, iid = await rent_one(world, store)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     for stage in ("setup", "paramfetch", "benchmark"):
         await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
     event = result("pass", 1e9)
     event["result"].update(proofs_completed=12, window_seconds=1800.0)
     await engine.handle_worker_event(iid, event)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.killed and rec.kill_kind == "bench_implausible"
     assert "1e+09 proofs/h is above what" in rec.kill_reason
     assert rec.bench_rate is None and iid not in world.cloud.instances
-    assert await store.get_perf(rec.machine_id) == [], "not in the performance record"
-    assert [s.kind for s in await store.list_strikes(rec.machine_id)] == ["bench_implausible"]
+    assert await store.perf.of_machine(rec.machine_id) == [], "not in the performance record"
+    assert [s.kind for s in await store.badlist.strikes(rec.machine_id)] == ["bench_implausible"]
     offers = await engine.refresh_offers(force=True)
     mine = [r for r in offers if r.offer.machine_id == rec.machine_id]
     assert all(r.known_rate is None for r in mine), "the ranking never saw it"
@@ -109,7 +109,7 @@ async def test_a_benchmark_of_a_billion_proofs_an_hour_is_refused_and_struck(wor
 async def test_counters_that_lie_are_kept_out_of_production_and_end_the_worker(world, store):
     engine, iid = await rent_one(world, store)
     await _to_proving(engine, store, iid)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     done = 13
     for minute in range(10):  # honest: a proof every two minutes
         world.clock.advance(60)
@@ -117,18 +117,18 @@ async def test_counters_that_lie_are_kept_out_of_production_and_end_the_worker(w
         assert await engine.handle_counters(
             iid, Reading.parse(raw(done, pid=77, uptime=600 + 60 * minute))
         )
-    honest = (await store.get_instance(iid)).prod_completed
+    honest = (await store.instances.get(iid)).prod_completed
     assert honest == 5
     lies = [raw(2**52, pid=77, uptime=1300), raw(done - 4, pid=77, uptime=1400),
             raw(done + 500, pid=77, uptime=1500)]  # fmt: skip
     for n, lie in enumerate(lies, 1):
         world.clock.advance(60)
         await engine.handle_counters(iid, Reading.parse(lie))
-        rec = await store.get_instance(iid)
+        rec = await store.instances.get(iid)
         assert rec.prod_completed == honest, "a refused reading counts nothing"
         assert len(ProdState.from_json(rec.prod_state).refusals) == n or rec.killed
     assert rec.killed and rec.kill_kind == "prove_implausible"
     assert "3 counter readings refused" in rec.kill_reason
     assert "more than its GPUs could prove" in rec.kill_reason
-    assert [s.kind for s in await store.list_strikes(rec.machine_id)] == ["prove_implausible"]
+    assert [s.kind for s in await store.badlist.strikes(rec.machine_id)] == ["prove_implausible"]
     await engine.close()

@@ -254,7 +254,7 @@ def test_a_dead_daemon_reads_as_the_prove_stage_reports_it() -> None:
 
 async def _to_proving(engine, store, iid: int) -> None:  # type: ignore[no-untyped-def]
     """Setup, paramfetch, a passed benchmark on daemon 77 (13 proofs), then proving."""
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     for stage in ("setup", "paramfetch", "benchmark"):
         await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
     bench = result("pass", rec.min_rate + 4)
@@ -266,7 +266,7 @@ async def _to_proving(engine, store, iid: int) -> None:  # type: ignore[no-untyp
 async def proving_worker(world: World, store):
     engine, iid = await rent_one(world, store)
     await _to_proving(engine, store, iid)
-    return engine, iid, await store.get_instance(iid)
+    return engine, iid, await store.instances.get(iid)
 
 
 async def test_engine_records_measured_production(world, store):
@@ -277,11 +277,11 @@ async def test_engine_records_measured_production(world, store):
         world.clock.advance(60 if minute else 0)
         done = 13 + int(rate * minute / 60)
         assert await engine.handle_counters(iid, Reading.parse(raw(done, pid=77)))
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.state == "proving" and rec.prod_completed == int(rate * 30 / 60)
     assert rec.prod_failed == 0 and rec.prod_checked_at == t0 + 1800
     assert rec.prod_rate == pytest.approx(rate, rel=0.05)
-    assert await store.list_strikes() == []
+    assert await store.badlist.strikes() == []
     await engine.close()
 
 
@@ -297,7 +297,7 @@ async def test_a_reading_is_dated_when_it_was_read_not_when_the_engine_got_to_it
         world.clock.set(read_at + (45 if minute % 2 else 0))  # every other one handled late
         done = 13 + int(rate * minute / 60)
         assert await engine.handle_counters(iid, Reading.parse(raw(done, pid=77)), False, read_at)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.prod_checked_at == t0 + 1800
     assert rec.prod_rate == pytest.approx(rate, rel=0.05)
     assert production.ProdState.from_json(rec.prod_state).last_ok == t0 + 1800
@@ -317,14 +317,14 @@ async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_secon
         if not alive:
             break
     assert not alive
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.state == "killed" and rec.kill_kind == "prove_below_min"
     assert rec.failed_stage == "proving" and iid not in world.cloud.instances
-    [strike] = await store.list_strikes(rec.machine_id)
+    [strike] = await store.badlist.strikes(rec.machine_id)
     assert strike.kind == "prove_below_min" and strike.instance_id == iid
-    assert await store.bad_machine_ids(now=world.clock.now()) == set()  # one strike: no ban
+    assert await store.badlist.machine_ids(now=world.clock.now()) == set()  # one strike: no ban
     # what it really did is its record now: the ranking will not rent it on its benchmark
-    [perf] = [p for p in await store.list_perf() if p.machine_id == rec.machine_id]
+    [perf] = [p for p in await store.perf.all() if p.machine_id == rec.machine_id]
     assert perf.last_rate == pytest.approx(rec.prod_rate) and perf.last_rate < rec.min_rate
 
     # a second strike on the same machine bans it (proving.strikes_to_ban = 2)
@@ -335,10 +335,10 @@ async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_secon
          "error_tail": ["cuzk-daemon was killed by SIGKILL (exit status 137) without an error "
                         "line: the kernel's out-of-memory killer, most likely"]},
     )  # fmt: skip
-    rec2 = await store.get_instance(iid2)
+    rec2 = await store.instances.get(iid2)
     assert rec2.kill_kind == "prove_daemon_died"
-    assert len(await store.list_strikes(rec.machine_id)) == 2
-    [bad] = await store.list_bad(now=world.clock.now())
+    assert len(await store.badlist.strikes(rec.machine_id)) == 2
+    [bad] = await store.badlist.all(now=world.clock.now())
     assert bad.machine_id == rec.machine_id and bad.source == "automatic"
     assert bad.reason.startswith("2 strikes, the last: prove failed: cuzk-daemon exited")
     await engine2.close()
@@ -346,7 +346,7 @@ async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_secon
 
 async def rent_again(world: World, store, engine, machine_id: int):
     """Rent another slice (another offer) of the same machine."""
-    used = {r.offer_id for r in await store.list_instances()}
+    used = {r.offer_id for r in await store.instances.all()}
     offers = await engine.refresh_offers(force=True)
     same = [r for r in offers if r.offer.machine_id == machine_id and r.offer.id not in used]
     assert same, "the seeded market has a second slice of this machine"
@@ -359,17 +359,17 @@ async def rent_again(world: World, store, engine, machine_id: int):
 
 async def test_a_passed_benchmark_with_failed_proofs_is_a_strike_not_a_kill(world, store):
     engine, iid = await rent_one(world, store)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     panic = 'error:     GPU start panicked: task 18 panicked with message "cudaMalloc ..."'
     bench = result("pass", rec.min_rate + 2, [panic])
     bench["result"].update(proofs_completed=11, proofs_failed=1)
     await engine.handle_worker_event(iid, bench)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.state != "killed" and rec.bench_failed == 1
-    [strike] = await store.list_strikes(rec.machine_id)
+    [strike] = await store.badlist.strikes(rec.machine_id)
     assert strike.kind == "bench_failed_proofs"
     assert strike.reason == f"1 of 12 benchmark proofs failed: {panic}"
-    [event] = await store.list_events(kind="strike")
+    [event] = await store.events.all(kind="strike")
     assert event.machine_id == rec.machine_id
     await engine.close()
 
@@ -383,7 +383,7 @@ async def test_an_unreadable_worker_is_destroyed_after_unresponsive_min(world, s
         assert await engine.handle_counters(iid, None)
     world.clock.advance(120)
     assert not await engine.handle_counters(iid, None)
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec.kill_kind == "prove_unresponsive"
     assert rec.kill_reason == "cuzk-daemon did not answer for 5 min while proving"
     await engine.close()
@@ -456,13 +456,13 @@ async def test_the_controller_cut_off_from_every_worker_destroys_none(world, sto
         for iid in ids:
             assert await engine.handle_counters(iid, None, True)
     for iid in ids:
-        rec = await store.get_instance(iid)
+        rec = await store.instances.get(iid)
         assert not rec.killed and rec.state == "proving"
-        assert await store.list_strikes(rec.machine_id) == []
+        assert await store.badlist.strikes(rec.machine_id) == []
     # SSH is back: the counters are read again and the clocks reset
     for iid in ids:
         assert await engine.handle_counters(iid, Reading.parse(raw(20, pid=77)))
-        state = ProdState.from_json((await store.get_instance(iid)).prod_state)
+        state = ProdState.from_json((await store.instances.get(iid)).prod_state)
         assert state.unreachable_since is None and state.silent_since is None
     await engine.close()
 
@@ -477,8 +477,8 @@ async def test_one_worker_unreachable_while_its_fellow_answers_goes(world, store
         alive = await engine.handle_counters(lost, None, True)
         if not alive:
             break
-    rec = await store.get_instance(lost)
+    rec = await store.instances.get(lost)
     assert rec.kill_kind == "prove_unreachable" and 30 <= minute <= 32
-    assert [s.kind for s in await store.list_strikes(rec.machine_id)] == ["prove_unreachable"]
-    assert not (await store.get_instance(fine)).killed
+    assert [s.kind for s in await store.badlist.strikes(rec.machine_id)] == ["prove_unreachable"]
+    assert not (await store.instances.get(fine)).killed
     await engine.close()

@@ -439,7 +439,7 @@ def test_the_observer_reads_fleet_id_pause_and_foreign_instances(tmp_path: Path)
     async def fill() -> str:
         store = await Store.open(db)
         try:
-            fid = await store.fleet_id()
+            fid = await store.meta.fleet_id()
             seen = [ForeignInstance(7, B1, f"{FLEET}.{FB}", machine_id=70)]
             await store.put_foreign(seen, now=10.0)
             await store.declare_fleet_failure(

@@ -40,11 +40,11 @@ async def test_a_bad_command_fails_without_stopping_the_engine(tmp_path: Path):
     world = World(tmp_path)
     async with await Store.open(tmp_path / "s.db") as store:
         engine = await world.engine(store)
-        bad = await store.submit_command("ignore", {"machine_id": 10**30, "reason": "typo"})
-        good = await store.submit_command("ignore", {"machine_id": 4242, "reason": "ok"})
+        bad = await store.commands.submit("ignore", {"machine_id": 10**30, "reason": "typo"})
+        good = await store.commands.submit("ignore", {"machine_id": 4242, "reason": "ok"})
         await engine.step()
-        assert (await store.get_command(bad)).status == "failed"
-        assert (await store.get_command(good)).status == "done"
+        assert (await store.commands.get(bad)).status == "failed"
+        assert (await store.commands.get(good)).status == "done"
         await engine.close()
 
 
@@ -118,9 +118,9 @@ async def test_other_fleet_with_hyphen_is_neither_adopted_nor_destroyed(tmp_path
         )
     async with await Store.open(tmp_path / "s.db") as store:
         engine = await world.engine(store)
-        await store.add_bad(offer.machine_id, "ban", now=world.clock.now())
+        await store.badlist.add(offer.machine_id, "ban", now=world.clock.now())
         await engine.step()
-        assert await store.get_instance(theirs.instance_id) is None
+        assert await store.instances.get(theirs.instance_id) is None
         assert theirs.instance_id in world.cloud.instances
         await engine.close()
 
@@ -145,15 +145,15 @@ async def test_failed_destroy_keeps_its_ban_and_one_intent(tmp_path: Path):
             iid, {"stage": "benchmark", "event": "result",
                   "result": {"outcome": "error", "stage": "warmup", "error_tail": tail}}
         )  # fmt: skip
-        assert not (await store.get_instance(iid)).killed
+        assert not (await store.instances.get(iid)).killed
         for _ in range(3):
             await engine.step()
-        assert len(await store.list_intents(kind="destroy")) == 1
+        assert len(await store.intents.all(kind="destroy")) == 1
         world.clock.advance(400)  # past the backoff (5 s doubling, at most 300 s: acts.py)
         await engine.step()
-        rec = await store.get_instance(iid)
+        rec = await store.instances.get(iid)
         assert rec.killed and rec.kill_kind == "bench_error" and rec.error_lines == tuple(tail)
-        assert [b.machine_id for b in await store.list_bad(now=world.clock.now())] == [
+        assert [b.machine_id for b in await store.badlist.all(now=world.clock.now())] == [
             rec.machine_id
         ]
         await engine.close()
@@ -170,7 +170,7 @@ async def test_one_list_missing_a_row_is_not_a_vanish(tmp_path: Path):
 
         engine.client.list_instances = partial  # type: ignore[method-assign]
         await engine.step()
-        assert not (await store.get_instance(iid)).killed, "show_instance says it still exists"
+        assert not (await store.instances.get(iid)).killed, "show_instance says it still exists"
         await engine.close()
 
 

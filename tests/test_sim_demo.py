@@ -197,7 +197,7 @@ async def test_a_new_demo_cloud_gives_no_id_an_earlier_run_gave(store: Store, ca
     clock that starts after the latest time it recorded."""
     old = [3_456_789, 3_056_572]
     for i, vast_id in enumerate(old):
-        await store.upsert_instance(
+        await store.instances.upsert(
             InstanceRecord(vast_id=vast_id, label=f"vastui-main-{vast_id:012x}", machine_id=70348,
                            state="loading", created_at=T0 + i),
             now=T0 + i,

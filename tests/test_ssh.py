@@ -322,14 +322,14 @@ async def test_first_connect_pins_host_key_in_store(fake, make_conn, tmp_path: P
         states = States()
         conn = make_conn(pins=StorePins(store), on_state=states)
         assert conn.state == ConnState.DISCONNECTED
-        assert await store.get_host_key(IID) is None
+        assert await store.host_keys.get(IID) is None
 
         result = await conn.run("workerctl status", timeout=WAIT)
         assert result.exit_status == 0 and result.ok
         assert conn.state == ConnState.CONNECTED
         assert [s for s, _ in states.seen] == [ConnState.CONNECTING, ConnState.CONNECTED]
 
-        rec = await store.get_host_key(IID)
+        rec = await store.host_keys.get(IID)
         assert rec is not None
         assert rec.fingerprint == fake.host_key.get_fingerprint()
         assert rec.public_key == fake.host_key.export_public_key("openssh").decode().strip()
@@ -345,7 +345,7 @@ async def test_first_connect_pins_host_key_in_store(fake, make_conn, tmp_path: P
     async with await Store.open(tmp_path / "vastui.db") as store:
         conn = make_conn(pins=StorePins(store))
         assert (await conn.run("workerctl status", timeout=WAIT)).ok
-        assert (await store.get_host_key(IID)).pinned_at == rec.pinned_at
+        assert (await store.host_keys.get(IID)).pinned_at == rec.pinned_at
 
 
 async def test_changed_host_key_blocks_until_forgotten_and_unblocked(
@@ -393,7 +393,7 @@ async def test_changed_host_key_blocks_until_forgotten_and_unblocked(
             async with contextlib.aclosing(conn.follow("tail-forever")) as lines:
                 await anext(lines)
         assert fake.connections == before + 1 and conn.connect_attempts == attempts
-        assert (await store.get_host_key(IID)).fingerprint == old_fp  # never re-pinned
+        assert (await store.host_keys.get(IID)).fingerprint == old_fp  # never re-pinned
 
         # Unblocking without forgetting the pin just blocks again (one attempt).
         conn.unblock()
@@ -403,11 +403,11 @@ async def test_changed_host_key_blocks_until_forgotten_and_unblocked(
         assert conn.state == ConnState.BLOCKED
 
         # The operator verifies the new key, forgets the pin, unblocks: TOFU again.
-        assert await store.forget_host_key(IID) is True
+        assert await store.host_keys.forget(IID) is True
         conn.unblock()
         assert (await conn.run("workerctl status", timeout=WAIT)).ok
         assert conn.state == ConnState.CONNECTED
-        assert (await store.get_host_key(IID)).fingerprint == new_fp
+        assert (await store.host_keys.get(IID)).fingerprint == new_fp
 
 
 async def test_wrong_client_key_is_auth_failure_without_retries(fake, make_conn, sleeps) -> None:

@@ -47,11 +47,11 @@ async def test_migration_from_v1_upgrades_in_place(tmp_path: Path) -> None:
 
     async with await Store.open(path) as s:
         assert await s.schema_version() == SCHEMA_VERSION
-        assert (await s.get_instance(77)).label == "w-77"
-        assert await s.bad_machine_ids(now=T0) == {5}
-        assert await s.get_host_key(77) is None
+        assert (await s.instances.get(77)).label == "w-77"
+        assert await s.badlist.machine_ids(now=T0) == {5}
+        assert await s.host_keys.get(77) is None
         key = _key()
-        rec = await s.pin_host_key(77, "1.2.3.4", 2222, key, fingerprint(key), now=T0)
+        rec = await s.host_keys.pin(77, "1.2.3.4", 2222, key, fingerprint(key), now=T0)
         assert rec.instance_id == 77 and rec.pinned_at == T0
 
     with sqlite3.connect(path) as raw:
@@ -63,31 +63,31 @@ async def test_migration_from_v1_upgrades_in_place(tmp_path: Path) -> None:
 
     # Reopening does not re-run anything.
     async with await Store.open(path) as s:
-        assert (await s.get_host_key(77)).pinned_at == T0
+        assert (await s.host_keys.get(77)).pinned_at == T0
 
 
 async def test_pin_get_forget(store: Store) -> None:
     key = _key()
     fp = fingerprint(key)
     assert fp.startswith("SHA256:")
-    assert await store.get_host_key(1) is None
-    rec = await store.pin_host_key(1, "ssh4.vast.ai", 30001, key + " root@worker", fp, now=T0)
+    assert await store.host_keys.get(1) is None
+    rec = await store.host_keys.pin(1, "ssh4.vast.ai", 30001, key + " root@worker", fp, now=T0)
     assert rec.public_key == key_body(key)  # comment dropped
     assert (rec.host, rec.port, rec.fingerprint) == ("ssh4.vast.ai", 30001, fp)
 
     # Same key again: endpoint refreshed, pin time kept.
-    again = await store.pin_host_key(1, "1.2.3.4", 40022, key, fp, now=T0 + 60)
+    again = await store.host_keys.pin(1, "1.2.3.4", 40022, key, fp, now=T0 + 60)
     assert (again.host, again.port, again.pinned_at) == ("1.2.3.4", 40022, T0)
 
     # A different key is refused until the old pin is forgotten.
     other = _key()
     with pytest.raises(StoreError, match="different pinned host key"):
-        await store.pin_host_key(1, "1.2.3.4", 40022, other, fingerprint(other))
-    assert (await store.get_host_key(1)).fingerprint == fp
-    assert await store.forget_host_key(1) is True
-    assert await store.forget_host_key(1) is False
-    assert await store.get_host_key(1) is None
-    rec = await store.pin_host_key(1, "1.2.3.4", 40022, other, fingerprint(other), now=T0 + 99)
+        await store.host_keys.pin(1, "1.2.3.4", 40022, other, fingerprint(other))
+    assert (await store.host_keys.get(1)).fingerprint == fp
+    assert await store.host_keys.forget(1) is True
+    assert await store.host_keys.forget(1) is False
+    assert await store.host_keys.get(1) is None
+    rec = await store.host_keys.pin(1, "1.2.3.4", 40022, other, fingerprint(other), now=T0 + 99)
     assert rec.fingerprint == fingerprint(other) and rec.pinned_at == T0 + 99
 
 
@@ -104,7 +104,7 @@ async def test_pin_get_forget(store: Store) -> None:
 )
 async def test_pin_validation(store: Store, args: tuple, match: str) -> None:
     with pytest.raises(StoreError, match=match):
-        await store.pin_host_key(*args)
+        await store.host_keys.pin(*args)
 
 
 async def test_store_pins(store: Store) -> None:

@@ -104,17 +104,17 @@ def _inst(vid: int, **kw: Any) -> InstanceRecord:
 
 
 async def test_gather_reads_the_status_spend_stages_and_lease(store: Store) -> None:
-    await store.upsert_instance(
+    await store.instances.upsert(
         _inst(1, state="proving", created_at=NOW - 2 * H, proving_at=NOW - H), now=NOW
     )
-    await store.upsert_instance(_inst(2, created_at=DAY0 - 2 * H), now=NOW)
+    await store.instances.upsert(_inst(2, created_at=DAY0 - 2 * H), now=NOW)
     await store.mark_killed(2, "bench_below_min", "benchmark below_min", now=DAY0 + H)
-    await store.upsert_instance(_inst(3, source="legacy", state="legacy", created_at=0.0), now=NOW)
-    await store.put_engine_status(
+    await store.instances.upsert(_inst(3, source="legacy", state="legacy", created_at=0.0), now=NOW)
+    await store.status.put(
         EngineStatus(target=3, workers=1, by_stage={"proving": 1}, reason_kind="fleet_dph_cap",
                      reason="fleet $/h cap: ...", best=None, dry_run=False, updated_at=NOW)
     )  # fmt: skip
-    await store.acquire_lease("me", pid=77, hostname="ctl", mode="headless", ttl=30, now=WALL)
+    await store.lease.acquire("me", pid=77, hostname="ctl", mode="headless", ttl=30, now=WALL)
 
     rep = await gather(store, NOW, day_start=DAY0, wall_now=WALL + 5)
     assert json.loads(json.dumps(rep)) == rep, "the report is the --json form"
@@ -142,7 +142,7 @@ async def test_one_clock_in_every_answer(store: Store) -> None:
     `now` included, whatever the wall clock says; a real engine's, on the wall clock, where its
     instances go on billing while no engine runs."""
     sim_now = NOW  # the simulated clock runs days ahead of the wall
-    await store.put_engine_status(
+    await store.status.put(
         EngineStatus(target=1, workers=1, by_stage={"proving": 1}, reason_kind="at_target",
                      reason="at target", best=None, dry_run=False, updated_at=sim_now,
                      wall_at=WALL, simulated=True)
@@ -150,7 +150,7 @@ async def test_one_clock_in_every_answer(store: Store) -> None:
     rep = await gather(store, wall_now=WALL + 600)
     assert rep["now"] == rep["engine"]["updated_at"] == "2026-11-30T11:00:00Z"
     assert rep["engine_seen_age_s"] == 600.0 and rep["engine"]["simulated_clock"] is True
-    await store.put_engine_status(
+    await store.status.put(
         EngineStatus(target=1, workers=1, by_stage={"proving": 1}, reason_kind="at_target",
                      reason="at target", best=None, dry_run=False, updated_at=WALL,
                      wall_at=WALL, simulated=False)
@@ -175,13 +175,13 @@ async def test_an_engine_killed_on_this_host_is_not_live(store: Store) -> None:
     the engine is gone, not that the fleet is live."""
     import socket
 
-    await store.put_engine_status(
+    await store.status.put(
         EngineStatus(target=1, workers=1, by_stage={"proving": 1}, reason_kind="at_target",
                      reason="at target", best=None, dry_run=False, updated_at=WALL,
                      wall_at=WALL)
     )  # fmt: skip
     dead_pid = 2**22 + 12345  # above pid_max's default: no such process
-    await store.acquire_lease("x", pid=dead_pid, hostname=socket.gethostname(), mode="headless",
+    await store.lease.acquire("x", pid=dead_pid, hostname=socket.gethostname(), mode="headless",
                               ttl=30, now=WALL)  # fmt: skip
     rep = await gather(store, wall_now=WALL + 2)
     assert rep["live"] is False and rep["lease"] is None

@@ -74,7 +74,7 @@ async def test_open_creates_parent_dirs_and_file_mode_0600(tmp_path: Path) -> No
         assert not s.closed
         assert path.exists()
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        await s.add_event("rent", "x", now=T0)
+        await s.events.add("rent", "x", now=T0)
         # SQLite gives the WAL and shared-memory files the database file's permissions.
         for extra in ("-wal", "-shm"):
             side = path.with_name(path.name + extra)
@@ -102,13 +102,13 @@ async def test_wal_user_version_and_pragmas(store: Store) -> None:
 async def test_reopen_keeps_data_and_does_not_remigrate(tmp_path: Path) -> None:
     path = tmp_path / "vastui.db"
     async with await Store.open(path) as s:
-        await s.add_bad(101, "flaky GPU", now=T0)
-        await s.record_rate(101, "RTX 4090", 1, 31.4, now=T0)
+        await s.badlist.add(101, "flaky GPU", now=T0)
+        await s.perf.record_rate(101, "RTX 4090", 1, 31.4, now=T0)
     async with await Store.open(path) as s:
         assert await s.schema_version() == SCHEMA_VERSION
-        assert await s.bad_machine_ids(now=T0) == {101}
-        assert [p.best_rate for p in await s.get_perf(101)] == [31.4]
-        assert len(await s.list_events()) == 1
+        assert await s.badlist.machine_ids(now=T0) == {101}
+        assert [p.best_rate for p in await s.perf.of_machine(101)] == [31.4]
+        assert len(await s.events.all()) == 1
 
 
 async def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
@@ -137,7 +137,7 @@ async def test_closed_store_raises(tmp_path: Path) -> None:
     await s.close()
     await s.close()  # idempotent
     with pytest.raises(StoreError, match="closed"):
-        await s.list_bad(now=T0)
+        await s.badlist.all(now=T0)
 
 
 # -- instances --------------------------------------------------------------------------------
@@ -164,41 +164,41 @@ def _inst(vast_id: int = 3245511, **kw) -> InstanceRecord:
 
 
 async def test_instance_upsert_get_list(store: Store) -> None:
-    rec = await store.upsert_instance(_inst(), now=T0)
+    rec = await store.instances.upsert(_inst(), now=T0)
     assert rec.created_at == T0 and rec.stage_started_at == T0 and rec.state == "loading"
     assert rec.source == "vastui"
-    assert await store.get_instance(3245511) == rec
-    assert await store.get_instance(999) is None
+    assert await store.instances.get(3245511) == rec
+    assert await store.instances.get(999) is None
 
     # Upsert again later: metadata updated, created_at kept.
-    rec2 = await store.upsert_instance(
+    rec2 = await store.instances.upsert(
         _inst(dph_total=0.25, created_at=T0 + 50, image_digest="sha256:abc"), now=T0 + 100
     )
     assert rec2.created_at == T0
     assert rec2.dph_total == 0.25 and rec2.image_digest == "sha256:abc"
 
-    await store.upsert_instance(_inst(3245600), now=T0 + 10)
+    await store.instances.upsert(_inst(3245600), now=T0 + 10)
     await store.mark_killed(3245600, "manual", "killed by operator", now=T0 + 20)
-    assert [i.vast_id for i in await store.list_instances()] == [3245511, 3245600]
-    assert [i.vast_id for i in await store.list_instances(include_killed=False)] == [3245511]
+    assert [i.vast_id for i in await store.instances.all()] == [3245511, 3245600]
+    assert [i.vast_id for i in await store.instances.all(include_killed=False)] == [3245511]
 
 
 async def test_set_stage_sets_matching_columns(store: Store) -> None:
-    await store.upsert_instance(_inst(), now=T0)
-    rec = await store.set_stage(3245511, "setup", now=T0 + 60)
+    await store.instances.upsert(_inst(), now=T0)
+    rec = await store.instances.set_stage(3245511, "setup", now=T0 + 60)
     assert (rec.state, rec.stage, rec.setup_at, rec.stage_started_at) == (
         "setup",
         "setup",
         T0 + 60,
         T0 + 60,
     )
-    rec = await store.set_stage(3245511, "paramfetch", now=T0 + 120)
+    rec = await store.instances.set_stage(3245511, "paramfetch", now=T0 + 120)
     assert rec.paramfetch_at == T0 + 120 and rec.setup_at == T0 + 60
     # Same stage again: no-op, the stage clock is not reset.
-    rec = await store.set_stage(3245511, "paramfetch", now=T0 + 500)
+    rec = await store.instances.set_stage(3245511, "paramfetch", now=T0 + 500)
     assert rec.stage_started_at == T0 + 120
-    rec = await store.set_stage(3245511, "benchmark", now=T0 + 1000)
-    rec = await store.set_stage(3245511, "proving", now=T0 + 3000)
+    rec = await store.instances.set_stage(3245511, "benchmark", now=T0 + 1000)
+    rec = await store.instances.set_stage(3245511, "proving", now=T0 + 3000)
     assert (rec.benchmark_at, rec.proving_at, rec.stage_started_at) == (
         T0 + 1000,
         T0 + 3000,
@@ -208,20 +208,20 @@ async def test_set_stage_sets_matching_columns(store: Store) -> None:
 
 async def test_set_stage_errors(store: Store) -> None:
     with pytest.raises(StoreError, match="no instance 42"):
-        await store.set_stage(42, "setup", now=T0)
-    await store.upsert_instance(_inst(42), now=T0)
+        await store.instances.set_stage(42, "setup", now=T0)
+    await store.instances.upsert(_inst(42), now=T0)
     with pytest.raises(StoreError, match="unknown stage"):
-        await store.set_stage(42, "bogus", now=T0)
+        await store.instances.set_stage(42, "bogus", now=T0)
     with pytest.raises(StoreError, match="unknown stage"):
-        await store.set_stage(42, "killed", now=T0)
+        await store.instances.set_stage(42, "killed", now=T0)
     await store.mark_killed(42, "manual", "bye", now=T0)
     with pytest.raises(StoreError, match="killed"):
-        await store.set_stage(42, "proving", now=T0)
+        await store.instances.set_stage(42, "proving", now=T0)
 
 
 async def test_mark_killed(store: Store) -> None:
-    await store.upsert_instance(_inst(), now=T0)
-    await store.set_stage(3245511, "benchmark", now=T0 + 100)
+    await store.instances.upsert(_inst(), now=T0)
+    await store.instances.set_stage(3245511, "benchmark", now=T0 + 100)
     rec = await store.mark_killed(
         3245511,
         "bench_below_min",
@@ -246,18 +246,18 @@ async def test_mark_killed(store: Store) -> None:
 
 async def test_instance_validation(store: Store) -> None:
     with pytest.raises(StoreError, match="vast_id"):
-        await store.upsert_instance(InstanceRecord(vast_id=0), now=T0)
+        await store.instances.upsert(InstanceRecord(vast_id=0), now=T0)
     with pytest.raises(StoreError, match="state"):
-        await store.upsert_instance(InstanceRecord(vast_id=5, state="running"), now=T0)
+        await store.instances.upsert(InstanceRecord(vast_id=5, state="running"), now=T0)
     with pytest.raises(StoreError, match="machine_id"):
-        await store.upsert_instance(InstanceRecord(vast_id=5, machine_id=-3), now=T0)
+        await store.instances.upsert(InstanceRecord(vast_id=5, machine_id=-3), now=T0)
 
 
 # -- bad machines -----------------------------------------------------------------------------
 
 
 async def test_bad_add_strike_remove_with_events(store: Store) -> None:
-    entry = await store.add_bad(
+    entry = await store.badlist.add(
         18234,
         "Not good enough (RTX 3090, Poland, PL)",
         host_id=777,
@@ -280,7 +280,7 @@ async def test_bad_add_strike_remove_with_events(store: Store) -> None:
     assert _event_count(store.path, "ban") == 1
 
     # Banned again: reason/evidence/updated_at replaced, created_at kept, event written.
-    entry = await store.add_bad(
+    entry = await store.badlist.add(
         18234, "failed again", source="automatic", evidence=["bench 10.0/h"], now=T0 + HOUR
     )
     assert entry.bans == 2
@@ -291,17 +291,17 @@ async def test_bad_add_strike_remove_with_events(store: Store) -> None:
     assert entry.host_id == 777 and entry.gpu_name == "RTX 3090"
     assert _event_count(store.path, "ban") == 2
 
-    assert await store.bad_machine_ids(now=T0 + HOUR) == {18234}
-    assert await store.remove_bad(18234, now=T0 + 2 * HOUR) is True
+    assert await store.badlist.machine_ids(now=T0 + HOUR) == {18234}
+    assert await store.badlist.remove(18234, now=T0 + 2 * HOUR) is True
     assert _event_count(store.path, "unban") == 1
-    assert await store.bad_machine_ids(now=T0 + 2 * HOUR) == set()
-    assert await store.get_bad(18234) is None
+    assert await store.badlist.machine_ids(now=T0 + 2 * HOUR) == set()
+    assert await store.badlist.get(18234) is None
 
     # Removing an absent machine: False, and no event.
-    assert await store.remove_bad(18234, now=T0 + 3 * HOUR) is False
+    assert await store.badlist.remove(18234, now=T0 + 3 * HOUR) is False
     assert _event_count(store.path) == 3
 
-    events = await store.list_events()
+    events = await store.events.all()
     assert [e.kind for e in events] == ["ban", "ban", "unban"]
     assert all(e.machine_id == 18234 for e in events)
     assert events[1].detail is not None and events[1].detail["bans"] == 2
@@ -316,41 +316,41 @@ async def test_ban_event_is_in_the_same_transaction(store: Store) -> None:
             " BEGIN SELECT RAISE(ABORT, 'injected'); END"
         )
     with pytest.raises(StoreError, match="injected"):
-        await store.add_bad(5, "x", now=T0)
-    assert await store.list_bad(include_expired=True, now=T0) == []
+        await store.badlist.add(5, "x", now=T0)
+    assert await store.badlist.all(include_expired=True, now=T0) == []
     assert _event_count(store.path) == 0
 
     with sqlite3.connect(store.path) as raw:
         raw.execute("DROP TRIGGER fail_ban")
-    await store.add_bad(5, "x", now=T0)
+    await store.badlist.add(5, "x", now=T0)
     with sqlite3.connect(store.path) as raw:
         raw.execute(
             "CREATE TRIGGER fail_unban BEFORE INSERT ON events WHEN NEW.kind = 'unban'"
             " BEGIN SELECT RAISE(ABORT, 'injected'); END"
         )
     with pytest.raises(StoreError, match="injected"):
-        await store.remove_bad(5, now=T0)
-    assert await store.bad_machine_ids(now=T0) == {5}
+        await store.badlist.remove(5, now=T0)
+    assert await store.badlist.machine_ids(now=T0) == {5}
     assert _event_count(store.path) == 1
 
 
 async def test_bad_source_upgrade_and_expiry_merge(store: Store) -> None:
-    e = await store.add_bad(7, "auto strike", source="automatic", expires_at=T0 + HOUR, now=T0)
+    e = await store.badlist.add(7, "auto strike", source="automatic", expires_at=T0 + HOUR, now=T0)
     assert e.source == "automatic" and e.expires_at == T0 + HOUR
-    e = await store.add_bad(7, "operator says no", source="manual", now=T0 + 1)
+    e = await store.badlist.add(7, "operator says no", source="manual", now=T0 + 1)
     assert e.source == "manual" and e.expires_at is None and e.bans == 2
-    e = await store.add_bad(8, "a", source="automatic", expires_at=T0 + HOUR, now=T0)
-    e = await store.add_bad(8, "b", source="automatic", expires_at=T0 + 5 * HOUR, now=T0 + 2)
+    e = await store.badlist.add(8, "a", source="automatic", expires_at=T0 + HOUR, now=T0)
+    e = await store.badlist.add(8, "b", source="automatic", expires_at=T0 + 5 * HOUR, now=T0 + 2)
     assert e.expires_at == T0 + 5 * HOUR
 
 
 async def test_expired_entries_excluded(store: Store) -> None:
-    await store.add_bad(1, "permanent", now=T0)
-    await store.add_bad(2, "temporary", source="automatic", expires_at=T0 + HOUR, now=T0)
-    assert await store.bad_machine_ids(now=T0 + HOUR - 1) == {1, 2}
-    assert await store.bad_machine_ids(now=T0 + HOUR) == {1}
-    assert [b.machine_id for b in await store.list_bad(now=T0 + 2 * HOUR)] == [1]
-    both = await store.list_bad(include_expired=True, now=T0 + 2 * HOUR)
+    await store.badlist.add(1, "permanent", now=T0)
+    await store.badlist.add(2, "temporary", source="automatic", expires_at=T0 + HOUR, now=T0)
+    assert await store.badlist.machine_ids(now=T0 + HOUR - 1) == {1, 2}
+    assert await store.badlist.machine_ids(now=T0 + HOUR) == {1}
+    assert [b.machine_id for b in await store.badlist.all(now=T0 + 2 * HOUR)] == [1]
+    both = await store.badlist.all(include_expired=True, now=T0 + 2 * HOUR)
     assert [b.machine_id for b in both] == [1, 2]
     assert both[1].active(T0 + 2 * HOUR) is False
 
@@ -358,19 +358,19 @@ async def test_expired_entries_excluded(store: Store) -> None:
 async def test_bad_validation(store: Store) -> None:
     for bad_id in (0, -1, "18234", 1.5, True, None):
         with pytest.raises(StoreError, match="machine_id must be a positive integer"):
-            await store.add_bad(bad_id, "x", now=T0)  # type: ignore[arg-type]
+            await store.badlist.add(bad_id, "x", now=T0)  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="reason"):
-        await store.add_bad(1, "   ", now=T0)
+        await store.badlist.add(1, "   ", now=T0)
     with pytest.raises(StoreError, match="source"):
-        await store.add_bad(1, "x", source="legacy-review", now=T0)
+        await store.badlist.add(1, "x", source="legacy-review", now=T0)
     with pytest.raises(StoreError, match="machine_id"):
-        await store.remove_bad(0, now=T0)
+        await store.badlist.remove(0, now=T0)
     assert _event_count(store.path) == 0
 
 
 async def test_error_messages_are_one_line(store: Store) -> None:
     with pytest.raises(StoreError) as exc:
-        await store.add_bad(-5, "x", now=T0)
+        await store.badlist.add(-5, "x", now=T0)
     assert "\n" not in str(exc.value)
 
 
@@ -378,40 +378,42 @@ async def test_error_messages_are_one_line(store: Store) -> None:
 
 
 async def test_record_benchmark_best_last_samples(store: Store) -> None:
-    p = await store.record_rate(18234, "RTX 4090", 1, 31.4, cpu_ram_gb=257.6, host_id=777, now=T0)
+    p = await store.perf.record_rate(
+        18234, "RTX 4090", 1, 31.4, cpu_ram_gb=257.6, host_id=777, now=T0
+    )
     assert (p.best_rate, p.last_rate, p.samples, p.measured_at) == (31.4, 31.4, 1, T0)
-    p = await store.record_rate(18234, "RTX 4090", 1, 28.0, now=T0 + HOUR)
+    p = await store.perf.record_rate(18234, "RTX 4090", 1, 28.0, now=T0 + HOUR)
     assert (p.best_rate, p.last_rate, p.samples) == (31.4, 28.0, 2)
     assert p.cpu_ram_gb == 257.6 and p.host_id == 777 and p.measured_at == T0 + HOUR
-    p = await store.record_rate(18234, "RTX 4090", 1, 33.0, now=T0 + 2 * HOUR)
+    p = await store.perf.record_rate(18234, "RTX 4090", 1, 33.0, now=T0 + 2 * HOUR)
     assert (p.best_rate, p.last_rate, p.samples) == (33.0, 33.0, 3)
-    await store.record_rate(18234, "RTX 4090", 2, 60.0, now=T0)
-    await store.record_rate(9, "RTX 5090", 1, 40.0, now=T0)
-    assert [(r.gpu_name, r.num_gpus) for r in await store.get_perf(18234)] == [
+    await store.perf.record_rate(18234, "RTX 4090", 2, 60.0, now=T0)
+    await store.perf.record_rate(9, "RTX 5090", 1, 40.0, now=T0)
+    assert [(r.gpu_name, r.num_gpus) for r in await store.perf.of_machine(18234)] == [
         ("RTX 4090", 1),
         ("RTX 4090", 2),
     ]
-    assert [r.machine_id for r in await store.list_perf()] == [9, 18234, 18234]
-    assert await store.get_perf(12345) == []
+    assert [r.machine_id for r in await store.perf.all()] == [9, 18234, 18234]
+    assert await store.perf.of_machine(12345) == []
 
 
 async def test_record_benchmark_validation(store: Store) -> None:
     with pytest.raises(StoreError, match="rate"):
-        await store.record_rate(1, "RTX 4090", 1, float("nan"), now=T0)
+        await store.perf.record_rate(1, "RTX 4090", 1, float("nan"), now=T0)
     with pytest.raises(StoreError, match="rate"):
-        await store.record_rate(1, "RTX 4090", 1, -1.0, now=T0)
+        await store.perf.record_rate(1, "RTX 4090", 1, -1.0, now=T0)
     with pytest.raises(StoreError, match="num_gpus"):
-        await store.record_rate(1, "RTX 4090", 0, 1.0, now=T0)
+        await store.perf.record_rate(1, "RTX 4090", 0, 1.0, now=T0)
     with pytest.raises(StoreError, match="gpu_name"):
-        await store.record_rate(1, "", 1, 1.0, now=T0)
-    assert await store.list_perf() == []
+        await store.perf.record_rate(1, "", 1, 1.0, now=T0)
+    assert await store.perf.all() == []
 
 
 # -- events -----------------------------------------------------------------------------------
 
 
 async def test_events_are_append_only(store: Store) -> None:
-    await store.add_event("rent", "rented offer 1234567", instance_id=3245511, now=T0)
+    await store.events.add("rent", "rented offer 1234567", instance_id=3245511, now=T0)
     with sqlite3.connect(store.path) as raw:
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
             raw.execute("UPDATE events SET reason = 'rewritten'")
@@ -420,12 +422,12 @@ async def test_events_are_append_only(store: Store) -> None:
     conn = store.db.require()
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         await conn.execute("DELETE FROM events WHERE id = 1")
-    assert [e.reason for e in await store.list_events()] == ["rented offer 1234567"]
+    assert [e.reason for e in await store.events.all()] == ["rented offer 1234567"]
 
 
 async def test_add_and_list_events(store: Store) -> None:
     for i, kind in enumerate(["rent", "stage", "stage", "destroy", "error"]):
-        await store.add_event(
+        await store.events.add(
             kind,
             f"{kind} #{i}",
             instance_id=100 + i,
@@ -433,7 +435,7 @@ async def test_add_and_list_events(store: Store) -> None:
             detail={"i": i},
             now=T0 + i,
         )
-    events = await store.list_events()
+    events = await store.events.all()
     assert [e.reason for e in events] == [
         "rent #0",
         "stage #1",
@@ -450,21 +452,21 @@ async def test_add_and_list_events(store: Store) -> None:
         machine_id=18234,
         detail={"i": 0},
     )
-    assert [e.reason for e in await store.list_events(limit=2)] == ["destroy #3", "error #4"]
-    assert [e.reason for e in await store.list_events(kind="stage")] == ["stage #1", "stage #2"]
-    assert [e.reason for e in await store.list_events(limit=1, kind="stage")] == ["stage #2"]
-    assert await store.list_events(limit=0) == []
+    assert [e.reason for e in await store.events.all(limit=2)] == ["destroy #3", "error #4"]
+    assert [e.reason for e in await store.events.all(kind="stage")] == ["stage #1", "stage #2"]
+    assert [e.reason for e in await store.events.all(limit=1, kind="stage")] == ["stage #2"]
+    assert await store.events.all(limit=0) == []
     with pytest.raises(StoreError, match="reason"):
-        await store.add_event("rent", "", now=T0)
+        await store.events.add("rent", "", now=T0)
     with pytest.raises(StoreError, match="kind"):
-        await store.add_event(" ", "x", now=T0)
+        await store.events.add(" ", "x", now=T0)
 
 
 # -- to_json key sets -------------------------------------------------------------------------
 
 
 async def test_to_json_key_sets(store: Store) -> None:
-    inst = await store.upsert_instance(_inst(), now=T0)
+    inst = await store.instances.upsert(_inst(), now=T0)
     assert list(inst.to_json()) == [
         "id",
         "label",
@@ -492,12 +494,12 @@ async def test_to_json_key_sets(store: Store) -> None:
         "released_tasks",
     ]
     assert inst.to_json()["id"] == 3245511
-    await store.set_stage(3245511, "paramfetch", now=T0 + 1)
+    await store.instances.set_stage(3245511, "paramfetch", now=T0 + 1)
     killed = await store.mark_killed(3245511, "deadline_paramfetch", "too slow", now=T0 + 2)
     kj = killed.to_json()
     assert (kj["state"], kj["stage"], kj["kill_reason"]) == ("killed", "paramfetch", "too slow")
 
-    bad = await store.add_bad(18234, "slow", expires_at=T0 + HOUR, now=T0)
+    bad = await store.badlist.add(18234, "slow", expires_at=T0 + HOUR, now=T0)
     bad_keys = {"machine_id", "host_id", "gpu_name", "reason", "source", "created_at", "expires_at"}
     assert set(bad.to_json()) == bad_keys
     assert bad.to_json()["created_at"] == "2026-11-30T10:05:00Z"
@@ -520,7 +522,7 @@ async def test_to_json_key_sets(store: Store) -> None:
     assert rj["machine_id"] is None and rj["source"] == "legacy-review"
     assert rj["created_at"] is None and rj["expires_at"] is None
 
-    perf = await store.record_rate(18234, "RTX 4090", 1, 31.4, now=T0)
+    perf = await store.perf.record_rate(18234, "RTX 4090", 1, 31.4, now=T0)
     assert set(perf.to_json()) == {
         "machine_id",
         "gpu_name",
@@ -534,18 +536,18 @@ async def test_to_json_key_sets(store: Store) -> None:
     assert perf.to_json()["measured_at"] == "2026-11-30T10:05:00Z"
     assert isinstance(perf, PerfRecord)
 
-    ev = (await store.list_events())[0]
+    ev = (await store.events.all())[0]
     assert set(ev.to_json()) == {"ts", "kind", "instance_id", "machine_id", "reason"}
     assert ev.to_json()["ts"] == "2026-11-30T10:05:00Z"
 
 
 async def test_concurrent_writes_are_serialized(store: Store) -> None:
     await asyncio.gather(
-        *(store.add_bad(1 + i % 5, f"strike {i}", now=T0 + i) for i in range(25)),
-        *(store.record_rate(77, "RTX 4090", 1, float(i), now=T0 + i) for i in range(25)),
+        *(store.badlist.add(1 + i % 5, f"strike {i}", now=T0 + i) for i in range(25)),
+        *(store.perf.record_rate(77, "RTX 4090", 1, float(i), now=T0 + i) for i in range(25)),
     )
-    assert sorted(b.bans for b in await store.list_bad(now=T0)) == [5, 5, 5, 5, 5]
-    [perf] = await store.get_perf(77)
+    assert sorted(b.bans for b in await store.badlist.all(now=T0)) == [5, 5, 5, 5, 5]
+    [perf] = await store.perf.of_machine(77)
     assert (perf.samples, perf.best_rate) == (25, 24.0)
     assert _event_count(store.path, "ban") == 25
 
@@ -571,28 +573,28 @@ def _status(kind: str | None, at: float, **kw) -> EngineStatus:
 async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind(
     store: Store,
 ) -> None:
-    assert await store.get_engine_status() is None
+    assert await store.status.get() is None
     best = {
         "offer_id": 123,
         "machine_id": 9,
         "gpu_name": "RTX 4090",
         "expected_cost_per_proof": 0.0091,
     }
-    first = await store.put_engine_status(_status("no_viable_offer", T0, best=best))
+    first = await store.status.put(_status("no_viable_offer", T0, best=best))
     assert first.reason_since == T0 and first.best == best
     # The same cause a cycle later: its text may change, its start does not.
-    again = await store.put_engine_status(_status("no_viable_offer", T0 + 30, reason_since=T0 + 30))
+    again = await store.status.put(_status("no_viable_offer", T0 + 30, reason_since=T0 + 30))
     assert again.reason_since == T0 and again.updated_at == T0 + 30
     assert again.reason == f"no_viable_offer at {T0 + 30}"
     # Another cause starts its own clock; so does renting (no reason).
-    cap = await store.put_engine_status(_status("bench_concurrency_cap", T0 + 60, dry_run=True))
+    cap = await store.status.put(_status("bench_concurrency_cap", T0 + 60, dry_run=True))
     assert cap.reason_since == T0 + 60 and cap.dry_run is True and cap.best is None
-    renting = await store.put_engine_status(_status(None, T0 + 90))
+    renting = await store.status.put(_status(None, T0 + 90))
     assert renting.reason_kind is None and renting.reason is None
     assert renting.reason_since == T0 + 90
-    assert (await store.put_engine_status(_status(None, T0 + 120))).reason_since == T0 + 90
-    got = await store.get_engine_status()
-    assert got == await store.put_engine_status(_status(None, T0 + 120))
+    assert (await store.status.put(_status(None, T0 + 120))).reason_since == T0 + 90
+    got = await store.status.get()
+    assert got == await store.status.put(_status(None, T0 + 120))
     assert got.by_stage == {"proving": 1, "benchmark": 1} and got.target == 3
     with sqlite3.connect(store.path) as raw:
         assert raw.execute("SELECT COUNT(*) FROM engine_status").fetchone()[0] == 1
@@ -610,11 +612,11 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
         "credit": None, "spent_today": None, "daily_budget": None, "dph": None, "dph_cap": None,
         "cluster": None, "cut_off": None, "cut_off_since": None,
     }  # fmt: skip
-    seen = await store.put_engine_status(
+    seen = await store.status.put(
         replace(_status(None, T0 + 140), cluster={"state": "ok", "psprove_waiting": 3})
     )
     assert seen.cluster == {"state": "ok", "psprove_waiting": 3}
-    money = await store.put_engine_status(
+    money = await store.status.put(
         replace(_status(None, T0 + 150), credit=42.5, spent_today=3.25, daily_budget=50.0,
                 dph=0.9, dph_cap=5.0)
     )  # fmt: skip
@@ -622,7 +624,7 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
         42.5, 3.25, 50.0, 0.9, 5.0,
     )  # fmt: skip
     with pytest.raises(StoreError, match="credit must be a finite number"):
-        await store.put_engine_status(replace(_status(None, T0), credit=float("nan")))
+        await store.status.put(replace(_status(None, T0), credit=float("nan")))
 
 
 @pytest.mark.parametrize(
@@ -636,8 +638,8 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
 )
 async def test_engine_status_validation(store: Store, field: str, value) -> None:
     with pytest.raises(StoreError, match=f"engine status {field}"):
-        await store.put_engine_status(_status("at_target", T0, **{field: value}))
-    assert await store.get_engine_status() is None
+        await store.status.put(_status("at_target", T0, **{field: value}))
+    assert await store.status.get() is None
 
 
 async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> None:
@@ -652,12 +654,12 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
         )
     async with await Store.open(path) as s:
         assert await s.schema_version() == SCHEMA_VERSION == 13
-        assert [e.reason for e in await s.list_events()] == ["kept across the upgrade"]
-        await s.put_engine_status(_status("at_target", T0))
-        assert (await s.get_engine_status()).reason_kind == "at_target"
-        assert await s.get_engine_offers() is None
-        await s.put_engine_offers("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
-        assert await s.get_engine_offers() == ("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
+        assert [e.reason for e in await s.events.all()] == ["kept across the upgrade"]
+        await s.status.put(_status("at_target", T0))
+        assert (await s.status.get()).reason_kind == "at_target"
+        assert await s.status.get_offers() is None
+        await s.status.put_offers("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
+        assert await s.status.get_offers() == ("gpu_name=RTX_4090", [{"raw": {"id": 1}}], T0)
 
 
 async def test_a_version_10_status_row_reads_its_money_as_unknown(tmp_path: Path) -> None:
@@ -673,7 +675,7 @@ async def test_a_version_10_status_row_reads_its_money_as_unknown(tmp_path: Path
             (T0,),
         )
     async with await Store.open(path) as s:
-        got = await s.get_engine_status()
+        got = await s.status.get()
         assert got is not None and got.target == 2
         assert (got.credit, got.spent_today, got.daily_budget, got.dph, got.dph_cap) == (None,) * 5
 
@@ -691,8 +693,8 @@ async def test_a_version_9_database_keeps_its_ban_counts_as_bans(tmp_path: Path)
             (T0, T0),
         )
     async with await Store.open(path) as s:
-        assert (await s.get_bad(7)).bans == 3  # type: ignore[union-attr]
-        assert (await s.add_bad(7, "bad again", now=T0 + HOUR)).bans == 4
+        assert (await s.badlist.get(7)).bans == 3  # type: ignore[union-attr]
+        assert (await s.badlist.add(7, "bad again", now=T0 + HOUR)).bans == 4
     with sqlite3.connect(path) as raw:
         columns = [r[1] for r in raw.execute("PRAGMA table_info(bad_machines)")]
     assert "bans" in columns and "strikes" not in columns
@@ -716,10 +718,10 @@ async def test_a_transaction_cancelled_as_it_begins_leaves_no_transaction_open(
 
     monkeypatch.setattr(conn, "execute", begin_then_cancelled)
     with pytest.raises(asyncio.CancelledError):
-        await store.add_event("rent", "x", now=T0)
+        await store.events.add("rent", "x", now=T0)
     monkeypatch.setattr(conn, "execute", real)
     assert not conn.in_transaction
-    assert (await store.add_event("rent", "after", now=T0)).reason == "after"
+    assert (await store.events.add("rent", "after", now=T0)).reason == "after"
 
 
 async def test_a_transaction_cancelled_before_its_begin_ran_leaves_no_transaction_open(
@@ -736,7 +738,7 @@ async def test_a_transaction_cancelled_before_its_begin_ran_leaves_no_transactio
     gate = threading.Event()
     await conn.create_function("hold", 0, lambda: gate.wait(30) and 1)
     held = asyncio.ensure_future(conn.execute("SELECT hold()"))  # aiosqlite's thread is busy
-    task = asyncio.ensure_future(store.add_event("rent", "x", now=T0))
+    task = asyncio.ensure_future(store.events.add("rent", "x", now=T0))
     for _ in range(50):  # until the BEGIN is queued behind the held query
         await asyncio.sleep(0)
     task.cancel()
@@ -744,6 +746,6 @@ async def test_a_transaction_cancelled_before_its_begin_ran_leaves_no_transactio
         await task
     gate.set()
     await held
-    assert (await store.add_event("rent", "after", now=T0)).reason == "after"
+    assert (await store.events.add("rent", "after", now=T0)).reason == "after"
     assert not conn.in_transaction
-    assert [e.reason for e in await store.list_events()] == ["after"]
+    assert [e.reason for e in await store.events.all()] == ["after"]

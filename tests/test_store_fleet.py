@@ -20,7 +20,9 @@ async def store(tmp_path: Path):
 
 
 async def test_destroy_kill_is_atomic_with_its_event_and_first_cause_wins(store: Store):
-    await store.upsert_instance(InstanceRecord(vast_id=5, machine_id=77, state="benchmark"), now=T0)
+    await store.instances.upsert(
+        InstanceRecord(vast_id=5, machine_id=77, state="benchmark"), now=T0
+    )
     rec = await store.mark_killed(
         5, "bench_below_min", "benchmark below_min: 21.3 < 29.0", error_lines=["x"],
         event="destroy", now=T0 + 1,
@@ -29,68 +31,68 @@ async def test_destroy_kill_is_atomic_with_its_event_and_first_cause_wins(store:
     assert rec.kill_kind == "bench_below_min" and rec.error_lines == ("x",)
     again = await store.mark_killed(5, "manual", "again", event="destroy", now=T0 + 2)
     assert again.kill_kind == "bench_below_min"
-    events = await store.list_events(kind="destroy")
+    events = await store.events.all(kind="destroy")
     assert [(e.instance_id, e.machine_id, e.reason) for e in events] == [
         (5, 77, "benchmark below_min: 21.3 < 29.0")
     ]
 
 
 async def test_intents_round_trip_and_label_is_unique(store: Store):
-    intent = await store.create_intent("rent", "auto", label="vastui-main-a", offer_id=9, now=T0)
+    intent = await store.intents.create("rent", "auto", label="vastui-main-a", offer_id=9, now=T0)
     assert intent.status == "pending" and intent.detail == {}
-    assert [i.id for i in await store.list_intents(status="pending")] == [intent.id]
+    assert [i.id for i in await store.intents.all(status="pending")] == [intent.id]
     with pytest.raises(StoreError, match=r"cannot store: UNIQUE constraint failed: intents\.label"):
-        await store.create_intent("rent", "auto", label="vastui-main-a", now=T0)
-    await store.finish_intent(intent.id, "done", instance_id=1234, now=T0 + 1)
-    [done] = await store.list_intents(kind="rent")
+        await store.intents.create("rent", "auto", label="vastui-main-a", now=T0)
+    await store.intents.finish(intent.id, "done", instance_id=1234, now=T0 + 1)
+    [done] = await store.intents.all(kind="rent")
     assert done.status == "done" and done.instance_id == 1234
-    assert await store.list_intents(status="pending") == []
+    assert await store.intents.all(status="pending") == []
 
 
 async def test_commands_are_claimed_once(store: Store):
-    cid = await store.submit_command("ignore", {"machine_id": 7, "reason": "r"}, now=T0)
-    first = await store.claim_commands()
+    cid = await store.commands.submit("ignore", {"machine_id": 7, "reason": "r"}, now=T0)
+    first = await store.commands.claim()
     assert [c.id for c in first] == [cid] and first[0].args["machine_id"] == 7
-    assert await store.claim_commands() == []
-    await store.finish_command(cid, False, "machine 7 unknown", now=T0)
-    cmd = await store.get_command(cid)
+    assert await store.commands.claim() == []
+    await store.commands.finish(cid, False, "machine 7 unknown", now=T0)
+    cmd = await store.commands.get(cid)
     assert cmd is not None and cmd.status == "failed" and cmd.result == "machine 7 unknown"
     with pytest.raises(ValueError):
-        await store.submit_command("rm -rf", {})
+        await store.commands.submit("rm -rf", {})
 
 
 async def test_crash_requeues_claimed_commands(store: Store):
-    cid = await store.submit_command("unignore", {"machine_id": 7}, now=T0)
-    await store.claim_commands()
-    assert await store.requeue_running_commands() == 1
-    assert [c.id for c in await store.claim_commands()] == [cid]
+    cid = await store.commands.submit("unignore", {"machine_id": 7}, now=T0)
+    await store.commands.claim()
+    assert await store.commands.requeue_running() == 1
+    assert [c.id for c in await store.commands.claim()] == [cid]
 
 
 async def test_lease_one_engine_per_database(store: Store):
     kw = {"pid": 1, "hostname": "h", "mode": "headless", "ttl": 30.0}
-    await store.acquire_lease("a", now=T0, **kw)
+    await store.lease.acquire("a", now=T0, **kw)
     with pytest.raises(LeaseHeld, match="another vastui engine"):
-        await store.acquire_lease("b", now=T0 + 10, **kw)
-    assert await store.renew_lease("a", ttl=30.0, now=T0 + 20)
-    assert not await store.renew_lease("b", ttl=30.0, now=T0 + 20)
-    holder = await store.lease_holder(now=T0 + 49)
+        await store.lease.acquire("b", now=T0 + 10, **kw)
+    assert await store.lease.renew("a", ttl=30.0, now=T0 + 20)
+    assert not await store.lease.renew("b", ttl=30.0, now=T0 + 20)
+    holder = await store.lease.holder(now=T0 + 49)
     assert holder is not None and holder.owner == "a"
     # An expired lease (its engine died) can be taken over.
-    assert await store.lease_holder(now=T0 + 51) is None
-    taken = await store.acquire_lease("b", now=T0 + 51, **kw)
+    assert await store.lease.holder(now=T0 + 51) is None
+    taken = await store.lease.acquire("b", now=T0 + 51, **kw)
     assert taken.owner == "b"
-    await store.release_lease("a")  # not the owner: nothing happens
-    assert (await store.lease_holder(now=T0 + 52)).owner == "b"
-    await store.release_lease("b")
-    assert await store.lease_holder(now=T0 + 52) is None
+    await store.lease.release("a")  # not the owner: nothing happens
+    assert (await store.lease.holder(now=T0 + 52)).owner == "b"
+    await store.lease.release("b")
+    assert await store.lease.holder(now=T0 + 52) is None
 
 
 async def test_update_instance_whitelist(store: Store):
-    await store.upsert_instance(InstanceRecord(vast_id=5), now=T0)
-    rec = await store.update_instance(5, events_seen=3, vast_status="running")
+    await store.instances.upsert(InstanceRecord(vast_id=5), now=T0)
+    rec = await store.instances.update(5, events_seen=3, vast_status="running")
     assert rec.events_seen == 3 and rec.vast_status == "running"
     with pytest.raises(ValueError, match="state"):
-        await store.update_instance(5, state="proving")
+        await store.instances.update(5, state="proving")
 
 
 async def test_a_dead_engine_of_this_host_does_not_hold_the_lease(store: Store):
@@ -103,37 +105,37 @@ async def test_a_dead_engine_of_this_host_does_not_hold_the_lease(store: Store):
     here = socket.gethostname()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    await store.acquire_lease("dead", pid=gone.pid, hostname=here, mode="headless", ttl=30.0)
-    taken = await store.acquire_lease("new", pid=os.getpid(), hostname=here, mode="headless",
+    await store.lease.acquire("dead", pid=gone.pid, hostname=here, mode="headless", ttl=30.0)
+    taken = await store.lease.acquire("new", pid=os.getpid(), hostname=here, mode="headless",
                                       ttl=30.0)  # fmt: skip
     assert taken.owner == "new"
     with pytest.raises(LeaseHeld):  # this process lives
-        await store.acquire_lease("third", pid=1, hostname=here, mode="headless", ttl=30.0)
-    await store.release_lease("new")
-    await store.acquire_lease("far", pid=gone.pid, hostname="elsewhere", mode="headless", ttl=30.0)
+        await store.lease.acquire("third", pid=1, hostname=here, mode="headless", ttl=30.0)
+    await store.lease.release("new")
+    await store.lease.acquire("far", pid=gone.pid, hostname="elsewhere", mode="headless", ttl=30.0)
     with pytest.raises(LeaseHeld):  # another host's pid means nothing here
-        await store.acquire_lease("new", pid=os.getpid(), hostname=here, mode="headless", ttl=30.0)
+        await store.lease.acquire("new", pid=os.getpid(), hostname=here, mode="headless", ttl=30.0)
 
 
 async def test_runner_ids_are_monotonic_unique_and_never_reused(store: Store):
     """The original's runner_id: one counter per fleet database, never reused, a gap allowed."""
-    first = await store.next_runner_id()
-    second = await store.next_runner_id()
+    first = await store.instances.next_runner_id()
+    second = await store.instances.next_runner_id()
     assert (first, second) == (1, 2)
-    await store.upsert_instance(InstanceRecord(vast_id=5, runner_id=second), now=T0)
+    await store.instances.upsert(InstanceRecord(vast_id=5, runner_id=second), now=T0)
     await store.mark_killed(5, "manual", "gone", now=T0 + 1)
-    assert await store.next_runner_id() == 3, "a killed worker's id is not given again"
-    await store.note_runner_id(40)  # an adopted instance carried 40
-    assert await store.next_runner_id() == 41
-    await store.note_runner_id(7)  # a lower one seen later does not move the counter back
-    assert await store.next_runner_id() == 42
+    assert await store.instances.next_runner_id() == 3, "a killed worker's id is not given again"
+    await store.instances.note_runner_id(40)  # an adopted instance carried 40
+    assert await store.instances.next_runner_id() == 41
+    await store.instances.note_runner_id(7)  # a lower one seen later does not move the counter back
+    assert await store.instances.next_runner_id() == 42
     # two rows cannot hold one identity: they would be one curio machine
     with pytest.raises(StoreError, match=r"UNIQUE constraint failed: instances\.runner_id"):
-        await store.upsert_instance(InstanceRecord(vast_id=6, runner_id=second), now=T0)
+        await store.instances.upsert(InstanceRecord(vast_id=6, runner_id=second), now=T0)
     # no identity (a legacy row) is not a clash
-    await store.upsert_instance(InstanceRecord(vast_id=8), now=T0)
-    await store.upsert_instance(InstanceRecord(vast_id=9), now=T0)
-    rec = await store.get_instance(5)
+    await store.instances.upsert(InstanceRecord(vast_id=8), now=T0)
+    await store.instances.upsert(InstanceRecord(vast_id=9), now=T0)
+    rec = await store.instances.get(5)
     assert rec is not None and rec.runner_id == 2 and rec.to_json()["runner_id"] == 2
 
 
@@ -143,7 +145,7 @@ async def test_the_counter_continues_above_ids_already_stored(tmp_path: Path):
     import sqlite3
 
     s = await Store.open(tmp_path / "c.db")
-    await s.upsert_instance(InstanceRecord(vast_id=5, runner_id=17), now=T0)
+    await s.instances.upsert(InstanceRecord(vast_id=5, runner_id=17), now=T0)
     await s.close()
     raw = sqlite3.connect(tmp_path / "c.db")
     with raw:
@@ -151,6 +153,6 @@ async def test_the_counter_continues_above_ids_already_stored(tmp_path: Path):
     raw.close()
     s = await Store.open(tmp_path / "c.db")
     try:
-        assert await s.next_runner_id() == 18
+        assert await s.instances.next_runner_id() == 18
     finally:
         await s.close()

@@ -82,10 +82,10 @@ def test_an_error_without_a_code_is_not_fatal() -> None:
 
 async def test_a_read_only_database_is_fatal_and_stays_so(store: Store) -> None:
     """Works as root too: query_only makes every write fail with SQLITE_READONLY."""
-    await store.upsert_instance(InstanceRecord(vast_id=5, state="loading"), now=T0)
+    await store.instances.upsert(InstanceRecord(vast_id=5, state="loading"), now=T0)
     await store.db.require().execute("PRAGMA query_only=1")
     with pytest.raises(StoreFatal) as exc:
-        await store.add_event("rent", "rented offer 1", instance_id=5, now=T0)
+        await store.events.add("rent", "rented offer 1", instance_id=5, now=T0)
     assert _one_line(exc.value) == (
         f"database {store.path} cannot be written: "
         "attempt to write a readonly database (SQLITE_READONLY)"
@@ -97,21 +97,21 @@ async def test_a_read_only_database_is_fatal_and_stays_so(store: Store) -> None:
     await store.db.require().execute("PRAGMA query_only=0")
     with pytest.raises(StoreFatal):
         await store.mark_killed(5, "manual", "x", event="destroy", now=T0)
-    assert (await store.get_instance(5)).state == "loading"  # type: ignore[union-attr]
+    assert (await store.instances.get(5)).state == "loading"  # type: ignore[union-attr]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file modes (query_only above)")
 async def test_a_read_only_file_and_directory_are_fatal(tmp_path: Path) -> None:
     path = tmp_path / "db" / "vastui.db"
     async with await Store.open(path) as s:
-        await s.add_event("rent", "before", now=T0)
+        await s.events.add("rent", "before", now=T0)
     path.chmod(0o444)
     path.parent.chmod(0o555)
     try:
         with pytest.raises(StoreFatal, match=r"cannot be (written|read): .*\(SQLITE_"):
             s = await Store.open(path)
             try:
-                await s.add_event("rent", "after", now=T0)
+                await s.events.add("rent", "after", now=T0)
             finally:
                 await s.close()
     finally:
@@ -127,7 +127,7 @@ async def test_disk_full_is_fatal(store: Store) -> None:
     await conn.execute(f"PRAGMA max_page_count={row[0]}")
     with pytest.raises(StoreFatal) as exc:
         for i in range(1, 200):
-            await store.add_event("rent", "x" * 2000, instance_id=i, now=T0)
+            await store.events.add("rent", "x" * 2000, instance_id=i, now=T0)
     assert _one_line(exc.value) == (
         f"database {store.path} cannot be written: database or disk is full (SQLITE_FULL)"
     )
@@ -148,7 +148,7 @@ async def test_an_io_error_in_a_write_is_fatal(
 
     monkeypatch.setattr(type(conn), "execute", failing)
     with pytest.raises(StoreFatal) as exc:
-        await store.add_event("rent", "x", now=T0)
+        await store.events.add("rent", "x", now=T0)
     assert str(exc.value) == (
         f"database {store.path} cannot be written: disk I/O error (SQLITE_IOERR_WRITE)"
     )
@@ -160,24 +160,24 @@ async def test_busy_is_not_fatal(store: Store) -> None:
     try:
         other.execute("BEGIN IMMEDIATE")
         with pytest.raises(StoreError) as exc:
-            await store.add_event("rent", "x", now=T0)
+            await store.events.add("rent", "x", now=T0)
         assert not isinstance(exc.value, StoreFatal)
         assert "database is locked" in str(exc.value)
         other.execute("ROLLBACK")
     finally:
         other.close()
     await store.check_health()
-    await store.add_event("rent", "x", now=T0)  # a transient failure leaves the store usable
+    await store.events.add("rent", "x", now=T0)  # a transient failure leaves the store usable
 
 
 async def test_renew_lease_says_the_real_reason(store: Store) -> None:
     """The heartbeat must not call an unwritable database 'another engine took over'."""
-    await store.acquire_lease("a", now=T0, **LEASE)
-    assert await store.renew_lease("a", ttl=30.0, now=T0 + 1) is True
-    assert await store.renew_lease("b", ttl=30.0, now=T0 + 1) is False  # really lost
+    await store.lease.acquire("a", now=T0, **LEASE)
+    assert await store.lease.renew("a", ttl=30.0, now=T0 + 1) is True
+    assert await store.lease.renew("b", ttl=30.0, now=T0 + 1) is False  # really lost
     await store.db.require().execute("PRAGMA query_only=1")
     with pytest.raises(StoreFatal, match=r"cannot be written: .*SQLITE_READONLY"):
-        await store.renew_lease("a", ttl=30.0, now=T0 + 2)
+        await store.lease.renew("a", ttl=30.0, now=T0 + 2)
 
 
 # -- the file deleted or replaced under the engine --------------------------------------------
@@ -185,7 +185,7 @@ async def test_renew_lease_says_the_real_reason(store: Store) -> None:
 
 async def test_a_deleted_database_is_fatal(store: Store) -> None:
     await store.check_health()
-    await store.add_event("rent", "x", now=T0)
+    await store.events.add("rent", "x", now=T0)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{store.path}{suffix}").unlink(missing_ok=True)
     message = f"database {store.path} was deleted or replaced under the running engine"
@@ -193,24 +193,24 @@ async def test_a_deleted_database_is_fatal(store: Store) -> None:
         await store.check_health()
     assert _one_line(exc.value) == message
     with pytest.raises(StoreFatal, match="deleted or replaced"):
-        await store.add_event("rent", "y", now=T0)  # SQLite would write to the unlinked file
+        await store.events.add("rent", "y", now=T0)  # SQLite would write to the unlinked file
 
 
 async def test_a_replaced_database_is_fatal_and_the_new_one_untouched(
     store: Store, tmp_path: Path
 ) -> None:
-    await store.acquire_lease("first", now=T0, **LEASE)
+    await store.lease.acquire("first", now=T0, **LEASE)
     other = tmp_path / "other.db"
     async with await Store.open(other) as second:
-        await second.add_event("rent", "the other engine's", now=T0)
+        await second.events.add("rent", "the other engine's", now=T0)
     os.replace(other, store.path)  # a second engine started afresh on the same path
     theirs = store.path.read_bytes()
     with pytest.raises(StoreFatal, match="was deleted or replaced under the running engine"):
         await store.check_health()
     with pytest.raises(StoreFatal):
-        await store.renew_lease("first", ttl=30.0, now=T0 + 1)
+        await store.lease.renew("first", ttl=30.0, now=T0 + 1)
     with pytest.raises(StoreFatal):
-        await store.add_event("rent", "mine", now=T0 + 1)
+        await store.events.add("rent", "mine", now=T0 + 1)
     assert store.path.read_bytes() == theirs
     copy = tmp_path / "copy" / "theirs.db"  # read it apart from the old engine's -wal/-shm
     copy.parent.mkdir()
@@ -230,8 +230,8 @@ async def test_corrupt_bytes_fail_quick_check_at_open(tmp_path: Path) -> None:
     path = tmp_path / "vastui.db"
     async with await Store.open(path) as s:
         for i in range(1, 300):
-            await s.add_event("rent", "r" * 500, instance_id=i, now=T0)
-            await s.upsert_instance(InstanceRecord(vast_id=i, label=f"l{i}"), now=T0)
+            await s.events.add("rent", "r" * 500, instance_id=i, now=T0)
+            await s.instances.upsert(InstanceRecord(vast_id=i, label=f"l{i}"), now=T0)
     size = path.stat().st_size
     assert size > 64 * 1024
     with path.open("r+b") as fh:
@@ -274,7 +274,7 @@ async def test_an_undecodable_instance_row_is_fatal(
     path = tmp_path / "vastui.db"
     s = await Store.open(path)
     try:
-        await s.upsert_instance(InstanceRecord(vast_id=4242, machine_id=7), now=T0)
+        await s.instances.upsert(InstanceRecord(vast_id=4242, machine_id=7), now=T0)
         raw = sqlite3.connect(path, isolation_level=None)
         try:
             raw.execute(f"UPDATE instances SET {column} = {value} WHERE vast_id = 4242")
@@ -282,7 +282,7 @@ async def test_an_undecodable_instance_row_is_fatal(
             raw.close()
         head = f"database {path}: table instances row 4242 cannot be decoded: "
         with pytest.raises(StoreFatal) as exc:  # at runtime: once, not a warning every step
-            await s.list_instances()
+            await s.instances.all()
         assert _one_line(exc.value).startswith(head) and why in str(exc.value)
         with pytest.raises(StoreFatal):
             await s.check_health()
@@ -300,7 +300,7 @@ async def test_a_row_decodes_alike_whole_or_in_part(store: Store) -> None:
         vast_id=9, machine_id=7, state="proving", error_lines=("a", "b"), is_bid=True,
         bid_price=0.3, interruptions=2, created_at=T0, stage_started_at=T0,
     )  # fmt: skip
-    assert await store.upsert_instance(rec, now=T0) == rec
+    assert await store.instances.upsert(rec, now=T0) == rec
     conn = store.db.require()
     async with conn.execute(
         "SELECT is_bid, error_lines, vast_id, machine_id, state FROM instances"
@@ -328,7 +328,7 @@ BAN = BanSpec(
 
 
 async def _live(store: Store) -> None:
-    await store.upsert_instance(
+    await store.instances.upsert(
         InstanceRecord(vast_id=5, machine_id=77, host_id=12, gpu_name="RTX 4090", state="setup"),
         now=T0,
     )
@@ -348,15 +348,15 @@ async def test_destroy_and_ban_are_recorded_together(store: Store) -> None:
     assert rec is not None and rec.killed and rec.kill_kind == "stage_failed"
     assert bad is not None and bad.machine_id == 77 and bad.source == "automatic"
     assert bad.expires_at == T0 + 86400 and bad.evidence == BAN.evidence
-    [done] = await store.list_intents(kind="destroy")
+    [done] = await store.intents.all(kind="destroy")
     assert done.status == "done"
-    events = [(e.kind, e.instance_id, e.machine_id) for e in await store.list_events()]
+    events = [(e.kind, e.instance_id, e.machine_id) for e in await store.events.all()]
     assert events == [("destroy", 5, 77), ("ban", 5, 77)]
     # Completing it again (a retry after an answer was lost) records nothing twice.
     again = await store.complete_destroy(intent.id, "stage_failed", "x", now=T0 + 3)
     assert again[1] is None and again[0] is not None and again[0].kill_kind == "stage_failed"
-    assert len(await store.list_events()) == 2
-    assert (await store.get_bad(77)).bans == 1  # type: ignore[union-attr]
+    assert len(await store.events.all()) == 2
+    assert (await store.badlist.get(77)).bans == 1  # type: ignore[union-attr]
 
 
 async def test_a_failed_ban_leaves_the_destroy_pending(store: Store) -> None:
@@ -375,9 +375,9 @@ async def test_a_failed_ban_leaves_the_destroy_pending(store: Store) -> None:
         raw.close()
     with pytest.raises(StoreError, match="injected"):
         await store.complete_destroy(intent.id, "stage_failed", "gpu error", now=T0 + 1)
-    assert not (await store.get_instance(5)).killed  # type: ignore[union-attr]
-    assert [i.id for i in await store.list_intents(status="pending")] == [intent.id]
-    assert await store.list_events() == [] and await store.get_bad(77) is None
+    assert not (await store.instances.get(5)).killed  # type: ignore[union-attr]
+    assert [i.id for i in await store.intents.all(status="pending")] == [intent.id]
+    assert await store.events.all() == [] and await store.badlist.get(77) is None
 
 
 async def test_a_pending_destroy_found_at_restart_carries_its_ban(tmp_path: Path) -> None:
@@ -387,11 +387,11 @@ async def test_a_pending_destroy_found_at_restart_carries_its_ban(tmp_path: Path
         await s.create_destroy_intent(5, "gpu error", machine_id=77, ban=BAN, now=T0)
         # the engine dies here: the DELETE may or may not have been sent
     async with await Store.open(path) as s:
-        [pending] = await s.list_intents(status="pending", kind="destroy")
+        [pending] = await s.intents.all(status="pending", kind="destroy")
         assert pending.instance_id == 5 and pending.ban == BAN
         _, bad = await s.complete_destroy(pending.id, "stage_failed", "gpu error", now=T0 + 60)
         assert bad is not None and bad.reason == BAN.reason
-        assert await s.bad_machine_ids(now=T0 + 60) == {77}
+        assert await s.badlist.machine_ids(now=T0 + 60) == {77}
 
 
 async def test_an_already_killed_instance_still_gets_its_ban(store: Store) -> None:
@@ -401,7 +401,7 @@ async def test_an_already_killed_instance_still_gets_its_ban(store: Store) -> No
     rec, bad = await store.complete_destroy(intent.id, "stage_failed", "gpu error", now=T0 + 1)
     assert rec is not None and rec.kill_kind == "vanished"  # the first cause wins
     assert bad is not None
-    assert [e.kind for e in await store.list_events()] == ["kill", "ban"]
+    assert [e.kind for e in await store.events.all()] == ["kill", "ban"]
 
 
 async def test_a_destroy_without_a_ban_and_bad_input(store: Store) -> None:
@@ -410,7 +410,7 @@ async def test_a_destroy_without_a_ban_and_bad_input(store: Store) -> None:
         await store.create_destroy_intent(5, "x", ban=BanSpec(0, "r"), now=T0)
     with pytest.raises(StoreError, match="source"):
         await store.create_destroy_intent(5, "x", ban=BanSpec(7, "r", source="cron"), now=T0)
-    assert await store.list_intents() == []
+    assert await store.intents.all() == []
     intent = await store.create_destroy_intent(5, "manual destroy", now=T0)
     assert intent.ban is None
     rec, bad = await store.complete_destroy(intent.id, "manual", "manual destroy", now=T0 + 1)

@@ -158,10 +158,10 @@ def build_post_rekey(path: Path) -> Path:
 
 async def _table_counts(store: Store) -> dict[str, int]:
     return {
-        "bad": len(await store.list_bad(include_expired=True, now=T0)),
-        "perf": len(await store.list_perf()),
-        "review": len(await store.list_legacy_review()),
-        "instances": len(await store.list_instances()),
+        "bad": len(await store.badlist.all(include_expired=True, now=T0)),
+        "perf": len(await store.perf.all()),
+        "review": len(await store.badlist.legacy_review()),
+        "instances": len(await store.instances.all()),
     }
 
 
@@ -189,14 +189,14 @@ async def test_pre_rekey_goes_to_review_only(store: Store, tmp_path: Path) -> No
     assert any("some-other-label" in s for s in report.skipped)
 
     # Account ids must never become machine ids.
-    assert await store.list_bad(include_expired=True, now=T0) == []
-    assert await store.bad_machine_ids(now=T0) == set()
-    assert await store.list_perf() == []
+    assert await store.badlist.all(include_expired=True, now=T0) == []
+    assert await store.badlist.machine_ids(now=T0) == set()
+    assert await store.perf.all() == []
     for account in (4242, 5151, 6060):
-        assert await store.get_perf(account) == []
-        assert await store.get_bad(account) is None
+        assert await store.perf.of_machine(account) == []
+        assert await store.badlist.get(account) is None
 
-    review = await store.list_legacy_review()
+    review = await store.badlist.legacy_review()
     assert [(r.kind, r.host_id, r.gpu_name, r.num_gpus) for r in review] == [
         ("bad_host", 4242, None, None),
         ("bad_host", 5151, None, None),
@@ -222,7 +222,7 @@ async def test_old_instances_table_without_metadata(store: Store, tmp_path: Path
     legacy = build_pre_rekey(tmp_path / "old-state.db")
     await import_legacy(store, legacy, now=T0)
 
-    running = await store.get_instance(3000001)
+    running = await store.instances.get(3000001)
     assert running is not None
     assert running.source == "legacy" and running.label == "C.3000001"
     assert running.state == "proving" and running.stage == "proving"
@@ -233,7 +233,7 @@ async def test_old_instances_table_without_metadata(store: Store, tmp_path: Path
     assert running.bench_rate == 31.4 and running.min_rate == 29.0
     assert running.bench_outcome == "pass"
 
-    killed = await store.get_instance(3000002)
+    killed = await store.instances.get(3000002)
     assert killed is not None and killed.state == "killed"
     assert killed.kill_reason == "bench_rate 21.0 below min_rate 29.0"
     assert killed.kill_kind == "bench_below_min"
@@ -241,7 +241,7 @@ async def test_old_instances_table_without_metadata(store: Store, tmp_path: Path
     assert killed.killed_at == epoch("2026-02-11 11:20:01")
     assert killed.to_json()["stage"] == "benchmark"
 
-    fetching = await store.get_instance(3000003)
+    fetching = await store.instances.get(3000003)
     assert fetching is not None and fetching.state == "paramfetch"
     assert fetching.stage_started_at == epoch("2026-02-12 10:00:00")
 
@@ -256,17 +256,17 @@ async def test_post_rekey_imports_bad_and_perf(store: Store, tmp_path: Path) -> 
     assert report.generations == {"bad_hosts": "post-re-key", "host_perf": "post-re-key"}
     assert (report.bad_machines, report.perf, report.instances) == (2, 2, 3)
     assert (report.review_bad_hosts, report.review_perf) == (0, 0)
-    assert await store.list_legacy_review() == []
+    assert await store.badlist.legacy_review() == []
     assert any("'-3'" in s for s in report.skipped)
 
-    assert await store.bad_machine_ids(now=T0) == {18234, 20000}
-    bad = await store.get_bad(18234)
+    assert await store.badlist.machine_ids(now=T0) == {18234, 20000}
+    bad = await store.badlist.get(18234)
     assert bad is not None
     assert bad.source == "legacy" and bad.reason == "Not good enough (RTX 3090, Poland, PL)"
     assert bad.created_at == epoch("2026-03-13 18:03:00") and bad.expires_at is None
     assert bad.bans == 1
 
-    [perf] = await store.get_perf(18234)
+    [perf] = await store.perf.of_machine(18234)
     assert (perf.gpu_name, perf.num_gpus, perf.best_rate, perf.last_rate, perf.samples) == (
         "RTX 4090",
         1,
@@ -277,7 +277,7 @@ async def test_post_rekey_imports_bad_and_perf(store: Store, tmp_path: Path) -> 
     assert perf.cpu_ram_gb == 257.645
     assert perf.measured_at == epoch("2026-03-13 17:49:02")
 
-    benched = await store.get_instance(3245511)
+    benched = await store.instances.get(3245511)
     assert benched is not None
     assert (benched.state, benched.machine_id, benched.host_id, benched.gpu_name) == (
         "benchmark",
@@ -289,23 +289,25 @@ async def test_post_rekey_imports_bad_and_perf(store: Store, tmp_path: Path) -> 
     assert (benched.ssh_host, benched.ssh_port) == ("203.0.113.7", 41022)
     assert benched.cpu_ram_gb == 257.645
 
-    timed_out = await store.get_instance(3245600)
+    timed_out = await store.instances.get(3245600)
     assert timed_out is not None and timed_out.state == "killed"
     assert timed_out.kill_kind == "deadline_benchmark"
     assert timed_out.failed_stage == "benchmark"
 
-    events = await store.list_events(kind="import")
+    events = await store.events.all(kind="import")
     assert len(events) == 1
     assert events[0].detail is not None
     assert events[0].detail["bad_machines"] == 2 and events[0].detail["instances"] == 3
 
 
 async def test_post_rekey_never_downgrades_or_overwrites(store: Store, tmp_path: Path) -> None:
-    await store.add_bad(18234, "operator ban", source="manual", now=T0 - 100)
-    await store.add_bad(20000, "auto ban", source="automatic", expires_at=T0 + 3600, now=T0 - 100)
-    await store.record_rate(18234, "RTX 4090", 1, 25.0, now=T0 - 100)  # legacy 31.4 wins
-    await store.record_rate(30000, "RTX 5090", 1, 50.0, now=T0 - 100)  # ours 50 wins
-    await store.upsert_instance(
+    await store.badlist.add(18234, "operator ban", source="manual", now=T0 - 100)
+    await store.badlist.add(
+        20000, "auto ban", source="automatic", expires_at=T0 + 3600, now=T0 - 100
+    )
+    await store.perf.record_rate(18234, "RTX 4090", 1, 25.0, now=T0 - 100)  # legacy 31.4 wins
+    await store.perf.record_rate(30000, "RTX 5090", 1, 50.0, now=T0 - 100)  # ours 50 wins
+    await store.instances.upsert(
         InstanceRecord(vast_id=3245511, label="mine", state="proving"), now=T0 - 100
     )
 
@@ -314,17 +316,17 @@ async def test_post_rekey_never_downgrades_or_overwrites(store: Store, tmp_path:
     assert report.perf == 1
     assert report.instances == 2
 
-    manual = await store.get_bad(18234)
-    auto = await store.get_bad(20000)
+    manual = await store.badlist.get(18234)
+    auto = await store.badlist.get(20000)
     assert manual is not None and (manual.source, manual.reason) == ("manual", "operator ban")
     assert auto is not None and (auto.source, auto.expires_at) == ("automatic", T0 + 3600)
 
-    [p4090] = await store.get_perf(18234)
+    [p4090] = await store.perf.of_machine(18234)
     assert (p4090.best_rate, p4090.last_rate, p4090.samples) == (31.4, 25.0, 1)
-    [p5090] = await store.get_perf(30000)
+    [p5090] = await store.perf.of_machine(30000)
     assert (p5090.best_rate, p5090.samples) == (50.0, 1)
 
-    mine = await store.get_instance(3245511)
+    mine = await store.instances.get(3245511)
     assert mine is not None and (mine.label, mine.source, mine.state) == (
         "mine",
         "vastui",
@@ -340,10 +342,10 @@ async def test_reimport_is_idempotent(store: Store, tmp_path: Path) -> None:
     before = await _table_counts(store)
     assert before == {"bad": 2, "perf": 2, "review": 4, "instances": 6}
     snapshot = (
-        await store.list_bad(include_expired=True, now=T0),
-        await store.list_perf(),
-        await store.list_legacy_review(),
-        await store.list_instances(),
+        await store.badlist.all(include_expired=True, now=T0),
+        await store.perf.all(),
+        await store.badlist.legacy_review(),
+        await store.instances.all(),
     )
 
     again_pre = await import_legacy(store, pre, now=T0 + 10)
@@ -353,13 +355,13 @@ async def test_reimport_is_idempotent(store: Store, tmp_path: Path) -> None:
         assert (report.review_bad_hosts, report.review_perf) == (0, 0)
     assert await _table_counts(store) == before
     assert snapshot == (
-        await store.list_bad(include_expired=True, now=T0),
-        await store.list_perf(),
-        await store.list_legacy_review(),
-        await store.list_instances(),
+        await store.badlist.all(include_expired=True, now=T0),
+        await store.perf.all(),
+        await store.badlist.legacy_review(),
+        await store.instances.all(),
     )
     # One import event per call, nothing else.
-    assert [e.kind for e in await store.list_events()] == ["import"] * 4
+    assert [e.kind for e in await store.events.all()] == ["import"] * 4
 
 
 async def test_generation_detected_per_table(store: Store, tmp_path: Path) -> None:
@@ -377,9 +379,9 @@ async def test_generation_detected_per_table(store: Store, tmp_path: Path) -> No
         )
     report = await import_legacy(store, path, now=T0)
     assert report.generations == {"bad_hosts": "post-re-key", "host_perf": "pre-re-key"}
-    assert await store.bad_machine_ids(now=T0) == {111}
-    assert await store.list_perf() == []
-    assert [(r.kind, r.host_id) for r in await store.list_legacy_review()] == [("perf", 222)]
+    assert await store.badlist.machine_ids(now=T0) == {111}
+    assert await store.perf.all() == []
+    assert [(r.kind, r.host_id) for r in await store.badlist.legacy_review()] == [("perf", 222)]
 
 
 async def test_legacy_file_is_not_modified(store: Store, tmp_path: Path) -> None:
@@ -405,7 +407,7 @@ async def test_non_database_file_is_clear_error(store: Store, tmp_path: Path) ->
         await import_legacy(store, junk, now=T0)
     msg = str(exc.value)
     assert str(junk) in msg and "not an SQLite database" in msg and "\n" not in msg
-    assert await store.list_events() == []
+    assert await store.events.all() == []
 
 
 async def test_missing_file_and_wrong_tables(store: Store, tmp_path: Path) -> None:

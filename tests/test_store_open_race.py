@@ -109,7 +109,7 @@ def test_readers_and_writers_race_on_a_fresh_database(tmp_path: Path) -> None:
     async def check() -> None:
         async with await Store.open(db, migrate=False) as store:
             assert await store.schema_version() == SCHEMA_VERSION
-            assert [b.machine_id for b in await store.list_bad()] == [42]
+            assert [b.machine_id for b in await store.badlist.all()] == [42]
 
     asyncio.run(check())
 

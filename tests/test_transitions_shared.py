@@ -90,12 +90,12 @@ STEP_S = 60.0  # proving.poll_s
 
 async def _engine_side(world: World, store: Store, steps: list[tuple[str, Any]]) -> dict:
     engine, iid = await rent_one(world, store)
-    rec0 = await store.get_instance(iid)
+    rec0 = await store.instances.get(iid)
     assert rec0 is not None and rec0.min_rate
     t0 = world.clock.now()
     for kind, what in steps:
         world.clock.advance(STEP_S)
-        rec = await store.get_instance(iid)
+        rec = await store.instances.get(iid)
         assert rec is not None
         if rec.killed:
             break
@@ -107,11 +107,11 @@ async def _engine_side(world: World, store: Store, steps: list[tuple[str, Any]])
             done, alive, status = what
             uptime = world.clock.now() - rec0.created_at
             await engine.handle_counters(iid, _reading(done, alive, status, uptime))
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec is not None
-    strikes = sorted(s.kind for s in await store.list_strikes(rec.machine_id))
-    perf = await store.get_perf(rec.machine_id)
-    banned = rec.machine_id in await store.bad_machine_ids(now=world.clock.now())
+    strikes = sorted(s.kind for s in await store.badlist.strikes(rec.machine_id))
+    perf = await store.perf.of_machine(rec.machine_id)
+    banned = rec.machine_id in await store.badlist.machine_ids(now=world.clock.now())
     await engine.close()
     return {
         "rec0": rec0,
@@ -235,13 +235,13 @@ async def _engine_bid_side(world: World, store: Store, steps: list[tuple[str, An
     iid = await engine.acts.rent(ranked.offer, "test", ranked.rent_bid)
     assert iid is not None
     await world.until_running(engine)
-    rented = await store.get_instance(iid)
+    rented = await store.instances.get(iid)
     assert rented is not None and rented.min_rate
     for kind, what in PROVING:
         world.clock.advance(STEP_S)
         event = _result(*what, min_rate=rented.min_rate) if kind == "bench" else dict(what)
         await engine.handle_worker_event(iid, event)
-    rec0 = await store.get_instance(iid)
+    rec0 = await store.instances.get(iid)
     assert rec0 is not None and rec0.state == "proving" and rec0.is_bid
     sim = world.cloud.instances[iid]
     floor, t0 = sim.bid_floor, world.clock.now()
@@ -252,9 +252,9 @@ async def _engine_bid_side(world: World, store: Store, steps: list[tuple[str, An
         for _ in range(what):
             world.clock.advance(STEP_S)
             await engine.step()
-    rec = await store.get_instance(iid)
+    rec = await store.instances.get(iid)
     assert rec is not None
-    strikes = await store.list_strikes(rec.machine_id)
+    strikes = await store.badlist.strikes(rec.machine_id)
     await engine.close()
     return {
         "rec0": rec0, "t0": t0, "floor": floor,

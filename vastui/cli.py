@@ -115,8 +115,8 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
             allocated_storage=opts.config.fleet.disk_gb,  # price includes the disk we rent
             offer_type=args.type,
         )
-        bad = {e.machine_id: e.reason for e in await store.list_bad()}
-        perf = await store.list_perf()
+        bad = {e.machine_id: e.reason for e in await store.badlist.all()}
+        perf = await store.perf.all()
         history = await store.bid_history(now=time.time())
     for line in result.rejected:
         _warn(f"skipped offer: {line}")
@@ -151,8 +151,8 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
 
     async with open_store(opts) as store:
-        records = await store.list_instances(include_killed=not args.live_only)
-        foreign = await store.list_foreign()
+        records = await store.instances.all(include_killed=not args.live_only)
+        foreign = await store.foreign.all()
     rows = [r.to_json() for r in records]
     columns = [
         "id", "label", "machine_id", "gpu_name", "state", "stage", "dph_total",
@@ -185,16 +185,16 @@ async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
         if args.bad_cmd == "add":
             if args.machine_id <= 0:
                 raise CliError(f"machine id must be a positive integer, got {args.machine_id}")
-            entry = await store.add_bad(args.machine_id, args.reason, source="manual")
+            entry = await store.badlist.add(args.machine_id, args.reason, source="manual")
             print(f"machine {entry.machine_id} is on the bad list (bans {entry.bans})")
             return 0
         if args.bad_cmd == "remove":
-            if await store.remove_bad(args.machine_id):
+            if await store.badlist.remove(args.machine_id):
                 print(f"machine {args.machine_id} removed from the bad list")
                 return 0
             raise CliError(f"machine {args.machine_id} is not on the bad list")
-        entries = [e.to_json() for e in await store.list_bad(include_expired=args.all)]
-        review = [e.to_json() for e in await store.list_legacy_review()]
+        entries = [e.to_json() for e in await store.badlist.all(include_expired=args.all)]
+        review = [e.to_json() for e in await store.badlist.legacy_review()]
     columns = ["machine_id", "host_id", "gpu_name", "reason", "source", "created_at", "expires_at"]
     print_rows(entries + (review if args.json else []), columns, args.json)
     if review and not args.json:
@@ -210,7 +210,7 @@ async def cmd_perf(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
 
     async with open_store(opts) as store:
-        rows = [p.to_json() for p in await store.list_perf()]
+        rows = [p.to_json() for p in await store.perf.all()]
     columns = [
         "machine_id", "gpu_name", "num_gpus", "best_rate", "last_rate", "samples",
         "cpu_ram_gb", "measured_at",
@@ -224,7 +224,7 @@ async def cmd_events(opts: Options, args: argparse.Namespace) -> int:
     from vastui.store import EVENT_KINDS
 
     async with open_store(opts) as store:
-        events = await store.list_events(limit=args.limit, kind=args.kind)
+        events = await store.events.all(limit=args.limit, kind=args.kind)
     # A kind in the log counts even if EVENT_KINDS misses it (written by a newer vastui).
     if args.kind is not None and not events and args.kind not in EVENT_KINDS:
         raise CliError(f"unknown event kind {args.kind!r}; kinds: {', '.join(EVENT_KINDS)}")
@@ -245,7 +245,7 @@ async def cmd_status(opts: Options, args: argparse.Namespace) -> int:
 
     async with open_store(opts) as store:
         # The fleet's one clock (the engine's status says whether it is a simulator's).
-        now = fleet_status.fleet_now(await store.get_engine_status(), time.time())
+        now = fleet_status.fleet_now(await store.status.get(), time.time())
         report = await fleet_status.gather(store, now, day_start=local_midnight(now, UTC))
     if args.json:
         print(json.dumps(report, sort_keys=True))
@@ -279,7 +279,7 @@ async def cmd_cluster(opts: Options, args: argparse.Namespace) -> int:
     )  # fmt: skip
     try:
         async with open_store(opts) as store:
-            now = fleet_status.fleet_now(await store.get_engine_status(), time.time())
+            now = fleet_status.fleet_now(await store.status.get(), time.time())
             report = await cluster_report.gather(store, reader, config, now)
     except ClusterError as exc:
         raise CliError(str(exc)) from None
@@ -308,9 +308,9 @@ async def cmd_resume(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
 
     async with open_store(opts, write=True) as store:
-        pause = await store.get_fleet_failure()
+        pause = await store.meta.fleet_failure()
         # on the fleet's clock (a demo engine's is simulated), as the pause it ends
-        now = fleet_status.fleet_now(await store.get_engine_status(), time.time())
+        now = fleet_status.fleet_now(await store.status.get(), time.time())
         if pause is None or not await store.clear_fleet_failure(
             "cleared by the operator (vastui resume)", now=now
         ):

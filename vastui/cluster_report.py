@@ -43,11 +43,11 @@ def fleet_records(records: list[InstanceRecord]) -> list[InstanceRecord]:
 
 
 async def gather(store: Store, reader: ClusterReader, config: Config, now: float) -> dict[str, Any]:
-    records = fleet_records(await store.list_instances(include_killed=True))
+    records = fleet_records(await store.instances.all(include_killed=True))
     workers = [w for r in records if (w := worker_of(r, config, now)) is not None]
     window = config.proving.window_min * 60.0
     view = await reader.read(workers, now, window)
-    fleet_id = await store.fleet_id()
+    fleet_id = await store.meta.fleet_id()
     orphans = [
         *await reader.named_rows(f"vastui-{config.fleet.name}.{fleet_id}-r"),
         *await reader.named_rows(f"vastui-{config.fleet.name}-r"),  # named before fleet ids

@@ -40,18 +40,18 @@ async def gather(
     up to it); ``day_start`` is where "today" begins (default: local midnight of ``now``);
     ``wall_now`` dates the lease and the engine's last sign of life (ages, not times)."""
     wall = time.time() if wall_now is None else wall_now
-    engine = await store.get_engine_status()
+    engine = await store.status.get()
     if now is None:
         now = fleet_now(engine, wall)
-    records = counted(await store.list_instances())
+    records = counted(await store.instances.all())
     start = local_midnight(now) if day_start is None else day_start
-    holder = await store.lease_holder(now=wall)
+    holder = await store.lease.holder(now=wall)
     if holder is not None and holder_is_dead(holder):
         holder = None  # SIGKILLed on this host: its row lapses later, its process is gone now
     stages = Counter(r.state for r in records)
     live_bids = [r for r in records if r.is_bid and not r.killed]
-    foreign = await store.list_foreign()
-    pause = await store.get_fleet_failure()
+    foreign = await store.foreign.all()
+    pause = await store.meta.fleet_failure()
     seen_age = None
     if engine is not None and engine.wall_at is not None:
         seen_age = round(max(0.0, wall - engine.wall_at), 1)

@@ -119,13 +119,13 @@ class Acts:
 
     async def load_identity(self) -> str:
         if self.fleet_id is None:
-            self.fleet_id = await self.store.fleet_id()
+            self.fleet_id = await self.store.meta.fleet_id()
         return self.fleet_id
 
     def ours(self, label: str | None) -> bool:
         """Carries this fleet's name and this database's identity (or a label older than
         identities): a guard on every destroy. Ownership itself is an intent
-        (``Store.intended``): a label alone never makes an instance ours."""
+        (``store.intents.intended``): a label alone never makes an instance ours."""
         if fleet_of(label) != self.config.fleet.name:
             return False
         fid = fleet_id_of(label)
@@ -163,13 +163,13 @@ class Acts:
         await self.check_identity(runner_id, now)
         detail["runner_id"] = runner_id
         detail["paramfetch_timeout"] = policy.paramfetch_timeout_s(offer.inet_down)
-        intent = await self.store.create_intent(
+        intent = await self.store.intents.create(
             "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
             detail=detail, now=now,
         )  # fmt: skip
         crash_point("rent.before_send")
         if self.stopping():  # asked while the intent was written: it never goes out
-            await self.store.finish_intent(intent.id, "failed", note="engine stopping", now=now)
+            await self.store.intents.finish(intent.id, "failed", note="engine stopping", now=now)
             raise EngineError(f"not renting offer {offer.id}: the engine is stopping")
         env = {
             # min_rate under the name the worker's scripts read (worker-image/README.md)
@@ -190,7 +190,7 @@ class Acts:
         }
         self.inflight_labels.add(label)
         try:
-            await self.store.mark_intent_sent(intent.id, now=now)
+            await self.store.intents.mark_sent(intent.id, now=now)
             result = await self.client.create_instance(
                 offer.id, label=label, image=self.config.fleet.image,
                 disk_gb=self.config.fleet.disk_gb, env=env, onstart=ONSTART,
@@ -200,7 +200,7 @@ class Acts:
             log.warning("%s", exc)  # stays pending: resolved by label on later steps
             return None
         except VastError as exc:
-            await self.store.finish_intent(intent.id, "failed", note=str(exc)[:300], now=now)
+            await self.store.intents.finish(intent.id, "failed", note=str(exc)[:300], now=now)
             if isinstance(exc, VastHTTPError) and exc.code in BILLING_CODES:
                 raise NoCredit(sanitize_line(exc.msg or str(exc), 200)) from exc
             self.offers_changed(offer.id)
@@ -209,7 +209,7 @@ class Acts:
             self.inflight_labels.discard(label)
         crash_point("rent.answered")
         await self.record_rent(detail, result.instance_id, label, now)
-        await self.store.finish_intent(intent.id, "done", instance_id=result.instance_id, now=now)
+        await self.store.intents.finish(intent.id, "done", instance_id=result.instance_id, now=now)
         return result.instance_id
 
     async def _dry_rent(
@@ -217,7 +217,7 @@ class Acts:
         now: float,
     ) -> None:  # fmt: skip
         self.dry_offers[offer.id] = offer.dph_total
-        await self.store.create_intent(
+        await self.store.intents.create(
             "rent", reason, label=label, offer_id=offer.id, machine_id=offer.machine_id,
             detail=detail, status="dry_run", now=now,
         )  # fmt: skip
@@ -225,7 +225,7 @@ class Acts:
             f"offer {offer.id} ({offer.gpu_name} x{offer.num_gpus}, "
             f"${offer.dph_total:.3f}/h, min_rate {min_rate:.0f})"
         )
-        await self.store.add_event(
+        await self.store.events.add(
             "rent",
             f"[dry-run] would rent {what}",
             machine_id=offer.machine_id,
@@ -240,11 +240,11 @@ class Acts:
         base = self.config.curio.listen_port_base
         held = {
             identity.listen_port(rec.runner_id, base)
-            for rec in await self.store.list_instances(include_killed=False)
+            for rec in await self.store.instances.all(include_killed=False)
             if rec.runner_id is not None
         }
         for _ in range(len(held) + 1):
-            runner_id = await self.store.next_runner_id()
+            runner_id = await self.store.instances.next_runner_id()
             if identity.listen_port(runner_id, base) not in held:
                 return runner_id
         raise EngineError("no free curio listen port for a new worker")  # pragma: no cover
@@ -253,15 +253,15 @@ class Acts:
         """Only a rent in flight blocks an offer, and a live worker keeps its machine busy. An
         offer rented before may be rented again: a machine that failed is kept off by the bad
         list (and its strikes), a slow one by its measured rate, never by its offer id."""
-        if offer.machine_id in await self.store.bad_machine_ids(now=self.clock()):
+        if offer.machine_id in await self.store.badlist.machine_ids(now=self.clock()):
             raise EngineError(f"machine {offer.machine_id} is on the bad list")
-        for intent in await self.store.list_intents(status="pending", kind="rent"):
+        for intent in await self.store.intents.all(status="pending", kind="rent"):
             if intent.offer_id == offer.id or intent.machine_id == offer.machine_id:
                 raise EngineError(
                     f"offer {offer.id}: a rent on machine {intent.machine_id} is in flight "
                     f"(intent {intent.id}); not renting twice"
                 )
-        for rec in await self.store.list_instances(include_killed=False):
+        for rec in await self.store.instances.all(include_killed=False):
             if rec.source == "vastui" and rec.machine_id == offer.machine_id:
                 raise EngineError(
                     f"offer {offer.id}: machine {offer.machine_id} already has live instance "
@@ -294,8 +294,8 @@ class Acts:
             paramfetch_timeout=_int_or_none(detail.get("paramfetch_timeout")),
             **_bid_fields(detail),
         )
-        rec = await self.store.upsert_instance(rec, now=now)
-        await self.store.add_event(
+        rec = await self.store.instances.upsert(rec, now=now)
+        await self.store.events.add(
             "rent",
             f"rented offer {offer.get('id')} ({offer.get('gpu_name')} x{offer.get('num_gpus')}, "
             f"${offer.get('dph_total')}/h, min_rate {detail.get('min_rate')})",
@@ -337,7 +337,7 @@ class Acts:
         if intent is None:
             pending = [
                 i
-                for i in await self.store.list_intents(status="pending", kind="destroy")
+                for i in await self.store.intents.all(status="pending", kind="destroy")
                 if i.instance_id == rec.vast_id
             ]
             if pending:  # a destroy already decided is being retried, or drains
@@ -388,7 +388,7 @@ class Acts:
             rec.vast_id, kill.reason, machine_id=rec.machine_id, detail=kill.to_detail(), now=now
         )
         with contextlib.suppress(StoreError):
-            await self.store.add_event(
+            await self.store.events.add(
                 "ban", line, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
             )
         return intent
@@ -547,7 +547,7 @@ class Acts:
             legacy_ban
             and rec is not None
             and rec.machine_id
-            and rec.machine_id not in await self.store.bad_machine_ids(now=self.clock())
+            and rec.machine_id not in await self.store.badlist.machine_ids(now=self.clock())
         ):
             await self.ban(
                 rec.machine_id, str(kill.ban), "automatic", host_id=rec.host_id,
@@ -572,19 +572,19 @@ class Acts:
         fleet = self.config.fleet
         if fleet.fleet_failure_machines <= 0:
             return kill
-        active = await self.store.get_fleet_failure()
+        active = await self.store.meta.fleet_failure()
         if active is not None and active.get("signature") == sig:
             return _uncharged(kill)
         # Declared the fleet's lately: a worker rented into the failure before the pause ended
         # fails the same way after it (RELIABILITY.md, storm): still not its machine's.
-        declared = await self.store.fleet_signature_since(sig)
+        declared = await self.store.meta.fleet_signature_since(sig)
         if declared is not None and now - declared <= fleetwide.REMEMBER_S:
             return _uncharged(kill)
         window = fleet.fleet_failure_window_min * 60.0
         since = now - window
         seen = [
             fleetwide.Failure(mid, s, ts, iid)
-            for mid, s, ts, iid in await self.store.recent_failures(since)
+            for mid, s, ts, iid in await self.store.events.recent_failures(since)
         ]
         seen.append(fleetwide.Failure(rec.machine_id, sig, now, rec.vast_id))
         found = fleetwide.detect(seen, now, window_s=window, machines=fleet.fleet_failure_machines)
@@ -615,17 +615,17 @@ class Acts:
         for effect in effects:
             match effect:
                 case Update(fields):
-                    rec = await self.store.update_instance(rec.vast_id, **fields)
+                    rec = await self.store.instances.update(rec.vast_id, **fields)
                 case EnterStage(stage):
-                    rec = await self.store.set_stage(rec.vast_id, stage, now=now)
-                    await self.store.add_event(
+                    rec = await self.store.instances.set_stage(rec.vast_id, stage, now=now)
+                    await self.store.events.add(
                         "stage", stage, instance_id=rec.vast_id, machine_id=rec.machine_id,
                         now=now,
                     )  # fmt: skip
                 case Note(kind, text, detail, warn):
                     if warn:
                         log.warning("instance %s: %s", rec.vast_id, text)
-                    await self.store.add_event(
+                    await self.store.events.add(
                         kind, text, instance_id=rec.vast_id, machine_id=rec.machine_id,
                         detail=dict(detail) if detail is not None else None, now=now,
                     )  # fmt: skip
@@ -636,7 +636,7 @@ class Acts:
                             prod_completed=state.completed, prod_failed=state.failed,
                             prod_rate=rate, prod_checked_at=checked_at, curio_info=curio_info,
                         )  # fmt: skip
-                    rec = await self.store.update_instance(rec.vast_id, **prod)
+                    rec = await self.store.instances.update(rec.vast_id, **prod)
                 case RecordRate(rate):
                     await self.record_rate(rec, rate, now)
                 case Strike(kind, reason):
@@ -667,7 +667,7 @@ class Acts:
         if key in self._dry_decided:
             return
         self._dry_decided.add(key)
-        await self.store.add_event(
+        await self.store.events.add(
             "destroy",
             f"[dry-run] {kill.reason}",
             instance_id=rec.vast_id,
@@ -713,7 +713,7 @@ class Acts:
     ) -> None:
         """Put a machine on the bad list; its live instances are destroyed."""
         if host_id is None or gpu_name is None:
-            for rec in await self.store.list_instances():
+            for rec in await self.store.instances.all():
                 if rec.machine_id == machine_id:
                     host_id = host_id or rec.host_id
                     gpu_name = gpu_name or rec.gpu_name
@@ -721,7 +721,7 @@ class Acts:
         expires = None
         if source == "automatic":
             expires = policy.ban_expiry(now, self.config.fleet.auto_ban_days)
-        await self.store.add_bad(
+        await self.store.badlist.add(
             machine_id, reason, source=source, host_id=host_id, gpu_name=gpu_name,
             expires_at=expires, evidence=evidence, now=now,
         )  # fmt: skip
@@ -730,7 +730,7 @@ class Acts:
 
     async def _kill_machine(self, machine_id: int, reason: str, *, skip: int | None) -> None:
         """A banned machine loses its live instances."""
-        for rec in await self.store.list_instances(include_killed=False):
+        for rec in await self.store.instances.all(include_killed=False):
             if rec.machine_id == machine_id and rec.vast_id != skip:
                 await self.kill(
                     rec, policy.Kill("bad_machine", f"machine {machine_id} ignored: {reason}")
@@ -745,16 +745,16 @@ class Acts:
             return
         now = self.clock()
         since = policy.strike_window_start(now, self.config.fleet.auto_ban_days)
-        strikes = await self.store.list_strikes(rec.machine_id)
+        strikes = await self.store.badlist.strikes(rec.machine_id)
         if any(s.instance_id == rec.vast_id and s.kind == kind for s in strikes):
             count = sum(1 for s in strikes if since is None or s.ts >= since)
         else:
-            count = await self.store.add_strike(
+            count = await self.store.badlist.add_strike(
                 rec.machine_id, kind, reason, instance_id=rec.vast_id, since=since, now=now
             )
             log.info("strike %d on machine %s (%s): %s", count, rec.machine_id, kind, reason)
         ban = policy.strike_ban(count, self.config.proving.strikes_to_ban, reason)
-        if ban is not None and rec.machine_id not in await self.store.bad_machine_ids(now=now):
+        if ban is not None and rec.machine_id not in await self.store.badlist.machine_ids(now=now):
             await self.ban(
                 rec.machine_id, ban, "automatic", host_id=rec.host_id, gpu_name=rec.gpu_name,
                 skip_destroy=skip_destroy,
@@ -763,7 +763,7 @@ class Acts:
     async def record_rate(self, rec: InstanceRecord, rate: float, now: float) -> None:
         """A measured rate into the machine's performance record (ranking reads last_rate)."""
         if rec.machine_id and rec.gpu_name:
-            await self.store.record_rate(
+            await self.store.perf.record_rate(
                 rec.machine_id, rec.gpu_name, rec.num_gpus or 1, rate,
                 cpu_ram_gb=rec.cpu_ram_gb, host_id=rec.host_id, now=now,
             )  # fmt: skip

@@ -54,10 +54,10 @@ class Commands:
     async def run_pending(self) -> None:
         """Carry out the commands waiting in the store (the engine's lock held), each
         answered in the store: done, refused with one line, or expired."""
-        for cmd in await self.store.claim_commands():
+        for cmd in await self.store.commands.claim():
             waited = time.time() - cmd.created_at
             if waited > COMMAND_TTL:
-                await self.store.finish_command(
+                await self.store.commands.finish(
                     cmd.id, False, f"expired: sent {waited:.0f} s ago while no engine ran; not done"
                 )
                 log.warning(
@@ -66,12 +66,12 @@ class Commands:
                 continue
             try:
                 result = await self._execute(cmd)
-                await self.store.finish_command(cmd.id, True, result)
+                await self.store.commands.finish(cmd.id, True, result)
             except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
-                await self.store.finish_command(cmd.id, False, sanitize_line(str(exc), 300))
+                await self.store.commands.finish(cmd.id, False, sanitize_line(str(exc), 300))
             except Exception as exc:  # a bad command must fail, not take the engine down
                 log.exception("command %s (%s) failed", cmd.id, cmd.kind)
-                await self.store.finish_command(
+                await self.store.commands.finish(
                     cmd.id, False, sanitize_line(f"{type(exc).__name__}: {exc}", 300)
                 )
 
@@ -93,13 +93,13 @@ class Commands:
             await self.acts.ban(int(args["machine_id"]), str(args["reason"]), "manual")
             return f"machine {args['machine_id']} ignored"
         if cmd.kind == "unignore":
-            if not await self.store.remove_bad(int(args["machine_id"]), now=self.clock()):
+            if not await self.store.badlist.remove(int(args["machine_id"]), now=self.clock()):
                 raise EngineError(f"machine {args['machine_id']} is not on the bad list")
             return f"machine {args['machine_id']} unignored"
         raise EngineError(f"unknown command {cmd.kind}")
 
     async def destroy(self, instance_id: int, kind: str, reason: str) -> None:
-        rec = await self.store.get_instance(instance_id)
+        rec = await self.store.instances.get(instance_id)
         if rec is None:
             raise EngineError(f"instance {instance_id} is not one of vastui's")
         if rec.killed:

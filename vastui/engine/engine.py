@@ -197,7 +197,7 @@ class Engine:
         act cut short is an intent the next start finishes."""
         await self._guard(self.store.check_health())
         if not self.halted:
-            await self._guard(self.store.requeue_running_commands())
+            await self._guard(self.store.commands.requeue_running())
         commands = asyncio.create_task(self._command_poller(stop), name="engine-commands")
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -240,7 +240,7 @@ class Engine:
         while not stop.is_set():
             await asyncio.sleep(self.settings.command_poll)
             try:
-                if await self.store.has_pending_commands():
+                if await self.store.commands.has_pending():
                     self.wake()
             except StoreFatal as exc:
                 self.stop_fatal(str(exc))
@@ -385,7 +385,7 @@ class Engine:
         # A rent by hand while the list was read is done (or, its answer lost, one miss of the
         # RENT_MISSES it takes to give up on it) by now: intents need no guard.
         await self._recover_intents(by_label, now)
-        known = {rec.vast_id: rec for rec in await self.store.list_instances()}
+        known = {rec.vast_id: rec for rec in await self.store.instances.all()}
         foreign: list[ForeignInstance] = []
         for inst in vast.values():
             if not is_vastui_label(inst.label) or inst.label in self.acts.inflight_labels:
@@ -395,7 +395,9 @@ class Engine:
                 # Adopted only if this database intended it (a crash lost the row, or a rent
                 # given up on came up late). A vastui label alone is another controller's
                 # instance on the same account: destroying it as surplus starts a war.
-                if self.acts.ours(inst.label) and await self.store.intended(inst.label or ""):
+                if self.acts.ours(inst.label) and await self.store.intents.intended(
+                    inst.label or ""
+                ):
                     adopted = await self._isolated(inst.id, self._adopt(inst, now))
                     if adopted is not None:
                         known[inst.id] = adopted
@@ -412,7 +414,7 @@ class Engine:
                 else:
                     await self.acts.destroy_again(rec)  # (not one killed since the list was read)
         await self._note_foreign(foreign, now)
-        bad = {e.machine_id: e.reason or "" for e in await self.store.list_bad(now=now)}
+        bad = {e.machine_id: e.reason or "" for e in await self.store.badlist.all(now=now)}
         # misses of instances no longer live (destroyed meanwhile) are forgotten
         live = {r.vast_id for r in known.values() if not r.killed}
         self._unseen = {k: v for k, v in self._unseen.items() if k in live}
@@ -442,7 +444,7 @@ class Engine:
                     " give them different curio.listen_port_base ranges"
                 )
             log.warning("%s", text)
-            await self.store.add_event("foreign", text, now=now)
+            await self.store.events.add("foreign", text, now=now)
 
     async def _isolated(self, vast_id: int, work: Awaitable[Any]) -> Any:
         """One instance's trouble (a row the store refuses, a Vast error on its show) must not
@@ -504,11 +506,11 @@ class Engine:
             log.warning("instance %s: changing its bid failed: %s", rec.vast_id, exc)
             return
         storage = rec.storage_dph or 0.0
-        await self.store.update_instance(
+        await self.store.instances.update(
             rec.vast_id, bid_price=act.price, dph_total=round(act.price + storage, 6)
         )
         what = "raised" if act.price > (rec.bid_price or 0.0) else "lowered"
-        await self.store.add_event(
+        await self.store.events.add(
             "bid",
             f"bid {what} ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
             f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
@@ -536,16 +538,16 @@ class Engine:
         change = bidding.observe(rec, outbid, status, now)
         if change is not None:
             fields.update(change.fields)
-        rec = await self.store.update_instance(rec.vast_id, **fields)
+        rec = await self.store.instances.update(rec.vast_id, **fields)
         if change is not None:
-            await self.store.add_event(
+            await self.store.events.add(
                 "bid", change.note, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
             )
             log.info("instance %s: %s", rec.vast_id, change.note)
             if change.stage is not None:
-                rec = await self.store.set_stage(rec.vast_id, change.stage, now=now)
+                rec = await self.store.instances.set_stage(rec.vast_id, change.stage, now=now)
         if rec.state == "loading" and status == "running" and endpoint is not None:
-            rec = await self.store.set_stage(rec.vast_id, "setup", now=now)
+            rec = await self.store.instances.set_stage(rec.vast_id, "setup", now=now)
             log.info("instance %s running on machine %s: setup", rec.vast_id, rec.machine_id)
         return rec
 
@@ -554,7 +556,7 @@ class Engine:
         # it is, unless another instance holds it (then it is one curio machine with that one).
         runner_id = identity.parse_runner_id(inst.env.get("VASTUI_RUNNER_ID"))
         if runner_id is not None:
-            holders = [r for r in await self.store.list_instances() if r.runner_id == runner_id]
+            holders = [r for r in await self.store.instances.all() if r.runner_id == runner_id]
             if holders:
                 log.warning(
                     "instance %s carries runner id %s, which instance %s holds: its curio is the "
@@ -562,7 +564,7 @@ class Engine:
                 )  # fmt: skip
                 runner_id = None
             else:
-                await self.store.note_runner_id(runner_id)
+                await self.store.instances.note_runner_id(runner_id)
         rec = InstanceRecord(
             vast_id=inst.id,
             label=inst.label,
@@ -581,8 +583,8 @@ class Engine:
             runner_id=runner_id,
             paramfetch_timeout=_seconds(inst.env.get("PARAMFETCH_TIMEOUT")),
         )
-        rec = await self.store.upsert_instance(rec, now=now)
-        await self.store.add_event(
+        rec = await self.store.instances.upsert(rec, now=now)
+        await self.store.events.add(
             "adopt",
             f"adopted labelled instance {inst.label} found on Vast",
             instance_id=inst.id,
@@ -616,9 +618,9 @@ class Engine:
         )
 
     async def _recover_intents(self, by_label: dict[str, Instance], now: float) -> None:
-        for intent in await self.store.list_intents(status="pending"):
+        for intent in await self.store.intents.all(status="pending"):
             if intent.kind == "destroy" and intent.instance_id is not None:
-                rec = await self.store.get_instance(intent.instance_id)
+                rec = await self.store.instances.get(intent.instance_id)
                 kill = policy.Kill.from_detail(intent.reason, intent.detail)
                 if rec is None or rec.killed:  # destroyed before a crash: complete it
                     await self.acts.finish_recovered_destroy(rec, kill, intent)
@@ -629,12 +631,12 @@ class Engine:
                     continue
                 inst = by_label.get(intent.label)
                 if inst is not None:
-                    if await self.store.get_instance(inst.id) is None:
+                    if await self.store.instances.get(inst.id) is None:
                         rec = await self.acts.record_rent(intent.detail, inst.id, intent.label, now)
                         log.info("rent intent %s resolved by label: %s", intent.id, rec.vast_id)
-                    await self.store.finish_intent(intent.id, "done", instance_id=inst.id, now=now)
+                    await self.store.intents.finish(intent.id, "done", instance_id=inst.id, now=now)
                 elif not intent.sent:  # its engine died before the request went out
-                    await self.store.finish_intent(
+                    await self.store.intents.finish(
                         intent.id, "failed", note="never sent: the engine stopped first", now=now
                     )
                     log.info("rent intent %s was never sent; its slot is free", intent.id)
@@ -653,7 +655,7 @@ class Engine:
             now - intent.created_at > RENT_RECOVERY_GRACE
         ):
             self._rent_misses.pop(intent.id, None)
-            await self.store.finish_intent(
+            await self.store.intents.finish(
                 intent.id, "failed",
                 note=f"no instance with its label in {misses} instance lists", now=now,
             )  # fmt: skip
@@ -672,7 +674,7 @@ class Engine:
             return
         now = self.clock()
         records = [
-            r for r in await self.store.list_instances(include_killed=False)
+            r for r in await self.store.instances.all(include_killed=False)
             if r.source == "vastui"
         ]  # fmt: skip
         window = self.config.proving.window_min * 60.0
@@ -682,7 +684,7 @@ class Engine:
         ]  # fmt: skip
         # workers destroyed within the window count in the fleet's proofs (not judged again)
         killed = [
-            r for r in await self.store.list_instances(include_killed=True)
+            r for r in await self.store.instances.all(include_killed=True)
             if r.killed and r.source == "vastui" and r.proving_at is not None
             and (r.killed_at or 0.0) >= now - window
         ]  # fmt: skip
@@ -730,11 +732,11 @@ class Engine:
         return True
 
     async def _note_cluster(self, vast_id: int, state: Any, now: float) -> None:
-        rec = await self.store.get_instance(vast_id)
+        rec = await self.store.instances.get(vast_id)
         if rec is None or rec.killed:
             self._curio_waits.pop(vast_id, None)
             return
-        rec = await self.store.update_instance(
+        rec = await self.store.instances.update(
             vast_id, cluster_state=json.dumps(state.to_json()), cluster_checked_at=now
         )
         if rec.state != "proving" or rec.outbid_since is not None or rec.drain_started_at:
@@ -755,10 +757,10 @@ class Engine:
 
     async def _end_drains(self) -> None:
         """Each drain's destroy intent, carried on: destroyed once it is over (drain.py)."""
-        for intent in await self.store.list_intents(status="pending", kind="destroy"):
+        for intent in await self.store.intents.all(status="pending", kind="destroy"):
             if intent.instance_id is None or not isinstance(intent.detail.get("drain"), dict):
                 continue
-            rec = await self.store.get_instance(intent.instance_id)
+            rec = await self.store.instances.get(intent.instance_id)
             if rec is None or rec.killed:
                 continue
             kill = policy.Kill.from_detail(intent.reason, intent.detail)
@@ -768,7 +770,7 @@ class Engine:
         """Free the tasks of destroyed workers not freed yet (the cluster could not be read at
         their destroy, or the instance vanished), and of workers outbid since their last
         release."""
-        for rec in await self.store.list_instances(include_killed=True):
+        for rec in await self.store.instances.all(include_killed=True):
             if rec.source != "vastui" or rec.proving_at is None or rec.runner_id is None:
                 continue
             if rec.killed and drain.release_owed(rec):
@@ -784,13 +786,15 @@ class Engine:
         if self.cluster_error is None:
             self.cluster_error_since = now
             log.warning("curio's cluster cannot be read: %s (no worker is destroyed for it)", why)
-            await self.store.add_event("cluster", f"curio's cluster cannot be read: {why}", now=now)
+            await self.store.events.add(
+                "cluster", f"curio's cluster cannot be read: {why}", now=now
+            )
         self.cluster_error = why
 
     async def _cluster_readable(self, now: float) -> None:
         if self.cluster_error is not None:
             log.info("curio's cluster is readable again")
-            await self.store.add_event("cluster", "curio's cluster is readable again", now=now)
+            await self.store.events.add("cluster", "curio's cluster is readable again", now=now)
         self.cluster_error = None
         self.cluster_error_since = None
 
@@ -824,7 +828,7 @@ class Engine:
             return
         log.error("instance %s: %s", rec.vast_id, line)
         self.identity_collision, self._collision_runner = line, rec.runner_id
-        await self.store.add_event("cluster", line, instance_id=rec.vast_id, now=now)
+        await self.store.events.add("cluster", line, instance_id=rec.vast_id, now=now)
         await self.acts.kill(rec, policy.Kill("identity_collision", line, "proving"))
 
     def _cluster_status(self, view: provision.FleetView) -> dict[str, Any] | None:
@@ -873,7 +877,7 @@ class Engine:
         """Fold one counters reading (None: unreadable; ``unreachable``: no SSH connection at
         all; ``read_at``: when it was read, default now) and decide. False once not proving."""
         async with self._lock:
-            rec = await self.store.get_instance(vast_id)
+            rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
             if rec.outbid_since is not None:
@@ -890,7 +894,7 @@ class Engine:
             bench = json_dict(rec.bench_result)
             effects = transitions.on_counters(rec, state, bench, seen, now, self.config)
             await self.acts.carry_out(rec, effects, now)
-            rec = await self.store.get_instance(vast_id)
+            rec = await self.store.instances.get(vast_id)
         await self._notify("counters")
         return rec is not None and not rec.killed
 
@@ -902,9 +906,9 @@ class Engine:
         if not isinstance(digest, str) or not digest:
             return
         async with self._lock:
-            rec = await self.store.get_instance(vast_id)
+            rec = await self.store.instances.get(vast_id)
             if rec is not None and not rec.killed:
-                await self.store.update_instance(vast_id, image_digest=sanitize_line(digest, 200))
+                await self.store.instances.update(vast_id, image_digest=sanitize_line(digest, 200))
 
     def _others_reachable(self, vast_id: int, now: float) -> bool:
         """Whether the engine reached another proving worker over SSH lately (within half of
@@ -921,11 +925,11 @@ class Engine:
         `position` is the event's line number in the worker's log (what `--after` counts).
         """
         async with self._lock:
-            rec = await self.store.get_instance(vast_id)
+            rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed:
                 return False
             await self._on_event(rec, event, position)
-            rec = await self.store.get_instance(vast_id)
+            rec = await self.store.instances.get(vast_id)
         await self._notify("event")
         return rec is not None and not rec.killed
 
@@ -936,7 +940,7 @@ class Engine:
         effects = transitions.on_event(rec, event, now, self.config, position)
         await self.acts.carry_out(rec, effects, now)
         if any(isinstance(e, transitions.EnterStage) and e.stage == "proving" for e in effects):
-            after = await self.store.get_instance(rec.vast_id)
+            after = await self.store.instances.get(rec.vast_id)
             if after is not None and after.state == "proving":
                 await self._check_prove_identity(after, now)
 
@@ -958,20 +962,20 @@ class Engine:
             cfg.filter, order=cfg.order, limit=cfg.limit,
             allocated_storage=self.config.fleet.disk_gb,  # price the disk we will rent
         )  # fmt: skip
-        bad = {e.machine_id: e.reason for e in await self.store.list_bad(now=self.clock())}
+        bad = {e.machine_id: e.reason for e in await self.store.badlist.all(now=self.clock())}
         bids = None
         if self.config.bids.mode != "off":
             history = await self.store.bid_history(now=self.clock())
             bids = (self.config, bidding.RiskModel(history, self.config))
         self._offers = rank_offers(
-            result.offers, await self.store.list_perf(), bad, self.config.fleet.max_cost_per_proof,
+            result.offers, await self.store.perf.all(), bad, self.config.fleet.max_cost_per_proof,
             bids, Levers.of(self.config),
         )  # fmt: skip
         # A ban or a measurement while this search ran: ranked on stale records, re-rank soon.
         self._offers_at = time.monotonic() if generation == self._offers_gen else None
         # Attached consoles show these: what this engine would rent, not a search of their own.
         rows = [to_record(r) for r in self._offers[:PUBLISHED_OFFERS]]
-        await self.store.put_engine_offers(cfg.filter, rows, self.clock())
+        await self.store.status.put_offers(cfg.filter, rows, self.clock())
         return self._offers
 
     async def fleet_view(self) -> provision.FleetView:
@@ -985,7 +989,7 @@ class Engine:
                 tunnel_down=None if r.tunnel_down_since is None
                 else f"instance {r.vast_id}: {r.tunnel_detail or 'down'}",
             )
-            for r in await self.store.list_instances(include_killed=False)
+            for r in await self.store.instances.all(include_killed=False)
             if r.source == "vastui"
         ]  # fmt: skip
         rents = [
@@ -993,25 +997,25 @@ class Engine:
                 offer_id=i.offer_id, machine_id=i.machine_id,
                 dph=float((i.detail.get("offer") or {}).get("dph_total") or 0.0),
             )
-            for i in await self.store.list_intents(status="pending", kind="rent")
+            for i in await self.store.intents.all(status="pending", kind="rent")
         ]  # fmt: skip
         return provision.build_view(
             fleet, workers, rents,
             dry_run=self.settings.dry_run,
             dry_offers=self.acts.dry_offers,
-            bad_machines=frozenset(await self.store.bad_machine_ids(now=self.clock())),
+            bad_machines=frozenset(await self.store.badlist.machine_ids(now=self.clock())),
             api_error=self._cycle_error,
-            fleet_failure=(await self.store.get_fleet_failure() or {}).get("text"),
+            fleet_failure=(await self.store.meta.fleet_failure() or {}).get("text"),
             no_credit=self.no_credit,
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
             identity_collision=self.identity_collision,
-            rents_last_hour=await self.store.rents_since(self.clock() - 3600.0),
+            rents_last_hour=await self.store.intents.rents_since(self.clock() - 3600.0),
         )  # fmt: skip
 
     async def _spent_today(self) -> float:
         """Dollars since midnight UTC, as `vastui status` counts today."""
         now = self.clock()
-        records = await self.store.list_instances(include_killed=True)
+        records = await self.store.instances.all(include_killed=True)
         return fleet_spend(records, now, local_midnight(now, UTC)).today
 
     async def _provision(self) -> None:
@@ -1046,7 +1050,7 @@ class Engine:
         """Destroy the surplus above a lowered target (provision.surplus says which)."""
         live = {
             r.vast_id: r
-            for r in await self.store.list_instances(include_killed=False)
+            for r in await self.store.instances.all(include_killed=False)
             if r.source == "vastui" and r.drain_started_at is None  # draining: already going
         }
         workers = [
@@ -1075,7 +1079,7 @@ class Engine:
             except IdentityCollision as exc:  # the fleet's: no other offer would fare better
                 if self.identity_collision is None:
                     log.error("%s", exc.line)
-                    await self.store.add_event("cluster", exc.line, now=self.clock())
+                    await self.store.events.add("cluster", exc.line, now=self.clock())
                 self.identity_collision = exc.line
                 self._collision_runner = exc.runner_id
                 view = replace(view, identity_collision=exc.line)
@@ -1116,20 +1120,20 @@ class Engine:
             self.cut_off, self.cut_off_since = tunnel_down, now
             text = f"the controller is cut off from its workers: {tunnel_down}"
             log.warning("%s", text)
-            await self.store.add_event("cut_off", text, now=now)
+            await self.store.events.add("cut_off", text, now=now)
         elif tunnel_down is None and self.cut_off is not None:
             lasted = now - (self.cut_off_since or now)
             self.cut_off = self.cut_off_since = None
             text = f"the controller reaches its workers again (cut off for {lasted / 60:.0f} min)"
             log.info("%s", text)
-            await self.store.add_event("cut_off", text, now=now)
+            await self.store.events.add("cut_off", text, now=now)
         elif tunnel_down is not None:
             self.cut_off = tunnel_down  # the newest line; the episode's start stands
 
     async def _publish(self, view: provision.FleetView, decision: provision.Decision) -> None:
         reason = decision.reason
         await self._note_cut_off(view.tunnel_down)
-        status = await self.store.put_engine_status(
+        status = await self.store.status.put(
             EngineStatus(
                 target=view.target,
                 workers=view.workers,

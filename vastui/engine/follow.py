@@ -98,7 +98,7 @@ class Followers:
                 await self.on_status(vast_id, await worker.status())
             except SshError as exc:
                 log.info("instance %s: status unavailable yet: %s", vast_id, exc)
-            rec = await self.store.get_instance(vast_id)
+            rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed:
                 return
             async for position, event in worker.positioned_events(after=rec.events_seen):

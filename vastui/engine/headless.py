@@ -107,12 +107,12 @@ async def run_engine(
 async def summarize(db_path: Path) -> dict[str, int]:
     store = await Store.open(db_path)
     try:
-        instances = await store.list_instances()
+        instances = await store.instances.all()
         counts: Counter[str] = Counter(r.state for r in instances)
         counts.update(f"killed:{r.kill_kind}" for r in instances if r.killed)
-        counts["bad_list"] = len(await store.list_bad())
-        counts["perf_records"] = len(await store.list_perf())
-        counts["destroy_events"] = len(await store.list_events(kind="destroy"))
+        counts["bad_list"] = len(await store.badlist.all())
+        counts["perf_records"] = len(await store.perf.all())
+        counts["destroy_events"] = len(await store.events.all(kind="destroy"))
     finally:
         await store.close()
     return dict(sorted(counts.items()))

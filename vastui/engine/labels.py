@@ -7,7 +7,7 @@ of releases before the fleet identity (``vastui-<fleet>-<12 hex>``) are still re
 
 The label is written with the rent intent before the create and is the key for recovering a
 create whose answer was lost. Whether an instance is *this* database's is not the label's to
-say: only an intent with that label makes it so (``Store.intended``).
+say: only an intent with that label makes it so (``store.intents.intended``).
 """
 
 from __future__ import annotations

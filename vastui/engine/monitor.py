@@ -76,8 +76,8 @@ class Monitor:
         if not self.enabled:
             return
         now = facts.now
-        mine = counted(await store.list_instances(include_killed=True))
-        bans = await store.list_events(kind="ban")
+        mine = counted(await store.instances.all(include_killed=True))
+        bans = await store.events.all(kind="ban")
         if self.collector is not None:
             self.collector.update(self._sample(facts, mine, len(bans)))
         if self.notifier is not None:

@@ -102,7 +102,7 @@ async def engine_runtime(
     owner = uuid.uuid4().hex
     stack = contextlib.AsyncExitStack()
     try:
-        await store.acquire_lease(
+        await store.lease.acquire(
             owner, pid=os.getpid(), hostname=socket.gethostname(), mode=run.mode, ttl=LEASE_TTL
         )
         stack.push_async_callback(_release, store, owner)
@@ -306,8 +306,8 @@ async def demo_history(store: Store) -> tuple[int, float]:
     A new demo cloud gives ids above every id a previous run gave (Vast's ids only grow, and a
     reused id would be taken for the old instance), and its simulated clock starts after the
     previous run's, which ran ahead of the wall clock at the demo's speed."""
-    instances = await store.list_instances()
-    events = await store.list_events(limit=1)
+    instances = await store.instances.all()
+    events = await store.events.all(limit=1)
     times = [e.ts for e in events]
     for rec in instances:
         times += [t for t in (rec.created_at, rec.last_seen_at, rec.killed_at) if t is not None]
@@ -337,7 +337,7 @@ async def _release(store: Store, owner: str) -> None:
     """Give the lease back on exit; a dead store cannot, and must not hide why the engine
     stopped (the lease lapses by itself, and a dead holder's lease is taken over at once)."""
     try:
-        await store.release_lease(owner)
+        await store.lease.release(owner)
     except StoreError as exc:
         log.warning("could not release the engine lease: %s", exc)
 
@@ -351,7 +351,7 @@ async def _heartbeat(store: Store, owner: str, engine: Engine) -> None:
         await asyncio.sleep(HEARTBEAT_EVERY)
         try:
             await store.check_health()  # a deleted or replaced file: stop within a second
-            renewed = await store.renew_lease(owner, ttl=LEASE_TTL)
+            renewed = await store.lease.renew(owner, ttl=LEASE_TTL)
         except StoreFatal as exc:
             engine.stop_fatal(str(exc))
             return
@@ -375,7 +375,7 @@ async def _heartbeat(store: Store, owner: str, engine: Engine) -> None:
 
 async def _holder(store: Store) -> str:
     try:
-        lease = await store.lease_holder()
+        lease = await store.lease.holder()
     except Exception:
         return "another engine"
     if lease is None:

@@ -2,7 +2,7 @@
 
 A worker's host key is unknown until the first connection; that key is pinned and every later
 connection must present the same key. A different key blocks the instance until an operator
-verifies the re-key and forgets the pin (``Store.forget_host_key``).
+verifies the re-key and forgets the pin (``store.host_keys.forget``).
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ class StorePins:
         self._store = store
 
     async def get(self, instance_id: int) -> HostKeyRecord | None:
-        return await self._store.get_host_key(instance_id)
+        return await self._store.host_keys.get(instance_id)
 
     async def pin(self, instance_id: int, host: str, port: int, public_key_openssh: str) -> None:
         body = key_body(public_key_openssh)
-        await self._store.pin_host_key(instance_id, host, port, body, fingerprint(body))
+        await self._store.host_keys.pin(instance_id, host, port, body, fingerprint(body))
 
     async def forget(self, instance_id: int) -> bool:
-        return await self._store.forget_host_key(instance_id)
+        return await self._store.host_keys.forget(instance_id)

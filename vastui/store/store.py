@@ -1,16 +1,14 @@
-"""The store: one facade over the database and its repositories, with the API the engine, the
-console, the CLI and the benches call.
+"""The store: the database, its repositories and the units of work that span tables.
 
-Each method delegates to the repository of its tables (``instances.py``, ``badlist.py``, ...);
-a write that spans several tables (:meth:`Store.complete_destroy`,
-:meth:`Store.declare_fleet_failure`, :meth:`Store.put_foreign`, ...) is one unit of work here:
-one transaction on one connection, each repository contributing its rows. Times are REAL epoch
-seconds (UTC); every writing method takes ``now=`` (default the wall clock) so callers and tests
-are deterministic. Invalid input is a one-line :class:`StoreError`; the store's health is the
-engine's (see ``database.py`` and ``health.py``).
-
-One file: the one API the rest of vastui sees; each method a line or two of delegation, and
-the multi-table units of work, which belong to no single repository.
+The repositories are the store's interface, one per table group: ``store.instances``,
+``store.badlist``, ``store.perf``, ``store.events``, ``store.intents``, ``store.commands``,
+``store.lease``, ``store.host_keys``, ``store.status``, ``store.meta``, ``store.foreign`` (each
+signature written once, in its repository). A write that spans several tables
+(:meth:`Store.complete_destroy`, :meth:`Store.declare_fleet_failure`, :meth:`Store.put_foreign`,
+...) is a method here: one transaction on one connection, each repository contributing its rows.
+Times are REAL epoch seconds (UTC); every writing method takes ``now=`` (default the wall clock)
+so callers and tests are deterministic. Invalid input is a one-line :class:`StoreError`; the
+store's health is the engine's (see ``database.py`` and ``health.py``).
 """
 
 from __future__ import annotations
@@ -24,22 +22,22 @@ from typing import Any, Self
 
 import aiosqlite
 
-from .badlist import BadEntry, BadListRepo, BanSpec, LegacyReviewEntry, Strike, verify_bad_list
+from .badlist import BadEntry, BadListRepo, BanSpec, verify_bad_list
 from .bids import BidHistory, bid_history
 from .checks import check_positive_int, check_text
-from .commands import Command, CommandRepo
+from .commands import CommandRepo
 from .common import lines_json, stamp
 from .database import Database
 from .errors import StoreError
-from .events import Event, EventRepo, insert_event
+from .events import EventRepo, insert_event
 from .foreign import ForeignInstance, ForeignRepo
-from .hostkeys import HostKeyRecord, HostKeyRepo
+from .hostkeys import HostKeyRepo
 from .instances import InstanceRecord, InstanceRepo, verify_instances
 from .intents import BAN_KEY, Intent, IntentRepo
-from .lease import Lease, LeaseRepo
+from .lease import LeaseRepo
 from .meta import MetaRepo
-from .perf import PerfRecord, PerfRepo
-from .status import EngineStatus, StatusRepo
+from .perf import PerfRepo
+from .status import StatusRepo
 
 
 async def _verify_rows(conn: aiosqlite.Connection, path: Path) -> None:
@@ -54,17 +52,17 @@ class Store:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._instances = InstanceRepo(db)
-        self._bad = BadListRepo(db)
-        self._perf = PerfRepo(db)
-        self._events = EventRepo(db)
-        self._intents = IntentRepo(db)
-        self._commands = CommandRepo(db)
-        self._lease = LeaseRepo(db)
-        self._host_keys = HostKeyRepo(db)
-        self._status = StatusRepo(db)
-        self._meta = MetaRepo(db)
-        self._foreign = ForeignRepo(db)
+        self.instances = InstanceRepo(db)
+        self.badlist = BadListRepo(db)
+        self.perf = PerfRepo(db)
+        self.events = EventRepo(db)
+        self.intents = IntentRepo(db)
+        self.commands = CommandRepo(db)
+        self.lease = LeaseRepo(db)
+        self.host_keys = HostKeyRepo(db)
+        self.status = StatusRepo(db)
+        self.meta = MetaRepo(db)
+        self.foreign = ForeignRepo(db)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -121,32 +119,9 @@ class Store:
 
     # -- instances --------------------------------------------------------------------------
 
-    async def upsert_instance(
-        self, rec: InstanceRecord, *, now: float | None = None
-    ) -> InstanceRecord:
-        return await self._instances.upsert(rec, now=now)
-
-    async def get_instance(self, vast_id: int) -> InstanceRecord | None:
-        return await self._instances.get(vast_id)
-
-    async def list_instances(self, include_killed: bool = True) -> list[InstanceRecord]:
-        return await self._instances.all(include_killed)
-
-    async def set_stage(self, vast_id: int, stage: str, now: float | None = None) -> InstanceRecord:
-        return await self._instances.set_stage(vast_id, stage, now)
-
-    async def update_instance(self, vast_id: int, **fields: Any) -> InstanceRecord:
-        return await self._instances.update(vast_id, **fields)
-
-    async def next_runner_id(self) -> int:
-        return await self._instances.next_runner_id()
-
-    async def note_runner_id(self, runner_id: int) -> None:
-        await self._instances.note_runner_id(runner_id)
-
     async def bid_history(self, *, now: float) -> list[BidHistory]:
         """Each machine's record as a bid (vastui/engine/bidding.py learns from it)."""
-        return bid_history(await self._instances.list_bids(), now)
+        return bid_history(await self.instances.list_bids(), now)
 
     async def mark_killed(
         self,
@@ -172,7 +147,7 @@ class Store:
         check_positive_int("vast_id", vast_id)
         kind, reason, lines = InstanceRepo.check_kill(kind, reason, failed_stage, error_lines)
         async with self.db.transaction() as conn:
-            before, row = await self._instances.kill_row(
+            before, row = await self.instances.kill_row(
                 conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
             )
             if event is not None and before["state"] != "killed":
@@ -181,7 +156,7 @@ class Store:
                     machine_id=row["machine_id"],
                     detail={"kind": kind, "stage": row["failed_stage"], **(detail or {})},
                 )  # fmt: skip
-        return self._instances.decode(row)
+        return self.instances.decode(row)
 
     async def revive_vanished(
         self, vast_id: int, *, now: float | None = None
@@ -191,7 +166,7 @@ class Store:
         None when the row is not a vanished one (a destroyed instance stays destroyed)."""
         ts = stamp(now)
         async with self.db.transaction() as conn:
-            row = await self._instances.row(conn, vast_id)
+            row = await self.instances.row(conn, vast_id)
             if row is None or row["state"] != "killed" or row["kill_kind"] != "vanished":
                 return None
             stage = row["failed_stage"] or "loading"
@@ -207,8 +182,8 @@ class Store:
                 f"adopted back in {stage}",
                 ts=ts, instance_id=vast_id, machine_id=row["machine_id"],
             )  # fmt: skip
-            after = await self._instances.row(conn, vast_id)
-        return None if after is None else self._instances.decode(after)
+            after = await self.instances.row(conn, vast_id)
+        return None if after is None else self.instances.decode(after)
 
     # -- destroy and ban: one intent, one unit of work ----------------------------------------
 
@@ -231,7 +206,7 @@ class Store:
         if ban is not None:
             ban = ban.checked()
         full = {**(detail or {}), BAN_KEY: ban.to_json() if ban is not None else None}
-        return await self._intents.create(
+        return await self.intents.create(
             "destroy", reason, instance_id=vast_id, machine_id=machine_id, detail=full, now=now
         )
 
@@ -260,15 +235,15 @@ class Store:
         check_positive_int("intent_id", intent_id)
         kind, reason, lines = InstanceRepo.check_kill(kind, reason, failed_stage, error_lines)
         async with self.db.transaction() as conn:
-            intent = await self._intents.get_row(conn, intent_id)
+            intent = await self.intents.get_row(conn, intent_id)
             if intent is None or intent.kind != "destroy":
                 raise StoreError(f"no destroy intent {intent_id}")
             vast_id = intent.instance_id
-            inst = await self._instances.row(conn, vast_id) if vast_id is not None else None
+            inst = await self.instances.row(conn, vast_id) if vast_id is not None else None
             if intent.status != "pending":
-                return (self._instances.decode(inst) if inst is not None else None), None
+                return (self.instances.decode(inst) if inst is not None else None), None
             if inst is not None and vast_id is not None:
-                before, inst = await self._instances.kill_row(
+                before, inst = await self.instances.kill_row(
                     conn, vast_id, kind, reason, failed_stage, bench_outcome, lines, ts
                 )
                 if before["state"] != "killed":
@@ -282,11 +257,11 @@ class Store:
             if ban is not None:
                 ban = ban.checked()
                 evidence = lines_json(ban.evidence) if ban.evidence else None
-                bad = await self._bad.ban_row(conn, ban, evidence, ts, instance_id=vast_id)
-            await self._intents.close_row(conn, intent_id, ts)
+                bad = await self.badlist.ban_row(conn, ban, evidence, ts, instance_id=vast_id)
+            await self.intents.close_row(conn, intent_id, ts)
         return (
-            self._instances.decode(inst) if inst is not None else None,
-            self._bad.decode(bad) if bad is not None else None,
+            self.instances.decode(inst) if inst is not None else None,
+            self.badlist.decode(bad) if bad is not None else None,
         )
 
     # -- curio's cluster: drains and releases --------------------------------------------------
@@ -307,7 +282,7 @@ class Store:
         check_positive_int("intent_id", intent_id)
         check_text("cordoned event", text)
         async with self.db.transaction() as conn:
-            intent = await self._intents.get_row(conn, intent_id)
+            intent = await self.intents.get_row(conn, intent_id)
             if intent is None or intent.kind != "destroy" or intent.status != "pending":
                 return False
             if isinstance(intent.detail.get("drain"), dict):
@@ -318,7 +293,7 @@ class Store:
                 (json.dumps(detail), ts, intent_id),
             )
             vast_id = intent.instance_id
-            row = await self._instances.row(conn, vast_id) if vast_id is not None else None
+            row = await self.instances.row(conn, vast_id) if vast_id is not None else None
             if row is not None:
                 await conn.execute(
                     "UPDATE instances SET drain_started_at = ?, drain_deadline = ?"
@@ -351,7 +326,7 @@ class Store:
                 "UPDATE instances SET released_at = ?, released_tasks = ? WHERE vast_id = ?",
                 (ts, int(freed), vast_id),
             )
-            row = await self._instances.row(conn, vast_id)
+            row = await self.instances.row(conn, vast_id)
             if row is None:
                 raise StoreError(f"no instance {vast_id}")
             if event:
@@ -359,238 +334,23 @@ class Store:
                     conn, "tasks_released", text, ts=ts, instance_id=vast_id,
                     machine_id=row["machine_id"], detail={"tasks": int(freed), **(detail or {})},
                 )  # fmt: skip
-        return self._instances.decode(row)
+        return self.instances.decode(row)
 
     # -- bad list and strikes -----------------------------------------------------------------
 
-    async def add_bad(
-        self,
-        machine_id: int,
-        reason: str,
-        *,
-        source: str = "manual",
-        host_id: int | None = None,
-        gpu_name: str | None = None,
-        expires_at: float | None = None,
-        evidence: Iterable[str] | None = None,
-        now: float | None = None,
-    ) -> BadEntry:
-        return await self._bad.add(
-            machine_id, reason, source=source, host_id=host_id, gpu_name=gpu_name,
-            expires_at=expires_at, evidence=evidence, now=now,
-        )  # fmt: skip
-
-    async def remove_bad(
-        self, machine_id: int, reason: str = "manual unignore", now: float | None = None
-    ) -> bool:
-        return await self._bad.remove(machine_id, reason, now)
-
-    async def get_bad(self, machine_id: int) -> BadEntry | None:
-        return await self._bad.get(machine_id)
-
-    async def list_bad(
-        self, include_expired: bool = False, now: float | None = None
-    ) -> list[BadEntry]:
-        return await self._bad.all(include_expired, now)
-
-    async def bad_machine_ids(self, now: float | None = None) -> set[int]:
-        return await self._bad.machine_ids(now)
-
-    async def list_legacy_review(self) -> list[LegacyReviewEntry]:
-        return await self._bad.legacy_review()
-
-    async def add_strike(
-        self,
-        machine_id: int,
-        kind: str,
-        reason: str,
-        *,
-        instance_id: int | None = None,
-        since: float | None = None,
-        now: float | None = None,
-    ) -> int:
-        return await self._bad.add_strike(
-            machine_id, kind, reason, instance_id=instance_id, since=since, now=now
-        )
-
-    async def list_strikes(self, machine_id: int | None = None) -> list[Strike]:
-        return await self._bad.strikes(machine_id)
-
     # -- performance --------------------------------------------------------------------------
-
-    async def record_rate(
-        self,
-        machine_id: int,
-        gpu_name: str,
-        num_gpus: int,
-        rate: float,
-        *,
-        cpu_ram_gb: float | None = None,
-        host_id: int | None = None,
-        now: float | None = None,
-    ) -> PerfRecord:
-        return await self._perf.record_rate(
-            machine_id, gpu_name, num_gpus, rate, cpu_ram_gb=cpu_ram_gb, host_id=host_id, now=now
-        )
-
-    async def get_perf(self, machine_id: int) -> list[PerfRecord]:
-        return await self._perf.of_machine(machine_id)
-
-    async def list_perf(self) -> list[PerfRecord]:
-        return await self._perf.all()
 
     # -- events -------------------------------------------------------------------------------
 
-    async def add_event(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        instance_id: int | None = None,
-        machine_id: int | None = None,
-        detail: Mapping[str, Any] | None = None,
-        now: float | None = None,
-    ) -> Event:
-        return await self._events.add(
-            kind, reason, instance_id=instance_id, machine_id=machine_id, detail=detail, now=now
-        )
-
-    async def list_events(self, limit: int | None = None, kind: str | None = None) -> list[Event]:
-        return await self._events.all(limit, kind)
-
-    async def recent_failures(self, since: float) -> list[tuple[int, str, float, int | None]]:
-        return await self._events.recent_failures(since)
-
     # -- intents and commands -----------------------------------------------------------------
-
-    async def create_intent(
-        self,
-        kind: str,
-        reason: str,
-        *,
-        label: str | None = None,
-        offer_id: int | None = None,
-        machine_id: int | None = None,
-        instance_id: int | None = None,
-        detail: Mapping[str, Any] | None = None,
-        status: str = "pending",
-        now: float | None = None,
-    ) -> Intent:
-        return await self._intents.create(
-            kind, reason, label=label, offer_id=offer_id, machine_id=machine_id,
-            instance_id=instance_id, detail=detail, status=status, now=now,
-        )  # fmt: skip
-
-    async def finish_intent(
-        self,
-        intent_id: int,
-        status: str,
-        *,
-        instance_id: int | None = None,
-        note: str | None = None,
-        now: float | None = None,
-    ) -> None:
-        await self._intents.finish(intent_id, status, instance_id=instance_id, note=note, now=now)
-
-    async def mark_intent_sent(self, intent_id: int, *, now: float | None = None) -> None:
-        await self._intents.mark_sent(intent_id, now=now)
-
-    async def list_intents(
-        self, *, status: str | None = None, kind: str | None = None
-    ) -> list[Intent]:
-        return await self._intents.all(status=status, kind=kind)
-
-    async def intended(self, label: str) -> bool:
-        return await self._intents.intended(label)
-
-    async def rents_since(self, since: float) -> int:
-        return await self._intents.rents_since(since)
-
-    async def submit_command(
-        self,
-        kind: str,
-        args: Mapping[str, Any],
-        *,
-        source: str = "console",
-        now: float | None = None,
-    ) -> int:
-        return await self._commands.submit(kind, args, source=source, now=now)
-
-    async def claim_commands(self, now: float | None = None) -> list[Command]:
-        return await self._commands.claim(now)
-
-    async def finish_command(
-        self, command_id: int, ok: bool, result: str, now: float | None = None
-    ) -> None:
-        await self._commands.finish(command_id, ok, result, now)
-
-    async def has_pending_commands(self) -> bool:
-        return await self._commands.has_pending()
-
-    async def get_command(self, command_id: int) -> Command | None:
-        return await self._commands.get(command_id)
-
-    async def requeue_running_commands(self) -> int:
-        return await self._commands.requeue_running()
 
     # -- the lease ----------------------------------------------------------------------------
 
-    async def acquire_lease(
-        self, owner: str, *, pid: int, hostname: str, mode: str, ttl: float,
-        now: float | None = None,
-    ) -> Lease:  # fmt: skip
-        return await self._lease.acquire(
-            owner, pid=pid, hostname=hostname, mode=mode, ttl=ttl, now=now
-        )
-
-    async def renew_lease(self, owner: str, *, ttl: float, now: float | None = None) -> bool:
-        return await self._lease.renew(owner, ttl=ttl, now=now)
-
-    async def release_lease(self, owner: str) -> None:
-        await self._lease.release(owner)
-
-    async def lease_holder(self, now: float | None = None) -> Lease | None:
-        return await self._lease.holder(now)
-
     # -- SSH host-key pins --------------------------------------------------------------------
-
-    async def get_host_key(self, instance_id: int) -> HostKeyRecord | None:
-        return await self._host_keys.get(instance_id)
-
-    async def pin_host_key(
-        self,
-        instance_id: int,
-        host: str,
-        port: int,
-        public_key: str,
-        fingerprint: str,
-        now: float | None = None,
-    ) -> HostKeyRecord:
-        return await self._host_keys.pin(instance_id, host, port, public_key, fingerprint, now)
-
-    async def forget_host_key(self, instance_id: int) -> bool:
-        return await self._host_keys.forget(instance_id)
 
     # -- the engine's status and offers -------------------------------------------------------
 
-    async def put_engine_status(self, status: EngineStatus) -> EngineStatus:
-        return await self._status.put(status)
-
-    async def get_engine_status(self) -> EngineStatus | None:
-        return await self._status.get()
-
-    async def put_engine_offers(
-        self, filter_text: str, offers: list[dict[str, Any]], now: float
-    ) -> None:
-        await self._status.put_offers(filter_text, offers, now)
-
-    async def get_engine_offers(self) -> tuple[str, list[dict[str, Any]], float] | None:
-        return await self._status.get_offers()
-
     # -- ownership: the fleet's identity and the other controllers' instances ----------------
-
-    async def fleet_id(self) -> str:
-        return await self._meta.fleet_id()
 
     async def put_foreign(self, seen: list[ForeignInstance], *, now: float) -> list[str]:
         """Replace the foreign instances with those of the last list; return the owners seen
@@ -603,18 +363,7 @@ class Store:
                 if await MetaRepo.first_warning(conn, owner, now)
             ]
 
-    async def list_foreign(self) -> list[ForeignInstance]:
-        return await self._foreign.all()
-
     # -- the provisioning pause of a fleet-wide failure ---------------------------------------
-
-    async def get_fleet_failure(self) -> dict[str, Any] | None:
-        return await self._meta.fleet_failure()
-
-    async def fleet_signature_since(self, signature: str) -> float | None:
-        """When this signature was last declared the fleet's (None: never). A pause may end
-        while workers rented into the failure are still on their way to fail the same way."""
-        return await self._meta.fleet_signature_since(signature)
 
     async def declare_fleet_failure(
         self,

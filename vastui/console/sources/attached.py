@@ -41,7 +41,7 @@ class AttachedSource(Bystander):
         store = await Store.open(self.opts.db_path, migrate=False)
         await self._open_links(store)
         if self.attached_to is None:
-            self.attached_to = await store.lease_holder()
+            self.attached_to = await store.lease.holder()
         self._observe(self.attached_to)
 
     # -- what the console says about it ---------------------------------------------------
@@ -118,7 +118,7 @@ class AttachedSource(Bystander):
                 "`vastui --engine-only`, or restart the console to run one"
             )
         assert self.store is not None
-        return await self.store.submit_command(kind, args)
+        return await self.store.commands.submit(kind, args)
 
     async def wait_command(self, command_id: int, timeout: float = 60.0) -> tuple[bool, str]:
         assert self.store is not None

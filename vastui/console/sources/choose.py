@@ -36,4 +36,4 @@ async def _lease_holder(opts: Options, read_only: bool) -> Lease | None:
             raise  # older than this code: one line, nothing migrated
         return None  # no database yet, or one our own engine will migrate
     async with store:
-        return await store.lease_holder()
+        return await store.lease.holder()

@@ -151,7 +151,7 @@ class OwnEngineSource:
                 "restart the console to run one"
             )
         assert self.store is not None
-        command_id = await self.store.submit_command(kind, args)
+        command_id = await self.store.commands.submit(kind, args)
         self.engine.wake()
         return command_id
 

@@ -25,17 +25,17 @@ COMMAND_POLL_S = 0.2
 async def read_snapshot(store: Store, now: Callable[[EngineStatus | None], float]) -> Snapshot:
     """Everything the panes show; `now` is the fleet's clock given the engine's last status
     (an attached demo engine's clock is the time of its last published cycle)."""
-    instances = await store.list_instances()
-    status = await store.get_engine_status()
-    lease = await store.lease_holder()
+    instances = await store.instances.all()
+    status = await store.status.get()
+    lease = await store.lease.holder()
     taken_at = now(status)
     return Snapshot(
         instances=instances,
-        foreign=await store.list_foreign(),
-        bad=await store.list_bad(),
-        legacy=await store.list_legacy_review(),
-        perf=await store.list_perf(),
-        events=await store.list_events(limit=500),
+        foreign=await store.foreign.all(),
+        bad=await store.badlist.all(),
+        legacy=await store.badlist.legacy_review(),
+        perf=await store.perf.all(),
+        events=await store.events.all(limit=500),
         lease=lease,
         taken_at=taken_at,
         engine_status=status,
@@ -50,7 +50,7 @@ async def wait_command(
     says why) or after the timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        cmd = await store.get_command(command_id)
+        cmd = await store.commands.get(command_id)
         if cmd is not None and cmd.status in ("done", "failed"):
             return cmd.status == "done", cmd.result or ""
         reason = gone()
@@ -100,15 +100,15 @@ class OfferSearch:
             limit=cfg.offers.limit,
             allocated_storage=cfg.fleet.disk_gb,
         )
-        bad = {e.machine_id: e.reason for e in await store.list_bad()}
-        busy = {r.machine_id for r in await store.list_instances(include_killed=False)}
+        bad = {e.machine_id: e.reason for e in await store.badlist.all()}
+        busy = {r.machine_id for r in await store.instances.all(include_killed=False)}
         offers = [o for o in result.offers if o.machine_id not in busy]
         bids = None
         if cfg.bids.mode != "off":
             history = await store.bid_history(now=now)
             bids = (cfg, RiskModel(history, cfg))
         self._offers = rank_offers(
-            offers, await store.list_perf(), bad, cfg.fleet.max_cost_per_proof, bids,
+            offers, await store.perf.all(), bad, cfg.fleet.max_cost_per_proof, bids,
             Levers.of(cfg),
         )  # fmt: skip
         self._offers_at = time.monotonic()
@@ -116,12 +116,12 @@ class OfferSearch:
 
     async def published(self, store: Store) -> list[RankedOffer] | None:
         """A headless engine's own ranked offers (None: it has published none yet)."""
-        published = await store.get_engine_offers()
+        published = await store.status.get_offers()
         if published is None:
             return None
         _filter, rows, updated_at = published
         if updated_at != self._published_at:  # same list object while unchanged: no re-render
-            busy = {r.machine_id for r in await store.list_instances(include_killed=False)}
+            busy = {r.machine_id for r in await store.instances.all(include_killed=False)}
             ranked = [from_record(row) for row in rows]
             self._offers = [r for r in ranked if r is not None and r.offer.machine_id not in busy]
             self._published_at = updated_at
