@@ -158,8 +158,8 @@ class Fleet:
         return worker
 
     def set_stage(self, w: Worker, stage: str) -> None:
-        """store.instances.set_stage: state, stage_started_at and ``<stage>_at``; a no-op when already
-        there."""
+        """store.instances.set_stage: state, stage_started_at and ``<stage>_at``; a no-op when
+        already there."""
         if w.rec.state != stage and not w.rec.killed:
             now = self.clock.now
             fields = {"state": stage, "stage_started_at": now, f"{stage}_at": now}

@@ -101,19 +101,23 @@ async def test_three_workers_are_three_curio_machines(demo_state: Path) -> None:
             await eventually(holding, LONG, "the victim holding tasks")
             root = rt.demo.sandboxes[victim.vast_id].root
             os.kill(int((root / "run" / "curio.pid").read_text()), signal.SIGKILL)
-            # read once it is dead: what its machine owns in the cluster (a task claimed but not
-            # yet begun when it died is owned too, and taken back), and its log so far
-            owned = set(
-                next(m for m in rt.cluster.view()["machines"] if m["id"] == victim_machine)[
-                    "claims"
-                ]
-            )
+
+            # what its machine owns in the cluster (a task claimed but not yet begun when it died
+            # is owned too, and taken back), read at each poll until it is back: a claim the dead
+            # process sent may commit after the kill (it crosses the tunnel's relay first), and
+            # only that process or its restart can make a task this machine's
+            def victims() -> set[int]:
+                row = next(m for m in rt.cluster.view()["machines"] if m["id"] == victim_machine)
+                return set(row["claims"])
+
+            owned = victims()
             text = logs[victim.vast_id].read_text()
             before_kill = len(text)
 
             async def restarted() -> str | None:
                 # curio's restart, and the recovered tasks' first lines: their goroutines log
                 # before or after the RPC server's line (cmd/curio/run.go:144-154)
+                owned.update(victims())
                 rec = await engine.store.instances.get(victim.vast_id)
                 assert rec is not None and not rec.killed, (
                     f"the victim was destroyed instead: {rec and rec.kill_reason}"

@@ -206,6 +206,22 @@ async def test_set_stage_sets_matching_columns(store: Store) -> None:
     )
 
 
+async def test_a_stage_and_the_fields_that_call_for_it_change_together(store: Store) -> None:
+    """A resumed bid is no longer outbid and back in loading in one write: a reader (the
+    console, a test, `vastui status`) never sees it resumed yet still proving."""
+    await store.instances.upsert(_inst(), now=T0)
+    await store.instances.set_stage(3245511, "proving", now=T0 + 100)
+    await store.instances.update(3245511, outbid_since=T0 + 200, prod_completed=7)
+    rec = await store.instances.set_stage(
+        3245511, "loading", T0 + 900, outbid_since=None, stopped_s=700.0, prod_state=None
+    )
+    assert (rec.state, rec.outbid_since, rec.stopped_s) == ("loading", None, 700.0)
+    assert rec.stage_started_at == T0 + 900 and rec.prod_completed == 7
+    with pytest.raises(ValueError, match="not updatable piecemeal"):
+        await store.instances.set_stage(3245511, "setup", T0 + 950, state="proving")
+    assert (await store.instances.get(3245511)).state == "loading"  # nothing half-done
+
+
 async def test_set_stage_errors(store: Store) -> None:
     with pytest.raises(StoreError, match="no instance 42"):
         await store.instances.set_stage(42, "setup", now=T0)

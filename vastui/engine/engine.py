@@ -538,14 +538,16 @@ class Engine:
         change = bidding.observe(rec, outbid, status, now)
         if change is not None:
             fields.update(change.fields)
-        rec = await self.store.instances.update(rec.vast_id, **fields)
+        if change is not None and change.stage is not None:
+            # the stage with the fields that call for it: never resumed yet still proving
+            rec = await self.store.instances.set_stage(rec.vast_id, change.stage, now, **fields)
+        else:
+            rec = await self.store.instances.update(rec.vast_id, **fields)
         if change is not None:
             await self.store.events.add(
                 "bid", change.note, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
             )
             log.info("instance %s: %s", rec.vast_id, change.note)
-            if change.stage is not None:
-                rec = await self.store.instances.set_stage(rec.vast_id, change.stage, now=now)
         if rec.state == "loading" and status == "running" and endpoint is not None:
             rec = await self.store.instances.set_stage(rec.vast_id, "setup", now=now)
             log.info("instance %s running on machine %s: setup", rec.vast_id, rec.machine_id)

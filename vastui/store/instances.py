@@ -273,8 +273,12 @@ class InstanceRepo:
             )
         return [self.decode(r) for r in rows]
 
-    async def set_stage(self, vast_id: int, stage: str, now: float | None = None) -> InstanceRecord:
-        """Move a live instance to ``stage``: sets state, stage_started_at and ``<stage>_at``.
+    async def set_stage(
+        self, vast_id: int, stage: str, now: float | None = None, **fields: Any
+    ) -> InstanceRecord:
+        """Move a live instance to ``stage``: sets state, stage_started_at and ``<stage>_at``,
+        and the progress ``fields`` given with it in the same transaction (a reader never sees
+        one without the other: a resumed bid no longer outbid but still in its old stage).
 
         Setting the stage an instance is already in is a no-op (its clock is not reset).
         Raises :class:`StoreError` for an unknown instance, an unknown stage, or a killed
@@ -284,13 +288,23 @@ class InstanceRepo:
         check_positive_int("vast_id", vast_id)
         if stage not in STAGES:
             raise StoreError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+        unknown = set(fields) - PROGRESS_COLUMNS
+        if unknown:
+            raise ValueError(f"not updatable piecemeal: {sorted(unknown)}")
         async with self._db.transaction() as conn:
             row = await self.row(conn, vast_id)
             if row is None:
                 raise StoreError(f"no instance {vast_id}")
             if row["state"] == "killed":
                 raise StoreError(f"instance {vast_id} is killed; cannot move it to {stage}")
-            if row["state"] != stage:
+            if fields:
+                sets = ", ".join(f"{k} = :{k}" for k in fields)
+                await conn.execute(
+                    f"UPDATE instances SET {sets} WHERE vast_id = :vast_id",
+                    {**fields, "vast_id": vast_id},
+                )
+                row = await self.row(conn, vast_id)
+            if row is not None and row["state"] != stage:
                 await conn.execute(
                     f"UPDATE instances SET state = ?, stage_started_at = ?, {stage}_at = ?"
                     " WHERE vast_id = ?",
