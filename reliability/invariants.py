@@ -1001,8 +1001,8 @@ def owner_label(fleet: str, fleet_id: str | None) -> str:
 
 def unintended(store: StoreView) -> list[Violation]:
     """Ownership by intent (``store.intents.intended``): every instance a database records
-    carries the label of a rent intent of its own (no dry run's). A label of the right shape is not enough:
-    another database on the account rents under the same fleet name."""
+    carries the label of a rent intent of its own (no dry run's). A label of the right shape is
+    not enough: another database on the account rents under the same fleet name."""
     labels = {i.label for i in store.intents if i.kind == "rent" and i.status != "dry_run"}
     return [
         Violation(
