@@ -18,8 +18,9 @@ import time
 from collections import Counter
 from typing import Any
 
+from vastui.domain.stages import STATES
 from vastui.engine.spend import counted, fleet_spend, local_midnight
-from vastui.store import STATES, EngineStatus, Store, iso_utc
+from vastui.store import EngineStatus, Store, iso_utc
 from vastui.store.lease import holder_is_dead
 
 

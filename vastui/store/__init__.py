@@ -14,7 +14,7 @@ from .errors import StoreError, StoreFatal, StoreNotCurrent
 from .events import EVENT_KINDS, Event
 from .foreign import ForeignInstance
 from .hostkeys import HostKeyRecord
-from .instances import KILL_KINDS, STAGES, STATES, InstanceRecord
+from .instances import InstanceRecord
 from .intents import Intent
 from .lease import Lease, LeaseHeld
 from .legacy import ImportReport, import_legacy
@@ -26,10 +26,7 @@ from .store import Store
 __all__ = [
     "BAD_SOURCES",
     "EVENT_KINDS",
-    "KILL_KINDS",
     "SCHEMA_VERSION",
-    "STAGES",
-    "STATES",
     "BadEntry",
     "BanSpec",
     "BidHistory",
