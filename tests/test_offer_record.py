@@ -94,11 +94,12 @@ def test_a_published_record_reads_back_as_the_same_ranked_offer():
 
 
 def test_a_record_published_by_the_previous_release_still_reads():
-    """Until the engine's next search rewrites them, rows in a store hold Vast's whole row."""
+    """Until the engine's next search rewrites them, rows in a store hold Vast's whole row, and
+    min_rate under its name before issue 29 ("required_rate")."""
     vast_row = {"id": 7, "machine_id": 70, "gpu_name": "RTX 4090", "dph_total": 0.25,
                 "cpu_ram": 257949, "search": {"totalHour": 0.25}, "bundle_id": 3}  # fmt: skip
     old = {"raw": vast_row, "known_rate": None, "prior_rate": 32.0, "rate_source": "model-default",
-           "expected_rate": 32.0, "min_rate": 32.0, "expected_cost_per_proof": 0.0078,
+           "expected_rate": 32.0, "required_rate": 32.0, "expected_cost_per_proof": 0.0078,
            "bad": False, "bad_reason": None}  # fmt: skip
     back = from_record(old)
     assert back is not None and back.offer == Offer.from_api(vast_row)
