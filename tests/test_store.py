@@ -755,8 +755,15 @@ async def test_a_transaction_cancelled_before_its_begin_ran_leaves_no_transactio
     await conn.create_function("hold", 0, lambda: gate.wait(30) and 1)
     held = asyncio.ensure_future(conn.execute("SELECT hold()"))  # aiosqlite's thread is busy
     task = asyncio.ensure_future(store.events.add("rent", "x", now=T0))
-    for _ in range(50):  # until the BEGIN is queued behind the held query
+    # The transaction takes the database's lock and queues its BEGIN in one step (aiosqlite puts
+    # the call on its queue before it waits): once the lock is held, the BEGIN waits behind
+    # the held query.
+    lock = store.db._lock
+    for _ in range(1000):
+        if lock.locked():
+            break
         await asyncio.sleep(0)
+    assert lock.locked() and not conn.in_transaction
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
