@@ -16,9 +16,9 @@ from typing import Any
 from bench.economics_worker import Bench, Production, Rental, plan
 from bench.economics_world import MACHINE_DOWN_S, Market, rental_rng
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import spend
 from vastui.engine.bidding import BidQuote
-from vastui.store import InstanceRecord
 from vastui.vast.models import Offer
 
 FIRST_ID = 3_000_001

@@ -33,11 +33,11 @@ from bench.economics_worker import (
 )
 from bench.economics_world import Market
 from vastui.config import Config
+from vastui.domain.machines import PerfRecord
+from vastui.domain.worker import bid_history
 from vastui.engine import bidding, policy, production, provision, transitions
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers
 from vastui.pricing import min_rate
-from vastui.store import PerfRecord
-from vastui.store.bids import bid_history
 from vastui.store.common import json_dict
 
 ENGINE_STEP_S = 30.0  # EngineSettings.poll_interval

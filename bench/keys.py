@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING, Any
 from bench.common import Goal, Stats, progress, ratio
 
 if TYPE_CHECKING:
+    from vastui.domain.worker import InstanceRecord
     from vastui.engine.ranking import RankedOffer
-    from vastui.store import InstanceRecord
 
 N_OFFERS = 10_000
 N_INSTANCES = 500
@@ -71,9 +71,9 @@ GOALS = [
 
 def bench_offers(n: int = N_OFFERS) -> list[RankedOffer]:
     """n ranked offers from the simulated market, a few machines measured, a few banned."""
+    from vastui.domain.machines import PerfRecord
     from vastui.engine.ranking import rank_offers
     from vastui.sim import ManualClock, SimCloud
-    from vastui.store import PerfRecord
     from vastui.vast.models import Offer
 
     cloud = SimCloud(seed=1, clock=ManualClock(), hosts=1800)
@@ -92,7 +92,7 @@ T0 = 1_790_000_000.0
 def bench_instances(offers: list[RankedOffer], n: int = N_INSTANCES) -> list[InstanceRecord]:
     """n workers over every stage; a third of them destroyed."""
     from vastui.config import DEFAULT_IMAGE
-    from vastui.store import InstanceRecord
+    from vastui.domain.worker import InstanceRecord
 
     stages = ("loading", "setup", "paramfetch", "benchmark", "proving", "proving", "killed")
     records = []
@@ -175,8 +175,8 @@ def serve_vastui(state: Path) -> None:
     from vastui.console.app import VastuiApp
     from vastui.console.fixtures import FixedSource
     from vastui.console.snapshot import Snapshot
+    from vastui.domain.engine_state import EngineStatus
     from vastui.engine.spend import fleet_spend, local_midnight
-    from vastui.store import EngineStatus
 
     offers = bench_offers()
     instances = bench_instances(offers)

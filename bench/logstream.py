@@ -46,8 +46,8 @@ from vastui.console.logview import LogView
 from vastui.console.logviewport import LogLines as LogViewport
 from vastui.console.panes.logs import LogsPane
 from vastui.console.sources.workers import stream_worker_logs, worker_of
+from vastui.domain.worker import InstanceRecord
 from vastui.ssh import MemoryPins, SshPool, workerctl
-from vastui.store import InstanceRecord
 from vastui.vast.client import VastClient
 
 GOALS = [

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import Goal, interleave, market_payload, ms, progress, ratio
+from vastui.domain.machines import PerfRecord
 from vastui.engine.ranking import rank_offers
-from vastui.store import PerfRecord
 from vastui.vast.client import VastClient, _decode_offers
 from vastui.vast.models import Offer, parse_json
 

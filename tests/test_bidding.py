@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 from vastui.config import Config
+from vastui.domain.worker import BidHistory, InstanceRecord
 from vastui.engine import bidding, policy
 from vastui.engine.bidding import BidQuote, RaiseBid, Risk, RiskModel
 from vastui.engine.ranking import rank_offers
 from vastui.engine.spend import instance_cost
-from vastui.store import BidHistory, InstanceRecord
 from vastui.vast.models import Offer
 
 AUTO = replace(Config(), bids=replace(Config().bids, mode="auto"))

@@ -171,7 +171,9 @@ def test_module_entry_point_help():
 def test_status_says_target_reason_and_spend(capsys, db):
     import asyncio
 
-    from vastui.store import EngineStatus, InstanceRecord, Store
+    from vastui.domain.engine_state import EngineStatus
+    from vastui.domain.worker import InstanceRecord
+    from vastui.store import Store
 
     async def seed() -> None:
         async with await Store.open(Path(db)) as store:
@@ -211,7 +213,8 @@ def test_instances_all_shows_other_controllers_apart(capsys, db):
     from `instances` with a hint on stderr, and shown, marked foreign with their fleet, by --all."""
     import asyncio
 
-    from vastui.store import ForeignInstance, InstanceRecord, Store
+    from vastui.domain.worker import ForeignInstance, InstanceRecord
+    from vastui.store import Store
 
     async def seed() -> None:
         async with await Store.open(Path(db)) as store:

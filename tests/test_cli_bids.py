@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli import jsonl, run
+from vastui.domain.worker import InstanceRecord
 from vastui.status import render
-from vastui.store import InstanceRecord, Store
+from vastui.store import Store
 
 
 def test_offers_type_bid_prices_at_the_minimum_bid(capsys, tmp_path: Path):

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from vastui.cli import EXIT_BROKEN_PIPE, main
+from vastui.domain.journal import EVENT_KINDS
 from vastui.pricing import min_rate
-from vastui.store import EVENT_KINDS, Store
+from vastui.store import Store
 
 RANK_KEYS = {
     "known_rate", "prior_rate", "rate_source", "expected_rate", "min_rate",

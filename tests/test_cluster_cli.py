@@ -12,9 +12,10 @@ import pytest
 
 from tests.pgfixtures import CurioDb
 from vastui.cli import main
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity
 from vastui.status import cluster_line
-from vastui.store import InstanceRecord, Store
+from vastui.store import Store
 
 T0 = time.time() - 3600.0
 

@@ -21,7 +21,7 @@ from vastui.console import detail
 from vastui.console.detail import DetailScreen, render_cuzk
 from vastui.console.fixtures import CUZK_STATUS, T0, FixedSource, fixed_app
 from vastui.console.rowtable import RowTable
-from vastui.store import InstanceRecord
+from vastui.domain.worker import InstanceRecord
 
 
 async def _on_the_proving_worker(pilot: Any) -> None:

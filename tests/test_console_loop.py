@@ -30,7 +30,9 @@ from vastui.console.fixtures import FixedSource, fixed_app, fixed_data
 from vastui.console.help import HelpScreen
 from vastui.console.rowtable import RowTable
 from vastui.console.sources import AttachedSource
-from vastui.store import EngineStatus, InstanceRecord, Store
+from vastui.domain.engine_state import EngineStatus
+from vastui.domain.worker import InstanceRecord
+from vastui.store import Store
 
 
 def strip(app: VastuiApp) -> str:

@@ -175,7 +175,7 @@ async def test_another_controllers_instances_are_shown_apart_and_never_acted_on(
 ) -> None:
     """Issue 17: instances with vastui's label that this database never intended are listed
     after ours as another controller's; destroy, ignore and logs on one do nothing but say so."""
-    from vastui.store import ForeignInstance
+    from vastui.domain.worker import ForeignInstance
 
     app = fixed_app(tmp_path)
     source = app.source
@@ -208,7 +208,7 @@ def test_the_tasks_cell_says_what_became_of_a_destroyed_workers_tasks() -> None:
     """Held while it lives (⤓ while it drains); once destroyed, freed (↩n) or still held in red
     (the release is owed): a destroyed row never reads as holding work it gave back."""
     from vastui.console.panes.instances import _tasks
-    from vastui.store.instances import InstanceRecord
+    from vastui.domain.worker import InstanceRecord
 
     state = '{"held": 3}'
     cases = [

@@ -17,9 +17,9 @@ from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
 from vastui.console.sources import AttachedSource, OwnEngineSource, choose_source
+from vastui.domain.engine_state import Lease
 from vastui.engine.runtime import RunOptions
 from vastui.store import Store, StoreNotCurrent
-from vastui.store.lease import Lease
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 7

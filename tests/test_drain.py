@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import drain, production
 from vastui.engine.policy import Kill
 from vastui.engine.production import ProdState
-from vastui.store import InstanceRecord
 
 PROVING = InstanceRecord(vast_id=1, state="proving", runner_id=3, bench_rate=20.0)
 

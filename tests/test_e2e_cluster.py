@@ -21,10 +21,10 @@ from pathlib import Path
 from tests.helpers import E2E_WORKER_ENV, eventually
 from vastui.backend import Options
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity
 from vastui.engine.labels import fleet_id_of
 from vastui.engine.runtime import RunOptions, engine_runtime
-from vastui.store import InstanceRecord
 
 SPEED = 300.0
 LONG = 300.0  # an upper bound only

@@ -12,12 +12,13 @@ import pytest
 from tests.enginekit import World, rent_one, result
 from tests.helpers import deploy
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import policy, provision
 from vastui.engine.engine import EngineError
 from vastui.engine.provision import Worker, surplus
 from vastui.engine.spend import is_rejected
 from vastui.numbers import parse_number
-from vastui.store import InstanceRecord, Store
+from vastui.store import Store
 from vastui.store.errors import StoreFatal
 
 # -- shrinking: which workers are surplus (pure) --------------------------------------------

@@ -22,9 +22,10 @@ from vastui.config import (
     state_dir,
     write_private,
 )
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.headless import setup_logging
 from vastui.engine.keys import ensure_ssh_key
-from vastui.store import InstanceRecord, Store
+from vastui.store import Store
 
 T0 = 1_790_000_000.0
 

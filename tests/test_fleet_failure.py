@@ -202,8 +202,8 @@ def test_a_stuck_load_carries_vasts_pull_error_into_its_signature() -> None:
     """A missing image: every machine's load is stuck with the registry's error in Vast's
     status message; the kill carries it, so the signature is one across machines."""
     from vastui.config import Config
+    from vastui.domain.worker import InstanceRecord
     from vastui.engine import policy
-    from vastui.store import InstanceRecord
 
     def stuck(vid: int) -> policy.Kill:
         msg = (

@@ -162,3 +162,56 @@ def test_no_module_imports_a_private_name_from_another() -> None:
         and f"{module}.{name}" not in MODULES
     ]  # fmt: skip
     assert taken == []
+
+
+# -- the domain above the store (issue 29): the store maps records to rows, it owns none -------
+
+# The decisions, pure: they take records and facts and return verdicts, never a store.
+DECISIONS = [
+    "vastui.engine.policy", "vastui.engine.transitions", "vastui.engine.provision",
+    "vastui.engine.bidding", "vastui.engine.spend", "vastui.engine.drain",
+    "vastui.engine.ranking", "vastui.engine.physics", "vastui.engine.production",
+    "vastui.pricing", "vastui.domain.plan", "vastui.domain.stages", "vastui.domain.worker",
+    "vastui.domain.machines", "vastui.domain.journal", "vastui.domain.engine_state",
+]  # fmt: skip
+
+
+def _in_store(module: str) -> bool:
+    return module == "vastui.store" or module.startswith("vastui.store.")
+
+
+@pytest.mark.parametrize("name", DECISIONS)
+def test_a_decision_imports_nothing_of_the_store(name: str) -> None:
+    assert name in MODULES, f"{name} is gone: update DECISIONS"
+    taken = [f"{m}.{n}" for m, n in vastui_imports(MODULES[name]) if _in_store(m)]
+    assert taken == []
+
+
+def test_nothing_above_the_store_takes_a_record_type_from_it() -> None:
+    """A record (a dataclass) is the domain's: above the store, a module takes from the store the
+    store itself, its errors and its operations, never a type to hold data in."""
+    import dataclasses
+    import importlib
+
+    taken = []
+    for name, path in MODULES.items():
+        if _in_store(name):
+            continue
+        for module, imported in vastui_imports(path):
+            if not _in_store(module) or not imported:
+                continue
+            value = getattr(importlib.import_module(module), imported, None)
+            if isinstance(value, type) and dataclasses.is_dataclass(value):
+                taken.append(f"{name} takes {module}.{imported}")
+    assert taken == []
+
+
+def test_the_domain_imports_only_the_domain() -> None:
+    taken = [
+        f"{name} takes {module}"
+        for name, path in MODULES.items()
+        if name.startswith("vastui.domain")
+        for module, _ in vastui_imports(path)
+        if not module.startswith("vastui.domain")
+    ]
+    assert taken == []

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vastui.domain.machines import PerfRecord
 from vastui.engine.ranking import RankedOffer, RateModel, rank_offers
 from vastui.pricing import MAX_MIN_RATE, min_rate, min_rate_at
 from vastui.sanitize import sanitize_line
-from vastui.store import PerfRecord
 from vastui.vast.errors import VastMalformedResponse
 from vastui.vast.models import (
     INT64_MAX,
@@ -484,7 +484,7 @@ def test_errors_still_one_line_by_the_module_that_raised_them():
 
 def test_the_events_help_still_names_every_kind(capsys):
     from vastui.cli import main
-    from vastui.store import EVENT_KINDS
+    from vastui.domain.journal import EVENT_KINDS
 
     with pytest.raises(SystemExit):
         main(["events", "--help"])

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vastui.domain.machines import PerfRecord
 from vastui.engine.ranking import from_record, rank_offers, to_record
-from vastui.store import PerfRecord
 from vastui.vast.models import INT64_MAX, MAX_DPH, MIN_DPH, Offer
 
 QUANTITY = st.one_of(st.none(), st.integers(0, 10**12), st.floats(0, 1e12))

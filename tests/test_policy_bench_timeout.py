@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import policy
-from vastui.store import InstanceRecord
 
 
 @pytest.mark.parametrize(

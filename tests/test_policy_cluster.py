@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import policy, production
 from vastui.engine.production import ProdState, Reading
-from vastui.store import InstanceRecord
 
 CONFIG = Config()
 

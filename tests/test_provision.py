@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from vastui.domain.machines import PerfRecord
 from vastui.engine.provision import REASON_KINDS, Candidate, FleetView, decide, gate, rent_reason
 from vastui.engine.ranking import RankedOffer, rank_offers
-from vastui.store import PerfRecord
 from vastui.vast.models import Offer
 
 MAX = 0.008  # $/proof

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from vastui.domain.machines import PerfRecord
 from vastui.engine.ranking import DEFAULT_GPU_RATES, RAM_FACTORS, ram_class, rank_offers
-from vastui.store import PerfRecord
 from vastui.vast.models import Offer
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from vastui.config import Config
+from vastui.domain.machines import PerfRecord
 from vastui.engine.ranking import DEFAULT_GPU_RATES, Levers, rank_offers, setup_hours
-from vastui.store import PerfRecord
 from vastui.vast.models import Offer
 
 

@@ -432,7 +432,8 @@ def test_a_destroy_intents_ban_is_excused_for_the_fleets_victims_only() -> None:
 
 def test_the_observer_reads_fleet_id_pause_and_foreign_instances(tmp_path: Path) -> None:
     from reliability.observe import fleet_id, read_store
-    from vastui.store import ForeignInstance, Store
+    from vastui.domain.worker import ForeignInstance
+    from vastui.store import Store
 
     db = tmp_path / "vastui.db"
 

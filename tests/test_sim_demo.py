@@ -14,11 +14,13 @@ import pytest
 
 from vastui.backend import DEMO_WORLD_SEED, make_demo_cloud
 from vastui.config import Config
+from vastui.domain.machines import PerfRecord
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.ranking import rank_offers
 from vastui.engine.runtime import RunOptions, demo_history, open_demo_cloud
 from vastui.sim import ManualClock, SimCloud
 from vastui.sim.outages import OUTAGE_HORIZON_S
-from vastui.store import InstanceRecord, PerfRecord, Store
+from vastui.store import Store
 from vastui.vast.models import Offer
 from vastui.vast.query import build_search_body
 

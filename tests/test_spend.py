@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.spend import (
     billed_interval,
     fleet_spend,
@@ -15,7 +16,6 @@ from vastui.engine.spend import (
     is_rejected,
     local_midnight,
 )
-from vastui.store import InstanceRecord
 
 H = 3600.0
 DAY0 = datetime(2026, 11, 30, tzinfo=UTC).timestamp()  # the day boundary in these tests

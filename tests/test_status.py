@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from vastui.domain.engine_state import EngineStatus
+from vastui.domain.worker import InstanceRecord
 from vastui.status import gather, limits, render
-from vastui.store import EngineStatus, InstanceRecord, Store
+from vastui.store import Store
 
 H = 3600.0
 DAY0 = 1_796_000_400.0  # the day boundary passed in (2026-11-30T00:20:00Z, any value will do)

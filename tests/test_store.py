@@ -10,18 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from vastui.store import (
-    SCHEMA_VERSION,
-    BadEntry,
-    EngineStatus,
-    Event,
-    InstanceRecord,
-    LegacyReviewEntry,
-    PerfRecord,
-    Store,
-    StoreError,
-    iso_utc,
-)
+from vastui.domain.engine_state import EngineStatus
+from vastui.domain.journal import Event
+from vastui.domain.machines import BadEntry, LegacyReviewEntry, PerfRecord
+from vastui.domain.timefmt import iso_utc
+from vastui.domain.worker import InstanceRecord
+from vastui.store import SCHEMA_VERSION, Store, StoreError
 from vastui.store.common import json_dict
 from vastui.store.migrations import MIGRATIONS
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vastui.store import InstanceRecord, LeaseHeld, Store, StoreError
+from vastui.domain.worker import InstanceRecord
+from vastui.store import LeaseHeld, Store, StoreError
 
 T0 = 1_790_000_000.0
 

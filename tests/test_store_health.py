@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from vastui.store import BanSpec, InstanceRecord, Store, StoreError, StoreFatal
+from vastui.domain.machines import BanSpec
+from vastui.domain.worker import InstanceRecord
+from vastui.store import Store, StoreError, StoreFatal
 from vastui.store.health import decode_row, fatal_error
+from vastui.store.instances import instance_from_row
 
 T0 = 1_790_000_000.0
 LEASE = {"pid": 4242, "hostname": "elsewhere", "mode": "headless", "ttl": 30.0}
@@ -305,13 +308,16 @@ async def test_a_row_decodes_alike_whole_or_in_part(store: Store) -> None:
     async with conn.execute(
         "SELECT is_bid, error_lines, vast_id, machine_id, state FROM instances"
     ) as cur:
-        part = decode_row(store.path, "instances", "vast_id", InstanceRecord, await cur.fetchone())
+        row = await cur.fetchone()
+        part = decode_row(
+            store.path, "instances", "vast_id", InstanceRecord, row, instance_from_row
+        )
     assert part == InstanceRecord(
         vast_id=9, machine_id=7, state="proving", error_lines=("a", "b"), is_bid=True
     )
     async with conn.execute("SELECT vast_id, machine_id FROM instances") as cur:
         row = await cur.fetchone()
-    assert InstanceRecord.from_row(row) == InstanceRecord(vast_id=9, machine_id=7)
+    assert instance_from_row(row) == InstanceRecord(vast_id=9, machine_id=7)
 
 
 # -- destroy and ban: one intent --------------------------------------------------------------

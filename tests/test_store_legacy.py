@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vastui.store import InstanceRecord, Store, StoreError, import_legacy
+from vastui.domain.worker import InstanceRecord
+from vastui.store import Store, StoreError, import_legacy
 from vastui.store.legacy import ImportReport, parse_legacy_time
 
 T0 = 1_796_033_100.0  # 2026-11-30T10:05:00Z

@@ -221,7 +221,7 @@ async def cmd_perf(opts: Options, args: argparse.Namespace) -> int:
 
 async def cmd_events(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
-    from vastui.store import EVENT_KINDS
+    from vastui.domain.journal import EVENT_KINDS
 
     async with open_store(opts) as store:
         events = await store.events.all(limit=args.limit, kind=args.kind)
@@ -508,7 +508,7 @@ class OneLineParser(argparse.ArgumentParser):
     def format_help(self) -> str:
         text = super().format_help()
         if _EVENT_KINDS in text:  # the list lives in the store: imported only for this help
-            from vastui.store import EVENT_KINDS
+            from vastui.domain.journal import EVENT_KINDS
 
             text = text.replace(_EVENT_KINDS, ", ".join(EVENT_KINDS))
         return text

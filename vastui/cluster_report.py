@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.timefmt import iso_utc
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.cluster import ClusterReader, ClusterView, worker_of
 from vastui.engine.drain import release_owed
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord, Store, iso_utc
+from vastui.store import Store
 
 COLUMNS = [
     "curio_machine_id", "host_and_port", "instance", "state", "last_contact", "cordoned",

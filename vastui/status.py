@@ -18,9 +18,11 @@ import time
 from collections import Counter
 from typing import Any
 
+from vastui.domain.engine_state import EngineStatus
 from vastui.domain.stages import STATES
+from vastui.domain.timefmt import iso_utc
 from vastui.engine.spend import counted, fleet_spend, local_midnight
-from vastui.store import EngineStatus, Store, iso_utc
+from vastui.store import Store
 from vastui.store.lease import holder_is_dead
 
 

@@ -60,12 +60,13 @@ from vastui.console.summary import STRIP_HELP, SpendView, StripState, SummaryStr
 from vastui.console.terminal import TerminalGuard, guarded_terminal
 from vastui.console.themes import load_theme_dirs, register_themes, resolve_theme_name, theme_dirs
 from vastui.console.uistate import load_ui_state, save_ui_state
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
 from vastui.engine.spend import instance_cost
 from vastui.pricing import min_rate
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord, StoreError
+from vastui.store import StoreError
 
 log = logging.getLogger("vastui.console")
 

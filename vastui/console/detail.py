@@ -29,9 +29,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from vastui.console.cells import age, money, t
+from vastui.domain.timefmt import iso_utc
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity, policy
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord, iso_utc
 from vastui.store.common import json_dict
 
 RECORD_EVERY = 1.0  # seconds between re-reads of the record

@@ -16,20 +16,15 @@ from vastui.console.app import VastuiApp
 from vastui.console.snapshot import Snapshot
 from vastui.console.sources import Badge, Freshness
 from vastui.console.sources.workers import ssh_command
+from vastui.domain.engine_state import EngineStatus
+from vastui.domain.journal import Event
+from vastui.domain.machines import BadEntry, LegacyReviewEntry, PerfRecord
+from vastui.domain.worker import ForeignInstance, InstanceRecord
 from vastui.engine.bidding import RiskModel
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.pricing import min_rate
 from vastui.sim import ManualClock, SimCloud
-from vastui.store import (
-    BadEntry,
-    EngineStatus,
-    Event,
-    ForeignInstance,
-    InstanceRecord,
-    LegacyReviewEntry,
-    PerfRecord,
-)
 from vastui.vast.models import Offer
 
 T0 = 1_790_000_000.0

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vastui.domain.engine_state import EngineStatus, Lease
+from vastui.domain.journal import Event
+from vastui.domain.machines import BadEntry, LegacyReviewEntry, PerfRecord
+from vastui.domain.worker import ForeignInstance, InstanceRecord
 from vastui.engine.spend import Spend
-from vastui.store import (
-    BadEntry,
-    Event,
-    ForeignInstance,
-    InstanceRecord,
-    LegacyReviewEntry,
-    PerfRecord,
-)
-from vastui.store.lease import Lease
-from vastui.store.status import EngineStatus
 
 
 @dataclass

@@ -11,8 +11,8 @@ from textual.widgets import Static
 
 from vastui.console.cells import age, money
 from vastui.console.snapshot import FleetEconomics, Snapshot
+from vastui.domain.engine_state import EngineStatus
 from vastui.sanitize import sanitize_line
-from vastui.store import EngineStatus
 
 # What each part of the strip means (help shows this).
 STRIP_HELP = (

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config, load_curio_db_password
+from vastui.domain.journal import BAN_KEY, Intent
+from vastui.domain.machines import BanSpec
+from vastui.domain.worker import InstanceRecord, Progress
 from vastui.engine import drain, fleetwide, identity, policy
 from vastui.engine.bidding import BidQuote
 from vastui.engine.cluster import ClusterError, ClusterReader, Worker, worker_of
@@ -39,9 +42,8 @@ from vastui.engine.transitions import (
     Update,
 )
 from vastui.sanitize import sanitize_line
-from vastui.store import BanSpec, InstanceRecord, Intent, Store
+from vastui.store import Store
 from vastui.store.errors import StoreError, StoreFatal
-from vastui.store.intents import BAN_KEY
 from vastui.vast.client import VastClient
 from vastui.vast.errors import CreateOutcomeUnknown, VastError, VastHTTPError
 from vastui.vast.models import Offer
@@ -630,11 +632,12 @@ class Acts:
                         detail=dict(detail) if detail is not None else None, now=now,
                     )  # fmt: skip
                 case Production(state, measured, rate, checked_at, curio_info):
-                    prod: dict[str, Any] = {"prod_state": state.to_json()}
+                    prod: Progress = {"prod_state": state.to_json()}
                     if measured:
                         prod.update(
-                            prod_completed=state.completed, prod_failed=state.failed,
-                            prod_rate=rate, prod_checked_at=checked_at, curio_info=curio_info,
+                            {"prod_completed": state.completed, "prod_failed": state.failed,
+                             "prod_rate": rate, "prod_checked_at": checked_at,
+                             "curio_info": curio_info}
                         )  # fmt: skip
                     rec = await self.store.instances.update(rec.vast_id, **prod)
                 case RecordRate(rate):

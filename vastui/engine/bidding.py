@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vastui.config import BidsSection, Config
+from vastui.domain.worker import BidHistory, InstanceRecord, Progress
 from vastui.engine import policy
-from vastui.store import BidHistory, InstanceRecord
 
 # Pseudo-hours of prior behind a GPU model's rate, and of the model's rate behind a machine's.
 MODEL_PRIOR_H = 20.0
@@ -178,7 +178,7 @@ class BidChange:
     """What one look at a bid instance on Vast changes: record fields, a line for the event
     log, and the stage to go back to (a resumed container starts its worker afresh)."""
 
-    fields: dict[str, object]
+    fields: Progress
     note: str
     stage: str | None = None
 

@@ -52,11 +52,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity
 from vastui.engine.labels import fleet_id_of
 from vastui.redact import redact
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord
 
 log = logging.getLogger("vastui.engine.cluster")
 

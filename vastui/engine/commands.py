@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from vastui.domain.journal import Command
 from vastui.engine import policy, provision
 from vastui.engine.acts import Acts, EngineError
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
-from vastui.store import Command, Store, StoreError
+from vastui.store import Store, StoreError
 from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
 from vastui.vast.models import Offer

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.policy import Kill
-from vastui.store import InstanceRecord
 
 # The destroys of a healthy worker: it can finish what it holds.
 DRAIN_KINDS = frozenset({"surplus", "prove_below_min"})

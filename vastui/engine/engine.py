@@ -29,6 +29,9 @@ from datetime import UTC
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.engine_state import EngineStatus
+from vastui.domain.journal import Intent
+from vastui.domain.worker import ForeignInstance, InstanceRecord, Progress
 from vastui.engine import (
     bidding,
     drain,
@@ -60,7 +63,7 @@ from vastui.engine.spend import SURPLUS_KIND, fleet_spend, local_midnight, worke
 from vastui.numbers import parse_number
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
-from vastui.store import EngineStatus, ForeignInstance, InstanceRecord, Intent, Store, StoreError
+from vastui.store import Store, StoreError
 from vastui.store.common import json_dict
 from vastui.store.errors import StoreFatal
 from vastui.vast.client import VastClient
@@ -520,7 +523,7 @@ class Engine:
     async def _refresh(self, rec: InstanceRecord, inst: Instance, now: float) -> InstanceRecord:
         status = inst.actual_status
         endpoint = inst.ssh_endpoint()
-        fields: dict[str, Any] = {
+        fields: Progress = {
             "vast_status": status,
             # What Vast bills, storage included: the offer's search price may differ.
             "dph_total": inst.dph_total if inst.dph_total is not None else rec.dph_total,

@@ -11,10 +11,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from vastui.domain.worker import InstanceRecord
 from vastui.engine import production
 from vastui.ssh import SshError, SshPool
 from vastui.ssh.errors import SshUnreachable
-from vastui.store import InstanceRecord, Store
+from vastui.store import Store
 
 log = logging.getLogger("vastui.engine")
 

@@ -16,13 +16,15 @@ from datetime import UTC
 
 from vastui.alerts import Alert, AlertBook, Conditions, FleetFacts, Notifier
 from vastui.config import Config
+from vastui.domain.engine_state import EngineStatus
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.cluster import cluster_held
 from vastui.engine.provision import REASON_KINDS
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.spend import counted, fleet_spend, instance_cost, local_midnight
 from vastui.metrics import FleetCollector, FleetSample, MetricsServer, WorkerSample
 from vastui.sanitize import sanitize_line
-from vastui.store import EngineStatus, InstanceRecord, Store
+from vastui.store import Store
 
 log = logging.getLogger("vastui.engine")
 HOUR = 3600.0

@@ -23,8 +23,8 @@ from typing import Any
 from vastui.config import Config
 from vastui.domain import plan
 from vastui.domain.stages import STAGES
+from vastui.domain.worker import InstanceRecord
 from vastui.numbers import parse_number
-from vastui.store import InstanceRecord
 
 GPU_ERROR = re.compile(
     r"CUDA error|out of memory|illegal memory access|Xid \d+|GPU has fallen off|"

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.machines import PerfRecord
 from vastui.domain.plan import GIB, PARAMS_DISK_GIB
 from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
 from vastui.numbers import parse_number
 from vastui.pricing import min_rate_at
-from vastui.store import PerfRecord
 from vastui.vast.models import ModelError, Offer, unchecked_constructor
 
 # Per-GPU proofs/hour with ample RAM and CPU; used only until a machine of that model is measured.

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
-from vastui.store import InstanceRecord
+from vastui.domain.worker import InstanceRecord
 
 GATE_KIND_PREFIXES = ("bench_", "deadline_")
 GATE_FAILED_KINDS = ("setup_failed", "paramfetch_failed", "benchmark_failed")

@@ -15,16 +15,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.worker import InstanceRecord, Progress
 from vastui.engine import physics, policy, production
 from vastui.sanitize import sanitize_line
-from vastui.store import InstanceRecord
 
 
 @dataclass(frozen=True)
 class Update:
     """Write these fields on the instance's record."""
 
-    fields: Mapping[str, Any]
+    fields: Progress
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,7 @@ def on_event(
     position: int | None = None,
 ) -> list[Effect]:
     """One worker event (worker-image/README.md: start, ok, fail, progress, result)."""
-    fields: dict[str, Any] = {
-        "events_seen": position if position is not None else rec.events_seen + 1
-    }
+    fields: Progress = {"events_seen": position if position is not None else rec.events_seen + 1}
     if rec.first_report_at is None:
         fields["first_report_at"] = now
     effects: list[Effect] = [Update(fields)]
@@ -182,7 +180,7 @@ def on_benchmark(rec: InstanceRecord, result: dict[str, Any], config: Config) ->
 def on_prove_progress(rec: InstanceRecord, event: Mapping[str, Any], now: float) -> list[Effect]:
     """What the prove stage says of the controller's tunnel (down: waiting, never the
     machine's fault) and of its curio node."""
-    fields: dict[str, Any] = {}
+    fields: Progress = {}
     effects: list[Effect] = []
     tunnel = policy.tunnel_report(dict(event))
     if tunnel is not None:

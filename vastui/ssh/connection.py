@@ -31,8 +31,8 @@ from typing import Any
 
 import asyncssh
 
+from vastui.domain.worker import HostKeyRecord
 from vastui.sanitize import sanitize_line
-from vastui.store import HostKeyRecord
 
 from .errors import (
     HostKeyChanged,

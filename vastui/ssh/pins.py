@@ -12,7 +12,8 @@ from typing import Protocol, runtime_checkable
 
 import asyncssh
 
-from vastui.store import HostKeyRecord, Store
+from vastui.domain.worker import HostKeyRecord
+from vastui.store import Store
 
 
 def ssh_key(pin: HostKeyRecord) -> asyncssh.SSHKey:

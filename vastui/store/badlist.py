@@ -5,193 +5,58 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
+from vastui.domain.machines import (
+    BAD_SOURCES,
+    BadEntry,
+    BanSpec,
+    LegacyReviewEntry,
+    Strike,
+)
+
 from .checks import check_optional_positive_int, check_optional_time, check_positive_int, check_text
-from .common import iso_utc, json_list, lines_json, stamp
+from .common import json_list, lines_json, stamp
 from .database import Database, execute, fetch_all, fetch_one
 from .errors import StoreError
 from .events import insert_event
-from .health import decode_row
+from .health import decode_row, plain_row
 
-# Sources of a bad-machine entry, strongest first: an import never downgrades a stronger source.
-BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
 _RANK = {source: rank for rank, source in enumerate(BAD_SOURCES)}  # lower = stronger
 
 
-@dataclass(frozen=True, slots=True)
-class BadEntry:
-    """A banned machine (table ``bad_machines``), keyed by Vast ``machine_id``."""
-
-    machine_id: int
-    reason: str
-    source: str
-    created_at: float
-    updated_at: float
-    host_id: int | None = None
-    gpu_name: str | None = None
-    expires_at: float | None = None
-    bans: int = 1  # times the machine was banned (a repeat ban adds one), not its strikes
-    evidence: tuple[str, ...] | None = None
-
-    def active(self, now: float) -> bool:
-        return self.expires_at is None or self.expires_at > now
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> BadEntry:
-        return cls(
-            machine_id=row["machine_id"],
-            reason=row["reason"],
-            source=row["source"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            host_id=row["host_id"],
-            gpu_name=row["gpu_name"],
-            expires_at=row["expires_at"],
-            bans=row["bans"],
-            evidence=json_list(row["evidence"]),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "machine_id": self.machine_id,
-            "host_id": self.host_id,
-            "gpu_name": self.gpu_name,
-            "reason": self.reason,
-            "source": self.source,
-            "created_at": iso_utc(self.created_at),
-            "expires_at": iso_utc(self.expires_at),
-        }
+def bad_entry_from_row(row: sqlite3.Row) -> BadEntry:
+    return BadEntry(
+        machine_id=row["machine_id"],
+        reason=row["reason"],
+        source=row["source"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        host_id=row["host_id"],
+        gpu_name=row["gpu_name"],
+        expires_at=row["expires_at"],
+        bans=row["bans"],
+        evidence=json_list(row["evidence"]),
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class BanSpec:
-    """A ban decided together with a destroy. It rides in the destroy intent's detail (key
-    ``"ban_record"``) so that the kill, the ban and the intent's close are one transaction
-    (:meth:`vastui.store.Store.complete_destroy`) and a crash in between loses nothing."""
-
-    machine_id: int
-    reason: str
-    source: str = "automatic"
-    host_id: int | None = None
-    gpu_name: str | None = None
-    expires_at: float | None = None  # None = forever
-    evidence: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "machine_id": self.machine_id,
-            "reason": self.reason,
-            "source": self.source,
-            "host_id": self.host_id,
-            "gpu_name": self.gpu_name,
-            "expires_at": self.expires_at,
-            "evidence": list(self.evidence),
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> BanSpec | None:
-        """The ban an intent carries, or None when it carries none (or an unreadable one: the
-        store validates it again before recording anything)."""
-        if not isinstance(data, dict):
-            return None
-        machine_id, reason = data.get("machine_id"), data.get("reason")
-        if isinstance(machine_id, bool) or not isinstance(machine_id, int):
-            return None
-        if not isinstance(reason, str):
-            return None
-        expires_at = data.get("expires_at")
-        if expires_at is not None and (
-            isinstance(expires_at, bool) or not isinstance(expires_at, int | float)
-        ):
-            return None  # not "forever" by accident
-        host_id, gpu_name = data.get("host_id"), data.get("gpu_name")
-        evidence = data.get("evidence")
-        return cls(
-            machine_id=machine_id,
-            reason=reason,
-            source=str(data.get("source") or "automatic"),
-            host_id=host_id if isinstance(host_id, int) and not isinstance(host_id, bool) else None,
-            gpu_name=gpu_name if isinstance(gpu_name, str) else None,
-            expires_at=None if expires_at is None else float(expires_at),
-            evidence=tuple(str(x) for x in evidence) if isinstance(evidence, list) else (),
-        )
-
-    def checked(self) -> BanSpec:
-        """This ban fit to record, or StoreError naming what is wrong."""
-        check_positive_int("machine_id", self.machine_id)
-        reason = check_text("reason", self.reason)
-        if self.source not in BAD_SOURCES:
-            raise StoreError(
-                f"bad-machine source must be one of {BAD_SOURCES}, got {self.source!r}"
-            )
-        check_optional_positive_int("host_id", self.host_id)
-        expires_at = check_optional_time("expires_at", self.expires_at)
-        return replace(self, reason=reason, expires_at=expires_at)
+_strike_from_row = plain_row(Strike)
+_review_from_row = plain_row(LegacyReviewEntry)
 
 
-@dataclass(frozen=True, slots=True)
-class Strike:
-    """A mark against a machine (table ``strikes``): not a ban, until enough of them are."""
-
-    id: int
-    machine_id: int
-    instance_id: int | None
-    kind: str
-    reason: str
-    ts: float
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Strike:
-        return cls(**dict(zip(row.keys(), row, strict=True)))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "machine_id": self.machine_id,
-            "instance_id": self.instance_id,
-            "kind": self.kind,
-            "reason": self.reason,
-            "ts": iso_utc(self.ts),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class LegacyReviewEntry:
-    """A row from a pre-re-key legacy DB, keyed by an operator ACCOUNT id (``host_id``).
-
-    ``host_id`` is NOT a machine id and must never be used as one; these rows are shown for
-    an operator to review and are never enforced.
-    """
-
-    id: int
-    kind: str  # 'bad_host' or 'perf'
-    host_id: int
-    gpu_name: str | None
-    num_gpus: int | None
-    bench_rate: float | None
-    reason: str | None
-    legacy_added_at: float | None
-    imported_at: float
-    source_path: str
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> LegacyReviewEntry:
-        return cls(**dict(zip(row.keys(), row, strict=True)))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "machine_id": None,
-            "host_id": self.host_id,
-            "gpu_name": self.gpu_name,
-            "reason": self.reason,
-            "source": "legacy-review",
-            "created_at": iso_utc(self.legacy_added_at),
-            "expires_at": None,
-        }
+def checked_ban(ban: BanSpec) -> BanSpec:
+    """A ban fit to record, or StoreError naming what is wrong."""
+    check_positive_int("machine_id", ban.machine_id)
+    reason = check_text("reason", ban.reason)
+    if ban.source not in BAD_SOURCES:
+        raise StoreError(f"bad-machine source must be one of {BAD_SOURCES}, got {ban.source!r}")
+    check_optional_positive_int("host_id", ban.host_id)
+    expires_at = check_optional_time("expires_at", ban.expires_at)
+    return replace(ban, reason=reason, expires_at=expires_at)
 
 
 def _merge_expiry(old: float | None, new: float | None) -> float | None:
@@ -208,7 +73,7 @@ async def verify_bad_list(conn: aiosqlite.Connection, path: Path) -> None:
     """Every bad-list row decodes (at open: the engine decides on each of them)."""
     async with conn.execute("SELECT * FROM bad_machines") as cur:
         async for row in cur:
-            decode_row(path, "bad_machines", "machine_id", BadEntry, row)
+            decode_row(path, "bad_machines", "machine_id", BadEntry, row, bad_entry_from_row)
 
 
 class BadListRepo:
@@ -218,7 +83,7 @@ class BadListRepo:
         self._db = db
 
     def decode(self, row: sqlite3.Row) -> BadEntry:
-        return self._db.decode("bad_machines", "machine_id", BadEntry, row)
+        return self._db.decode("bad_machines", "machine_id", BadEntry, row, bad_entry_from_row)
 
     async def add(
         self,
@@ -238,10 +103,10 @@ class BadListRepo:
         replaced when given, the stronger source is kept (manual > automatic > legacy) and the
         ban lasts as long as the longer of the two expiries (``None`` = forever).
         """
-        ban = BanSpec(
+        ban = checked_ban(BanSpec(
             machine_id, reason, source, host_id, gpu_name, expires_at,
             tuple(evidence) if evidence is not None else (),
-        ).checked()  # fmt: skip
+        ))  # fmt: skip
         ev = lines_json(evidence)
         async with self._db.transaction() as conn:
             row = await self.ban_row(conn, ban, ev, stamp(now))
@@ -365,7 +230,7 @@ class BadListRepo:
             rows = await fetch_all(
                 conn, "SELECT * FROM legacy_review ORDER BY kind, host_id, gpu_name, num_gpus, id"
             )
-        return [LegacyReviewEntry.from_row(r) for r in rows]
+        return [_review_from_row(r) for r in rows]
 
     # -- strikes -------------------------------------------------------------------------
 
@@ -410,7 +275,7 @@ class BadListRepo:
             args = (machine_id,)
         async with self._db.read() as conn:
             rows = await fetch_all(conn, query + " ORDER BY id", args)
-        return [Strike.from_row(r) for r in rows]
+        return [_strike_from_row(r) for r in rows]
 
     @staticmethod
     async def forgive_strikes(conn: aiosqlite.Connection, instance_ids: Iterable[int]) -> None:

@@ -6,31 +6,18 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from vastui.domain.journal import COMMAND_KINDS, Command
 
 from .common import stamp
 from .database import Database, execute, fetch_all, fetch_one, insert
 
-COMMAND_KINDS = ("deploy", "destroy", "ignore", "unignore")
 
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    id: int
-    kind: str
-    args: dict[str, Any]
-    status: str
-    source: str
-    created_at: float
-    done_at: float | None
-    result: str | None
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Command:
-        data = dict(zip(row.keys(), row, strict=True))
-        data["args"] = json.loads(data["args"])
-        return cls(**data)
+def command_from_row(row: sqlite3.Row) -> Command:
+    data = dict(zip(row.keys(), row, strict=True))
+    data["args"] = json.loads(data["args"])
+    return Command(**data)
 
 
 class CommandRepo:
@@ -69,7 +56,7 @@ class CommandRepo:
                     f"({','.join('?' * len(rows))})",
                     [r["id"] for r in rows],
                 )
-        return [Command.from_row(r) for r in rows]
+        return [command_from_row(r) for r in rows]
 
     async def finish(
         self, command_id: int, ok: bool, result: str, now: float | None = None
@@ -89,7 +76,7 @@ class CommandRepo:
     async def get(self, command_id: int) -> Command | None:
         async with self._db.read() as conn:
             row = await fetch_one(conn, "SELECT * FROM commands WHERE id = ?", (command_id,))
-        return Command.from_row(row) if row else None
+        return command_from_row(row) if row else None
 
     async def requeue_running(self) -> int:
         """After a crash: commands claimed but never finished go back to pending."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from .errors import StoreError
@@ -14,13 +13,6 @@ from .errors import StoreError
 def stamp(now: float | None) -> float:
     """The time a row is written at: the caller's clock (the engine's), else the wall's."""
     return time.time() if now is None else float(now)
-
-
-def iso_utc(ts: float | None) -> str | None:
-    """Render epoch seconds as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC); ``None`` stays ``None``."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def json_dict(text: str | None) -> dict[str, Any]:

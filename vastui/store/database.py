@@ -304,10 +304,17 @@ class Database:
                     await _rollback(conn)
                     raise
 
-    def decode(self, table: str, key: str, cls: type[R], row: sqlite3.Row) -> R:
+    def decode(
+        self,
+        table: str,
+        key: str,
+        cls: type[R],
+        row: sqlite3.Row,
+        from_row: Callable[[sqlite3.Row], R],
+    ) -> R:
         """Decode a row the engine decides on; one that does not decode is StoreFatal naming
         the table and the row (warning every step about it would change nothing)."""
         try:
-            return decode_row(self.path, table, key, cls, row)
+            return decode_row(self.path, table, key, cls, row, from_row)
         except StoreFatal as e:
             raise self.remember(e) from None

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import aiosqlite
+
+from vastui.domain.worker import ForeignInstance
 
 from .database import Database, execute, fetch_all
 
@@ -22,25 +22,6 @@ _COLUMNS = (
     "vast_id, label, owner, machine_id, gpu_name, num_gpus, dph_total, vast_status,"
     " first_seen_at, last_seen_at"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ForeignInstance:
-    """An instance with vastui's label that this database never intended, as last listed."""
-
-    vast_id: int
-    label: str
-    owner: str  # the fleet its label names: "<fleet>.<fleet id>", or "<fleet>" (older label)
-    machine_id: int | None = None
-    gpu_name: str | None = None
-    num_gpus: int | None = None
-    dph_total: float | None = None
-    vast_status: str | None = None
-    first_seen_at: float = 0.0
-    last_seen_at: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _finite_or_none(value: float | None) -> float | None:

@@ -15,8 +15,9 @@ import os
 import sqlite3
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, Self, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import aiosqlite
 
@@ -129,14 +130,16 @@ async def quick_check(conn: aiosqlite.Connection, path: Path) -> None:
 # -- decoding rows --------------------------------------------------------------------------
 
 
-class RowRecord(Protocol):
-    """A record a row decodes to (every record dataclass of the store)."""
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Self: ...
+R = TypeVar("R")
 
 
-R = TypeVar("R", bound=RowRecord)
+def plain_row(cls: type[R]) -> Callable[[sqlite3.Row], R]:
+    """The decoder of a record whose fields are its columns, unchanged."""
+
+    def from_row(row: sqlite3.Row) -> R:
+        return cls(**dict(zip(row.keys(), row, strict=True)))
+
+    return from_row
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,10 +187,18 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def decode_row(path: Path, table: str, key: str, cls: type[R], row: sqlite3.Row) -> R:
-    """``cls.from_row(row)`` with every column's type checked first; a row that does not decode
+def decode_row(
+    path: Path,
+    table: str,
+    key: str,
+    cls: type[R],
+    row: sqlite3.Row,
+    from_row: Callable[[sqlite3.Row], R],
+) -> R:
+    """``from_row(row)`` with every column's type checked first; a row that does not decode
     is StoreFatal naming the table and the row (a warning every step would change nothing)."""
-    for column in _columns(cls, tuple(row.keys())):
+    record: type = cls  # the class itself is the cache's key
+    for column in _columns(record, tuple(row.keys())):
         value = row[column.index]
         if value is None:
             if column.nullable:
@@ -201,7 +212,7 @@ def decode_row(path: Path, table: str, key: str, cls: type[R], row: sqlite3.Row)
                 f" expected {column.expected}",
             )  # fmt: skip
     try:
-        return cls.from_row(row)
+        return from_row(row)
     except (ValueError, TypeError, KeyError) as exc:
         why = _first_line(str(exc))
     _undecodable(path, table, key, row, why)  # outside the handler: no chained traceback

@@ -4,7 +4,8 @@ changed key is never re-pinned automatically (the operator verifies it and forge
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+
+from vastui.domain.worker import HostKeyRecord
 
 from .checks import check_positive_int, check_text
 from .common import stamp
@@ -12,27 +13,15 @@ from .database import Database, execute, fetch_one
 from .errors import StoreError
 
 
-@dataclass(frozen=True, slots=True)
-class HostKeyRecord:
-    """An SSH host key pinned (trust on first use) for one Vast instance."""
-
-    instance_id: int
-    host: str
-    port: int
-    public_key: str  # OpenSSH one-line form: "<type> <base64>" (no comment)
-    fingerprint: str  # e.g. "SHA256:..."
-    pinned_at: float
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> HostKeyRecord:
-        return cls(
-            instance_id=row["instance_id"],
-            host=row["host"],
-            port=row["port"],
-            public_key=row["public_key"],
-            fingerprint=row["fingerprint"],
-            pinned_at=row["pinned_at"],
-        )
+def host_key_from_row(row: sqlite3.Row) -> HostKeyRecord:
+    return HostKeyRecord(
+        instance_id=row["instance_id"],
+        host=row["host"],
+        port=row["port"],
+        public_key=row["public_key"],
+        fingerprint=row["fingerprint"],
+        pinned_at=row["pinned_at"],
+    )
 
 
 def openssh_key_body(public_key: object) -> str:
@@ -59,7 +48,7 @@ class HostKeyRepo:
         check_positive_int("instance_id", instance_id)
         async with self._db.read() as conn:
             row = await fetch_one(conn, _ROW, (instance_id,))
-        return HostKeyRecord.from_row(row) if row else None
+        return host_key_from_row(row) if row else None
 
     async def pin(
         self,
@@ -104,7 +93,7 @@ class HostKeyRepo:
                 )
             row = await fetch_one(conn, _ROW, (instance_id,))
         assert row is not None
-        return HostKeyRecord.from_row(row)
+        return host_key_from_row(row)
 
     async def forget(self, instance_id: int) -> bool:
         """Drop an instance's pin (after the operator verified a re-key). False if none."""

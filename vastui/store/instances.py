@@ -5,161 +5,23 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 import aiosqlite
 
 from vastui.domain.stages import STAGES, STATES
+from vastui.domain.worker import InstanceRecord, Progress
 
 from .checks import check_optional_positive_int, check_positive_int, check_text
-from .common import iso_utc, json_list, lines_json, stamp
+from .common import json_list, lines_json, stamp
 from .database import Database, execute, fetch_all, fetch_one
 from .errors import StoreError
 from .health import decode_row
 
-# Instance columns the engine may update piecemeal (stage moves go through set_stage).
-PROGRESS_COLUMNS = frozenset(
-    {
-        "events_seen", "bench_result", "vast_status", "status_msg", "last_seen_at",
-        "unhealthy_since", "first_report_at", "image_digest", "ssh_host", "ssh_port",
-        "bench_rate", "bench_outcome", "min_rate", "label", "dph_total", "bench_failed",
-        "prod_completed", "prod_failed", "prod_rate", "prod_checked_at", "prod_state",
-        "tunnel_down_since", "tunnel_detail", "max_pending", "curio_info", "runner_id",
-        "bid_price", "bid_cap", "outbid_since", "interruptions", "stopped_s", "storage_dph",
-        "cluster_state", "cluster_checked_at",
-    }
-)  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceRecord:
-    """One rented Vast instance (table ``instances``).
-
-    All timestamps are REAL epoch seconds (UTC); ``to_json()`` renders them as ISO-8601 UTC and
-    produces the exact key set the CLI's ``--json`` output and the console rely on.
-    """
-
-    vast_id: int
-    label: str | None = None
-    offer_id: int | None = None
-    machine_id: int | None = None
-    host_id: int | None = None  # Vast operator ACCOUNT id, informational only
-    gpu_name: str | None = None
-    num_gpus: int | None = None
-    dph_total: float | None = None
-    cpu_ram_gb: float | None = None
-    geolocation: str | None = None
-    image: str | None = None  # image requested at rent time
-    image_digest: str | None = None  # digest reported by the worker
-    state: str = "loading"
-    stage_started_at: float | None = None
-    created_at: float | None = None
-    loading_at: float | None = None
-    setup_at: float | None = None
-    paramfetch_at: float | None = None
-    benchmark_at: float | None = None
-    proving_at: float | None = None
-    killed_at: float | None = None
-    bench_rate: float | None = None
-    min_rate: float | None = None
-    bench_outcome: str | None = None  # 'pass' / 'fail' (or another engine-defined outcome)
-    failed_stage: str | None = None
-    kill_kind: str | None = None
-    kill_reason: str | None = None
-    error_lines: tuple[str, ...] | None = None
-    ssh_host: str | None = None
-    ssh_port: int | None = None
-    source: str = "vastui"  # 'vastui' or 'legacy'
-    events_seen: int = 0  # worker events consumed, to resume `workerctl events --after N`
-    bench_result: str | None = None  # the worker's bench-result.json, as JSON text
-    vast_status: str | None = None  # last actual_status seen on Vast
-    status_msg: str | None = None  # last Vast status_msg (untrusted text)
-    last_seen_at: float | None = None  # last time the instance was in the Vast list
-    unhealthy_since: float | None = None  # exited/offline/unknown since
-    first_report_at: float | None = None  # first event from the worker
-    bench_failed: int | None = None  # proofs that failed in the benchmark
-    prod_completed: int | None = None  # proofs completed in production (since the benchmark)
-    prod_failed: int | None = None  # proofs failed in production
-    prod_rate: float | None = None  # measured proofs/hour while busy, over the proving window
-    prod_checked_at: float | None = None  # last time cuzk's counters were read
-    prod_state: str | None = None  # JSON: counter baselines and samples (engine-private)
-    runner_id: int | None = None  # the worker's identity in curio's cluster (unique per fleet)
-    tunnel_down_since: float | None = None  # the worker waits for the controller's tunnel
-    tunnel_detail: str | None = None  # what the worker says is down (untrusted text)
-    max_pending: int | None = None  # [Cuzk] MaxPending its curio runs with
-    curio_info: str | None = None  # JSON: its curio node as the cluster knows it
-    paramfetch_timeout: int | None = None  # seconds the worker's parameter fetch was given
-    # Interruptible (bid) rentals: vastui/engine/bidding.py.
-    is_bid: bool = False
-    bid_price: float | None = None  # $/h for the machine, what it pays while it runs
-    bid_cap: float | None = None  # never bid above: the machine would lose to on-demand
-    storage_dph: float | None = None  # what it bills while stopped
-    outbid_since: float | None = None  # stopped by a higher bid since
-    interruptions: int = 0  # times a higher bid stopped it
-    stopped_s: float = 0.0  # seconds spent outbid (closed episodes)
-    # curio's cluster (migration 12): the last reading of this worker there (JSON), a drain
-    # (cordoned before a planned destroy) and the release of its tasks once destroyed.
-    cluster_state: str | None = None
-    cluster_checked_at: float | None = None
-    drain_started_at: float | None = None  # cordoned at
-    drain_deadline: float | None = None  # destroyed by then, whatever it holds
-    released_at: float | None = None  # its tasks freed in the cluster (destroyed, or outbid)
-    released_tasks: int | None = None  # how many, the last time
-
-    @property
-    def stage(self) -> str | None:
-        """The current stage; for killed rows, the stage the instance died in."""
-        return self.failed_stage if self.state == "killed" else self.state
-
-    @property
-    def killed(self) -> bool:
-        return self.state == "killed"
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> InstanceRecord:
-        names = tuple(row.keys())
-        if names == _COLUMNS:  # every column, in field order (SELECT *): the engine's listings
-            values = list(row)
-            values[_ERROR_LINES] = json_list(values[_ERROR_LINES])
-            values[_IS_BID] = bool(values[_IS_BID])
-            # Positional: 61 keywords cost 3x as much to match (the names are fresh strings).
-            return cls(*values)
-        data = dict(zip(names, row, strict=True))
-        if "error_lines" in data:
-            data["error_lines"] = json_list(data["error_lines"])
-        if "is_bid" in data:
-            data["is_bid"] = bool(data["is_bid"])
-        return cls(**data)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.vast_id,
-            "label": self.label,
-            "machine_id": self.machine_id,
-            "host_id": self.host_id,
-            "gpu_name": self.gpu_name,
-            "state": self.state,
-            "stage": self.stage,
-            "dph_total": self.dph_total,
-            "bench_rate": self.bench_rate,
-            "min_rate": self.min_rate,
-            "prod_completed": self.prod_completed,
-            "prod_failed": self.prod_failed,
-            "prod_rate": self.prod_rate,
-            "image": self.image,
-            "kill_reason": self.kill_reason,
-            "runner_id": self.runner_id,
-            "max_pending": self.max_pending,
-            "tunnel_down_since": iso_utc(self.tunnel_down_since),
-            "bid_price": self.bid_price if self.is_bid else None,
-            "interruptions": self.interruptions if self.is_bid else None,
-            "outbid_since": iso_utc(self.outbid_since),
-            "drain_started_at": iso_utc(self.drain_started_at),
-            "drain_deadline": iso_utc(self.drain_deadline),
-            "released_tasks": self.released_tasks,
-        }
+# The fields the engine may update piecemeal (stage moves go through set_stage).
+PROGRESS_COLUMNS = frozenset(Progress.__optional_keys__)
 
 
 _COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(InstanceRecord))
@@ -173,11 +35,28 @@ _UPSERT = (
 _BY_ID = "SELECT * FROM instances WHERE vast_id = ?"
 
 
+def instance_from_row(row: sqlite3.Row) -> InstanceRecord:
+    """The record a row of ``instances`` holds (its JSON lines and its flag decoded)."""
+    names = tuple(row.keys())
+    if names == _COLUMNS:  # every column, in field order (SELECT *): the engine's listings
+        values = list(row)
+        values[_ERROR_LINES] = json_list(values[_ERROR_LINES])
+        values[_IS_BID] = bool(values[_IS_BID])
+        # Positional: 61 keywords cost 3x as much to match (the names are fresh strings).
+        return InstanceRecord(*values)
+    data = dict(zip(names, row, strict=True))
+    if "error_lines" in data:
+        data["error_lines"] = json_list(data["error_lines"])
+    if "is_bid" in data:
+        data["is_bid"] = bool(data["is_bid"])
+    return InstanceRecord(**data)
+
+
 async def verify_instances(conn: aiosqlite.Connection, path: Path) -> None:
     """Every instance row decodes (at open: an engine that cannot read its fleet says so once)."""
     async with conn.execute("SELECT * FROM instances") as cur:
         async for row in cur:
-            decode_row(path, "instances", "vast_id", InstanceRecord, row)
+            decode_row(path, "instances", "vast_id", InstanceRecord, row, instance_from_row)
 
 
 class InstanceRepo:
@@ -187,7 +66,7 @@ class InstanceRepo:
         self._db = db
 
     def decode(self, row: sqlite3.Row) -> InstanceRecord:
-        return self._db.decode("instances", "vast_id", InstanceRecord, row)
+        return self._db.decode("instances", "vast_id", InstanceRecord, row, instance_from_row)
 
     @staticmethod
     async def row(conn: aiosqlite.Connection, vast_id: int) -> sqlite3.Row | None:
@@ -242,7 +121,7 @@ class InstanceRepo:
         return [self.decode(r) for r in rows]
 
     async def set_stage(
-        self, vast_id: int, stage: str, now: float | None = None, **fields: Any
+        self, vast_id: int, stage: str, now: float | None = None, **fields: Unpack[Progress]
     ) -> InstanceRecord:
         """Move a live instance to ``stage``: sets state, stage_started_at and ``<stage>_at``,
         and the progress ``fields`` given with it in the same transaction (a reader never sees
@@ -282,8 +161,8 @@ class InstanceRepo:
         assert row is not None
         return self.decode(row)
 
-    async def update(self, vast_id: int, **fields: Any) -> InstanceRecord:
-        """Update progress columns (:data:`PROGRESS_COLUMNS`) of an instance."""
+    async def update(self, vast_id: int, **fields: Unpack[Progress]) -> InstanceRecord:
+        """Update progress fields (:class:`Progress`) of an instance."""
         unknown = set(fields) - PROGRESS_COLUMNS
         if unknown:
             raise ValueError(f"not updatable piecemeal: {sorted(unknown)}")

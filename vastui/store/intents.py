@@ -7,52 +7,20 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
 
-from .badlist import BanSpec
+from vastui.domain.journal import INTENT_SENT, Intent
+
 from .common import stamp
 from .database import Database, execute, fetch_all, fetch_one, insert
 
-# An intent's note while pending: its request has gone out (see `IntentRepo.mark_sent`).
-INTENT_SENT = "sent"
 
-# A destroy intent's detail key for the ban decided with it (see Store.complete_destroy).
-BAN_KEY = "ban_record"
-
-
-@dataclass(frozen=True, slots=True)
-class Intent:
-    id: int
-    kind: str
-    status: str
-    label: str | None
-    offer_id: int | None
-    machine_id: int | None
-    instance_id: int | None
-    reason: str
-    detail: dict[str, Any]
-    created_at: float
-    updated_at: float
-    note: str | None
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Intent:
-        data = dict(zip(row.keys(), row, strict=True))
-        data["detail"] = json.loads(data["detail"]) if data["detail"] else {}
-        return cls(**data)
-
-    @property
-    def ban(self) -> BanSpec | None:
-        """The ban a destroy intent carries (recorded when the destroy completes), if any."""
-        detail = self.detail if isinstance(self.detail, dict) else {}
-        return BanSpec.from_json(detail.get(BAN_KEY))
-
-    @property
-    def sent(self) -> bool:
-        return self.note == INTENT_SENT
+def intent_from_row(row: sqlite3.Row) -> Intent:
+    data = dict(zip(row.keys(), row, strict=True))
+    data["detail"] = json.loads(data["detail"]) if data["detail"] else {}
+    return Intent(**data)
 
 
 class IntentRepo:
@@ -62,7 +30,7 @@ class IntentRepo:
         self._db = db
 
     def decode(self, row: sqlite3.Row) -> Intent:
-        return self._db.decode("intents", "id", Intent, row)
+        return self._db.decode("intents", "id", Intent, row, intent_from_row)
 
     async def create(
         self,

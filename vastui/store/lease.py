@@ -4,29 +4,16 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from vastui.domain.engine_state import Lease
 
 from .common import stamp
 from .database import Database, execute, fetch_one
+from .health import plain_row
 
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    name: str
-    owner: str
-    pid: int
-    hostname: str
-    mode: str
-    acquired_at: float
-    heartbeat_at: float
-    expires_at: float
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Lease:
-        return cls(**dict(zip(row.keys(), row, strict=True)))
+_lease_from_row = plain_row(Lease)
 
 
 class LeaseHeld(Exception):
@@ -82,7 +69,7 @@ class LeaseRepo:
         async with self._db.transaction() as conn:
             row = await fetch_one(conn, _ROW)
             if row is not None and row["owner"] != owner and row["expires_at"] > ts:
-                holder = Lease.from_row(row)
+                holder = _lease_from_row(row)
                 # A restart after a SIGKILL takes over at once (systemd's Restart= must not
                 # give up while the dead engine's lease runs out).
                 if not holder_is_dead(holder):
@@ -98,7 +85,7 @@ class LeaseRepo:
             )
             row = await fetch_one(conn, _ROW)
         assert row is not None
-        return Lease.from_row(row)
+        return _lease_from_row(row)
 
     async def renew(self, owner: str, *, ttl: float, now: float | None = None) -> bool:
         ts = stamp(now)
@@ -121,4 +108,4 @@ class LeaseRepo:
             row = await fetch_one(conn, _ROW)
         if row is None or row["expires_at"] <= stamp(now):
             return None
-        return Lease.from_row(row)
+        return _lease_from_row(row)

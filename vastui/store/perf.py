@@ -2,44 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
-from dataclasses import dataclass
-from typing import Any
+from vastui.domain.machines import PerfRecord
 
 from .checks import check_optional_positive_int, check_positive_int, check_rate, check_text
-from .common import iso_utc, stamp
+from .common import stamp
 from .database import Database, fetch_all, fetch_one
+from .health import plain_row
 
-
-@dataclass(frozen=True, slots=True)
-class PerfRecord:
-    """Benchmark history for one (machine, GPU model, GPU count) (table ``machine_perf``)."""
-
-    machine_id: int
-    gpu_name: str
-    num_gpus: int
-    best_rate: float
-    last_rate: float
-    samples: int
-    measured_at: float
-    cpu_ram_gb: float | None = None
-    host_id: int | None = None
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> PerfRecord:
-        return cls(**dict(zip(row.keys(), row, strict=True)))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "machine_id": self.machine_id,
-            "gpu_name": self.gpu_name,
-            "num_gpus": self.num_gpus,
-            "best_rate": self.best_rate,
-            "last_rate": self.last_rate,
-            "samples": self.samples,
-            "cpu_ram_gb": self.cpu_ram_gb,
-            "measured_at": iso_utc(self.measured_at),
-        }
+_perf_from_row = plain_row(PerfRecord)
 
 
 class PerfRepo:
@@ -88,7 +58,7 @@ class PerfRepo:
                 (machine_id, gpu_name, num_gpus),
             )
         assert row is not None
-        return PerfRecord.from_row(row)
+        return _perf_from_row(row)
 
     async def of_machine(self, machine_id: int) -> list[PerfRecord]:
         async with self._db.read() as conn:
@@ -97,11 +67,11 @@ class PerfRepo:
                 "SELECT * FROM machine_perf WHERE machine_id = ? ORDER BY gpu_name, num_gpus",
                 (machine_id,),
             )
-        return [PerfRecord.from_row(r) for r in rows]
+        return [_perf_from_row(r) for r in rows]
 
     async def all(self) -> list[PerfRecord]:
         async with self._db.read() as conn:
             rows = await fetch_all(
                 conn, "SELECT * FROM machine_perf ORDER BY machine_id, gpu_name, num_gpus"
             )
-        return [PerfRecord.from_row(r) for r in rows]
+        return [_perf_from_row(r) for r in rows]

@@ -6,115 +6,60 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
-from .common import iso_utc, json_obj
+from vastui.domain.engine_state import EngineStatus
+
+from .common import json_obj
 from .database import Database, fetch_one
 from .errors import StoreError
 
 
-@dataclass(frozen=True, slots=True)
-class EngineStatus:
-    """What the engine last said about its fleet (table ``engine_status``, one row).
+def status_from_row(row: sqlite3.Row) -> EngineStatus:
+    by_stage = json_obj(row["by_stage"]) or {}
+    return EngineStatus(
+        target=int(row["target"]),
+        workers=int(row["workers"]),
+        by_stage={str(k): int(v) for k, v in by_stage.items()},
+        reason_kind=row["reason_kind"],
+        reason=row["reason"],
+        best=json_obj(row["best"]),
+        dry_run=bool(row["dry_run"]),
+        updated_at=float(row["updated_at"]),
+        reason_since=row["reason_since"],
+        wall_at=row["wall_at"],
+        simulated=bool(row["simulated"]),
+        credit=_money(row["credit"]),
+        spent_today=_money(row["spent_today"]),
+        daily_budget=_money(row["daily_budget"]),
+        dph=_money(row["dph"]),
+        dph_cap=_money(row["dph_cap"]),
+        cluster=json_obj(row["cluster"]),
+        cut_off=row["cut_off"],
+        cut_off_since=row["cut_off_since"] if row["cut_off"] is not None else None,
+    )
 
-    Written every reconcile cycle; ``updated_at`` is the engine's clock. ``reason_kind`` is one
-    of ``vastui.engine.provision.REASON_KINDS`` (None while the engine is renting towards its
-    target); ``reason_since`` is when the current reason kind began (kept while it lasts).
-    """
 
-    target: int
-    workers: int  # live vastui instances + pending rents
-    by_stage: dict[str, int]  # live vastui instances per stage
-    reason_kind: str | None
-    reason: str | None  # one line for the operator
-    best: dict[str, Any] | None  # the best candidate offer, when it explains the reason
-    dry_run: bool
-    updated_at: float
-    reason_since: float | None = None
-    wall_at: float | None = None  # the wall clock when written (updated_at is the engine's)
-    simulated: bool = False  # the engine's clock is a simulator's (the demo), not the wall
-    # the money limits (None: unknown, or no cap)
-    credit: float | None = None  # the account's, as last read
-    spent_today: float | None = None  # dollars since midnight UTC
-    daily_budget: float | None = None  # fleet.max_daily_spend
-    dph: float | None = None  # the live fleet's $/h with rents in flight
-    dph_cap: float | None = None  # fleet.max_total_dph
-    # curio's cluster (migration 12): the reader's state and the totals of its last reading
-    # (vastui/engine/engine.py _cluster_summary), None when it is off
-    cluster: dict[str, Any] | None = None
-    # the controller cut off from its workers (migration 13): the episode's newest line and
-    # when it began (the engine's clock); None while they reach it
-    cut_off: str | None = None
-    cut_off_since: float | None = None
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> EngineStatus:
-        by_stage = json_obj(row["by_stage"]) or {}
-        return cls(
-            target=int(row["target"]),
-            workers=int(row["workers"]),
-            by_stage={str(k): int(v) for k, v in by_stage.items()},
-            reason_kind=row["reason_kind"],
-            reason=row["reason"],
-            best=json_obj(row["best"]),
-            dry_run=bool(row["dry_run"]),
-            updated_at=float(row["updated_at"]),
-            reason_since=row["reason_since"],
-            wall_at=row["wall_at"],
-            simulated=bool(row["simulated"]),
-            credit=_money(row["credit"]),
-            spent_today=_money(row["spent_today"]),
-            daily_budget=_money(row["daily_budget"]),
-            dph=_money(row["dph"]),
-            dph_cap=_money(row["dph_cap"]),
-            cluster=json_obj(row["cluster"]),
-            cut_off=row["cut_off"],
-            cut_off_since=row["cut_off_since"] if row["cut_off"] is not None else None,
+def check_status(status: EngineStatus) -> None:
+    """StoreError naming the first field not fit to store."""
+    for name, value in (("target", status.target), ("workers", status.workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise StoreError(f"engine status {name} must be an integer >= 0, got {value!r}")
+    for stage, count in status.by_stage.items():
+        if not isinstance(stage, str) or isinstance(count, bool) or not isinstance(count, int):
+            raise StoreError(f"engine status by_stage must map stage to count, got {stage!r}")
+    if not isinstance(status.updated_at, int | float) or not math.isfinite(status.updated_at):
+        raise StoreError(
+            f"engine status updated_at must be epoch seconds, got {status.updated_at!r}"
         )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "workers": self.workers,
-            "by_stage": dict(self.by_stage),
-            "reason_kind": self.reason_kind,
-            "reason": self.reason,
-            "best": self.best,
-            "dry_run": self.dry_run,
-            "updated_at": iso_utc(self.updated_at),
-            "reason_since": iso_utc(self.reason_since),
-            "simulated_clock": self.simulated,
-            "credit": self.credit,
-            "spent_today": self.spent_today,
-            "daily_budget": self.daily_budget,
-            "dph": self.dph,
-            "dph_cap": self.dph_cap,
-            "cluster": self.cluster,
-            "cut_off": self.cut_off,
-            "cut_off_since": iso_utc(self.cut_off_since),
-        }
-
-    def check(self) -> None:
-        """StoreError naming the first field not fit to store."""
-        for name, value in (("target", self.target), ("workers", self.workers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise StoreError(f"engine status {name} must be an integer >= 0, got {value!r}")
-        for stage, count in self.by_stage.items():
-            if not isinstance(stage, str) or isinstance(count, bool) or not isinstance(count, int):
-                raise StoreError(f"engine status by_stage must map stage to count, got {stage!r}")
-        if not isinstance(self.updated_at, int | float) or not math.isfinite(self.updated_at):
-            raise StoreError(
-                f"engine status updated_at must be epoch seconds, got {self.updated_at!r}"
-            )
-        for name in ("credit", "spent_today", "daily_budget", "dph", "dph_cap", "cut_off_since"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
-                raise StoreError(f"engine status {name} must be a finite number, got {value!r}")
+    for name in ("credit", "spent_today", "daily_budget", "dph", "dph_cap", "cut_off_since"):
+        value = getattr(status, name)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise StoreError(f"engine status {name} must be a finite number, got {value!r}")
 
 
 def _money(value: Any) -> float | None:
@@ -133,7 +78,7 @@ class StatusRepo:
     async def put(self, status: EngineStatus) -> EngineStatus:
         """Replace the one status row; ``reason_since`` is kept while the reason kind lasts
         (the given one is ignored) and set to ``updated_at`` when it changes."""
-        status.check()
+        check_status(status)
         async with self._db.transaction() as conn:
             old = await fetch_one(
                 conn, "SELECT reason_kind, reason_since FROM engine_status WHERE id = 1"
@@ -169,13 +114,13 @@ class StatusRepo:
             )  # fmt: skip
             row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")
         assert row is not None
-        return EngineStatus.from_row(row)
+        return status_from_row(row)
 
     async def get(self) -> EngineStatus | None:
         """The engine's last published status, or None if no engine has run a cycle here."""
         async with self._db.read() as conn:
             row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")
-        return EngineStatus.from_row(row) if row else None
+        return status_from_row(row) if row else None
 
     async def put_offers(self, filter_text: str, offers: list[dict[str, Any]], now: float) -> None:
         """Replace the engine's published offers (already ranked, JSON-safe rows)."""

@@ -22,18 +22,21 @@ from typing import Any, Self
 
 import aiosqlite
 
-from .badlist import BadEntry, BadListRepo, BanSpec, verify_bad_list
-from .bids import BidHistory, bid_history
+from vastui.domain.journal import BAN_KEY, Intent
+from vastui.domain.machines import BadEntry, BanSpec
+from vastui.domain.worker import BidHistory, ForeignInstance, InstanceRecord, bid_history
+
+from .badlist import BadListRepo, checked_ban, verify_bad_list
 from .checks import check_positive_int, check_text
 from .commands import CommandRepo
 from .common import lines_json, stamp
 from .database import Database
 from .errors import StoreError
 from .events import EventRepo, insert_event
-from .foreign import ForeignInstance, ForeignRepo
+from .foreign import ForeignRepo
 from .hostkeys import HostKeyRepo
-from .instances import InstanceRecord, InstanceRepo, verify_instances
-from .intents import BAN_KEY, Intent, IntentRepo
+from .instances import InstanceRepo, verify_instances
+from .intents import IntentRepo
 from .lease import LeaseRepo
 from .meta import MetaRepo
 from .perf import PerfRepo
@@ -204,7 +207,7 @@ class Store:
         check_positive_int("vast_id", vast_id)
         check_text("destroy reason", reason)
         if ban is not None:
-            ban = ban.checked()
+            ban = checked_ban(ban)
         full = {**(detail or {}), BAN_KEY: ban.to_json() if ban is not None else None}
         return await self.intents.create(
             "destroy", reason, instance_id=vast_id, machine_id=machine_id, detail=full, now=now
@@ -255,7 +258,7 @@ class Store:
             bad = None
             ban = intent.ban
             if ban is not None:
-                ban = ban.checked()
+                ban = checked_ban(ban)
                 evidence = lines_json(ban.evidence) if ban.evidence else None
                 bad = await self.badlist.ban_row(conn, ban, evidence, ts, instance_id=vast_id)
             await self.intents.close_row(conn, intent_id, ts)

@@ -16,7 +16,8 @@ from vastui.console.cells import t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
 from vastui.console.messages import SendCommand
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
-from vastui.store import BadEntry, iso_utc
+from vastui.domain.machines import BadEntry
+from vastui.domain.timefmt import iso_utc
 
 
 class BadListPane(TablePane):

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from vastui.config import Config
     from vastui.console.snapshot import Snapshot
+    from vastui.domain.worker import InstanceRecord
     from vastui.engine.ranking import RankedOffer
-    from vastui.store import InstanceRecord
 
 UiState = dict[str, str | bool]
 """What the console remembers across runs: each pane's sort column and direction."""

@@ -19,11 +19,11 @@ from vastui.console.dialogs import ConfirmScreen
 from vastui.console.messages import CopyText, SendCommand
 from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
 from vastui.console.panes.offers import ask_ignore
+from vastui.domain.worker import ForeignInstance, InstanceRecord
 from vastui.engine.cluster import cluster_held
 from vastui.engine.policy import LIVE_STAGES
 from vastui.engine.spend import worker_cost_per_proof
 from vastui.sanitize import sanitize_line
-from vastui.store import ForeignInstance, InstanceRecord
 
 STATE_STYLE = {
     "proving": "bold green",

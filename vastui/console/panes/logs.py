@@ -24,9 +24,9 @@ from textual.widgets import Static
 from vastui.console.logview import LogView
 from vastui.console.messages import LogLines
 from vastui.console.panes.base import ConsoleHost
+from vastui.domain.worker import InstanceRecord
 from vastui.sanitize import sanitize_line
 from vastui.ssh import LOG_SOURCES
-from vastui.store import InstanceRecord
 
 LOG_CHOICES = ("all", *LOG_SOURCES, "engine")
 MERGE_LIMIT = 20_000  # lines kept for the time-ordered merge of "all"

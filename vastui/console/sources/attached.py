@@ -15,10 +15,11 @@ from vastui.console.snapshot import Snapshot
 from vastui.console.sources.bystander import Bystander
 from vastui.console.sources.protocol import Badge, Freshness
 from vastui.console.sources.storeside import wait_command
+from vastui.domain.engine_state import Lease
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
 from vastui.store import Store
-from vastui.store.lease import Lease, holder_is_dead
+from vastui.store.lease import holder_is_dead
 
 log = logging.getLogger("vastui.console")
 

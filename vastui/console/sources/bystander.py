@@ -21,11 +21,12 @@ from vastui.console.sources.workers import (
     stream_worker_logs,
     worker_of,
 )
+from vastui.domain.engine_state import EngineStatus
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.keys import ensure_ssh_key
 from vastui.engine.ranking import RankedOffer
 from vastui.ssh import SshPool, StorePins
-from vastui.store import InstanceRecord, Store
-from vastui.store.status import EngineStatus
+from vastui.store import Store
 from vastui.vast.client import VastClient
 
 

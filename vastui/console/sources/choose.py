@@ -7,9 +7,9 @@ from vastui.console.sources.attached import AttachedSource
 from vastui.console.sources.own import OwnEngineSource
 from vastui.console.sources.protocol import FleetSource
 from vastui.console.sources.readonly import ReadOnlySource
+from vastui.domain.engine_state import Lease
 from vastui.engine.runtime import RunOptions
 from vastui.store import Store, StoreNotCurrent
-from vastui.store.lease import Lease
 
 
 async def choose_source(

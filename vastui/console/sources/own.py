@@ -23,10 +23,11 @@ from vastui.console.sources.workers import (
     stream_worker_logs,
     worker_of,
 )
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.engine import Engine
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import EngineRuntime, RunOptions, engine_runtime
-from vastui.store import InstanceRecord, Store
+from vastui.store import Store
 
 RuntimeFactory = Callable[[Options, RunOptions], AbstractAsyncContextManager[EngineRuntime]]
 ENGINE_STOP_S = 15.0  # a stopping engine finishes its step at most this long

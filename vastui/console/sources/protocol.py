@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from vastui.console.snapshot import Snapshot
+from vastui.domain.worker import InstanceRecord
 from vastui.engine.ranking import RankedOffer
-from vastui.store import InstanceRecord
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from datetime import UTC
 
 from vastui.backend import Options
 from vastui.console.snapshot import Snapshot
+from vastui.domain.engine_state import EngineStatus
 from vastui.engine.bidding import RiskModel
 from vastui.engine.ranking import Levers, RankedOffer, from_record, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.store import Store
-from vastui.store.status import EngineStatus
 from vastui.vast.client import VastClient
 
 OFFERS_FRESH_S = 60.0  # a search of our own is repeated after this long (or when forced)

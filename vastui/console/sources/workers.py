@@ -11,8 +11,8 @@ from typing import Any
 
 from vastui.backend import Options
 from vastui.config import state_dir
+from vastui.domain.worker import InstanceRecord
 from vastui.ssh import LOG_SOURCES, SshPool, Worker
-from vastui.store import InstanceRecord
 
 LOG_KEEP = 5_000  # lines a log stream hands the pane per batch at most (the newest)
 
