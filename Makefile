@@ -46,15 +46,16 @@ demo: $(STAMP)
 	$(BIN)/vastui --demo
 
 # The stand-ins are Python scripts without a .py suffix: ruff needs them named.
-STANDINS := $(addprefix vastui/sim/standins/,cuzk-daemon cuzk-bench curio nvidia-smi)
+STANDINS := $(addprefix vastsim/standins/,cuzk-daemon cuzk-bench curio nvidia-smi)
 
 lint: $(STAMP)
-	$(BIN)/ruff check vastui tests reliability bench $(STANDINS)
-	$(BIN)/ruff format --check vastui tests reliability bench $(STANDINS)
+	$(BIN)/ruff check vastui vastsim tests reliability bench $(STANDINS)
+	$(BIN)/ruff format --check vastui vastsim tests reliability bench $(STANDINS)
 	$(BIN)/shellcheck worker-image/*.sh worker-image/workerctl
 	$(BIN)/hadolint worker-image/Dockerfile
 
-# mypy over vastui/ (pyproject.toml [tool.mypy]: engine, store and vast with --strict's flags)
+# mypy over vastui/ and vastsim/ (pyproject.toml [tool.mypy]; strict flags on the
+# domain, engine, store, vast, config and the simulator)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
@@ -67,8 +68,8 @@ test: lint typecheck
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix vastui tests reliability bench $(STANDINS)
-	$(BIN)/ruff format vastui tests reliability bench $(STANDINS)
+	$(BIN)/ruff check --fix vastui vastsim tests reliability bench $(STANDINS)
+	$(BIN)/ruff format vastui vastsim tests reliability bench $(STANDINS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

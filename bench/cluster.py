@@ -47,7 +47,7 @@ def _sources() -> dict[str, Path]:
 
 
 def _servers(repeat: int) -> dict[str, Figure]:
-    from vastui.sim.postgres import PostgresServer, _version, find_binaries
+    from vastsim.postgres import PostgresServer, _version, find_binaries
 
     base = find_binaries()
     figures: dict[str, Figure] = {}
@@ -75,7 +75,7 @@ def _servers(repeat: int) -> dict[str, Figure]:
 def _fill(conninfo: str) -> None:
     import psycopg
 
-    from vastui.sim import curio_schema
+    from vastsim import curio_schema
 
     with psycopg.connect(conninfo, autocommit=True) as c:
         curio_schema.apply(c)
@@ -192,7 +192,7 @@ async def _reader(server: Any, repeat: int) -> dict[str, Figure]:
 
 
 def run(quick: bool) -> dict[str, Figure]:
-    from vastui.sim.postgres import PostgresServer
+    from vastsim.postgres import PostgresServer
 
     figures = _servers(2 if quick else 5)
     server = PostgresServer()

@@ -315,8 +315,8 @@ def market_payload(n_offers: int = 10_000, seed: int = 1) -> bytes:
         return path.read_bytes()
     except OSError:
         pass
+    from vastsim import ManualClock, SimCloud
     from vastui.config import Config
-    from vastui.sim import ManualClock, SimCloud
     from vastui.vast.query import build_search_body
 
     config = Config()

@@ -18,14 +18,14 @@ from pathlib import Path
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")  # measure the app, not tab animations
 
+from vastsim import ManualClock, SimCloud
+from vastsim.console_fixtures import FixedSource, fixed_data
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
-from vastui.console.fixtures import FixedSource, fixed_data
 from vastui.console.logview import LogView
 from vastui.console.rowtable import RowTable
 from vastui.engine.ranking import rank_offers
-from vastui.sim import ManualClock, SimCloud
 from vastui.vast.models import Offer
 
 

@@ -4,7 +4,7 @@ ModalScreen with the same text, all of it static.
 
     .venv/bin/python -m bench.detail [--quick]
 
-The console runs on its fixed data (vastui.console.fixtures: the snapshot tests' app) with
+The console runs on its fixed data (vastsim.console_fixtures: the snapshot tests' app) with
 the cursor on a proving worker, whose cuzk status the fixture's source answers at once: what
 is timed is the console's own work, not a worker's network. The yardsticks are two minimal
 apps whose enter pushes a ModalScreen of the same size with the same title, metadata,
@@ -61,7 +61,7 @@ def serve_vastui(state: Path) -> None:
     """The console on the fixture; cuzk's status answered after FETCH_MS (0: at once)."""
     import asyncio
 
-    from vastui.console.fixtures import fixed_app
+    from vastsim.console_fixtures import fixed_app
 
     app = fixed_app(state)
     answer = app.source.cuzk_status
@@ -90,9 +90,9 @@ def minimal_app(tables: bool) -> App[None]:
 
     from bench.keys import SORT_CYCLE, shown_offers
     from bench.minimal_app import MinimalApp, Rows
+    from vastsim.console_fixtures import CUZK_STATUS, fixed_data
     from vastui.config import Config
     from vastui.console.detail import DetailScreen, render_cuzk
-    from vastui.console.fixtures import CUZK_STATUS, fixed_data
     from vastui.console.panes.instances import InstancesPane
     from vastui.console.panes.offers import OffersPane, _haystack, offer_cells
 

@@ -2,7 +2,7 @@
 week on the same seeded market, and how the result moves with the market's share of faulty
 and slow machines.
 
-The world is the demo's (vastui.sim.market, 400 hosts, world seed 7): machines with a hidden
+The world is the demo's (vastsim.market, 400 hosts, world seed 7): machines with a hidden
 speed and fault drawn from the seed (each GPU model's mean speed off vastui's priors by a factor
 of the seed's own), each day's listings and prices drawn from the run's seed.
 vastui's fleet is run by its real decision functions (bench/economics_vastui.py); the
@@ -32,8 +32,8 @@ from bench.economics_vastui import VastuiPolicy
 from bench.economics_world import Market, Scenario
 from vastui.config import Config
 
-WORLD_SEED = 7  # vastui.backend.DEMO_WORLD_SEED
-HOSTS = 400  # vastui.backend.DEMO_HOSTS: ~2,400 offers, ~150 through the default filter
+WORLD_SEED = 7  # vastsim.demo.DEMO_WORLD_SEED
+HOSTS = 400  # vastsim.demo.DEMO_HOSTS: ~2,400 offers, ~150 through the default filter
 TARGET_WORKERS = 10
 DAYS = 7
 SEEDS_FULL = (7, 8, 11)
@@ -55,7 +55,7 @@ WORLD_SEEDS_FULL = (7, 8, 9, 10, 11)
 WORLD_SEEDS_QUICK = (7,)
 FAIR = "economics.vs_fair_original"
 FAIR_OFF = f"{FAIR}.bids_off"
-# Other bidders per machine (vastui/sim/bids.py): no source publishes how often an
+# Other bidders per machine (vastsim/bids.py): no source publishes how often an
 # interruptible instance is outbid (vast-api.md §14), so the headline takes the simulator's
 # pressure 1 and the sweep shows where bids stop paying.
 BID_PRESSURE = 1.0

@@ -46,7 +46,7 @@ DAEMON_PID = 4242
 # With bids on, the market is ranked again this often (the going bids move; the engine's
 # offers_refresh is of this order).
 BID_RERANK_S = 300.0
-# vastui/sim/cloud.py _boot: a resumed container loads in U(2, 10) s and runs U(10, 40) s later.
+# vastsim/cloud.py _boot: a resumed container loads in U(2, 10) s and runs U(10, 40) s later.
 RESUME_BOOT_S = (12.0, 50.0)
 # A resumed worker's paramfetch finds every file on its disk (ASSUMPTION: a check, no download).
 PARAMS_PRESENT_S = 20.0

@@ -2,7 +2,7 @@
 its benchmark ends (vastui's benchmark.sh, or the original's full run) and what it proves.
 
 Timings are the simulator's, which model the real programs (each constant names its source):
-image load from vastui/sim/cloud.py; params from the stand-in ``curio fetch-params`` (bytes over
+image load from vastsim/cloud.py; params from the stand-in ``curio fetch-params`` (bytes over
 the offer's ``inet_down``); proof times from the stand-in ``cuzk-daemon`` (a proof is 1.5 I of
 synthesis then I of GPU, I = 3600 / rate; fed with several proofs it finishes one every I); the
 benchmark's stages, gates and exits from worker-image/benchmark.sh. Pure functions of the
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.economics_world import Hidden
+from vastsim.outages import outage_after
+from vastsim.standins import _simlib as simlib
 from vastui.engine import policy
-from vastui.sim.outages import outage_after
-from vastui.sim.standins import _simlib as simlib
 
-# vastui/sim/cloud.py create(): loading after U(20, 60) s, running U(60, 180) s later.
+# vastsim/cloud.py create(): loading after U(20, 60) s, running U(60, 180) s later.
 LOADING_S = (20.0, 60.0)
 PULL_S = (60.0, 180.0)
 # From running to the paramfetch stage: the entrypoint's setup and tunnel check (ASSUMPTION).
@@ -51,7 +51,7 @@ PROVE_START_S = 60.0
 # The original restarts its daemon after the warmup (original-system.md §3: 1-2 min).
 ORIGINAL_RESTART_S = (60.0, 120.0)
 
-# The lines the stand-ins print for each fault (vastui/sim/standins/cuzk-daemon), so that the
+# The lines the stand-ins print for each fault (vastsim/standins/cuzk-daemon), so that the
 # real policy reads what it would read from a real worker.
 STICKY = (
     "cudaStreamSynchronize(stream)@sppark-0.1.14/sppark/util/gpu_t.cuh:158 failed: "
@@ -108,7 +108,7 @@ def plan(
 ) -> Rental:
     """The rental's timeline, drawn from its own dice (the same draws in the same order for
     both policies). The host goes offline after a time drawn from the hazard its listed
-    ``reliability`` implies, scaled by the scenario's ``fault_rate`` (vastui.sim.outages, as
+    ``reliability`` implies, scaled by the scenario's ``fault_rate`` (vastsim.outages, as
     the simulated cloud does; none within a week: it stays up)."""
     running = now + rng.uniform(*LOADING_S) + rng.uniform(*PULL_S)
     setup = rng.uniform(*SETUP_S)

@@ -1,4 +1,4 @@
-"""The world of the economics bench: the demo's simulated market (vastui.sim.market), what each
+"""The world of the economics bench: the demo's simulated market (vastsim.market), what each
 machine hides (its speed, its fault) and which machines are listed, at what price, each day.
 
 Everything here is drawn from seeds, never from the order of events, so both policies face the
@@ -8,8 +8,8 @@ policies', not the dice's).
 
 The world is drawn independently of vastui: each GPU model's hidden mean rate is the reference
 figure that vastui's priors also hold, times a factor of the world seed in [0.75, 1.25]
-(vastui.sim.market.world_rate_mean); prices do not know a machine's fault; a host goes offline
-at the hazard its listed reliability implies (vastui.sim.outages).
+(vastsim.market.world_rate_mean); prices do not know a machine's fault; a host goes offline
+at the hazard its listed reliability implies (vastsim.outages).
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vastui.config import Config
-from vastui.sim.bids import BidMarket
-from vastui.sim.market import (
+from vastsim.bids import BidMarket
+from vastsim.market import (
     Machine,
     generate_market,
     machine_fault_rng,
     market_moment,
     reprice,
 )
-from vastui.sim.query_eval import search_offers
-from vastui.sim.workers import FAULTS
+from vastsim.query_eval import search_offers
+from vastsim.workers import FAULTS
+from vastui.config import Config
 from vastui.vast.models import Offer
 from vastui.vast.query import build_search_body
 
@@ -44,7 +44,7 @@ DAY_SEED_STEP = 7919
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """How rough the market is: ``fault_rate`` scales the demo's machine faults and each
-    host's outage hazard (vastui.sim.workers.FAULTS, vastui.sim.outages: 1.0 is the demo's
+    host's outage hazard (vastsim.workers.FAULTS, vastsim.outages: 1.0 is the demo's
     world, about one machine in six with a fault, outages at the rate each machine's listed
     reliability implies); ``slow_share`` of the machines prove at half their rate (the
     stand-ins' ``slow`` fault), a surprise no listing shows."""
@@ -56,7 +56,7 @@ class Scenario:
 
 @dataclass(frozen=True, slots=True)
 class Hidden:
-    """What a machine hides: its fault (vastui.sim.standins._simlib.FAULTS) and slowness."""
+    """What a machine hides: its fault (vastsim.standins._simlib.FAULTS) and slowness."""
 
     fault: str = "none"
     fault_after: int = 0  # the daemon's proof index where the fault strikes (0: the warmup)
@@ -65,7 +65,7 @@ class Hidden:
 
 
 def machine_fault(world_seed: int, machine_id: int, fault_rate: float) -> Hidden:
-    """The machine's fault, drawn exactly as vastui.sim.workers.SimWorkerHost.fault_for does
+    """The machine's fault, drawn exactly as vastsim.workers.SimWorkerHost.fault_for does
     (the machine's own dice, the FAULTS table scaled by the fault rate)."""
     rng = machine_fault_rng(world_seed, machine_id)
     draw = rng.random()
@@ -114,7 +114,7 @@ class Market:
         self.world_seed = world_seed
         self.seed = seed
         self.scenario = scenario
-        # Other bidders on each machine (vastui/sim/bids.py, the simulator's own market),
+        # Other bidders on each machine (vastsim/bids.py, the simulator's own market),
         # drawn from the run's seed: the same for every policy.
         self.bids = BidMarket(seed, 0.0, bid_pressure)
         self._floors: dict[int, float] = {}  # offer id -> the host's floor (min_bid, no bidder)
@@ -153,7 +153,7 @@ class Market:
     def with_going_bids(self, offers: Sequence[Offer], now: float) -> list[Offer]:
         """The offers as a search at ``now`` lists them: min_bid is the going price (the
         floor times the highest other bid on the machine); a machine whose going price is over
-        its on-demand price is rented on demand by someone else (vastui/sim/cloud.py search)."""
+        its on-demand price is rented on demand by someone else (vastsim/cloud.py search)."""
         out = []
         for o in offers:
             if o.min_bid is None:
@@ -168,7 +168,7 @@ class Market:
 
     def rate(self, offer: Offer) -> float:
         """The slice's true proofs/hour when fed (hidden): the machine's draw, RAM and CPU
-        shares (vastui.sim.market.Machine.rate_for), halved on a slow machine."""
+        shares (vastsim.market.Machine.rate_for), halved on a slow machine."""
         machine = self.by_id[offer.machine_id]
         rate = machine.rate_for(offer.num_gpus)
         return rate * 0.5 if self.hidden[offer.machine_id].slow else rate

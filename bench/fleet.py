@@ -4,7 +4,7 @@ loopback, with 10,000 offers in the market.
     .venv/bin/python -m bench.fleet [--quick] [--profile]
 
 The simulated cloud runs in a process of its own (`--serve`: a `SimCloud` of ~10,000 offers
-served over HTTP by uvicorn, with `vastui.sim.cheap` workers: a real SSH server per instance
+served over HTTP by uvicorn, with `vastsim.cheap` workers: a real SSH server per instance
 whose `workerctl` is answered from a scripted timeline), so this process holds the engine
 alone and its CPU time and peak RSS are the engine's (plus this harness, which only waits).
 
@@ -131,9 +131,9 @@ class TimedEngine(Engine):
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    from vastui.sim import ScaledClock, SimCloud
-    from vastui.sim.cheap import CheapScript, CheapWorkerHost
-    from vastui.sim.server import serve
+    from vastsim import ScaledClock, SimCloud
+    from vastsim.cheap import CheapScript, CheapWorkerHost
+    from vastsim.server import serve
 
     cloud = SimCloud(
         seed=11, speed=100.0, clock=ScaledClock(100.0), api_key=API_KEY, hosts=args.hosts,

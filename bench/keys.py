@@ -71,9 +71,9 @@ GOALS = [
 
 def bench_offers(n: int = N_OFFERS) -> list[RankedOffer]:
     """n ranked offers from the simulated market, a few machines measured, a few banned."""
+    from vastsim import ManualClock, SimCloud
     from vastui.domain.machines import PerfRecord
     from vastui.engine.ranking import rank_offers
-    from vastui.sim import ManualClock, SimCloud
     from vastui.vast.models import Offer
 
     cloud = SimCloud(seed=1, clock=ManualClock(), hosts=1800)
@@ -170,10 +170,10 @@ def serve_vastui(state: Path) -> None:
     from collections.abc import AsyncIterator
     from datetime import UTC
 
+    from vastsim.console_fixtures import FixedSource
     from vastui.backend import Options
     from vastui.config import Config
     from vastui.console.app import VastuiApp
-    from vastui.console.fixtures import FixedSource
     from vastui.console.snapshot import Snapshot
     from vastui.domain.engine_state import EngineStatus
     from vastui.engine.spend import fleet_spend, local_midnight

@@ -3,7 +3,7 @@ pane, as a ratio to a bare asyncssh reader of the same stream.
 
     .venv/bin/python -m bench.logstream [--quick] [--lines N] [--profile]
 
-One simulated instance (a `vastui.sim.cheap` worker in a cloud process of its own) answers
+One simulated instance (a `vastsim.cheap` worker in a cloud process of its own) answers
 `workerctl logs cuzk --tail 500 --follow` with N ANSI-coloured cuzk lines as fast as SSH takes
 them, then ends. Both readers run in this process, in turns, on the same command:
 

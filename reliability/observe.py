@@ -117,7 +117,7 @@ def create_foreign(cli: Cli, label: str, attempts: int = 12) -> frozenset[int]:
                 return found
         offers = cli.offers("rentable=true") or []
         # The cheapest offer: it pays rent all along from the account the engine rents with,
-        # and the served cloud's account holds $100 of credit (vastui/sim/cloud.py); the dearest
+        # and the served cloud's account holds $100 of credit (vastsim/cloud.py); the dearest
         # ran it dry in 5 simulated hours. The engine loses one machine of its market.
         offers.sort(key=lambda o: float(o.get("dph_total") or 0))
         if offers and isinstance(offers[0].get("id"), int):
@@ -312,7 +312,7 @@ def lease_pid(db: Path) -> int | None:
 
 
 def sim_counters(url: str) -> dict[str, Any] | None:
-    """The served cloud's own counters (``GET /_sim/stats``, no key: vastui/sim/app.py): faults
+    """The served cloud's own counters (``GET /_sim/stats``, no key: vastsim/app.py): faults
     injected by ``endpoint:kind`` and by client, instances created and destroyed, creates per
     label. None if it cannot be read."""
     try:

@@ -9,7 +9,7 @@ with every worker proving. Then, for ``--outage-min`` simulated minutes:
   dead load balancer); live connections are reset. The observer (the vastai CLI) talks to the
   cloud directly all along.
 * **ssh-cut**: every worker's sshd refuses connections and drops the live ones
-  (``POST /_sim/ssh``, vastui/sim/sshd.py ``refuse_connections``): the controller cut off from
+  (``POST /_sim/ssh``, vastsim/sshd.py ``refuse_connections``): the controller cut off from
   its workers, and with it their tunnel to the controller's curio database and Lotus API. The
   workers go on proving what they hold; the Vast API answers as usual.
 

@@ -134,7 +134,7 @@ def start_sim(
 def _wait_for_start(
     proc: subprocess.Popen[str], lines: list[str], timeout: float, *, wrote: bool
 ) -> tuple[str, str]:
-    """Read the cloud's first lines (vastui/sim/server.py serve_cloud): its URL, its clock
+    """Read the cloud's first lines (vastsim/server.py serve_cloud): its URL, its clock
     (``vastui sim: VASTUI_SIM_CLOCK=wall0,start,speed``) and, when asked, the config written
     (said last)."""
     assert proc.stdout is not None

@@ -7,7 +7,7 @@ samples, every ``--sample-every`` seconds:
   established to the Vast API, to the workers' sshds, to the controller-side stand-ins (the
   tunnels' far ends: the Lotus API, curio's database), to and from its own listeners (the CQL
   pinning proxy a forward goes through); and its listening sockets;
-* the workers' side of SSH as the served cloud counts it (``/_sim/stats`` ``ssh``, vastui/sim/
+* the workers' side of SSH as the served cloud counts it (``/_sim/stats`` ``ssh``, vastsim/
   sshd.py ``census``): connections, sessions (commands running: the engine's channels) and
   remote forwards;
 * the database: the file, its ``-wal`` and ``-shm``, and its rows (all tables) per instance

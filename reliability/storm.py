@@ -1,6 +1,6 @@
 """`python -m reliability storm`: one failure on every machine (a broken image or input).
 
-The served cloud's fleet faults (vastui/sim/fleet.py, ``PUT``/``DELETE /_sim/faults/<name>``)
+The served cloud's fleet faults (vastsim/fleet.py, ``PUT``/``DELETE /_sim/faults/<name>``)
 make every machine rented while one is on fail alike: ``bench_input_broken`` (default; every
 benchmark fails cuzk's self-check with the same lines, ids differing) or ``image_missing``
 (the instance stays loading with the registry's pull error until the engine's loading

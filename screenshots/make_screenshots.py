@@ -9,7 +9,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from vastui.console.fixtures import LOGS, fixed_app
+from vastsim.console_fixtures import LOGS, fixed_app
 from vastui.console.logview import LogView
 from vastui.console.rowtable import RowTable
 

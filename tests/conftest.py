@@ -62,12 +62,12 @@ def demo_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _cluster_server() -> Iterator[None]:
-    """One PostgreSQL for the session's simulated curio clusters (vastui/sim/harmonydb.py
+    """One PostgreSQL for the session's simulated curio clusters (vastsim/harmonydb.py
     share_server): each cluster (a Controller, a demo's worker hosts) gets a database of its own
     on it, ~0.1 s instead of a server's ~0.7 s start; a cluster with another password starts
     its own. Started from the main thread: the postmaster's parent-death signal follows it."""
-    from vastui.sim import harmonydb
-    from vastui.sim.postgres import PostgresServer
+    from vastsim import harmonydb
+    from vastsim.postgres import PostgresServer
 
     server = PostgresServer(
         user=harmonydb.CURIO_DEFAULT_USER, password=harmonydb.CURIO_DEFAULT_PASSWORD,

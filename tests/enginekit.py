@@ -8,10 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from tests.helpers import deploy
-from vastui.backend import client_for_cloud
+from vastsim import ManualClock, SimCloud
+from vastsim.demo import client_for_cloud
 from vastui.config import Config
 from vastui.engine.engine import VANISH_MIN_AGE, VANISH_MISSES, Engine, EngineSettings
-from vastui.sim import ManualClock, SimCloud
 from vastui.store import Store
 from vastui.vast.client import RetryPolicy, VastClient
 

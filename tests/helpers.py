@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from vastui.sim.workers import free_port
+from vastsim.workers import free_port
 
 WAIT = 60.0  # generous upper bound for any condition
 
@@ -173,7 +173,7 @@ async def sim_api(cloud: Any, headers: dict[str, str]) -> AsyncIterator[Any]:
     """An httpx client on a simulated cloud's API, in process (ASGI)."""
     import httpx
 
-    from vastui.sim import make_app
+    from vastsim import make_app
 
     transport = httpx.ASGITransport(app=make_app(cloud))
     async with httpx.AsyncClient(
@@ -199,9 +199,9 @@ class Controller:
         import asyncio
         import threading
 
-        from vastui.sim.clock import ScaledClock
-        from vastui.sim.harmonydb import CURIO_DEFAULT_PASSWORD, SIM_CHAIN_TOKEN, ClusterDatabase
-        from vastui.sim.lotus import FakeLotus
+        from vastsim.clock import ScaledClock
+        from vastsim.harmonydb import CURIO_DEFAULT_PASSWORD, SIM_CHAIN_TOKEN, ClusterDatabase
+        from vastsim.lotus import FakeLotus
 
         # One simulated clock for the cluster and every node of it (env(): WORKER_CLOCK_*):
         # curio's nodes judge each other's heartbeats by it. ``speed`` is the nodes' SIM_SPEED.
@@ -249,8 +249,8 @@ class Controller:
     def env(self) -> dict[str, str]:
         """What a worker's environment says of this cluster: the simulated clock, its database's
         name and password (the engine sends them, vastui/engine/acts.py worker_curio_env) and
-        where the market is (the simulator's, vastui/sim/workers.py)."""
-        from vastui.sim.proofsvc import URL_ENV
+        where the market is (the simulator's, vastsim/workers.py)."""
+        from vastsim.proofsvc import URL_ENV
 
         return {
             "WORKER_CLOCK_WALL0": f"{self.clock.wall0:.6f}",
@@ -277,7 +277,7 @@ class Controller:
 
     def lotus_lookup(self, address: str) -> str:
         """The ID address the stand-in Lotus gives an account (Filecoin.StateLookupID)."""
-        from vastui.sim.lotus import lookup_id
+        from vastsim.lotus import lookup_id
 
         return lookup_id(address)
 

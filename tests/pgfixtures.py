@@ -3,7 +3,7 @@ statements to fill it as curio's nodes would (filecoin-project/curio @ e0294b0f)
 
 One server per test session (a start costs ~0.6 s); each test gets a database of its own
 (CREATE DATABASE, ~0.1 s) with the schema. The times written are the test's clock, as the
-simulated world writes them (vastui/sim: only time is modelled).
+simulated world writes them (vastsim: only time is modelled).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from vastsim import curio_schema
+from vastsim.postgres import PostgresServer
 from vastui.engine.cluster import ClusterReader, to_db_time
-from vastui.sim import curio_schema
-from vastui.sim.postgres import PostgresServer
 
 _names = itertools.count(1)
 
@@ -26,7 +26,7 @@ _names = itertools.count(1)
 @pytest.fixture(scope="session")
 def pg_server(_cluster_server: None) -> Iterator[PostgresServer]:
     """The session's one server (tests/conftest.py ``_cluster_server``)."""
-    from vastui.sim import harmonydb
+    from vastsim import harmonydb
 
     server = harmonydb._shared
     assert server is not None, "tests/conftest.py starts the session's PostgreSQL"
@@ -175,7 +175,7 @@ def curio_db(pg_server: PostgresServer) -> Iterator[CurioDb]:
     name = f"t{next(_names)}"
     with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-        # as the simulated cluster's (vastui/sim/harmonydb.py): YugabyteDB's READ COMMITTED is
+        # as the simulated cluster's (vastsim/harmonydb.py): YugabyteDB's READ COMMITTED is
         # snapshot isolation unless yb_enable_read_committed_isolation is set
         admin.execute(
             f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'repeatable read'"

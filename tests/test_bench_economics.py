@@ -28,10 +28,10 @@ from bench.economics_worker import (
     vastui_bench,
 )
 from bench.economics_world import Hidden, Market, Scenario, machine_fault
+from vastsim import ManualClock, SimCloud
+from vastsim.outages import outage_after
+from vastsim.workers import SimWorkerHost
 from vastui.engine import policy
-from vastui.sim import ManualClock, SimCloud
-from vastui.sim.outages import outage_after
-from vastui.sim.workers import SimWorkerHost
 
 H = 3600.0
 NO_FAULT = Hidden()
@@ -83,7 +83,7 @@ def test_the_market_is_the_same_for_the_same_seed_and_moves_by_day() -> None:
 
 
 def test_a_rentals_outage_is_the_simulators_and_follows_the_machines_reliability() -> None:
-    """The bench draws a rental's outage as the simulated cloud does (vastui.sim.outages, from
+    """The bench draws a rental's outage as the simulated cloud does (vastsim.outages, from
     the machine's listed reliability and the scenario's fault rate); a fault rate of 0 never
     takes a host down, and the rental's other dice do not move with it."""
 
@@ -367,7 +367,7 @@ def test_the_fair_original_ignores_a_failing_machine_and_rents_it_once() -> None
 
 
 def test_a_bid_worker_keeps_the_hosts_floor_not_the_going_price_it_was_rented_at():
-    # The bench's outbid check is floor x the highest other bid at t (vastui/sim/bids.py); a
+    # The bench's outbid check is floor x the highest other bid at t (vastsim/bids.py); a
     # floor taken from a search's going price would count the bidders present at the rent twice.
     market = Market(
         world_seed=7, seed=7, hosts=40, scenario=Scenario("demo", 1.0, 0.0), config=config(),

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from vastui.backend import client_for_cloud
-from vastui.sim import ManualClock, SimCloud, serve
+from vastsim import ManualClock, SimCloud, serve
+from vastsim.demo import client_for_cloud
 from vastui.vast.client import RetryPolicy, VastClient
 from vastui.vast.errors import VastAuthError, VastNotFound, VastUnreachable
 

@@ -147,7 +147,7 @@ async def test_identity_in_use(curio_db: CurioDb) -> None:
 async def test_an_absent_cluster_and_a_wrong_password_are_one_line_without_the_secret(
     curio_db: CurioDb,
 ) -> None:
-    from vastui.sim.postgres import _free_port
+    from vastsim.postgres import _free_port
 
     absent = ClusterReader("127.0.0.1", _free_port("127.0.0.1"), user="yugabyte",
                            dbname="yugabyte", password="hunter2-secret")  # fmt: skip
@@ -194,7 +194,7 @@ async def test_after_a_failure_the_cluster_is_not_tried_again_for_a_while(
 
 
 def _dead_port() -> int:
-    from vastui.sim.postgres import _free_port
+    from vastsim.postgres import _free_port
 
     return _free_port("127.0.0.1")
 

@@ -11,17 +11,18 @@ import pytest
 from textual.widgets import Static
 
 from tests.helpers import settle
-from vastui.backend import Options, client_for_cloud
+from vastsim import ManualClock, SimCloud
+from vastsim.console_fixtures import LOGS, fixed_app
+from vastsim.demo import client_for_cloud
+from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
-from vastui.console.fixtures import LOGS, fixed_app
 from vastui.console.logview import LogView
 from vastui.console.rowtable import RowTable
 from vastui.console.sources import OwnEngineSource, ReadOnlySource
 from vastui.console.sources.own import RuntimeFactory
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.engine.runtime import EngineRuntime, RunOptions
-from vastui.sim import ManualClock, SimCloud
 from vastui.store import Store
 from vastui.vast.client import RetryPolicy
 

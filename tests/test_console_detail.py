@@ -17,9 +17,9 @@ from textual.geometry import Region
 from textual.widgets import Static
 
 from tests.helpers import settle
+from vastsim.console_fixtures import CUZK_STATUS, T0, FixedSource, fixed_app
 from vastui.console import detail
 from vastui.console.detail import DetailScreen, render_cuzk
-from vastui.console.fixtures import CUZK_STATUS, T0, FixedSource, fixed_app
 from vastui.console.rowtable import RowTable
 from vastui.domain.worker import InstanceRecord
 

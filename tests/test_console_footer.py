@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import settle
+from vastsim.console_fixtures import FixedSource, fixed_app, fixed_data
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
-from vastui.console.fixtures import FixedSource, fixed_app, fixed_data
 from vastui.console.footer import KeyFooter
 from vastui.console.rowtable import RowTable
 

@@ -20,13 +20,13 @@ from textual.widgets import Static
 
 from tests.helpers import settle
 from tests.test_console import make_app
+from vastsim.console_fixtures import FixedSource, fixed_app, fixed_data
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console import detail
 from vastui.console.app import VastuiApp, check_keymap
 from vastui.console.detail import DetailScreen
 from vastui.console.dialogs import ConfirmScreen, PromptScreen, QuitScreen
-from vastui.console.fixtures import FixedSource, fixed_app, fixed_data
 from vastui.console.help import HelpScreen
 from vastui.console.rowtable import RowTable
 from vastui.console.sources import AttachedSource

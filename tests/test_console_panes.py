@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import settle
+from vastsim.console_fixtures import FixedSource, fixed_app
 from vastui.console.app import VastuiApp
-from vastui.console.fixtures import FixedSource, fixed_app
 from vastui.console.heap import GC_THRESHOLDS, settle_heap
 from vastui.console.messages import OffersLoaded, SnapshotLoaded
 from vastui.console.panes.offers import FindInput, _haystack

@@ -1,7 +1,7 @@
 """CqlPinProxy (vastui/ssh/cqlpin.py) pins a YugabyteDB cluster to a worker's YCQL tunnel.
 
-The cluster is the simulator's YCQL (vastui/sim/ycql.py), the client the stand-in model of gocql's
-session creation (vastui/sim/standins/_cql.py) and, independently, the DataStax Python driver
+The cluster is the simulator's YCQL (vastsim/ycql.py), the client the stand-in model of gocql's
+session creation (vastsim/standins/_cql.py) and, independently, the DataStax Python driver
 (cassandra-driver), which discovers peers as gocql does. A worker's network is modelled by a dial
 that refuses anything off 127.0.0.0/8 before a packet leaves: a Vast box cannot reach the
 controller's private network, and no test sends traffic there.
@@ -27,12 +27,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers import WAIT, wait_for
-from vastui.sim import ycql
-from vastui.sim.ycql import FakeYcql
+from vastsim import ycql
+from vastsim.ycql import FakeYcql
 from vastui.ssh import cqlpin
 from vastui.ssh.cqlpin import MAX_FRAME, CqlPinProxy
 
-STANDINS = Path(__file__).resolve().parents[1] / "vastui" / "sim" / "standins"
+STANDINS = Path(__file__).resolve().parents[1] / "vastsim" / "standins"
 ADVERTISED, PEERS = "10.0.0.5", ("10.0.0.6", "10.0.0.7")
 LOCAL_QUERY = "SELECT * FROM system.local WHERE key='local'"
 PEERS_QUERY = "SELECT * FROM system.peers"

@@ -1,10 +1,10 @@
 """curio's cluster, where workers meet, with the stand-in curio rebuilt from curio's source
-(vastui/sim/standins/curio cites each behaviour) against the simulated cluster database, a real
-PostgreSQL holding curio's schema (vastui/sim/harmonydb.py): machine identity keyed by host:port
+(vastsim/standins/curio cites each behaviour) against the simulated cluster database, a real
+PostgreSQL holding curio's schema (vastsim/harmonydb.py): machine identity keyed by host:port
 with 0.0.0.0 replaced by the database connection's address; a second registration of an
 identity taking back the first's tasks; the smart driver's load balancing dialling the cluster's
 advertised addresses; GOLOG_LOG_LEVEL; ProveTimeout with a retry while the daemon goes on; both
-proof kinds from the market (vastui/sim/proofsvc.py); the cordon; a dead node's tasks, freed by
+proof kinds from the market (vastsim/proofsvc.py); the cordon; a dead node's tasks, freed by
 an operator's statement at once or by curio's own cleanup after 10 minutes; the proofshare
 request singleton stranded on a dead node; a GPU whose SnapDeals proofs do not verify; the
 queue, its submissions and the payments. Every wait is a condition with an upper bound;
@@ -25,7 +25,7 @@ import pytest
 
 from tests.helpers import WAIT, Controller, wait_for
 from tests.test_worker_standins import SIM, Box, prove_snap, status_of
-from vastui.sim.proofsvc import Ask, Market
+from vastsim.proofsvc import Ask, Market
 
 LAYER = "cuzk-worker"
 

@@ -17,10 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from tests.helpers import E2E_WORKER_ENV, e2e_config, until_instance
+from vastsim.bids import BidMarket
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.engine.runtime import RunOptions, engine_runtime
-from vastui.sim.bids import BidMarket
 
 SPEED = 300.0
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import E2E_WORKER_ENV, eventually
+from vastsim import sshd
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.runtime import RunOptions, engine_runtime
-from vastui.sim import sshd
 
 SPEED = 300.0
 LONG = 300.0  # an upper bound only

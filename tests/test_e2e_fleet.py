@@ -26,7 +26,7 @@ LONG = 180.0  # an upper bound only
 
 async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state: Path) -> None:
     config = e2e_config()  # time runs 300x: generous deadlines, the path is tested
-    # The market of seed 8: the demo's world is off vastui's priors (vastui.sim.market
+    # The market of seed 8: the demo's world is off vastui's priors (vastsim.market
     # world_rate_mean), and its market of seed 7 has no 1-GPU offer 20 % above its min_rate.
     opts = Options(config=config, db=demo_state / "fleet.db", demo=True, seed=8, speed=SPEED)
     run = RunOptions(speed=SPEED, seed=8, target_workers=0, machine_fault_rate=0.0)

@@ -22,12 +22,12 @@ import asyncssh
 import pytest
 
 from tests.helpers import eventually
-from vastui.backend import client_for_cloud
+from vastsim import ManualClock, SimCloud
+from vastsim.demo import client_for_cloud
+from vastsim.lotus import FakeLotus
+from vastsim.workers import MARKER, SimWorkerHost, kill_sandbox_processes
 from vastui.config import DEFAULT_FILTER
 from vastui.engine.engine import ONSTART
-from vastui.sim import ManualClock, SimCloud
-from vastui.sim.lotus import FakeLotus
-from vastui.sim.workers import MARKER, SimWorkerHost, kill_sandbox_processes
 from vastui.ssh import (
     MemoryPins,
     RemoteForward,

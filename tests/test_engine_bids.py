@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from tests.enginekit import World
+from vastsim.bids import BidMarket
 from vastui.engine.engine import Engine
-from vastui.sim.bids import BidMarket
 from vastui.store import Store
 
 

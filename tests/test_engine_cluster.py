@@ -222,8 +222,8 @@ async def test_a_release_the_cluster_refused_is_done_at_the_next_readable_step(
 
 
 def replace_port(reader: Any) -> Any:
+    from vastsim.postgres import _free_port
     from vastui.engine.cluster import ClusterReader
-    from vastui.sim.postgres import _free_port
 
     return ClusterReader(
         reader.host, _free_port("127.0.0.1"), user=reader.user, dbname=reader.dbname,
@@ -344,8 +344,8 @@ async def test_an_engine_killed_mid_drain_finishes_it_once(
 async def test_a_cluster_that_is_not_there_turns_the_reader_off_with_one_line(
     world: World, store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from vastsim.postgres import _free_port
     from vastui.engine.cluster import ClusterReader
-    from vastui.sim.postgres import _free_port
 
     target(world, 1)
     engine = await world.engine(store)

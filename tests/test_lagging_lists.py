@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 import pytest
 
 from tests.enginekit import World, no_sleep
+from vastsim import serve
 from vastui.engine.engine import Engine
-from vastui.sim import serve
 from vastui.store import Store
 from vastui.vast.client import RetryPolicy, VastClient
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "vastui"
+SIMULATOR = ROOT.parent / "vastsim"
 UI_FREE = [p for p in ROOT.iterdir() if p.is_dir() and p.name not in ("console", "__pycache__")]
 UI_FREE_MODULES = [p for p in ROOT.glob("*.py") if p.name not in ("cli.py", "__main__.py")]
 
@@ -40,7 +41,7 @@ def test_no_textual_below_the_console(path: Path):
 
 def test_importing_the_backend_loads_no_textual():
     code = (
-        "import sys, vastui.backend, vastui.store, vastui.vast.client, vastui.sim;"
+        "import sys, vastui.backend, vastui.store, vastui.vast.client, vastsim;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -215,3 +216,58 @@ def test_the_domain_imports_only_the_domain() -> None:
         if not module.startswith("vastui.domain")
     ]
     assert taken == []
+
+
+# -- the simulator beside the product (issue 29): vastsim imports vastui, never the reverse ---
+
+
+def test_vastui_never_imports_the_simulator() -> None:
+    """Under TYPE_CHECKING and inside functions too: vastui finds its simulated world through
+    an entry point (vastui/worlds.py)."""
+    taken = [
+        f"{name} imports {module}"
+        for name, path in MODULES.items()
+        for module in imported_modules(path)
+        if module.split(".")[0] == "vastsim"
+    ]
+    assert taken == []
+
+
+def test_the_simulator_takes_only_public_names_from_vastui() -> None:
+    taken = []
+    for path in SIMULATOR.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vastui"):
+                taken += [
+                    f"{path.name} takes {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert taken == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SIMULATOR.rglob("*.py") if p.name != "console_fixtures.py"],
+    ids=lambda p: str(p.relative_to(SIMULATOR)),
+)
+def test_the_simulator_imports_no_textual(path: Path) -> None:
+    """Only the console's fixed demo data (console_fixtures.py) builds on the console."""
+    bad = {m for m in imported_modules(path) if m.split(".")[0] in ("textual", "rich")}
+    bad |= {m for m in imported_modules(path) if m.startswith("vastui.console")}
+    assert not bad, f"{path} imports {bad}"
+
+
+def test_the_demo_finds_the_simulator_by_its_entry_point() -> None:
+    from vastui.worlds import load_world
+
+    world = load_world()
+    assert type(world).__module__ == "vastsim.world"
+    assert callable(world.demo) and callable(world.serve) and callable(world.client)
+
+
+def test_a_missing_world_is_one_line() -> None:
+    from vastui.worlds import WorldMissing, load_world
+
+    with pytest.raises(WorldMissing, match="no simulated world 'nowhere' is installed"):
+        load_world("nowhere")

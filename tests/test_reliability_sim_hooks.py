@@ -1,5 +1,5 @@
 """The simulator's switches the reliability trials use: every sandbox's sshd refusing
-connections (``POST /_sim/ssh``, vastui/sim/sshd.py ``refuse_connections``) and its census in
+connections (``POST /_sim/ssh``, vastsim/sshd.py ``refuse_connections``) and its census in
 ``/_sim/stats``; and the harness's TCP proxy that makes the Vast API unreachable."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from reliability.proxy import TcpProxy
-from vastui.sim import sshd
-from vastui.sim.app import make_app
-from vastui.sim.cloud import SimCloud
+from vastsim import sshd
+from vastsim.app import make_app
+from vastsim.cloud import SimCloud
 
 
 async def _sshd(tmp_path: Path, client_key: asyncssh.SSHKey) -> sshd.SandboxSshd:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.test_engine import World, rent_one
+from vastsim.console_fixtures import fixed_app
 from vastui.backend import Options
 from vastui.cli import main
 from vastui.config import ApiKeyError, Config, ConfigError, load_api_key, load_config
 from vastui.console.app import check_keymap
-from vastui.console.fixtures import fixed_app
 from vastui.engine import policy
 from vastui.sanitize import sanitize_line
 from vastui.store import Store

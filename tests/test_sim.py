@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from vastui.sim import ManualClock, SimCloud, generate_market
-from vastui.sim.cloud import ApiError
-from vastui.sim.market import RAM_CLASSES_GIB
-from vastui.sim.query_eval import QueryError, search_offers
+from vastsim import ManualClock, SimCloud, generate_market
+from vastsim.cloud import ApiError
+from vastsim.market import RAM_CLASSES_GIB
+from vastsim.query_eval import QueryError, search_offers
 
 NOW = 1_790_000_000.0
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.helpers import sim_api
-from vastui.sim import ManualClock, SimCloud, make_app
-from vastui.sim.bids import SPREAD, BidMarket
+from vastsim import ManualClock, SimCloud, make_app
+from vastsim.bids import SPREAD, BidMarket
 
 KEY = "bid-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

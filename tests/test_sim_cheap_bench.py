@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from vastsim.cheap import CheapScript, CheapWorker
 from vastui.engine import policy
-from vastui.sim.cheap import CheapScript, CheapWorker
 
 
 async def run(margin: float, min_rate: float = 20.0) -> tuple[CheapWorker, list[dict[str, Any]]]:

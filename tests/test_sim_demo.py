@@ -12,14 +12,15 @@ import logging
 
 import pytest
 
-from vastui.backend import DEMO_WORLD_SEED, make_demo_cloud
+from vastsim import ManualClock, SimCloud
+from vastsim.demo import DEMO_WORLD_SEED, make_demo_cloud
+from vastsim.outages import OUTAGE_HORIZON_S
+from vastsim.world import demo_cloud
 from vastui.config import Config
 from vastui.domain.machines import PerfRecord
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.ranking import rank_offers
-from vastui.engine.runtime import RunOptions, demo_history, open_demo_cloud
-from vastui.sim import ManualClock, SimCloud
-from vastui.sim.outages import OUTAGE_HORIZON_S
+from vastui.engine.runtime import RunOptions, demo_history, demo_request
 from vastui.store import Store
 from vastui.vast.models import Offer
 from vastui.vast.query import build_search_body
@@ -83,9 +84,9 @@ def default_search(config: Config) -> dict:
 @pytest.fixture
 def reference_world(monkeypatch):
     """The world as vastui's priors assume it: every GPU model's hidden mean rate is the
-    reference figure (vastui.sim.market.world_rate_factor 1), not off it by the world's own
+    reference figure (vastsim.market.world_rate_factor 1), not off it by the world's own
     factor. For the properties that hold only while the priors are right."""
-    from vastui.sim import market as sim_market
+    from vastsim import market as sim_market
 
     monkeypatch.setattr(sim_market, "RATE_FACTOR_RANGE", (1.0, 1.0))
 
@@ -209,7 +210,7 @@ async def test_a_new_demo_cloud_gives_no_id_an_earlier_run_gave(store: Store, ca
 
     caplog.set_level(logging.INFO, logger="vastui.engine")
     run = RunOptions(seed=5, machine_fault_rate=0.0)
-    cloud = await open_demo_cloud(store, run)
+    cloud = demo_cloud(await demo_request(store, run))
     assert cloud.seed == 5 and cloud.world_seed == DEMO_WORLD_SEED
     assert "demo market seed 5 (run it again with --seed 5)" in caplog.text
     assert cloud.clock.now() >= T0 + 900 + 60
@@ -219,7 +220,7 @@ async def test_a_new_demo_cloud_gives_no_id_an_earlier_run_gave(store: Store, ca
 
 async def test_a_demo_without_a_seed_draws_one_and_says_which(store: Store, caplog):
     caplog.set_level(logging.INFO, logger="vastui.engine")
-    cloud = await open_demo_cloud(store, RunOptions(seed=None))
+    cloud = demo_cloud(await demo_request(store, RunOptions(seed=None)))
     assert 1 <= cloud.seed < 1_000_000
     assert f"demo market seed {cloud.seed} (run it again with --seed {cloud.seed})" in caplog.text
     assert make_demo_cloud(None, hosts=5).world_seed == DEMO_WORLD_SEED
@@ -247,7 +248,7 @@ def rent_everything(cloud: SimCloud) -> list[int]:
 
 
 def test_a_host_goes_offline_as_often_as_its_listed_reliability_says():
-    """The outage model (vastui.sim.outages: reliability = the chance a machine stays up a
+    """The outage model (vastsim.outages: reliability = the chance a machine stays up a
     day): over every offer of the demo's market, the outages within a day of running are as
     many as the listed reliabilities expect, not the flat third of rentals it once was."""
     cloud = SimCloud(
@@ -288,7 +289,7 @@ def test_an_outage_takes_the_host_offline_at_its_time_and_a_scale_of_0_never():
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_machine_faults_belong_to_the_machine_not_to_the_run(seed, tmp_path):
-    from vastui.sim.workers import SimWorkerHost
+    from vastsim.workers import SimWorkerHost
 
     hosts = [SimWorkerHost(market(s, hosts=30), tmp_path, speed=1.0) for s in (seed, seed + 10)]
     machine_ids = sorted(hosts[0].cloud.machines_by_id)
@@ -300,7 +301,7 @@ def test_machine_faults_belong_to_the_machine_not_to_the_run(seed, tmp_path):
 def test_the_snap_invalid_gpu_is_drawn_last_and_injectable(tmp_path, monkeypatch):
     """The fault a later table row adds moves no other machine's draw (FAULTS is walked in
     order); a test injects it like any other (SimWorkerHost.fault_overrides)."""
-    from vastui.sim import workers
+    from vastsim import workers
 
     host = workers.SimWorkerHost(market(2, hosts=60), tmp_path, speed=1.0, machine_fault_rate=3.0)
     machine_ids = sorted(host.cloud.machines_by_id)
@@ -318,7 +319,7 @@ def test_the_snap_invalid_gpu_is_drawn_last_and_injectable(tmp_path, monkeypatch
 def test_a_machines_hidden_fault_does_not_move_its_price():
     """No source says faulty machines ask less: a moment's prices are the same whatever the
     world seed (which alone decides the faults), each in its GPU model's range."""
-    from vastui.sim import market as sim_market
+    from vastsim import market as sim_market
 
     machines = market(6, hosts=60).machines
     prices = sim_market.market_moment(machines, 6, DEMO_WORLD_SEED, listed_share=1.0)

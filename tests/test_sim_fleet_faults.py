@@ -1,4 +1,4 @@
-"""Fleet-wide faults of the simulated cloud (vastui/sim/fleet.py): a broken image, a broken
+"""Fleet-wide faults of the simulated cloud (vastsim/fleet.py): a broken image, a broken
 benchmark input, the controller's services down. Each makes every machine fail the same way,
 and each test shows what a controller observes from outside: an instance's ``status_msg``
 through the API, the benchmark result of two different machines, the worker's tunnel-down
@@ -33,10 +33,10 @@ from tests.test_e2e_worker import (
     sandbox_pids,
 )
 from tests.test_sim_serve_cloud import AUTH, KEY, start_served, stop_served
-from vastui.backend import client_for_cloud
-from vastui.sim import ManualClock, SimCloud
-from vastui.sim.fleet import FleetFaultError, familiar
-from vastui.sim.hosting import worker_hosts
+from vastsim import ManualClock, SimCloud
+from vastsim.demo import client_for_cloud
+from vastsim.fleet import FleetFaultError, familiar
+from vastsim.hosting import worker_hosts
 from vastui.ssh import RemoteForward, Worker
 from vastui.ssh.cqlpin import CqlPinProxy
 

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from vastui.sim import ManualClock, SimCloud, make_app, serve
+from vastsim import ManualClock, SimCloud, make_app, serve
 
 KEY = "sim-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

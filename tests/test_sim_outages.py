@@ -1,4 +1,4 @@
-"""The simulated world's outage model (vastui.sim.outages): a rented host goes offline at the
+"""The simulated world's outage model (vastsim.outages): a rented host goes offline at the
 hazard its listed reliability implies, shared by the simulated cloud and the economics bench."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from vastui.sim.outages import OUTAGE_HORIZON_S, offline_hazard_per_hour, outage_after
+from vastsim.outages import OUTAGE_HORIZON_S, offline_hazard_per_hour, outage_after
 
 DAY_S = 86400.0
 

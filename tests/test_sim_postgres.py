@@ -1,5 +1,5 @@
-"""The simulated curio cluster's PostgreSQL (vastui/sim/postgres.py) and the cluster database
-on it (vastui/sim/harmonydb.py): a server that starts and leaves nothing behind, goes down (its
+"""The simulated curio cluster's PostgreSQL (vastsim/postgres.py) and the cluster database
+on it (vastsim/harmonydb.py): a server that starts and leaves nothing behind, goes down (its
 port refusing) and comes back with its data, runs as ``nobody`` under root (from a copy of the
 binaries when nobody cannot reach them), dies with its owner and is cleaned up after; one line
 when there is no PostgreSQL at all. Waits are conditions with an upper bound."""
@@ -21,9 +21,9 @@ import psycopg
 import pytest
 
 from tests.helpers import WAIT, wait_for
-from vastui.sim import postgres
-from vastui.sim.harmonydb import ClusterDatabase
-from vastui.sim.postgres import PostgresServer, PostgresUnavailable
+from vastsim import postgres
+from vastsim.harmonydb import ClusterDatabase
+from vastsim.postgres import PostgresServer, PostgresUnavailable
 
 ROOT = os.geteuid() == 0
 
@@ -92,7 +92,7 @@ def test_a_server_starts_goes_down_comes_back_and_leaves_nothing() -> None:
 
 
 async def test_the_cluster_database_goes_down_and_comes_back_with_its_tables() -> None:
-    """The fleet fault controller_down (vastui/sim/fleet.py): YSQL and YCQL refuse
+    """The fleet fault controller_down (vastsim/fleet.py): YSQL and YCQL refuse
     connections, the tables are kept; stop() removes the server and its files."""
     db = ClusterDatabase(password="another-password")  # not the session's: its own server
     await db.start()
@@ -122,7 +122,7 @@ def test_a_killed_owner_leaves_no_server_running_and_nothing_after_the_next_star
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import sys, time
-            from vastui.sim.postgres import PostgresServer
+            from vastsim.postgres import PostgresServer
             s = PostgresServer()
             s.start()
             print(s.proc.pid, s.top, flush=True)

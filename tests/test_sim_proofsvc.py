@@ -1,4 +1,4 @@
-"""The proofshare market stand-in (vastui/sim/proofsvc.py) answers curio's provider calls
+"""The proofshare market stand-in (vastsim/proofsvc.py) answers curio's provider calls
 (lib/proofsvc/provictl.go) with the shapes of lib/proofsvc/common/types.go: asks matched at the
 next poll, the request's data, a reward per completion (nonce and cumulative amount at the
 ask's price; challenge proofs unpaid), 410 for a request that is not the provider's."""
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from vastui.sim.proofsvc import Market, ProofService, atto_to_fil, fil_to_atto
-from vastui.sim.standins import _simlib as simlib
+from vastsim.proofsvc import Market, ProofService, atto_to_fil, fil_to_atto
+from vastsim.standins import _simlib as simlib
 
 WALLET = "f1abcdefghijklmnopqrstuvwxyzabcdefghijklm"
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vastui.sim.workers import MARKER, kill_sandbox_processes, reap_stale_sandboxes
+from vastsim.workers import MARKER, kill_sandbox_processes, reap_stale_sandboxes
 
 
 def start_worker(root: Path) -> subprocess.Popen[bytes]:

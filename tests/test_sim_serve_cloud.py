@@ -27,10 +27,10 @@ import httpx
 import pytest
 
 from tests.helpers import sim_api, wait_for
-from vastui.backend import client_for_cloud
-from vastui.sim import ManualClock, SimCloud
-from vastui.sim.hosting import worker_hosts
-from vastui.sim.workers import MARKER
+from vastsim import ManualClock, SimCloud
+from vastsim.demo import client_for_cloud
+from vastsim.hosting import worker_hosts
+from vastsim.workers import MARKER
 from vastui.ssh import MemoryPins, Worker, WorkerConnection
 from vastui.vast.models import Instance
 
@@ -519,7 +519,7 @@ def test_vastai_cli_bids_creates_a_bid_and_changes_it(served: Served):
     assert offers and all(o["is_bid"] for o in offers)
     offer = offers[0]
     assert offer["dph_total"] == pytest.approx(offer["min_bid"] + offer["storage_total_cost"])
-    # Over every other bidder's price (vastui/sim/bids.py SPREAD): it runs and stays running.
+    # Over every other bidder's price (vastsim/bids.py SPREAD): it runs and stays running.
     price = round(offer["min_bid"] * 3.5, 4)
     made = served.vastai(
         "create", "instance", str(offer["id"]), "--image", "img:1", "--disk", "20",
@@ -595,7 +595,7 @@ async def test_write_config_puts_curios_password_beside_it_and_never_prints_it(
     import psycopg
 
     from tests.helpers import eventually
-    from vastui.sim.server import ServeOptions, serve_cloud
+    from vastsim.server import ServeOptions, serve_cloud
 
     monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
     config = tmp_path / "cfg" / "vastui.toml"

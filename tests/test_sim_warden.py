@@ -1,5 +1,5 @@
 """Every process a simulated instance starts dies with the cloud that started it, even when
-that cloud is SIGKILLed (vastui/sim/warden.py): a cloud process starts its warden and sandbox
+that cloud is SIGKILLed (vastsim/warden.py): a cloud process starts its warden and sandbox
 processes (one backgrounded by a shell, as the worker scripts do), and is killed -9."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import textwrap
 from pathlib import Path
 
 from tests.helpers import wait_for
-from vastui.sim.warden import MARKER
+from vastsim.warden import MARKER
 
 CLOUD = textwrap.dedent(
     """
     import os, subprocess, sys, time
     from pathlib import Path
-    from vastui.sim.warden import MARKER, start_warden
+    from vastsim.warden import MARKER, start_warden
     root = Path(sys.argv[1])
     warden = start_warden(root)
     env = {**os.environ, MARKER: str(root / "instance-1")}
@@ -71,8 +71,8 @@ def test_a_sigkilled_cloud_takes_its_sandboxes_with_it_and_nothing_else(tmp_path
 async def test_a_worker_host_keeps_a_warden_over_its_sandboxes_while_attached(tmp_path) -> None:
     """The simulator's worker host (the demo's, sim serve's, the tests') arms a warden over
     its root when it attaches, and lets it go when it closes cleanly."""
-    from vastui.sim import ManualClock, SimCloud
-    from vastui.sim.workers import SimWorkerHost
+    from vastsim import ManualClock, SimCloud
+    from vastsim.workers import SimWorkerHost
 
     host = SimWorkerHost(SimCloud(seed=1, clock=ManualClock()), tmp_path / "sim", speed=1.0)
     host.attach()

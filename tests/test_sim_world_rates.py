@@ -1,5 +1,5 @@
 """The simulated world's GPU rates, drawn apart from vastui's priors
-(vastui.sim.market.world_rate_mean): a neutral world for the economics bench and the demo."""
+(vastsim.market.world_rate_mean): a neutral world for the economics bench and the demo."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import statistics
 
 import pytest
 
-from vastui.engine.ranking import DEFAULT_GPU_RATES
-from vastui.sim.market import (
+from vastsim.market import (
     GPU_BY_NAME,
     GPU_MODELS,
     RATE_FACTOR_RANGE,
@@ -16,6 +15,7 @@ from vastui.sim.market import (
     world_rate_factor,
     world_rate_mean,
 )
+from vastui.engine.ranking import DEFAULT_GPU_RATES
 
 NOW = 1_790_000_000.0
 
@@ -66,7 +66,7 @@ def test_machines_draw_their_rate_around_the_worlds_mean_not_the_prior():
 def test_the_rest_of_the_world_does_not_move_with_the_rates(monkeypatch):
     """The factors come from dice of their own: the world of a seed at its reference rates has
     the same machines, offers and ids, and each machine the same draw around its mean."""
-    from vastui.sim import market as sim_market
+    from vastsim import market as sim_market
 
     neutral = generate_market(7, hosts=60, clock_now=NOW)
     monkeypatch.setattr(sim_market, "RATE_FACTOR_RANGE", (1.0, 1.0))

@@ -1,4 +1,4 @@
-"""The cheap stand-in workers (`vastui.sim.cheap`, for benchmarks at fleet scale) speak the
+"""The cheap stand-in workers (`vastsim.cheap`, for benchmarks at fleet scale) speak the
 worker protocol over real SSH as vastui's own client reads it: status, the event stream with
 its line positions, cuzk counters the production parser accepts, logs (sanitised: cuzk's lines
 carry colour codes) that end after the asked number of lines."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from vastsim import ManualClock, SimCloud
+from vastsim.cheap import CheapScript, CheapWorkerHost, PortRange
 from vastui.engine.production import Reading
-from vastui.sim import ManualClock, SimCloud
-from vastui.sim.cheap import CheapScript, CheapWorkerHost, PortRange
 from vastui.ssh import MemoryPins, SshPool, Worker
 
 

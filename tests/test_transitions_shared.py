@@ -226,7 +226,7 @@ def _going(where: str, floor: float, rec0: Any) -> float:
 
 
 async def _engine_bid_side(world: World, store: Store, steps: list[tuple[str, Any]]) -> dict:
-    from vastui.sim.bids import BidMarket
+    from vastsim.bids import BidMarket
 
     world.config = replace(world.config, bids=replace(world.config.bids, mode="auto"))
     world.cloud.bids = BidMarket(world.cloud.seed, world.clock.now(), 0.0)

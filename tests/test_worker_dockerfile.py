@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "worker-image" / "Dockerfile"
-NVIDIA_SMI = REPO / "vastui" / "sim" / "standins" / "nvidia-smi"
+NVIDIA_SMI = REPO / "vastsim" / "standins" / "nvidia-smi"
 
 
 # ------------------------------------------------------------------ the Dockerfile, parsed

@@ -1,7 +1,7 @@
 """worker-image/ scripts (entrypoint.sh, benchmark.sh, workerctl) against the stand-ins.
 
 Each test builds a sandbox WORKER_ROOT in tmp_path with the scripts copied to usr/local/bin, the
-stand-ins (vastui/sim/standins) first on PATH, the parameter files, a C1 input in the real
+stand-ins (vastsim/standins) first on PATH, the parameter files, a C1 input in the real
 envelope, and what a container sees of memory (proc/meminfo, the cgroup limit). SIM_SPEED runs
 the stand-ins faster than real time and WORKER_TIME_SCALE puts the scripts' own clock at the
 same pace. Tests wait on conditions (files, processes), never on wall-clock durations, and a
@@ -33,11 +33,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import WAIT, Controller, free_port, wait_for, world_rate
-from vastui.sim.standins import _simlib as simlib
+from vastsim.standins import _simlib as simlib
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "worker-image"
-STANDINS = REPO / "vastui" / "sim" / "standins"
+STANDINS = REPO / "vastsim" / "standins"
 PYBIN = os.path.dirname(sys.executable)
 SCRIPTS = ("entrypoint.sh", "benchmark.sh", "workerctl", "vastui-lib.sh")
 ANSI = re.compile(r"\x1b\[")
@@ -74,7 +74,7 @@ class Sandbox:
         share = self.root / "usr" / "local" / "share" / "vastui"
         share.mkdir(parents=True)
         (share / "c1.json").write_bytes(simlib.make_c1(1000, 1))
-        from vastui.sim.workers import lay_out_snap_input
+        from vastsim.workers import lay_out_snap_input
 
         lay_out_snap_input(self.root)
         (self.root / ".sim").mkdir()
@@ -144,7 +144,7 @@ class Sandbox:
         }
         data.update(kw)
         (self.root / ".sim" / "machine.json").write_text(json.dumps(data))
-        from vastui.sim.workers import lay_out_cpu
+        from vastsim.workers import lay_out_cpu
 
         lay_out_cpu(self.root, data)  # the container's CPUs and CPU flags, as the sim does
 
@@ -159,7 +159,7 @@ class Sandbox:
             )
         )
         profile = json.loads((self.root / ".sim" / "machine.json").read_text())
-        from vastui.sim.workers import lay_out_memory
+        from vastsim.workers import lay_out_memory
 
         (self.root / "proc").mkdir(exist_ok=True)
         (self.root / "sys" / "fs" / "cgroup").mkdir(parents=True, exist_ok=True)

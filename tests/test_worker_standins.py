@@ -1,4 +1,4 @@
-"""The simulator's stand-ins (vastui/sim/standins) behave as the real binaries do.
+"""The simulator's stand-ins (vastsim/standins) behave as the real binaries do.
 
 Each behaviour here was read in the real source (filecoin-project/curio @ e0294b0f, extern/cuzk,
 cmd/curio, lib/fastparamfetch; sppark 0.1.14) and is named in the stand-in next to the code that
@@ -31,7 +31,7 @@ import pytest
 from tests.helpers import WAIT, Controller, free_port, quiet_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
-STANDINS = REPO / "vastui" / "sim" / "standins"
+STANDINS = REPO / "vastsim" / "standins"
 PYBIN = os.path.dirname(sys.executable)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 GIB = 1024**3

@@ -349,29 +349,20 @@ def cmd_locate(opts: Options, args: argparse.Namespace) -> int:
 
 def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
     """A whole simulated cloud over HTTP: the demo's world and market (``--seed``), worker
-    hosts as the demo runs them, the controller's stand-ins (vastui/sim/hosting.py)."""
-    from vastui.backend import make_demo_cloud
-    from vastui.sim.hosting import host_maintenance
-    from vastui.sim.server import ListenError, ServeOptions, run_server
+    hosts as the demo runs them, the controller's stand-ins (vastsim/, found through
+    vastui/worlds.py)."""
+    from vastui.worlds import ServeRequest, WorldError, WorldMissing, load_world
 
-    cloud = make_demo_cloud(
-        args.seed, args.speed, api_key=args.api_key, faults=args.faults,
-        host_maintenance=host_maintenance(args.machine_fault_rate) if args.workers else 0.0,
-        bid_pressure=args.bid_pressure,
-    )  # fmt: skip
-    cloud.list_lag_s = args.list_lag
-    serve = ServeOptions(
-        port=args.port,
-        workers=args.workers,
-        machine_fault_rate=args.machine_fault_rate,
+    request = ServeRequest(
+        seed=args.seed, speed=args.speed, api_key=args.api_key, faults=args.faults,
+        machine_fault_rate=args.machine_fault_rate, bid_pressure=args.bid_pressure,
+        list_lag=args.list_lag, port=args.port, workers=args.workers,
         write_config=args.write_config,
-    )
+    )  # fmt: skip
     try:
-        run_server(cloud, serve)
-    except ListenError as exc:  # e.g. the port is taken: one line, not uvicorn's traceback
+        load_world().serve(request)
+    except (WorldError, WorldMissing) as exc:
         raise CliError(str(exc)) from None
-    except FileNotFoundError as exc:  # no worker-image scripts beside the package
-        raise CliError(f"{exc} (serve the API alone with --no-workers)") from None
     return 0
 
 
@@ -732,6 +723,8 @@ _EXPECTED_ERRORS = (
     ("vastui.config", "ApiKeyError"),
     ("vastui.vast.errors", "VastError"),
     ("vastui.store.errors", "StoreError"),
+    ("vastui.worlds", "WorldMissing"),
+    ("vastui.worlds", "WorldError"),
     ("vastui.vast.query", "QueryError"),
     ("vastui.engine.keys", "SshKeyError"),
 )

@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vastui.alerts import Notifier
-from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
+from vastui.backend import Options, make_client
 from vastui.config import Config, FleetSection, load_curio_db_password
 from vastui.engine.clock import SteadyClock, steady_scaled
 from vastui.engine.cluster import ClusterReader
@@ -33,9 +33,7 @@ from vastui.sanitize import sanitize_line
 from vastui.ssh import RemoteForward, SshPool, StorePins
 from vastui.store import LeaseHeld, Store, StoreError
 from vastui.store.errors import StoreFatal
-
-if TYPE_CHECKING:
-    from vastui.sim import SimCloud
+from vastui.worlds import DemoRequest, load_world
 
 log = logging.getLogger("vastui.engine")
 
@@ -163,16 +161,8 @@ async def _demo_parts(
     settings: EngineSettings,
     on_change: Callable[[str], Awaitable[None] | None] | None,
 ) -> tuple[Engine, Any, Any]:
-    from vastui.sim.hosting import worker_hosts
-
-    cloud = await open_demo_cloud(store, run)
-    # The worker hosts and the controller's stand-ins, as `vastui sim serve` runs them.
-    hosts = await stack.enter_async_context(
-        worker_hosts(cloud, speed=run.speed, machine_fault_rate=run.machine_fault_rate)
-    )
-    client = client_for_cloud(cloud, pacing={})
-    stack.push_async_callback(client.aclose)
-    targets = hosts.controller_addrs()
+    world = await stack.enter_async_context(load_world().demo(await demo_request(store, run)))
+    targets = dict(world.controller)
     targets["curio_db_cql"] = await pin_cql(stack, targets["curio_db_cql"])
     pool = SshPool(
         client_key=key_path,
@@ -183,17 +173,18 @@ async def _demo_parts(
     )
     scale_settings(settings, config, run.speed)
     # the simulated cluster's own credentials: the workers get them, the reader uses them
-    db = hosts.db
-    settings.curio_db_password = db.password
-    config = replace(config, curio=replace(config.curio, db_user=db.user, db_name=db.database))
+    settings.curio_db_password = world.db_password
+    config = replace(
+        config, curio=replace(config.curio, db_user=world.db_user, db_name=world.db_name)
+    )
     reader = await open_cluster_reader(
-        stack, config, targets["curio_db"], db.password, db.user, db.database
+        stack, config, targets["curio_db"], world.db_password, world.db_user, world.db_name
     )
     engine = Engine(
-        config, store, client, ssh=pool, public_key=public_key, clock=cloud.clock.now,
+        config, store, world.client, ssh=pool, public_key=public_key, clock=world.clock,
         settings=settings, on_change=on_change, cluster=reader,
     )  # fmt: skip
-    return engine, hosts.host, hosts.db
+    return engine, world.hosts, world.cluster_db
 
 
 CURIO_DEFAULT_PASSWORD = "yugabyte"  # curio's --db-password default (cmd/curio/main.go:108-186)
@@ -282,22 +273,14 @@ def sim_clock() -> tuple[Callable[[], float], float] | None:
     return steady_scaled(start, wall0, speed), speed
 
 
-async def open_demo_cloud(store: Store, run: RunOptions) -> SimCloud:
-    """The demo's simulated cloud for this database: the market of ``run.seed`` (logged, so
-    the run can be reproduced), ids and simulated time that carry on from earlier runs."""
-    from vastui.sim.hosting import host_maintenance
-
+async def demo_request(store: Store, run: RunOptions) -> DemoRequest:
+    """The demo world this database asks for: the market of ``run.seed``, ids and simulated time
+    that carry on from earlier runs."""
     last_id, last_ts = await demo_history(store)
-    cloud = make_demo_cloud(
-        run.seed, run.speed, start=max(time.time(), last_ts + 60.0),
-        instance_ids_after=last_id,
-        host_maintenance=host_maintenance(run.machine_fault_rate),
+    return DemoRequest(
+        seed=run.seed, speed=run.speed, machine_fault_rate=run.machine_fault_rate,
+        after_id=last_id, start=max(time.time(), last_ts + 60.0),
     )  # fmt: skip
-    log.info(
-        "demo market seed %d (run it again with --seed %d); instance ids above %d",
-        cloud.seed, cloud.seed, last_id,
-    )  # fmt: skip
-    return cloud
 
 
 async def demo_history(store: Store) -> tuple[int, float]:

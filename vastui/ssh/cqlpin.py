@@ -47,7 +47,7 @@ parsed with bounds checks, and a result the proxy cannot parse is relayed unchan
 counted), never crashing the proxy. Frames it does not rewrite are streamed, not buffered.
 
 One file: the proxy and the CQL frames it must parse to rewrite addresses are one protocol
-boundary, kept apart from the server it fronts (vastui/sim/ycql.py) on purpose.
+boundary, kept apart from the server it fronts (vastsim/ycql.py) on purpose.
 """
 
 from __future__ import annotations

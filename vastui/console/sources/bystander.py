@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from vastui.backend import Options, client_for_cloud, make_client, make_demo_cloud
+from vastui.backend import Options, make_client
 from vastui.config import state_dir
 from vastui.console.snapshot import Snapshot
 from vastui.console.sources.enginelog import EngineLogFile
@@ -47,12 +47,9 @@ class Bystander:
         """The store (already open), our own client and SSH pool, closed by `close`."""
         self.store = store
         self._stack.push_async_callback(store.close)
-        if self.opts.demo:
-            # The headless demo's simulated cloud lives in its process; search our own copy.
-            cloud = make_demo_cloud(self.opts.seed, self.opts.speed)
-            self.client = client_for_cloud(cloud)
-        else:
-            self.client = make_client(self.opts)
+        # With --demo, the headless demo's simulated cloud lives in its process: this searches
+        # a copy of its own (vastui/worlds.py).
+        self.client = make_client(self.opts)
         self._stack.push_async_callback(self.client.aclose)
         key, _ = ensure_ssh_key(self.opts.config)
         self.ssh = SshPool(client_key=key, pins=StorePins(store))

@@ -8,7 +8,7 @@ console holds one and never asks which it is):
 - `AttachedSource` (attached.py): a headless engine (`vastui --engine-only`) holds the lease;
   the console reads its state from the store and sends commands through the store's table;
 - `ReadOnlySource` (readonly.py): `--read-only` and no engine: the store as it is, no actions;
-- `FixedSource` (console/fixtures.py): fixed data for snapshots and screenshots.
+- `FixedSource` (vastsim/console_fixtures.py): fixed data for snapshots and screenshots.
 
 `choose_source` (choose.py) picks the first three by the database's lease.
 """

@@ -1,6 +1,6 @@
 """When a rented host goes offline: a hazard per machine from the reliability its offers list.
 
-Shared by the simulated cloud (vastui.sim.cloud ``SimCloud._maintenance``) and the economics
+Shared by the simulated cloud (vastsim.cloud ``SimCloud._maintenance``) and the economics
 bench (bench/economics_worker.py ``plan``), so that both worlds lose hosts alike. No imports from
 the rest of the simulator: the cloud imports this lazily, and it imports nothing back.
 

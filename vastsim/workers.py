@@ -3,7 +3,7 @@
 When the simulated cloud reports an instance running, `SimWorkerHost` gives it a sandbox
 directory (its `WORKER_ROOT`) holding the real `worker-image` scripts, an SSH server on the port
 the API reports, and runs the instance's `onstart` command there, as Vast does. Only what needs a
-GPU or the internet is a stand-in (`vastui/sim/standins/`: cuzk-daemon, cuzk-bench, curio,
+GPU or the internet is a stand-in (`vastsim/standins/`: cuzk-daemon, cuzk-bench, curio,
 nvidia-smi), driven by the machine profile in `.sim/machine.json`. The sandbox also has what a
 container sees of its machine: `proc/meminfo` (the host's RAM) and `sys/fs/cgroup/memory.max`
 (the slice's limit).
@@ -29,17 +29,17 @@ from typing import Any
 
 import asyncssh
 
+from vastsim.clock import ScaledClock
+from vastsim.cloud import SimCloud
+from vastsim.fleet import BROKEN_C1_MINER
+from vastsim.market import machine_fault_rng
+from vastsim.proofsvc import URL_ENV as PROOFSVC_URL_ENV
+from vastsim.sshd import SandboxSshd
+from vastsim.standins import _simlib as simlib
+from vastsim.warden import MARKER, kill_marked, start_warden, stop_warden
 from vastui.resources import bundled_dir
-from vastui.sim.clock import ScaledClock
-from vastui.sim.cloud import SimCloud
-from vastui.sim.fleet import BROKEN_C1_MINER
-from vastui.sim.market import machine_fault_rng
-from vastui.sim.proofsvc import URL_ENV as PROOFSVC_URL_ENV
-from vastui.sim.sshd import SandboxSshd
-from vastui.sim.standins import _simlib as simlib
-from vastui.sim.warden import MARKER, kill_marked, start_warden, stop_warden
 
-log = logging.getLogger("vastui.sim.workers")
+log = logging.getLogger("vastsim.workers")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 STANDINS_DIR = PACKAGE_DIR / "standins"

@@ -7,7 +7,7 @@ addresses a production YugabyteDB cluster advertises, 10.x) cannot be reached at
 
 The simulator's workers share this machine's loopback, so each forward listens on a free port
 and the sandbox's SSH server writes where (``run/forwards/<port>``, ``run/lotus-api-addr`` for
-1234: vastui/sim/sshd.py); the worker scripts read the same files (worker-image/vastui-lib.sh
+1234: vastsim/sshd.py); the worker scripts read the same files (worker-image/vastui-lib.sh
 ``forward_addr``). :func:`worker_dial` applies that map, and refuses what a container could not
 reach. A refusal is immediate here where a real SYN to an unroutable address waits for the dial
 timeout: only the outcome and the error text are modelled, not the wait.

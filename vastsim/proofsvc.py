@@ -4,7 +4,7 @@ curio reaches the market over HTTP at one constant URL (``lib/proofsvc/provictl.
 ``marketUrl = "https://mainnet.snass.fsp.sh/v0/proofs"``); a worker reaches it over its own
 internet, not through the controller's tunnel (cuzk-verified.md, "Where a proofshare worker meets
 the world"). The simulator serves the same paths under ``/v0/proofs`` on a loopback port and tells
-the sandboxes where (``SIM_PROOFSVC_URL``, vastui/sim/workers.py):
+the sandboxes where (``SIM_PROOFSVC_URL``, vastsim/workers.py):
 
 * ``POST /provider/work/ask/{addr}?price=&signature=`` (provictl.go:78-120, ``CreateWorkAsk``):
   a ``WorkAsk`` (``lib/proofsvc/common/types.go:60-67``);
@@ -50,9 +50,9 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from vastui.sim.standins import _simlib as simlib
+from vastsim.standins import _simlib as simlib
 
-log = logging.getLogger("vastui.sim.proofsvc")
+log = logging.getLogger("vastsim.proofsvc")
 
 BASE_PATH = "/v0/proofs"  # provictl.go:30: marketUrl's path
 URL_ENV = "SIM_PROOFSVC_URL"  # where a sandbox's curio finds this stand-in

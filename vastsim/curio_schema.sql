@@ -3,7 +3,7 @@
 -- ALTERs folded in, each named where it lands). Written here from those files: table and column
 -- names, types, defaults and the foreign keys' ON DELETE are theirs.
 -- yb_servers() is YugabyteDB's own function (the smart driver's LB_QUERY,
--- yugabyte/pgx load_balance.go); vastui/sim/curio_schema.py fills in its rows.
+-- yugabyte/pgx load_balance.go); vastsim/curio_schema.py fills in its rows.
 
 -- 20230719-harmony.sql:3-10; 20250111-machine-maintenance.sql:1 (unschedulable, the cordon);
 -- 20250818-restart-request.sql:1 (restart_request)

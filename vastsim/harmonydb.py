@@ -1,10 +1,10 @@
 """curio's cluster database on the controller, for the demo, ``vastui sim serve`` and the tests:
-a real PostgreSQL server (vastui/sim/postgres.py; YugabyteDB's YSQL is PostgreSQL's protocol,
+a real PostgreSQL server (vastsim/postgres.py; YugabyteDB's YSQL is PostgreSQL's protocol,
 port 5433 in production) holding the part of curio's schema its workers use
-(vastui/sim/curio_schema.sql), the cluster's YCQL (vastui/sim/ycql.py) and, beside them, the
-proofshare market the workers reach over their own internet (vastui/sim/proofsvc.py).
+(vastsim/curio_schema.sql), the cluster's YCQL (vastsim/ycql.py) and, beside them, the
+proofshare market the workers reach over their own internet (vastsim/proofsvc.py).
 
-The workers' stand-in curio (vastui/sim/standins/curio) is a PostgreSQL client sending curio's
+The workers' stand-in curio (vastsim/standins/curio) is a PostgreSQL client sending curio's
 own statements; what the cluster is, then, is what those statements do on these tables. This
 module only sets the cluster up as an operator would (curio @ e0294b0f):
 
@@ -38,13 +38,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from vastui.sim import curio_schema
-from vastui.sim.curio_schema import DEFAULT_NODES
-from vastui.sim.fleet import hold_port
-from vastui.sim.postgres import READY_TIMEOUT_S, PostgresServer, PostgresUnavailable
-from vastui.sim.proofsvc import Market, ProofService, fil_to_atto
+from vastsim import curio_schema
+from vastsim.curio_schema import DEFAULT_NODES
+from vastsim.fleet import hold_port
+from vastsim.postgres import READY_TIMEOUT_S, PostgresServer, PostgresUnavailable
+from vastsim.proofsvc import Market, ProofService, fil_to_atto
 
-log = logging.getLogger("vastui.sim.harmonydb")
+log = logging.getLogger("vastsim.harmonydb")
 
 # A JWT-shaped token: lotus only takes the "TOKEN:" prefix of an API info for one
 # (deps/apiinfo_parse_curio.go).
@@ -177,7 +177,7 @@ class ClusterDatabase:
         """The server (initdb in a thread, the postmaster spawned from this loop's thread: its
         parent-death signal follows the thread that forks it), the schema and the operator's
         set-up, YCQL, the market. Returns (YSQL port, YCQL port)."""
-        from vastui.sim.ycql import FakeYcql
+        from vastsim.ycql import FakeYcql
 
         self.host = host
         server = self.server = self._choose_server(host)
@@ -255,7 +255,7 @@ class ClusterDatabase:
     async def go_down(self) -> None:
         """The cluster is down (the fleet fault ``controller_down``): YSQL and YCQL drop their
         connections and refuse new ones, their ports held so that no other server takes them
-        (vastui/sim/fleet.py ``hold_port``); the tables are kept for ``come_back``. On a shared
+        (vastsim/fleet.py ``hold_port``); the tables are kept for ``come_back``. On a shared
         server every database on it goes down too."""
         if self.server is None or self._held_cql is not None:
             return

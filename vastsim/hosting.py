@@ -3,9 +3,9 @@
 When the cloud reports an instance running, a sandbox runs the real worker-image scripts behind
 an SSH server on the ports the API reports (the proxy endpoint at once, the direct port later,
 as Vast does), with the account's keys. On the controller's side stand a Lotus API and curio's
-cluster database (a real PostgreSQL, vastui/sim/harmonydb.py), which the workers reach through the
+cluster database (a real PostgreSQL, vastsim/harmonydb.py), which the workers reach through the
 SSH tunnel the engine opens (config `ssh.lotus_api`, `ssh.curio_db`, `ssh.curio_db_cql`); out on
-the internet, the proofshare market (vastui/sim/proofsvc.py), which they reach directly.
+the internet, the proofshare market (vastsim/proofsvc.py), which they reach directly.
 
 Sandboxes live in `<state dir>/sim/vastui-sim-<owner pid>-*`: the owner's pid lets a later run
 stop the workers of one that died without cleaning up.
@@ -24,23 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vastui.config import state_dir
-from vastui.sim.cloud import SimCloud
-from vastui.sim.harmonydb import (
+from vastsim.cloud import SimCloud
+from vastsim.harmonydb import (
     CURIO_DEFAULT_DATABASE,
     CURIO_DEFAULT_PASSWORD,
     CURIO_DEFAULT_USER,
     SIM_CHAIN_TOKEN,
     ClusterDatabase,
 )
-from vastui.sim.lotus import FakeLotus
-from vastui.sim.proofsvc import Market
-from vastui.sim.workers import SimWorkerHost, reap_stale_sandboxes
+from vastsim.lotus import FakeLotus
+from vastsim.proofsvc import Market
+from vastsim.workers import SimWorkerHost, reap_stale_sandboxes
+from vastui.config import state_dir
 
-log = logging.getLogger("vastui.sim.hosting")
+log = logging.getLogger("vastsim.hosting")
 
 # Hosts go offline while they work for us at the hazard their listed reliability implies
-# (vastui.sim.outages: offline_hazard_per_hour, its ASSUMPTION), scaled by the machine fault
+# (vastsim.outages: offline_hazard_per_hour, its ASSUMPTION), scaled by the machine fault
 # rate. The engine lets such an instance go and, the machine being free again, may rent it back
 # on its measured rate.
 # Simulated seconds after running until an instance's direct SSH port is reported; until then
@@ -50,7 +50,7 @@ DIRECT_SSH_AFTER = (20.0, 120.0)
 
 def host_maintenance(machine_fault_rate: float) -> float:
     """SimCloud's ``host_maintenance`` for a machine fault rate: the scale of each machine's
-    outage hazard (vastui.sim.outages; 1: the demo's, 0: no outages), no longer a chance per
+    outage hazard (vastsim.outages; 1: the demo's, 0: no outages), no longer a chance per
     rental."""
     return max(0.0, machine_fault_rate)
 
@@ -147,7 +147,7 @@ async def worker_hosts(
         host.proofsvc_url = db.proofsvc_url  # the sandboxes' SIM_PROOFSVC_URL
 
         async def controller(name: str, on: bool, _params: dict[str, Any]) -> None:
-            """The fleet fault ``controller_down`` (vastui/sim/fleet.py): the controller's
+            """The fleet fault ``controller_down`` (vastsim/fleet.py): the controller's
             Lotus API and curio's database refuse connections, or listen again."""
             if name != "controller_down":
                 return

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import uvicorn
 
+from vastsim.app import make_app
+from vastsim.cloud import SimCloud
 from vastui.config import write_private
-from vastui.sim.app import make_app
-from vastui.sim.cloud import SimCloud
 
 
 class ListenError(Exception):
@@ -157,7 +157,7 @@ async def serve_cloud(
         curio: dict[str, str] = {}
         password = ""
         if opts.workers:
-            from vastui.sim.hosting import worker_hosts
+            from vastsim.hosting import worker_hosts
 
             # curio's database gets a password of its own, never printed: an engine reads it
             # from the file --write-config puts beside its config

@@ -10,6 +10,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from vastsim import ManualClock, SimCloud
 from vastui.backend import Options
 from vastui.config import DEFAULT_IMAGE, Config
 from vastui.console.app import VastuiApp
@@ -24,7 +25,6 @@ from vastui.engine.bidding import RiskModel
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
 from vastui.pricing import min_rate
-from vastui.sim import ManualClock, SimCloud
 from vastui.vast.models import Offer
 
 T0 = 1_790_000_000.0

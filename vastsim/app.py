@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from vastui.sim.cloud import ApiError, SimCloud
-from vastui.sim.faults import FaultResponse
-from vastui.sim.fleet import FleetFaultError
+from vastsim.cloud import ApiError, SimCloud
+from vastsim.faults import FaultResponse
+from vastsim.fleet import FleetFaultError
 
 # httpx's and uvicorn's ASGI types: mappings, not dicts
 Scope = MutableMapping[str, Any]
@@ -53,7 +53,9 @@ class _Request:
         self.path: str = scope["path"]
         self.raw_body = body
         qs = scope.get("query_string", b"").decode("latin-1")
-        self.params = {k: v[-1] for k, v in parse_qs(qs, keep_blank_values=True).items()}
+        self.params: dict[str, str] = {
+            k: v[-1] for k, v in parse_qs(qs, keep_blank_values=True).items()
+        }
         self.headers = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
         }
@@ -78,7 +80,7 @@ class _Request:
     def api_key(self) -> str | None:
         auth = self.headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
-            return auth[7:].strip()
+            return str(auth[7:].strip())
         return self.params.get("api_key")
 
 
@@ -409,7 +411,7 @@ class SimApp:
 
 
 def _ssh_census() -> dict[str, Any]:
-    from vastui.sim import sshd
+    from vastsim import sshd
 
     return {**sshd.census(), "refusing": sshd.refusing()}
 
@@ -418,7 +420,7 @@ async def _sim_ssh(cloud: SimCloud, req: _Request, method: str) -> _Resp:
     """``/_sim/ssh`` (the reliability trials' switch, with the API key): ``POST {"refuse":
     true}`` makes every sandbox's sshd refuse connections, dropping the live ones (the
     controller cut off from its workers); ``{"refuse": false}`` listens again. GET: the count."""
-    from vastui.sim import sshd
+    from vastsim import sshd
 
     if req.api_key() != cloud.api_key:
         return _error(401, "auth_error", "Invalid user key")
@@ -447,7 +449,7 @@ def _from_fault(f: FaultResponse) -> _Resp:
 
 
 async def _sim_faults(cloud: SimCloud, req: _Request, method: str, name: str | None) -> _Resp:
-    """The fleet faults (vastui/sim/fleet.py), for trials that start a storm and end it: ``GET
+    """The fleet faults (vastsim/fleet.py), for trials that start a storm and end it: ``GET
     /_sim/faults`` (no key) answers every fault's state; with the API key, ``PUT`` (or ``POST``)
     ``/_sim/faults/<name>`` ``{"on": true, ...parameters}`` switches one on (``"on"``: true by
     default; false switches it off) and ``DELETE /_sim/faults/<name>`` off."""

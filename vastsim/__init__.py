@@ -1,10 +1,10 @@
 """A simulated Vast.ai cloud (plain ASGI app) for tests and demos."""
 
-from vastui.sim.app import make_app
-from vastui.sim.clock import ManualClock, ScaledClock, SimClock
-from vastui.sim.cloud import ApiError, SimCloud
-from vastui.sim.market import Machine, generate_market
-from vastui.sim.server import run_server, serve
+from vastsim.app import make_app
+from vastsim.clock import ManualClock, ScaledClock, SimClock
+from vastsim.cloud import ApiError, SimCloud
+from vastsim.market import Machine, generate_market
+from vastsim.server import run_server, serve
 
 __all__ = [
     "ApiError",

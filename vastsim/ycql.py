@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-LOG = logging.getLogger("vastui.sim.ycql")
+LOG = logging.getLogger("vastsim.ycql")
 
 MAX_FRAME = 256 * 1024 * 1024  # YB's default max message size is far below this
 HEADER = struct.Struct(">BBhBi")  # version, flags, stream, opcode, length (v3/v4)
@@ -153,7 +153,7 @@ def _value(type_name: str, value: Any) -> bytes | None:
     if type_name == "inet":
         return ipaddress.ip_address(value).packed
     if type_name == "uuid":
-        return value.bytes
+        return bytes(value.bytes)
     if type_name == "int":
         return struct.pack(">i", value)
     if type_name == "bigint":

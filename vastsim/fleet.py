@@ -2,15 +2,15 @@
 
 A broken image, a broken configuration or a broken controller is no machine's fault: every
 machine rented while it lasts fails alike. Each fault here is switched on and off at runtime,
-for the in-process cloud by :meth:`vastui.sim.cloud.SimCloud.fleet_fault` and for a served
-cloud by ``PUT``/``DELETE /_sim/faults/<name>`` (vastui/sim/app.py), so that a trial can start
+for the in-process cloud by :meth:`vastsim.cloud.SimCloud.fleet_fault` and for a served
+cloud by ``PUT``/``DELETE /_sim/faults/<name>`` (vastsim/app.py), so that a trial can start
 a storm and end it:
 
 ``image_missing``
     The registry does not have the image (``images``: these references; absent, every image).
     A create is accepted, as Vast accepts it, and the instance stays ``loading`` with the
     docker daemon's pull error in ``status_msg``; nothing runs, onstart never starts. The pull
-    is tried when the instance is created and again at each reboot or start (vastui/sim/cloud.py
+    is tried when the instance is created and again at each reboot or start (vastsim/cloud.py
     ``pull_error``). ``error``: ``manifest_unknown`` (default: the tag is not there) or
     ``access_denied`` (the repository is not there, or is private).
 ``bench_input_broken``
@@ -18,13 +18,13 @@ a storm and end it:
     for another miner (t01001) than the benchmark proves for (``BENCH_MINER_ID`` 1000). Every
     PoRep proof then fails cuzk's self-check in the real stand-in daemon, on every machine alike
     (cuzk-core/src/engine.rs Phase 7); the benchmark's warmup fails. Decided, like the image, when
-    the instance is created (vastui/sim/workers.py lays the file out).
+    the instance is created (vastsim/workers.py lays the file out).
 ``controller_down``
     The controller's Lotus API and curio's cluster database (YSQL and YCQL) refuse connections:
     their ports stay held, not listening, so a connection is refused (RST) and no other server
     takes them; their state (the cluster's tables) is kept for when they come back. Workers see
     it through their tunnel (worker-image/entrypoint.sh ``tunnel_down``). Needs the worker hosts
-    (vastui/sim/hosting.py registers the switch).
+    (vastsim/hosting.py registers the switch).
 
 The sim's registry is open: every image exists unless ``image_missing`` says otherwise (the sim
 cannot know the world's images; tests and the demo create with many).

@@ -14,7 +14,7 @@ import hashlib
 import json
 import socket
 
-from vastui.sim.fleet import hold_port
+from vastsim.fleet import hold_port
 
 VERSION = {"Version": "1.34.0+mainnet+sim", "APIVersion": 131840, "BlockDelay": 30}
 
@@ -49,7 +49,7 @@ class FakeLotus:
 
     async def go_down(self) -> None:
         """The node is down (the fleet fault ``controller_down``): its port refuses connections
-        and no other server takes it (vastui/sim/fleet.py ``hold_port``)."""
+        and no other server takes it (vastsim/fleet.py ``hold_port``)."""
         if self.server is None or self._held is not None:
             return
         await self.stop()

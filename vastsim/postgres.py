@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("vastui.sim.postgres")
+log = logging.getLogger("vastsim.postgres")
 
 BINDIR_ENV = "VASTUI_PG_BINDIR"
 DIR_PREFIX = "vastui-pg-"
@@ -426,7 +426,7 @@ class PostgresServer:
         if self._held is not None:
             return
         self.halt()
-        from vastui.sim.fleet import hold_port
+        from vastsim.fleet import hold_port
 
         self._held = hold_port(self.host, self.port)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from vastui.sim.market import price_fields
+from vastsim.market import price_fields
 
 OPERATORS = frozenset({"eq", "neq", "gt", "gte", "lt", "lte", "in", "notin"})
 
@@ -106,13 +106,13 @@ def _compare(op: str, actual: Any, value: Any) -> bool:
         return False
     try:
         if op == "gt":
-            return actual > value
+            return bool(actual > value)
         if op == "gte":
-            return actual >= value
+            return bool(actual >= value)
         if op == "lt":
-            return actual < value
+            return bool(actual < value)
         if op == "lte":
-            return actual <= value
+            return bool(actual <= value)
     except TypeError:
         return False
     raise QueryError(f"Invalid query: unknown operator {op!r}")
@@ -121,7 +121,7 @@ def _compare(op: str, actual: Any, value: Any) -> bool:
 def _eq(actual: Any, value: Any) -> bool:
     if isinstance(actual, (int, float)) and isinstance(value, (int, float)):
         return float(actual) == float(value)
-    return actual == value
+    return bool(actual == value)
 
 
 def _country(geo: Any) -> str | None:
@@ -136,7 +136,7 @@ def _geo_match(op: str, geo: Any, value: Any) -> bool:
             return False
         v = v.strip()
         if len(v) == 2:
-            return _country(geo) == v.upper()
+            return bool(_country(geo) == v.upper())
         return isinstance(geo, str) and geo.lower() == v.lower()
 
     if op in ("in", "notin"):

@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncssh
 
-log = logging.getLogger("vastui.sim.sshd")
+log = logging.getLogger("vastsim.sshd")
 
 # The worker's 127.0.0.1:1234 is the Lotus API; many simulated instances share this host's
 # loopback, so each forward listens on a free port and the sandbox learns it from this file.
@@ -185,7 +185,7 @@ class SandboxSshd:
 
     # -- commands ----------------------------------------------------------------------
 
-    async def _handle(self, process: asyncssh.SSHServerProcess) -> None:
+    async def _handle(self, process: asyncssh.SSHServerProcess[Any]) -> None:
         command = process.command
         argv = ["/bin/bash", "-c", command] if command else ["/bin/bash", "-s"]
         try:
@@ -257,7 +257,7 @@ class SandboxSshd:
 
 # -- every sandbox's sshd at once: the controller cut off from its workers -------------------
 # One switch per process (`vastui sim serve` serves one cloud), set through ``POST /_sim/ssh``
-# (vastui/sim/app.py) by the reliability trials: while it is on, every sandbox's sshd refuses
+# (vastsim/app.py) by the reliability trials: while it is on, every sandbox's sshd refuses
 # connections, those that start meanwhile too.
 _LIVE: weakref.WeakSet[SandboxSshd] = weakref.WeakSet()
 _refusing = False

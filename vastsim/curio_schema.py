@@ -13,7 +13,7 @@ DEFAULT_NODES: tuple[str, ...] = ("10.0.0.5", "10.0.0.6", "10.0.0.7")
 
 
 def schema_sql() -> str:
-    return files("vastui.sim").joinpath("curio_schema.sql").read_text(encoding="utf-8")
+    return files("vastsim").joinpath("curio_schema.sql").read_text(encoding="utf-8")
 
 
 def yb_servers_sql(nodes: Sequence[str], port: int = 5433) -> str:

@@ -29,10 +29,10 @@ from typing import Any
 
 import asyncssh
 
-from vastui.sim.cloud import SimCloud
-from vastui.sim.sshd import SandboxSshd
+from vastsim.cloud import SimCloud
+from vastsim.sshd import SandboxSshd
 
-log = logging.getLogger("vastui.sim.cheap")
+log = logging.getLogger("vastsim.cheap")
 
 LOG_SOURCES = ("setup", "paramfetch", "benchmark", "cuzk", "curio")
 _CHUNK = 64 * 1024  # bytes written per drain on a log firehose
@@ -224,7 +224,7 @@ class CheapSshd(SandboxSshd):
         super().__init__(root, {}, lambda: cloud.authorized_keys(iid), host_key)
         self.worker = worker
 
-    async def _handle(self, process: asyncssh.SSHServerProcess) -> None:
+    async def _handle(self, process: asyncssh.SSHServerProcess[Any]) -> None:
         try:
             status = await self._workerctl(process, shlex.split(process.command or ""))
         except (asyncssh.Error, OSError, ConnectionError, BrokenPipeError):
@@ -232,7 +232,7 @@ class CheapSshd(SandboxSshd):
         with contextlib.suppress(asyncssh.Error, OSError):
             process.exit(status)
 
-    async def _workerctl(self, process: asyncssh.SSHServerProcess, argv: list[str]) -> int:
+    async def _workerctl(self, process: asyncssh.SSHServerProcess[Any], argv: list[str]) -> int:
         if not argv or argv[0] != "workerctl" or len(argv) < 2:
             process.stderr.write(b"cheap worker: only workerctl is answered\n")
             return 127
@@ -251,7 +251,7 @@ class CheapSshd(SandboxSshd):
         process.stderr.write(f"workerctl: unknown command {command!r}\n".encode())
         return 2
 
-    async def _events(self, process: asyncssh.SSHServerProcess, args: list[str]) -> None:
+    async def _events(self, process: asyncssh.SSHServerProcess[Any], args: list[str]) -> None:
         after = int(args[args.index("--after") + 1]) if "--after" in args else 0
         if "--follow" not in args and "-f" not in args:
             for line in self.worker.events[after:]:
@@ -261,7 +261,9 @@ class CheapSshd(SandboxSshd):
             process.stdout.write(line.encode() + b"\n")
             await process.stdout.drain()
 
-    async def _logs(self, process: asyncssh.SSHServerProcess, source: str, args: list[str]) -> None:
+    async def _logs(
+        self, process: asyncssh.SSHServerProcess[Any], source: str, args: list[str]
+    ) -> None:
         tail = int(args[args.index("--tail") + 1]) if "--tail" in args else 200
         follow = "--follow" in args or "-f" in args
         script = self.worker.script
@@ -318,7 +320,7 @@ def _log_cycle(source: str) -> _LogCycle:
     return cycle
 
 
-async def _until_closed(process: asyncssh.SSHServerProcess, work: Awaitable[None]) -> None:
+async def _until_closed(process: asyncssh.SSHServerProcess[Any], work: Awaitable[None]) -> None:
     """Run `work` until it ends or the client closes the channel (it stopped following)."""
     task = asyncio.ensure_future(work)
     closed = asyncio.ensure_future(process.channel.wait_closed())

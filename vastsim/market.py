@@ -12,7 +12,7 @@ Identifier ranges never overlap, so ids can not be confused:
 * ``machine_id``  5 digits  (10000-99999)    - one physical machine
 * offer ``id``    8 digits  (20000000-69999999), == ``ask_contract_id``
 * ``bundle_id``   10 digits
-* instance ids (``new_contract``) start at 7 digits and only grow: :mod:`vastui.sim.cloud`.
+* instance ids (``new_contract``) start at 7 digits and only grow: :mod:`vastsim.cloud`.
 
 One file: one seeded generator, world then market, whose order of draws fixes every id and
 price; outages are outages.py, hosting behaviour hosting.py.
@@ -23,8 +23,11 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 HOST_ID_RANGE = (100_000, 999_999)
 MACHINE_ID_RANGE = (10_000, 99_999)
@@ -355,7 +358,7 @@ def _unique(rng: random.Random, used: set[int], lo: int, hi: int) -> int:
             return v
 
 
-def _weighted(rng: random.Random, items, weights):
+def _weighted(rng: random.Random, items: Sequence[T], weights: Sequence[float]) -> T:
     return rng.choices(items, weights=weights, k=1)[0]
 
 
@@ -632,7 +635,7 @@ PRICE_SKEW = 2.0
 
 def machine_fault_rng(world_seed: int, machine_id: int) -> random.Random:
     """The machine's own fault dice: the first draw decides whether (and which) fault it has
-    (vastui.sim.workers.FAULTS, lowest draws first); a property of the machine, not of a run."""
+    (vastsim.workers.FAULTS, lowest draws first); a property of the machine, not of a run."""
     return random.Random(world_seed * 1_000_003 + machine_id)
 
 

@@ -1,6 +1,6 @@
 """State of the simulated Vast.ai cloud: market, instances, account and faults.
 
-The HTTP layer (:mod:`vastui.sim.app`) calls the plain methods here; errors are raised as
+The HTTP layer (:mod:`vastsim.app`) calls the plain methods here; errors are raised as
 :class:`ApiError` carrying the exact HTTP status and JSON body of vast-api.md.
 Instance state is derived lazily from the clock: no background task is needed.
 
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vastui.sim.bids import BidMarket
-from vastui.sim.clock import ManualClock, ScaledClock, SimClock
-from vastui.sim.faults import Faults
-from vastui.sim.fleet import FleetFaults, familiar, pull_error_text
-from vastui.sim.market import Machine, generate_market, market_moment, price_fields, reprice
-from vastui.sim.query_eval import (
+from vastsim.bids import BidMarket
+from vastsim.clock import ManualClock, ScaledClock, SimClock
+from vastsim.faults import Faults
+from vastsim.fleet import FleetFaults, familiar, pull_error_text
+from vastsim.market import Machine, generate_market, market_moment, price_fields, reprice
+from vastsim.query_eval import (
     QueryError,
     check_condition,
     search_offers,
@@ -149,12 +149,12 @@ class SimInstance:
     split_ssh: bool = False
     direct_port: int | None = None
     direct_after: float = 0.0
-    # Fleet faults (vastui/sim/fleet.py), decided when the image is pulled: the registry's
+    # Fleet faults (vastsim/fleet.py), decided when the image is pulled: the registry's
     # error (the instance stays loading with it), an image whose benchmark input is broken.
     pull_error: str | None = None
     broken_bench_input: bool = False
     # Interruptible (bid) instances: the bid ($/h for the slice), the offer's floor
-    # (min_bid with no other bidder: vastui/sim/bids.py), since when a higher bid has it
+    # (min_bid with no other bidder: vastsim/bids.py), since when a higher bid has it
     # paused (None: running or not a bid) and how often that happened after it first ran.
     bid_price: float | None = None
     bid_floor: float = 0.0
@@ -242,7 +242,7 @@ class SimCloud:
     """The simulated cloud.
 
     Hooks: ``on_running`` (called once per instance, with its JSON, when first observed
-    running; may be async), :meth:`fleet_fault` (vastui/sim/fleet.py), :meth:`force_status`,
+    running; may be async), :meth:`fleet_fault` (vastsim/fleet.py), :meth:`force_status`,
     :meth:`force_resources_unavailable`, :meth:`set_metrics`, :meth:`append_log`,
     :meth:`authorized_keys`, :meth:`instances_snapshot`, :meth:`tick`.
     """
@@ -268,19 +268,19 @@ class SimCloud:
         """``seed`` alone: the whole world of that seed is on the market at its own prices.
         With ``world_seed``: the machines (ids, hardware, hidden speed and faults) are that
         world's, and ``seed`` draws this run's market from it (which machines are listed, at
-        what price; :func:`vastui.sim.market.market_moment`).
+        what price; :func:`vastsim.market.market_moment`).
 
         ``instance_ids_after``: every instance id is above it (real ids only grow: a demo
         passes the highest id its database already holds). ``host_maintenance``: the scale of
         host outages (0: none; 1: the hazard each machine's listed reliability implies,
-        vastui/sim/outages.py).
+        vastsim/outages.py).
 
         ``direct_ssh_after``: as Vast does, a running instance shows its SSH proxy endpoint
         (``ssh_host``:``ssh_port``) at once and its direct port (``public_ipaddr`` +
         ``ports["22/tcp"]``) only this many simulated seconds later (a range to draw from), on
         a port of its own. None: one port, reported both ways as soon as it runs.
 
-        ``bid_pressure`` scales how often other bidders come to a machine (vastui/sim/bids.py;
+        ``bid_pressure`` scales how often other bidders come to a machine (vastsim/bids.py;
         0: nobody ever outbids an interruptible instance)."""
         self.seed = seed
         self.world_seed = seed if world_seed is None else world_seed
@@ -313,7 +313,7 @@ class SimCloud:
         if ssh_port_allocator is None:
             ports = itertools.count(42000)
             ssh_port_allocator = lambda: next(ports)  # noqa: E731
-        self.alloc_port = ssh_port_allocator
+        self.alloc_port: Callable[[], int] = ssh_port_allocator
         self._next_instance_id = self.rng.randint(3_000_000, 3_400_000)
         if instance_ids_after is not None:
             self._next_instance_id = max(self._next_instance_id, instance_ids_after)
@@ -342,7 +342,7 @@ class SimCloud:
         self.instances_destroyed = 0
         self.labels_created: Counter[str] = Counter()
         self.instance_faults_planned: Counter[str] = Counter()  # "exited"/"offline" drawn
-        self.fleet = FleetFaults()  # fleet-wide faults: vastui/sim/fleet.py
+        self.fleet = FleetFaults()  # fleet-wide faults: vastsim/fleet.py
 
     def _open_market(self, seed: int) -> None:
         """This run's market: the listed machines' offers, at this run's prices."""
@@ -411,8 +411,8 @@ class SimCloud:
 
     async def fleet_fault(self, name: str, on: bool = True, **params: Any) -> dict[str, Any]:
         """Switch a fleet-wide fault on (with its parameters) or off, for every machine
-        (vastui/sim/fleet.py: ``image_missing``, ``bench_input_broken``, ``controller_down``);
-        returns every fleet fault's state. Raises :class:`vastui.sim.fleet.FleetFaultError`."""
+        (vastsim/fleet.py: ``image_missing``, ``bench_input_broken``, ``controller_down``);
+        returns every fleet fault's state. Raises :class:`vastsim.fleet.FleetFaultError`."""
         state = await self.fleet.switch(name, on, self.now(), **params)
         log.info("fleet fault %s %s", name, "on" if on else "off")
         return state
@@ -757,11 +757,11 @@ class SimCloud:
         """Now and then a host goes offline while it works for us; the engine sees it offline
         and lets it go. How often follows the machine's listed ``reliability``: the time from
         running to the outage is exponential with the hazard it implies, scaled by
-        ``host_maintenance`` (the fault-rate scale, 0: never; vastui.sim.outages: the
+        ``host_maintenance`` (the fault-rate scale, 0: never; vastsim.outages: the
         ASSUMPTION, and no outage past its horizon)."""
         if self.host_maintenance <= 0:
             return None
-        from vastui.sim.outages import outage_after
+        from vastsim.outages import outage_after
 
         after = outage_after(self.rng, reliability, self.host_maintenance)
         return None if after is None else ("offline", after)
