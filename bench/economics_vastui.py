@@ -34,11 +34,11 @@ from bench.economics_worker import (
 from bench.economics_world import Market
 from vastui.config import Config
 from vastui.domain.machines import PerfRecord
+from vastui.domain.reports import BenchResult, parse_event, parse_stored_result
 from vastui.domain.worker import bid_history
 from vastui.engine import bidding, policy, production, provision, transitions
 from vastui.engine.ranking import Levers, RankedOffer, rank_offers
 from vastui.pricing import min_rate
-from vastui.store.common import json_dict
 
 ENGINE_STEP_S = 30.0  # EngineSettings.poll_interval
 EVENT_DELAY_S = 1.0  # a worker's event reaches the engine over SSH (follow.py)
@@ -62,7 +62,7 @@ class VastuiPolicy:
         self.strikes: dict[int, list[tuple[float, int, str]]] = {}
         self.buffered: dict[int, list[dict[str, Any]]] = {}
         self.prod: dict[int, production.ProdState] = {}  # the record's prod_state, parsed
-        self.bench_results: dict[int, dict[str, Any]] = {}  # its bench_result, parsed once
+        self.bench_results: dict[int, BenchResult | None] = {}  # its bench_result, parsed once
         self._ranked: list[RankedOffer] = []
         self._ranked_key: tuple[Any, ...] | None = None
         self._version = 0  # bumped when the performance record or the bad list changes
@@ -264,7 +264,7 @@ class VastuiPolicy:
     def on_event(self, w: Worker, event: dict[str, Any]) -> None:
         """Engine._on_event: the engine's transition, carried out here."""
         now = self.clock.now
-        self._carry_out(w, transitions.on_event(w.rec, event, now, self.config), now)
+        self._carry_out(w, transitions.on_event(w.rec, parse_event(event), now, self.config), now)
 
     def _carry_out(self, w: Worker, effects: list[transitions.Effect], now: float) -> None:
         """acts.carry_out on the in-memory fleet (the operator's event log is not kept, and a
@@ -274,7 +274,9 @@ class VastuiPolicy:
                 case transitions.Update(fields):
                     w.rec = replace(w.rec, **fields)
                     if "bench_result" in fields:
-                        self.bench_results[w.rec.vast_id] = json_dict(fields["bench_result"])
+                        self.bench_results[w.rec.vast_id] = parse_stored_result(
+                            fields["bench_result"]
+                        )
                 case transitions.EnterStage(stage):
                     self.fleet.set_stage(w, stage)
                     if stage == "proving":  # a follower starts reading its counters

@@ -51,6 +51,7 @@ import httpx
 
 from bench.common import Goal, peak_rss_mb, percentile, progress, ratio, rss_mb
 from vastui.config import Config
+from vastui.domain.reports import parse_event
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.ssh import SshPool, StorePins
 from vastui.store import Store
@@ -108,7 +109,7 @@ class TimedEngine(Engine):
     async def handle_worker_event(
         self, vast_id: int, event: dict[str, Any], *, position: int | None = None
     ) -> bool:
-        live = await super().handle_worker_event(vast_id, event, position=position)
+        live = await super().handle_worker_event(vast_id, parse_event(event), position=position)
         ts = event.get("ts")
         if isinstance(ts, int | float) and not isinstance(ts, bool):
             now = time.time()

@@ -31,6 +31,7 @@ from bench.economics_world import Hidden, Market, Scenario, machine_fault
 from vastsim import ManualClock, SimCloud
 from vastsim.outages import outage_after
 from vastsim.workers import SimWorkerHost
+from vastui.domain.reports import parse_bench_result
 from vastui.engine import policy
 
 H = 3600.0
@@ -146,7 +147,7 @@ def test_a_fast_clean_machine_passes_at_its_rate() -> None:
     bench = vastui_bench(rental(60.0), min_rate=30.0)
     assert bench.passed
     assert bench.result["rate_per_hour"] == pytest.approx(60.0, rel=1e-6)
-    assert policy.benchmark_kill(bench.result, 30.0) is None
+    assert policy.benchmark_kill(parse_bench_result(bench.result), 30.0) is None
     assert bench.duration < BENCH_TIMEOUT_S
 
 
@@ -154,7 +155,7 @@ def test_a_slow_machine_is_aborted_early_without_a_ban() -> None:
     bench = vastui_bench(rental(20.0), min_rate=40.0)
     assert bench.result["rate_per_hour"] is None  # a partial rate is not the machine's
     assert bench.result["partial_rate_per_hour"] == pytest.approx(20.0, rel=1e-6)
-    kill = policy.benchmark_kill(bench.result, 40.0)
+    kill = policy.benchmark_kill(parse_bench_result(bench.result), 40.0)
     assert kill is not None and kill.kind == "bench_aborted_early"
     # no rate for its record to keep it off: a strike (a second rent bans it)
     assert kill.ban is None and kill.strike
@@ -166,7 +167,7 @@ def test_a_slow_machine_that_pays_gets_the_time_its_proofs_take() -> None:
     bench = vastui_bench(rental(24.0), min_rate=18.0)
     assert bench.result["outcome"] == "pass", bench.result
     assert BENCH_TIMEOUT_S < bench.duration < policy.bench_timeout_s(18.0, 12)
-    assert policy.benchmark_kill(bench.result, 18.0) is None
+    assert policy.benchmark_kill(parse_bench_result(bench.result), 18.0) is None
 
 
 @pytest.mark.parametrize("min_rate", [13.0, 29.0, 60.0])
@@ -174,7 +175,7 @@ def test_a_hung_proof_still_ends_at_the_budget_with_a_strike(min_rate: float) ->
     bench = vastui_bench(rental(2 * min_rate, Hidden("hang", 4, 3)), min_rate=min_rate)
     assert bench.result["outcome"] == "timeout"
     assert bench.duration == policy.bench_timeout_s(min_rate, 12)
-    kill = policy.benchmark_kill(bench.result, min_rate)
+    kill = policy.benchmark_kill(parse_bench_result(bench.result), min_rate)
     assert kill is not None and kill.kind == "bench_timeout" and kill.strike
 
 
@@ -195,14 +196,14 @@ def test_faults_end_the_benchmark_as_the_worker_reports_them(
 ) -> None:
     bench = vastui_bench(rental(60.0, hidden), min_rate=30.0)
     assert bench.result["outcome"] == outcome
-    kill = policy.benchmark_kill(bench.result, 30.0)
+    kill = policy.benchmark_kill(parse_bench_result(bench.result), 30.0)
     assert (kill is not None and kill.ban is not None) is banned
 
 
 def test_a_pass_with_failed_proofs_is_a_strike() -> None:
     bench = vastui_bench(rental(60.0, Hidden("gpu_panic", 8, 6)), min_rate=30.0)
     assert bench.passed and bench.result["proofs_failed"] == 1
-    assert policy.benchmark_strike(bench.result) is not None
+    assert policy.benchmark_strike(parse_bench_result(bench.result)) is not None
 
 
 def test_the_original_benchmark_runs_everything_and_crashes_post_nothing() -> None:

@@ -27,6 +27,7 @@ from vastsim.demo import client_for_cloud
 from vastsim.lotus import FakeLotus
 from vastsim.workers import MARKER, SimWorkerHost, kill_sandbox_processes
 from vastui.config import DEFAULT_FILTER
+from vastui.domain.reports import WorkerEvent
 from vastui.engine.engine import ONSTART
 from vastui.ssh import (
     MemoryPins,
@@ -188,10 +189,10 @@ def tunnel(lotus: FakeLotus) -> list[RemoteForward]:
 
 
 async def events_until(
-    worker: Worker, stop: Callable[[dict[str, Any]], bool], timeout: float = LONG
-) -> list[dict[str, Any]]:
+    worker: Worker, stop: Callable[[WorkerEvent], bool], timeout: float = LONG
+) -> list[WorkerEvent]:
     """Follow ``workerctl events`` until an event satisfies ``stop`` (included)."""
-    seen: list[dict[str, Any]] = []
+    seen: list[WorkerEvent] = []
     try:
         async with asyncio.timeout(timeout):
             async with contextlib.aclosing(worker.events()) as stream:
@@ -204,12 +205,23 @@ async def events_until(
     raise AssertionError(f"event stream ended early: {seen}")
 
 
-def first_stage_order(events: list[dict[str, Any]]) -> list[str]:
+def first_stage_order(events: list[WorkerEvent]) -> list[str]:
     order: list[str] = []
     for event in events:
-        if event["stage"] not in order:
-            order.append(event["stage"])
+        if event.stage is not None and event.stage not in order:
+            order.append(event.stage)
     return order
+
+
+async def raw_events(worker: Worker) -> list[dict[str, Any]]:
+    """The worker's event log as its scripts wrote it (the contract's every field; the engine
+    reads its typed WorkerEvent)."""
+    done = await worker.conn.run("workerctl events", timeout=SHORT)
+    return [json.loads(line) for line in done.stdout_lines if line.strip()]
+
+
+def last_raw(raw: list[dict[str, Any]], key: str, value: str) -> dict[str, Any]:
+    return next(e for e in reversed(raw) if e.get(key) == value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,18 +239,19 @@ async def test_rent_tunnel_benchmark_and_logs(sim: Sim, lotus: FakeLotus) -> Non
 
     events = await events_until(
         worker,
-        lambda e: e["event"] == "fail" or (e["stage"], e["event"]) == ("benchmark", "result"),
+        lambda e: e.event == "fail" or (e.stage, e.event) == ("benchmark", "result"),
     )
-    assert all(e["event"] != "fail" for e in events), events
+    assert all(e.event != "fail" for e in events), events
     assert first_stage_order(events) == ["setup", "paramfetch", "benchmark"]
-    kinds = [(e["stage"], e["event"]) for e in events]
+    kinds = [(e.stage, e.event) for e in events]
     assert kinds[:2] == [("setup", "start"), ("setup", "ok")]
     assert ("paramfetch", "ok") in kinds and ("benchmark", "start") in kinds
     assert kinds.index(("paramfetch", "ok")) < kinds.index(("benchmark", "start"))
-    setup_ok = events[1]
+    raw = await raw_events(worker)
+    setup_ok = raw[1]
     assert setup_ok["curio_listen"] == "127.0.0.1:12401"  # its identity, from its runner id
 
-    result = events[-1]["result"]
+    result = last_raw(raw, "event", "result")["result"]
     assert result["outcome"] == "pass", result
     assert result["rate_per_hour"] > 0
     assert result["min_rate"] == 1.0 and result["bench_proofs"] == 3
@@ -250,8 +263,8 @@ async def test_rent_tunnel_benchmark_and_logs(sim: Sim, lotus: FakeLotus) -> Non
 
     # To prove, the worker needs the controller: the Lotus API answers through the SSH tunnel,
     # curio's database (not forwarded in this test) does not, and the worker says so.
-    events = await events_until(worker, lambda e: e.get("tunnel") == "down")
-    down = events[-1]["down"]
+    await events_until(worker, lambda e: e.tunnel is not None and e.tunnel.down)
+    down = last_raw(await raw_events(worker), "tunnel", "down")["down"]
     assert [line.split(" 127.0.0.1:")[0] for line in down] == [
         "curio database (YSQL)",
         "curio database (YCQL)",
@@ -320,12 +333,14 @@ async def test_without_the_tunnel_the_worker_benchmarks_then_waits(sim: Sim) -> 
     conn = sim.connect(inst)  # no forward: nothing answers at the worker's :1234, :5433, :9042
     worker = Worker(conn, timeout=SHORT)
 
-    events = await events_until(worker, lambda e: e["event"] == "fail" or e.get("tunnel") == "down")
-    assert [e for e in events if e["event"] == "fail"] == []
+    events = await events_until(
+        worker, lambda e: e.event == "fail" or (e.tunnel is not None and e.tunnel.down)
+    )
+    assert [e for e in events if e.event == "fail"] == []
     assert first_stage_order(events) == ["setup", "paramfetch", "benchmark", "prove"]
-    result = next(e["result"] for e in events if e["event"] == "result")
-    assert result["outcome"] == "pass"
-    down = events[-1]["down"]
+    raw = await raw_events(worker)
+    assert last_raw(raw, "event", "result")["result"]["outcome"] == "pass"
+    down = last_raw(raw, "tunnel", "down")["down"]
     assert [line.split(" 127.0.0.1:")[0] for line in down] == [
         "lotus api",
         "curio database (YSQL)",
@@ -380,9 +395,9 @@ async def test_destroy_stops_the_sandbox(sim: Sim, lotus: FakeLotus) -> None:
     worker = Worker(conn, timeout=SHORT, max_resumes=0)
     # Destroy mid-benchmark: the entrypoint, benchmark.sh and the cuzk-daemon stand-in run.
     events = await events_until(
-        worker, lambda e: e["event"] == "fail" or (e["stage"], e["event"]) == ("benchmark", "start")
+        worker, lambda e: e.event == "fail" or (e.stage, e.event) == ("benchmark", "start")
     )
-    assert events[-1]["event"] == "start", events
+    assert events[-1].event == "start", events
     assert sandbox_pids(root), "the sandbox has live processes before the destroy"
 
     lines = conn.follow("workerctl logs benchmark --follow")

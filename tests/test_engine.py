@@ -14,6 +14,7 @@ import pytest
 
 from tests.enginekit import PUBKEY, World, rent_one, result
 from tests.helpers import deploy, destroy
+from vastui.domain.reports import parse_event
 from vastui.engine import policy
 from vastui.engine.commands import COMMAND_TTL
 from vastui.engine.engine import VANISH_MIN_AGE, VANISH_MISSES, EngineError
@@ -94,9 +95,9 @@ async def _proved_well(world: World, store: Store) -> tuple:
     engine, iid = await rent_one(world, store)
     rec = await store.instances.get(iid)
     for stage in ("setup", "paramfetch", "benchmark"):
-        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
-    await engine.handle_worker_event(iid, result("pass", rec.min_rate * 1.5))
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+        await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
+    await engine.handle_worker_event(iid, parse_event(result("pass", rec.min_rate * 1.5)))
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
     assert (await store.instances.get(iid)).state == "proving"
     return engine, await store.instances.get(iid)
 
@@ -143,8 +144,8 @@ async def test_a_banned_machine_is_not_rented_again(world, store):
     engine, rec = await _proved_well(world, store)
     await engine.handle_worker_event(
         rec.vast_id,
-        {"stage": "prove", "event": "fail", "reason": "cuzk-daemon exited (status 1)",
-         "error_tail": ["CUDA error 700: an illegal memory access was encountered"]},
+        parse_event({"stage": "prove", "event": "fail", "reason": "cuzk-daemon exited (status 1)",
+         "error_tail": ["CUDA error 700: an illegal memory access was encountered"]}),
     )  # fmt: skip
     assert (await store.instances.get(rec.vast_id)).killed
     assert rec.machine_id in await store.badlist.machine_ids(now=world.clock.now())
@@ -166,10 +167,10 @@ def _fleet(world: World, **kw) -> None:
 
 async def _to_proving(engine, iid: int) -> None:
     for stage in ("setup", "paramfetch", "benchmark"):
-        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+        await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
     rec = await engine.store.instances.get(iid)
-    await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    await engine.handle_worker_event(iid, parse_event(result("pass", rec.min_rate + 5)))
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
 
 
 async def test_the_status_says_target_workers_and_why_and_follows_the_cause(world, store):
@@ -367,9 +368,9 @@ async def test_benchmark_pass_goes_proving_and_records_perf(world, store):
     engine, iid = await rent_one(world, store)
     rec = await store.instances.get(iid)
     for stage in ("setup", "paramfetch", "benchmark"):
-        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
-    await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+        await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
+    await engine.handle_worker_event(iid, parse_event(result("pass", rec.min_rate + 5)))
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
     rec = await store.instances.get(iid)
     assert rec.state == "proving" and rec.bench_rate == rec.min_rate + 5
     [perf] = await store.perf.of_machine(rec.machine_id)
@@ -394,7 +395,9 @@ async def test_benchmark_failures_destroy_with_typed_reason(world, store, outcom
     # Every outcome comes with a rate, as an older image sent one beside error, timeout and
     # aborted_early (issue 17 item 5): only below_min's is the machine's.
     rate = rec.min_rate - 3
-    await engine.handle_worker_event(iid, result(outcome, rate, tail if banned else None))
+    await engine.handle_worker_event(
+        iid, parse_event(result(outcome, rate, tail if banned else None))
+    )
     rec = await store.instances.get(iid)
     assert rec.state == "killed" and rec.kill_kind == kind and rec.failed_stage == "benchmark"
     assert rec.bench_outcome == outcome
@@ -424,7 +427,7 @@ async def test_benchmark_failures_destroy_with_typed_reason(world, store, outcom
 async def test_pass_below_our_gate_is_still_killed(world, store):
     engine, iid = await rent_one(world, store)
     rec = await store.instances.get(iid)
-    await engine.handle_worker_event(iid, result("pass", rec.min_rate - 1))
+    await engine.handle_worker_event(iid, parse_event(result("pass", rec.min_rate - 1)))
     assert (await store.instances.get(iid)).kill_kind == "bench_below_min"
     await engine.close()
 
@@ -435,7 +438,8 @@ async def test_a_machine_that_cannot_hold_the_plan_is_banned_at_setup(world, sto
               "build 14, 2 partitions x 14); the budget is 134 GiB (container limit 139 GiB - "
               "margin 5 GiB)")  # fmt: skip
     await engine.handle_worker_event(
-        iid, {"stage": "setup", "event": "fail", "reason": reason, "error_tail": [reason]}
+        iid,
+        parse_event({"stage": "setup", "event": "fail", "reason": reason, "error_tail": [reason]}),
     )
     rec = await store.instances.get(iid)
     assert rec.kill_kind == "setup_machine" and rec.kill_reason == f"setup failed: {reason}"
@@ -450,12 +454,12 @@ async def test_a_tunnel_down_is_the_controllers_and_pauses_renting(world, store)
     the worker with kind tunnel_down (no ban, no strike)."""
     world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=3))
     engine, iid = await rent_one(world, store)
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
     down = {"stage": "prove", "event": "progress", "tunnel": "down",
             "detail": "waiting for the controller's tunnel: lotus api 127.0.0.1:1234: refused",
             "down": ["lotus api 127.0.0.1:1234: curl: (7) Failed to connect",
                      "curio database (YSQL) 127.0.0.1:5433: connection refused"]}  # fmt: skip
-    await engine.handle_worker_event(iid, down)
+    await engine.handle_worker_event(iid, parse_event(down))
     rec = await store.instances.get(iid)
     assert rec.tunnel_down_since == world.clock.now()
     assert rec.tunnel_detail == (
@@ -471,10 +475,12 @@ async def test_a_tunnel_down_is_the_controllers_and_pauses_renting(world, store)
     [event] = await store.events.all(kind="tunnel")
     assert event.reason.startswith("tunnel down: lotus api") and event.instance_id == iid
     # up again: recorded, and renting resumes
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "progress", "tunnel": "up"})
+    await engine.handle_worker_event(
+        iid, parse_event({"stage": "prove", "event": "progress", "tunnel": "up"})
+    )
     assert (await store.instances.get(iid)).tunnel_down_since is None
     # down for longer than the deadline: destroyed, unblamed
-    await engine.handle_worker_event(iid, down)
+    await engine.handle_worker_event(iid, parse_event(down))
     world.clock.advance(world.config.deadlines.tunnel_min * 60 + 31)
     await engine.step()
     rec = await store.instances.get(iid)
@@ -536,7 +542,7 @@ async def test_an_adopted_instance_keeps_the_identity_it_was_created_with(world,
 )
 async def test_stage_deadlines(world, store, stage, minutes, kind):
     engine, iid = await rent_one(world, store)
-    await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+    await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
     if minutes is None:  # the benchmark's deadline follows the worker's min_rate
         rec = await store.instances.get(iid)
         assert rec.min_rate is not None
@@ -777,7 +783,7 @@ async def test_an_absurd_ban_length_never_blocks_the_destroy_that_carries_it(wor
     expiry is bounded (policy.MAX_BAN_DAYS), recorded, and the instance destroyed."""
     world.config = replace(world.config, fleet=replace(world.config.fleet, auto_ban_days=1e308))
     engine, iid = await rent_one(world, store)
-    await engine.handle_worker_event(iid, result("error", 1.0, TAIL))
+    await engine.handle_worker_event(iid, parse_event(result("error", 1.0, TAIL)))
     rec = await store.instances.get(iid)
     assert rec.kill_kind == "bench_error" and iid not in world.cloud.instances
     [ban] = await store.badlist.all(now=world.clock.now())
@@ -800,7 +806,7 @@ async def test_a_ban_the_store_refuses_never_blocks_the_destroy(world, store, mo
         return await create(*args, **kw)
 
     monkeypatch.setattr(store, "create_destroy_intent", refusing)
-    await engine.handle_worker_event(iid, result("error", 1.0, TAIL))
+    await engine.handle_worker_event(iid, parse_event(result("error", 1.0, TAIL)))
     rec = await store.instances.get(iid)
     assert rec.kill_kind == "bench_error" and iid not in world.cloud.instances
     [destroy] = await store.events.all(kind="destroy")
@@ -827,7 +833,7 @@ async def test_a_controller_cut_off_from_its_workers_is_one_episode(world, store
     from vastui.alerts import Conditions, FleetFacts
 
     engine, iid = await rent_one(world, store)
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
     down = {
         "stage": "prove",
         "event": "progress",
@@ -835,10 +841,10 @@ async def test_a_controller_cut_off_from_its_workers_is_one_episode(world, store
         "detail": "waiting for the controller's tunnel",
         "down": ["lotus api: refused"],
     }
-    await engine.handle_worker_event(iid, down)
+    await engine.handle_worker_event(iid, parse_event(down))
     for _ in range(20):  # 10 minutes of steps, each seeing the tunnel down
         world.clock.advance(30)
-        await engine.handle_worker_event(iid, down)
+        await engine.handle_worker_event(iid, parse_event(down))
         await engine.step()
     facts = FleetFacts(
         target=1,
@@ -858,7 +864,9 @@ async def test_a_controller_cut_off_from_its_workers_is_one_episode(world, store
     assert world.clock.now() - published.cut_off_since == pytest.approx(600, abs=30)
     lines = render(await gather(store, now=world.clock.now())).splitlines()
     assert any(line.startswith("cut off from its workers since ") for line in lines), lines
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "progress", "tunnel": "up"})
+    await engine.handle_worker_event(
+        iid, parse_event({"stage": "prove", "event": "progress", "tunnel": "up"})
+    )
     world.clock.advance(30)
     await engine.step()
     published = await store.status.get()

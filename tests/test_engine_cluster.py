@@ -14,6 +14,7 @@ import pytest
 from tests.enginekit import World, rent_distinct, result
 from tests.helpers import destroy
 from tests.pgfixtures import CurioDb
+from vastui.domain.reports import parse_event
 from vastui.engine import acts as acts_module
 from vastui.engine import identity
 from vastui.engine.engine import Engine
@@ -46,16 +47,19 @@ async def proving_fleet(world: World, store: Store, db: CurioDb, n: int, tasks: 
     machines: dict[int, int] = {}
     for iid in ids:
         for stage in ("setup", "paramfetch", "benchmark"):
-            await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+            await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
         rec = await store.instances.get(iid)
-        await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
-        await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+        await engine.handle_worker_event(iid, parse_event(result("pass", rec.min_rate + 5)))
+        await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
         addr, name = ident(rec)
         mid = db.register(addr, name, world.clock.now())
         machines[iid] = mid
         report = {"machine_id": mid, "host_and_port": addr, "name": name}
         await engine.handle_worker_event(
-            iid, {"stage": "prove", "event": "progress", "detail": "curio", "curio": report}
+            iid,
+            parse_event(
+                {"stage": "prove", "event": "progress", "detail": "curio", "curio": report}
+            ),
         )
         db.claim(mid, [db.add_task("PSProve", world.clock.now()) for _ in range(tasks)])
         assert (await store.instances.get(iid)).state == "proving"
@@ -373,15 +377,16 @@ async def test_an_outbid_worker_frees_its_tasks_when_vast_stops_it(
     engine, iid = await rent_a_bid(world, store)
     engine.cluster = engine.acts.cluster = db.reader()
     for stage in ("setup", "paramfetch", "benchmark"):
-        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+        await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
     rec = await store.instances.get(iid)
-    await engine.handle_worker_event(iid, result("pass", rec.min_rate + 5))
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    await engine.handle_worker_event(iid, parse_event(result("pass", rec.min_rate + 5)))
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
     addr, name = ident(rec)
     mid = db.register(addr, name, world.clock.now())
     report = {"machine_id": mid, "host_and_port": addr, "name": name}
     await engine.handle_worker_event(
-        iid, {"stage": "prove", "event": "progress", "detail": "curio", "curio": report}
+        iid,
+        parse_event({"stage": "prove", "event": "progress", "detail": "curio", "curio": report}),
     )
     held = db.claim(mid, [db.add_task("PSProve", world.clock.now()) for _ in range(2)])
     rec = await store.instances.get(iid)

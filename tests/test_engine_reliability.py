@@ -12,6 +12,7 @@ import pytest
 from tests.enginekit import World, rent_one, result
 from tests.helpers import deploy
 from vastui.config import Config
+from vastui.domain.reports import parse_event
 from vastui.domain.worker import InstanceRecord
 from vastui.engine import policy, provision
 from vastui.engine.engine import EngineError
@@ -110,10 +111,10 @@ async def test_lowering_the_target_destroys_the_surplus(world: World, store: Sto
     ids = await _fleet_of(world, store, 3)
     # The first worker proves (its benchmark passed at a rate well above its min_rate).
     engine = await world.engine(store)
-    await engine.handle_worker_event(ids[0], {"stage": "benchmark", "event": "start"})
+    await engine.handle_worker_event(ids[0], parse_event({"stage": "benchmark", "event": "start"}))
     rec = await store.instances.get(ids[0])
-    await engine.handle_worker_event(ids[0], result("pass", (rec.min_rate or 1) * 3))
-    await engine.handle_worker_event(ids[0], {"stage": "prove", "event": "start"})
+    await engine.handle_worker_event(ids[0], parse_event(result("pass", (rec.min_rate or 1) * 3)))
+    await engine.handle_worker_event(ids[0], parse_event({"stage": "prove", "event": "start"}))
     assert (await store.instances.get(ids[0])).state == "proving"
     world.config = replace(world.config, fleet=replace(world.config.fleet, target_workers=1))
     engine = await world.engine(store)

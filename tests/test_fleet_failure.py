@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from tests.enginekit import World, rent_distinct, result
+from vastui.domain.reports import parse_event
 from vastui.engine import fleetwide
 from vastui.engine.fleetwide import Failure, detect, signature
 from vastui.store import Store
@@ -96,11 +97,13 @@ async def test_one_failure_on_three_machines_is_the_fleets(world: World, store: 
     machines = [(await store.instances.get(i)).machine_id for i in ids]
     assert len(set(machines)) == 3
     for iid in ids[:2]:
-        await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
+        await engine.handle_worker_event(iid, parse_event(result("error", None, _broken_env(iid))))
     # Two machines: each still looks like a machine's fault, and is banned.
     bad = await store.badlist.all(now=world.clock.now())
     assert sorted(b.machine_id for b in bad) == sorted(machines[:2])
-    await engine.handle_worker_event(ids[2], result("error", None, _broken_env(ids[2])))
+    await engine.handle_worker_event(
+        ids[2], parse_event(result("error", None, _broken_env(ids[2])))
+    )
     # The third: the fleet's. Nobody is banned or struck for it, the two bans are taken back.
     assert await store.badlist.all(now=world.clock.now()) == []
     for m in machines:
@@ -134,7 +137,7 @@ async def test_a_single_machines_fault_still_bans_it(world: World, store: Store)
         ["ERROR gpu_worker: GPU has fallen off the bus"],
     ]
     for iid, tail in zip(ids, tails, strict=True):
-        await engine.handle_worker_event(iid, result("error", None, tail))
+        await engine.handle_worker_event(iid, parse_event(result("error", None, tail)))
     bad = await store.badlist.all(now=world.clock.now())
     assert len(bad) == 3, "three different faults: three machines' own"
     assert await store.meta.fleet_failure() is None
@@ -145,10 +148,10 @@ async def test_a_worker_that_passes_ends_the_pause(world: World, store: Store) -
     engine = await world.engine(store)
     ids = await rent_distinct(world, engine, 4)
     for iid in ids[:3]:
-        await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
+        await engine.handle_worker_event(iid, parse_event(result("error", None, _broken_env(iid))))
     assert await store.meta.fleet_failure() is not None
     rec = await store.instances.get(ids[3])
-    await engine.handle_worker_event(ids[3], result("pass", (rec.min_rate or 1) + 5))
+    await engine.handle_worker_event(ids[3], parse_event(result("pass", (rec.min_rate or 1) + 5)))
     assert await store.meta.fleet_failure() is None
     reasons = [e.reason for e in await store.events.all(kind="fleet_failure")]
     assert reasons[0].startswith("provisioning paused: benchmark/bench_error")
@@ -162,7 +165,7 @@ async def test_the_check_can_be_turned_off(world: World, store: Store) -> None:
     engine = await world.engine(store)
     ids = await rent_distinct(world, engine, 3)
     for iid in ids:
-        await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
+        await engine.handle_worker_event(iid, parse_event(result("error", None, _broken_env(iid))))
     assert len(await store.badlist.all(now=world.clock.now())) == 3
     assert await store.meta.fleet_failure() is None
     assert fleetwide.SIGNATURE_MAX >= 100
@@ -230,11 +233,13 @@ async def test_a_straggler_failing_after_the_resume_is_not_charged(
     engine = await world.engine(store)
     ids = await rent_distinct(world, engine, 4)
     for iid in ids[:3]:
-        await engine.handle_worker_event(iid, result("error", None, _broken_env(iid)))
+        await engine.handle_worker_event(iid, parse_event(result("error", None, _broken_env(iid))))
     assert await store.meta.fleet_failure() is not None
     assert await store.clear_fleet_failure("operator", now=world.clock.now())
     world.clock.advance(3 * 3600)  # the three failures are out of the 60-minute window
-    await engine.handle_worker_event(ids[3], result("error", None, _broken_env(ids[3])))
+    await engine.handle_worker_event(
+        ids[3], parse_event(result("error", None, _broken_env(ids[3])))
+    )
     straggler = await store.instances.get(ids[3])
     assert straggler.killed and "fleet-wide failure" in (straggler.kill_reason or "")
     assert await store.badlist.all(now=world.clock.now()) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import shlex
 import unicodedata
@@ -27,6 +28,7 @@ from tests.fuzz_strategies import HOSTILE_PIECES, hostile_bytes, hostile_text
 from vastui.console.cells import t
 from vastui.console.logtext import clean as _clean
 from vastui.console.logview import LogView
+from vastui.domain.reports import WorkerEvent
 from vastui.sanitize import MAX_LINE, sanitize_line
 from vastui.ssh.errors import SshConnectionLost
 from vastui.ssh.lines import TEXT_LINE_BYTES, LineSplitter, display_line
@@ -150,7 +152,7 @@ class EventLogConn:
         return None
 
 
-async def _events(conn: EventLogConn, resumes: int) -> list[tuple[int, dict[str, Any]]]:
+async def _events(conn: EventLogConn, resumes: int) -> list[tuple[int, WorkerEvent]]:
     worker = Worker(conn, max_resumes=resumes)  # type: ignore[arg-type]
     async with contextlib.aclosing(worker.positioned_events()) as events:
         return [item async for item in events]
@@ -170,8 +172,10 @@ def test_events_are_safe_and_each_delivered_once(log: bytes, chunk: int, drops: 
     positions = [position for position, _ in whole]
     assert positions == sorted(set(positions)) and len(positions) <= log.count(b"\n") + 1
     for _, event in whole:
-        assert isinstance(event, dict) and depth(event) <= MAX_EVENT_DEPTH
-        for text in strings_of(event):
+        assert isinstance(event, WorkerEvent)
+        fields = dataclasses.asdict(event)  # the typed event, its result and curio node within
+        assert depth(fields) <= MAX_EVENT_DEPTH
+        for text in strings_of(fields):
             assert not unsafe(text) and "\x1b" not in text, text
             assert len(text) <= MAX_LINE
 
@@ -183,12 +187,12 @@ def test_an_event_deeper_than_the_sanitiser_can_walk_is_skipped() -> None:
     deep = [b'{"a":' * n + b"1" + b"}" * n for n in range(40, 1000, 20)]
     log = b"\n".join([*deep, b'{"event": "start"}']) + b"\n"
     events = asyncio.run(_events(EventLogConn(log, 4096, [], cap=TEXT_LINE_BYTES), 0))
-    assert events == [(len(deep) + 1, {"event": "start"})]
+    assert events == [(len(deep) + 1, WorkerEvent(event="start"))]
 
 
 def test_nan_and_infinity_are_not_events() -> None:
-    log = b'{"ts": NaN}\n{"rate": -Infinity}\n{"ts": 1.5}\n'
-    assert asyncio.run(_events(EventLogConn(log, 4096, []), 0)) == [(3, {"ts": 1.5})]
+    log = b'{"ts": NaN}\n{"rate": -Infinity}\n{"ts": 1.5, "event": "ok"}\n'
+    assert asyncio.run(_events(EventLogConn(log, 4096, []), 0)) == [(3, WorkerEvent(event="ok"))]
 
 
 # --- log lines -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from tests.enginekit import World, rent_one, result
 from tests.test_production import _to_proving, raw
+from vastui.domain.reports import parse_bench_result, parse_event
 from vastui.engine import physics
 from vastui.engine.production import ProdState, Reading
 
@@ -43,7 +44,7 @@ def bench(rate: Any, done: Any = 12, window: Any = 1800.0) -> dict[str, Any]:
     ],
 )  # fmt: skip
 def test_bench_refusal(case, result_, gpu, n, refused) -> None:
-    why = physics.bench_refusal(result_, gpu, n)
+    why = physics.bench_refusal(parse_bench_result(result_), gpu, n)
     if refused is None:
         assert why is None, why
     else:
@@ -90,10 +91,10 @@ async def test_a_benchmark_of_a_billion_proofs_an_hour_is_refused_and_struck(wor
     engine, iid = await rent_one(world, store)
     rec = await store.instances.get(iid)
     for stage in ("setup", "paramfetch", "benchmark"):
-        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+        await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
     event = result("pass", 1e9)
     event["result"].update(proofs_completed=12, window_seconds=1800.0)
-    await engine.handle_worker_event(iid, event)
+    await engine.handle_worker_event(iid, parse_event(event))
     rec = await store.instances.get(iid)
     assert rec.killed and rec.kill_kind == "bench_implausible"
     assert "1e+09 proofs/h is above what" in rec.kill_reason

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from vastui.config import Config
+from vastui.domain.reports import parse_bench_result
 from vastui.engine import policy
 
 CONFIG = Config()
@@ -53,17 +54,17 @@ RATE_CASES = [
     ("case", "res", "rate", "partial"), RATE_CASES, ids=[c[0] for c in RATE_CASES]
 )
 def test_only_a_finished_benchmark_has_a_rate(case, res, rate, partial) -> None:
-    assert policy.bench_rate(res) == rate
-    assert policy.bench_partial_rate(res) == partial
+    assert policy.bench_rate(parse_bench_result(res)) == rate
+    assert policy.bench_partial_rate(parse_bench_result(res)) == partial
 
 
 @pytest.mark.parametrize("outcome", ["error", "timeout", "aborted_early", "bogus"])
 def test_the_machines_record_learns_nothing_from_a_failed_benchmark(outcome: str) -> None:
     latency = {"p50": 900.0, "p95": 1000.0, "max": 1000.0, "service": 11.0}
     res = result(outcome, 480.0, latency_seconds=latency, max_pending=10)
-    assert policy.effective_rate(res, CONFIG) is None
-    assert policy.deadline_sizing(res, CONFIG) is None
-    kill = policy.benchmark_kill(res, 29.0, CONFIG)
+    assert policy.effective_rate(parse_bench_result(res), CONFIG) is None
+    assert policy.deadline_sizing(parse_bench_result(res), CONFIG) is None
+    kill = policy.benchmark_kill(parse_bench_result(res), 29.0, CONFIG)
     assert kill is not None and kill.detail["rate"] is None
     # what the run measured is named partial wherever it is shown
     assert "480" not in kill.reason.replace("partial rate 480.0", "")
@@ -71,12 +72,19 @@ def test_the_machines_record_learns_nothing_from_a_failed_benchmark(outcome: str
 
 def test_a_finished_benchmarks_rate_is_still_the_record() -> None:
     latency = {"p50": 300.0, "p95": 300.0, "max": 300.0, "service": 300.0}
-    assert policy.effective_rate(result("pass", 32.0, latency_seconds=latency), CONFIG) == 32.0
-    assert policy.effective_rate(result("below_min", 20.0), CONFIG) == 20.0
+    assert (
+        policy.effective_rate(
+            parse_bench_result(result("pass", 32.0, latency_seconds=latency)), CONFIG
+        )
+        == 32.0
+    )
+    assert policy.effective_rate(parse_bench_result(result("below_min", 20.0)), CONFIG) == 20.0
 
 
 def test_an_early_abort_is_a_strike_and_says_its_rate_is_partial() -> None:
-    kill = policy.benchmark_kill(result("aborted_early", None, 12.5), 29.0, CONFIG)
+    kill = policy.benchmark_kill(
+        parse_bench_result(result("aborted_early", None, 12.5)), 29.0, CONFIG
+    )
     assert kill is not None and kill.kind == "bench_aborted_early"
     assert kill.reason == "benchmark aborted_early: partial rate 12.5 < 29.0 proofs/h"
     assert kill.detail == {"rate": None, "partial_rate": 12.5}
@@ -86,6 +94,8 @@ def test_an_early_abort_is_a_strike_and_says_its_rate_is_partial() -> None:
 
 def test_a_daemon_that_died_is_still_banned_whatever_it_measured() -> None:
     tail = ["cuzk-daemon was killed by SIGABRT (exit status 134)"]
-    kill = policy.benchmark_kill(result("error", 310.0, error_tail=tail), 29.0, CONFIG)
+    kill = policy.benchmark_kill(
+        parse_bench_result(result("error", 310.0, error_tail=tail)), 29.0, CONFIG
+    )
     assert kill is not None and kill.kind == "bench_error" and kill.ban is not None
     assert kill.detail == {"rate": None, "partial_rate": 310.0}

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from vastui.config import Config
+from vastui.domain.reports import Tunnel, curio_report, parse_bench_result, parse_event
 from vastui.domain.worker import InstanceRecord
 from vastui.engine import policy, production
 from vastui.engine.production import ProdState, Reading
@@ -62,7 +63,7 @@ DEADLINE_CASES = [
     ids=[c[0] for c in DEADLINE_CASES],
 )
 def test_the_benchmark_is_held_to_curios_deadline(case, result, min_rate, kind, reason) -> None:
-    kill = policy.benchmark_kill(result, min_rate, CONFIG)
+    kill = policy.benchmark_kill(parse_bench_result(result), min_rate, CONFIG)
     assert (kill.kind if kill else None) == kind
     if reason is not None:
         assert kill is not None and kill.reason == reason
@@ -71,36 +72,38 @@ def test_the_benchmark_is_held_to_curios_deadline(case, result, min_rate, kind, 
 
 
 def test_the_machines_record_is_the_rate_it_keeps_within_the_deadline() -> None:
-    assert policy.effective_rate(bench(32.0, 300.0), CONFIG) == 32.0
-    assert policy.effective_rate(bench(13.5, 1400.0), CONFIG) == pytest.approx(2.571)
-    assert policy.effective_rate(bench(3.0, 1600.0), CONFIG) == 0.0
-    assert policy.effective_rate(bench(32.0, None), CONFIG) == 32.0
+    assert policy.effective_rate(parse_bench_result(bench(32.0, 300.0)), CONFIG) == 32.0
+    assert policy.effective_rate(parse_bench_result(bench(13.5, 1400.0)), CONFIG) == pytest.approx(
+        2.571
+    )
+    assert policy.effective_rate(parse_bench_result(bench(3.0, 1600.0)), CONFIG) == 0.0
+    assert policy.effective_rate(parse_bench_result(bench(32.0, None)), CONFIG) == 32.0
     longer = replace(CONFIG, curio=replace(CONFIG.curio, prove_timeout="1h"))
-    assert policy.deadline_sizing(bench(13.5, 700.0), longer).max_pending == 9
+    assert policy.deadline_sizing(parse_bench_result(bench(13.5, 700.0)), longer).max_pending == 9
 
 
 @pytest.mark.parametrize(
     ("event", "report"),
     [({"tunnel": "down", "down": ["lotus api 127.0.0.1:1234: refused", "x"]},
-      (True, "lotus api 127.0.0.1:1234: refused; x")),
-     ({"tunnel": "down", "detail": "waiting"}, (True, "waiting")),
-     ({"tunnel": "up"}, (False, "")),
+      Tunnel(True, "lotus api 127.0.0.1:1234: refused; x")),
+     ({"tunnel": "down", "detail": "waiting"}, Tunnel(True, "waiting")),
+     ({"tunnel": "up"}, Tunnel(False, "")),
      ({"detail": "running"}, None),
      ({"tunnel": "sideways"}, None),
-     ({"tunnel": "down", "down": [1, {"a": 2}]}, (True, "tunnel down"))],
+     ({"tunnel": "down", "down": [1, {"a": 2}]}, Tunnel(True, "tunnel down"))],
 )  # fmt: skip
 def test_what_a_worker_says_of_the_tunnel(event, report) -> None:
-    assert policy.tunnel_report(event) == report
+    assert parse_event(event).tunnel == report
 
 
 def test_what_a_worker_says_of_its_curio_node_is_bounded() -> None:
     good = {"machine_id": 3, "host_and_port": "127.0.0.1:12407", "name": "vastui-main-r7",
             "tasks": "PSProve", "max_pending": 5, "extra": "dropped"}  # fmt: skip
-    assert policy.curio_report(good) == {k: v for k, v in good.items() if k != "extra"}
-    assert policy.curio_report({"machine_id": True}) is None
-    assert policy.curio_report({"host_and_port": "x"}) is None, "no machine id: not a report"
-    assert policy.curio_report({"machine_id": 1, "name": "x" * 1000})["name"] == "x" * 400
-    assert policy.curio_report("nope") is None
+    assert curio_report(good) == {k: v for k, v in good.items() if k != "extra"}
+    assert curio_report({"machine_id": True}) is None
+    assert curio_report({"host_and_port": "x"}) is None, "no machine id: not a report"
+    assert curio_report({"machine_id": 1, "name": "x" * 1000})["name"] == "x" * 400
+    assert curio_report("nope") is None
 
 
 def rec(**kw: Any) -> InstanceRecord:
@@ -140,7 +143,7 @@ FAILURES = [
 
 @pytest.mark.parametrize(("stage", "reason", "tail", "kind", "banned", "struck"), FAILURES)
 def test_whose_fault_a_failed_stage_is(stage, reason, tail, kind, banned, struck) -> None:
-    kill = policy.failure_kill({"stage": stage, "reason": reason, "error_tail": tail})
+    kill = policy.failure_kill(parse_event({"stage": stage, "reason": reason, "error_tail": tail}))
     assert kill.kind == kind
     assert (kill.ban is not None) == banned
     assert kill.strike == struck

@@ -12,6 +12,7 @@ import pytest
 from tests.enginekit import World, rent_distinct, rent_one, result
 from tests.helpers import deploy
 from vastui.config import Config
+from vastui.domain.reports import parse_event
 from vastui.engine import production
 from vastui.engine.policy import failure_kill
 from vastui.engine.production import ProdState, Reading
@@ -240,7 +241,7 @@ def test_a_dead_daemon_reads_as_the_prove_stage_reports_it() -> None:
     seen = verdict_after([], reading, 10.0)
     event = {"stage": "prove", "reason": "cuzk-daemon exited (SIGABRT, status 134)",
              "error_tail": tail}  # fmt: skip
-    told = failure_kill(event)
+    told = failure_kill(parse_event(event))
     assert seen == told
     assert seen is not None and seen.error_lines == tuple(tail) and seen.ban is not None
     # untrusted: bounded, strings only
@@ -256,11 +257,11 @@ async def _to_proving(engine, store, iid: int) -> None:  # type: ignore[no-untyp
     """Setup, paramfetch, a passed benchmark on daemon 77 (13 proofs), then proving."""
     rec = await store.instances.get(iid)
     for stage in ("setup", "paramfetch", "benchmark"):
-        await engine.handle_worker_event(iid, {"stage": stage, "event": "start"})
+        await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
     bench = result("pass", rec.min_rate + 4)
     bench["result"].update(daemon_pid=77, daemon_completed=13, daemon_failed=0)
-    await engine.handle_worker_event(iid, bench)
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    await engine.handle_worker_event(iid, parse_event(bench))
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
 
 
 async def proving_worker(world: World, store):
@@ -331,9 +332,11 @@ async def test_engine_destroys_a_slow_prover_with_a_strike_and_bans_on_the_secon
     engine2, iid2 = await rent_again(world, store, engine, rec.machine_id)
     await engine2.handle_worker_event(
         iid2,
-        {"stage": "prove", "event": "fail", "reason": "cuzk-daemon exited (SIGKILL, status 137)",
-         "error_tail": ["cuzk-daemon was killed by SIGKILL (exit status 137) without an error "
-                        "line: the kernel's out-of-memory killer, most likely"]},
+        parse_event({
+            "stage": "prove", "event": "fail", "reason": "cuzk-daemon exited (SIGKILL, status 137)",
+            "error_tail": ["cuzk-daemon was killed by SIGKILL (exit status 137) without an error "
+                           "line: the kernel's out-of-memory killer, most likely"],
+        }),
     )  # fmt: skip
     rec2 = await store.instances.get(iid2)
     assert rec2.kill_kind == "prove_daemon_died"
@@ -353,7 +356,7 @@ async def rent_again(world: World, store, engine, machine_id: int):
     iid = await deploy(engine, same[0].offer.id)
     assert iid is not None
     await world.until_running(engine)
-    await engine.handle_worker_event(iid, {"stage": "prove", "event": "start"})
+    await engine.handle_worker_event(iid, parse_event({"stage": "prove", "event": "start"}))
     return engine, iid
 
 
@@ -363,7 +366,7 @@ async def test_a_passed_benchmark_with_failed_proofs_is_a_strike_not_a_kill(worl
     panic = 'error:     GPU start panicked: task 18 panicked with message "cudaMalloc ..."'
     bench = result("pass", rec.min_rate + 2, [panic])
     bench["result"].update(proofs_completed=11, proofs_failed=1)
-    await engine.handle_worker_event(iid, bench)
+    await engine.handle_worker_event(iid, parse_event(bench))
     rec = await store.instances.get(iid)
     assert rec.state != "killed" and rec.bench_failed == 1
     [strike] = await store.badlist.strikes(rec.machine_id)

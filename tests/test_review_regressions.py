@@ -13,6 +13,7 @@ from vastui.backend import Options
 from vastui.cli import main
 from vastui.config import ApiKeyError, Config, ConfigError, load_api_key, load_config
 from vastui.console.app import check_keymap
+from vastui.domain.reports import parse_event
 from vastui.engine import policy
 from vastui.sanitize import sanitize_line
 from vastui.store import Store
@@ -142,8 +143,8 @@ async def test_failed_destroy_keeps_its_ban_and_one_intent(tmp_path: Path):
         engine.client.destroy_instance = flaky  # type: ignore[method-assign]
         tail = ["ERROR cuzk: CUDA error 700: an illegal memory access was encountered"]
         await engine.handle_worker_event(
-            iid, {"stage": "benchmark", "event": "result",
-                  "result": {"outcome": "error", "stage": "warmup", "error_tail": tail}}
+            iid, parse_event({"stage": "benchmark", "event": "result",
+                  "result": {"outcome": "error", "stage": "warmup", "error_tail": tail}})
         )  # fmt: skip
         assert not (await store.instances.get(iid)).killed
         for _ in range(3):

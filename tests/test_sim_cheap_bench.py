@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from vastsim.cheap import CheapScript, CheapWorker
+from vastui.domain.reports import parse_bench_result
 from vastui.engine import policy
 
 
@@ -38,7 +39,7 @@ async def test_a_slow_cheap_worker_is_below_min_and_stops_there() -> None:
     assert events[-1]["reason"] == result["reason"]
     assert not any(e["stage"] == "prove" for e in events)
     assert worker.status()["state"] == "failed" and worker.proving_since is None
-    kill = policy.benchmark_kill(result, 20.0)
+    kill = policy.benchmark_kill(parse_bench_result(result), 20.0)
     assert kill is not None and kill.kind == "bench_below_min"
 
 
@@ -48,8 +49,8 @@ async def test_a_cheap_worker_at_or_above_its_min_rate_passes_and_proves(margin:
     result = bench_result(events)
     assert (result["outcome"], result["stage"], result["exit_code"]) == ("pass", "done", 0)
     assert result["rate_per_hour"] == 20.0 * margin and result["partial_rate_per_hour"] is None
-    assert policy.bench_rate(result) == 20.0 * margin
-    assert policy.benchmark_kill(result, 20.0) is None
+    assert policy.bench_rate(parse_bench_result(result)) == 20.0 * margin
+    assert policy.benchmark_kill(parse_bench_result(result), 20.0) is None
     assert [(e["stage"], e["event"]) for e in events[-3:]] == [
         ("benchmark", "ok"),
         ("prove", "start"),

@@ -29,7 +29,9 @@ from tests.test_e2e_worker import (
     SHORT,
     Sim,
     events_until,
+    last_raw,
     no_sleep,
+    raw_events,
     sandbox_pids,
 )
 from tests.test_sim_serve_cloud import AUTH, KEY, start_served, stop_served
@@ -37,6 +39,7 @@ from vastsim import ManualClock, SimCloud
 from vastsim.demo import client_for_cloud
 from vastsim.fleet import FleetFaultError, familiar
 from vastsim.hosting import worker_hosts
+from vastui.domain.reports import WorkerEvent
 from vastui.ssh import RemoteForward, Worker
 from vastui.ssh.cqlpin import CqlPinProxy
 
@@ -205,15 +208,20 @@ async def bench_result(sim: Sim, runner: str) -> tuple[int, dict[str, Any], dict
     inst = await sim.rent({**WORKER_ENV, "VASTUI_RUNNER_ID": runner})
     worker = Worker(sim.connect(inst), timeout=SHORT)
 
-    def done(e: dict[str, Any]) -> bool:
-        passed = (e["stage"], e["event"]) == ("benchmark", "result")
-        return e["event"] == "fail" or (passed and e["result"]["outcome"] == "pass")
+    def done(e: WorkerEvent) -> bool:
+        passed = (e.stage, e.event) == ("benchmark", "result")
+        return e.event == "fail" or (passed and e.result is not None and e.result.outcome == "pass")
 
     events = await events_until(worker, done, timeout=LONG)
-    result = next((e["result"] for e in events if e["event"] == "result"), None)
-    assert isinstance(result, dict), events[-3:]
+    raw = await raw_events(worker)  # the contract's every field, as the scripts wrote them
+    result = last_raw(raw, "event", "result")["result"]
+    assert isinstance(result, dict), raw[-3:]
     assert inst.machine_id is not None
-    return inst.machine_id, result, events[-1] if events[-1]["event"] == "fail" else {}
+    return (
+        inst.machine_id,
+        result,
+        last_raw(raw, "event", "fail") if events[-1].event == "fail" else {},
+    )
 
 
 async def test_a_broken_benchmark_input_fails_every_machine_with_the_same_line(sim: Sim):
@@ -306,11 +314,13 @@ async def test_the_controller_down_is_a_tunnel_down_on_every_worker(tmp_path: Pa
         reports = []
         for worker in workers:  # both benchmark (no tunnel needed), then wait for it
             events = await events_until(
-                worker, lambda e: e["event"] == "fail" or e.get("tunnel") == "down", timeout=LONG
-            )
-            assert all(e["event"] != "fail" for e in events), events[-3:]
-            assert next(e["result"] for e in events if e["event"] == "result")["outcome"] == "pass"
-            reports.append(events[-1])
+                worker, lambda e: e.event == "fail" or (e.tunnel is not None and e.tunnel.down),
+                timeout=LONG,
+            )  # fmt: skip
+            assert all(e.event != "fail" for e in events), events[-3:]
+            result = next(e.result for e in events if e.event == "result")
+            assert result is not None and result.outcome == "pass"
+            reports.append(last_raw(await raw_events(worker), "tunnel", "down"))
         for report in reports:
             assert (report["stage"], report["event"], report["tunnel"]) == (
                 "prove", "progress", "down",
@@ -331,8 +341,10 @@ async def test_the_controller_down_is_a_tunnel_down_on_every_worker(tmp_path: Pa
         await cloud.fleet_fault("controller_down", on=False)
         assert not any(refused(addrs[k]) for k in ("lotus_api", "curio_db", "curio_db_cql"))
         for worker in workers:
-            events = await events_until(worker, lambda e: e.get("tunnel") == "up", timeout=LONG)
-            assert events[-1]["detail"] == "the controller's tunnel is up"
+            events = await events_until(
+                worker, lambda e: e.tunnel is not None and not e.tunnel.down, timeout=LONG
+            )
+            assert events[-1].detail == "the controller's tunnel is up"
         await asyncio.gather(*(s.host.stop_instance(iid) for iid in list(s.host.sandboxes)))
         for root in s.roots:
             await eventually(lambda r=root: not sandbox_pids(r), SHORT, f"{root} processes to exit")

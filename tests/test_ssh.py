@@ -17,6 +17,7 @@ from typing import Any
 import asyncssh
 import pytest
 
+from vastui.domain.reports import WorkerEvent
 from vastui.sanitize import MAX_LINE
 from vastui.ssh import (
     ConnState,
@@ -597,34 +598,43 @@ async def test_events_resume_after_drop_without_duplicates_or_loss(
 ) -> None:
     states = States()
     worker = Worker(make_conn(on_state=states))
-    fake.add_events({"id": 1}, {"id": 2}, "garbage, not json", {"id": 3, "msg": "\x1b[5mhi"})
+    fake.add_events(
+        {"detail": "1"},
+        {"detail": "2"},
+        "garbage, not json",
+        {"detail": "3", "reason": "\x1b[5mhi"},
+    )
 
     async with contextlib.aclosing(worker.events()) as events:
         first = await collect(events, 3)
-        assert first == [{"id": 1}, {"id": 2}, {"id": 3, "msg": "hi"}]
+        assert first == [
+            WorkerEvent(detail="1"),
+            WorkerEvent(detail="2"),
+            WorkerEvent(detail="3", reason="hi"),
+        ]
         assert fake.commands == ["workerctl events --follow --after 0"]
         assert "skipping non-JSON event line 3" in caplog.text
 
         # The connection drops halfway through a line; more events arrive meanwhile.
         fake.drop_mid_line()
         await states.wait_for(ConnState.DISCONNECTED)
-        fake.add_events({"id": 4}, {"id": 5})
+        fake.add_events({"detail": "4"}, {"detail": "5"})
 
         rest = await collect(events, 2)
-        assert rest == [{"id": 4}, {"id": 5}]
+        assert rest == [WorkerEvent(detail="4"), WorkerEvent(detail="5")]
         assert fake.commands[-1] == "workerctl events --follow --after 4"
         assert fake.connections == 2
         assert len(sleeps.delays) == 1  # one backoff before resuming
 
-        fake.add_events({"id": 6})
-        assert await collect(events, 1) == [{"id": 6}]
+        fake.add_events({"detail": "6"})
+        assert await collect(events, 1) == [WorkerEvent(detail="6")]
 
 
 async def test_events_start_after_and_quoting(fake, make_conn) -> None:
     worker = Worker(make_conn())
-    fake.add_events(*({"id": i} for i in range(1, 6)))
+    fake.add_events(*({"detail": str(i)} for i in range(1, 6)))
     async with contextlib.aclosing(worker.events(after=3)) as events:
-        assert await collect(events, 2) == [{"id": 4}, {"id": 5}]
+        assert await collect(events, 2) == [WorkerEvent(detail="4"), WorkerEvent(detail="5")]
     assert fake.commands == ["workerctl events --follow --after 3"]
     with pytest.raises(ValueError):
         async for _ in worker.events(after=-1):
@@ -635,9 +645,9 @@ async def test_events_start_after_and_quoting(fake, make_conn) -> None:
 async def test_events_give_up_when_reconnect_fails(fake, make_conn, sleeps) -> None:
     states = States()
     worker = Worker(make_conn(on_state=states, max_attempts=2))
-    fake.add_events({"id": 1})
+    fake.add_events({"detail": "1"})
     async with contextlib.aclosing(worker.events()) as events:
-        assert await collect(events, 1) == [{"id": 1}]
+        assert await collect(events, 1) == [WorkerEvent(detail="1")]
         await fake.stop()
         await states.wait_for(ConnState.DISCONNECTED)
         with pytest.raises(SshUnreachable):

@@ -44,10 +44,10 @@ async def test_status_and_the_lifecycle_events_in_order(worker: Worker) -> None:
     seen = []
     async with contextlib.aclosing(worker.positioned_events()) as events:
         async for position, event in events:
-            seen.append((position, event["stage"], event["event"]))
-            if event["stage"] == "benchmark" and event["event"] == "result":
-                assert event["result"]["outcome"] == "pass"
-                assert event["result"]["rate_per_hour"] >= 20  # above its MIN_RATE
+            seen.append((position, event.stage, event.event))
+            if event.stage == "benchmark" and event.event == "result":
+                assert event.result is not None and event.result.outcome == "pass"
+                assert (event.result.rate_per_hour or 0) >= 20  # above its MIN_RATE
             if len(seen) == 10:
                 break
     assert [p for p, _, _ in seen] == list(range(1, 11))
@@ -55,13 +55,13 @@ async def test_status_and_the_lifecycle_events_in_order(worker: Worker) -> None:
     # resumed after a position: nothing twice
     async with contextlib.aclosing(worker.positioned_events(after=8)) as events:
         position, event = await anext(events)
-    assert (position, event["stage"], event["event"]) == (9, "prove", "start")
+    assert (position, event.stage, event.event) == (9, "prove", "start")
 
 
 async def test_counters_parse_as_a_live_daemon_once_proving(worker: Worker) -> None:
     async with contextlib.aclosing(worker.positioned_events()) as events:
         async for _, event in events:
-            if event["stage"] == "prove":
+            if event.stage == "prove":
                 break
     for _ in range(100):  # the worker's timeline reaches production right after prove start
         reading = Reading.parse(await worker.cuzk_counters())

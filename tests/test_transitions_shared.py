@@ -18,6 +18,7 @@ from bench.economics import SCENARIOS, WORLD_SEED
 from bench.economics_vastui import VastuiPolicy
 from bench.economics_world import Market
 from tests.enginekit import World, rent_one, result
+from vastui.domain.reports import parse_event
 from vastui.engine import production
 from vastui.store import Store
 
@@ -100,9 +101,11 @@ async def _engine_side(world: World, store: Store, steps: list[tuple[str, Any]])
         if rec.killed:
             break
         if kind == "event":
-            await engine.handle_worker_event(iid, dict(what))
+            await engine.handle_worker_event(iid, parse_event(dict(what)))
         elif kind == "bench":
-            await engine.handle_worker_event(iid, _result(*what, min_rate=rec0.min_rate))
+            await engine.handle_worker_event(
+                iid, parse_event(_result(*what, min_rate=rec0.min_rate))
+            )
         else:
             done, alive, status = what
             uptime = world.clock.now() - rec0.created_at
@@ -240,7 +243,7 @@ async def _engine_bid_side(world: World, store: Store, steps: list[tuple[str, An
     for kind, what in PROVING:
         world.clock.advance(STEP_S)
         event = _result(*what, min_rate=rented.min_rate) if kind == "bench" else dict(what)
-        await engine.handle_worker_event(iid, event)
+        await engine.handle_worker_event(iid, parse_event(event))
     rec0 = await store.instances.get(iid)
     assert rec0 is not None and rec0.state == "proving" and rec0.is_bid
     sim = world.cloud.instances[iid]

@@ -29,6 +29,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from vastui.console.cells import age, money, t
+from vastui.domain.reports import parse_stored_result
 from vastui.domain.timefmt import iso_utc
 from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity, policy
@@ -337,10 +338,10 @@ class DetailScreen(ModalScreen[None]):
             text.append(f"killed in stage {_shown(rec.failed_stage, 40)}: ", style="bold")
             text.append(f"{_shown(rec.kill_kind, 40)}\n", style="bold red")
             text.append(sanitize_line(rec.kill_reason or "", 500) + "\n")
-        if rec.bench_result:
-            result = json_dict(rec.bench_result)  # damaged: {}
+        result = parse_stored_result(rec.bench_result)  # damaged: None
+        if result is not None:
             kind = {"pass": "passed", "timeout": "timeout", "error": "error exit"}.get(
-                str(result.get("outcome")), "too slow"
+                str(result.outcome), "too slow"
             )
             # A rate only from a run that reached its verdict; what a run that ended otherwise
             # measured is named partial (policy.bench_rate, issue 17 item 5).
@@ -352,11 +353,11 @@ class DetailScreen(ModalScreen[None]):
                 else f"no rate (partial {_num(partial)} proofs/h before it ended)"
             )
             text.append(
-                f"benchmark: {_shown(result.get('outcome'), 40)} ({kind}) at stage "
-                f"{_shown(result.get('stage'), 40)}, {measured}, "
-                f"{_shown(result.get('proofs_completed', 0), 12)} done / "
-                f"{_shown(result.get('proofs_failed', 0), 12)} failed, "
-                f"exit {_shown(result.get('exit_code'), 12)}\n"
+                f"benchmark: {_shown(result.outcome, 40)} ({kind}) at stage "
+                f"{_shown(result.stage, 40)}, {measured}, "
+                f"{_shown(result.proofs_completed or 0, 12)} done / "
+                f"{_shown(result.proofs_failed or 0, 12)} failed, "
+                f"exit {_shown(result.exit_code, 12)}\n"
             )
         image = rec.image or "?"
         text.append(f"image: {sanitize_line(image, 200)}", style="dim")

@@ -31,6 +31,7 @@ from typing import Any
 from vastui.config import Config
 from vastui.domain.engine_state import EngineStatus
 from vastui.domain.journal import Intent
+from vastui.domain.reports import WorkerEvent, parse_stored_result
 from vastui.domain.worker import ForeignInstance, InstanceRecord, Progress
 from vastui.engine import (
     bidding,
@@ -64,7 +65,6 @@ from vastui.numbers import parse_number
 from vastui.sanitize import sanitize_line
 from vastui.ssh import SshError, SshPool
 from vastui.store import Store, StoreError
-from vastui.store.common import json_dict
 from vastui.store.errors import StoreFatal
 from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
@@ -896,7 +896,7 @@ class Engine:
                 reading, unreachable, others_reachable=self._others_reachable(vast_id, now)
             )
             state = production.ProdState.from_json(rec.prod_state)
-            bench = json_dict(rec.bench_result)
+            bench = parse_stored_result(rec.bench_result)
             effects = transitions.on_counters(rec, state, bench, seen, now, self.config)
             await self.acts.carry_out(rec, effects, now)
             rec = await self.store.instances.get(vast_id)
@@ -923,7 +923,7 @@ class Engine:
         return any(t >= recent for vid, t in self._ssh_reached.items() if vid != vast_id)
 
     async def handle_worker_event(
-        self, vast_id: int, event: dict[str, Any], *, position: int | None = None
+        self, vast_id: int, event: WorkerEvent, *, position: int | None = None
     ) -> bool:
         """Decide on one worker event now. False once the instance is no longer live.
 
@@ -939,7 +939,7 @@ class Engine:
         return rec is not None and not rec.killed
 
     async def _on_event(
-        self, rec: InstanceRecord, event: dict[str, Any], position: int | None = None
+        self, rec: InstanceRecord, event: WorkerEvent, position: int | None = None
     ) -> None:
         now = self.clock()
         effects = transitions.on_event(rec, event, now, self.config, position)

@@ -12,10 +12,8 @@ is about 2x) and far below what a lie needs to top the ranking by much.
 
 from __future__ import annotations
 
-from typing import Any
-
+from vastui.domain.reports import BenchResult
 from vastui.engine.ranking import DEFAULT_GPU_RATES
-from vastui.numbers import parse_count, parse_number
 
 CEILING_MARGIN = 3.0
 # A benchmark's rate is the slope through its finishes after the pipeline filled; the proofs
@@ -33,9 +31,9 @@ def rate_ceiling(gpu_name: str | None, num_gpus: int | None) -> float:
     return CEILING_MARGIN * per_gpu * max(1, num_gpus or 1)
 
 
-def bench_refusal(result: dict[str, Any], gpu_name: str | None, num_gpus: int | None) -> str | None:
+def bench_refusal(result: BenchResult, gpu_name: str | None, num_gpus: int | None) -> str | None:
     """Why a benchmark's rate cannot be true (one line), or None."""
-    rate = parse_number(result.get("rate_per_hour"))
+    rate = result.rate_per_hour
     if rate is None:
         return None
     ceiling = rate_ceiling(gpu_name, num_gpus)
@@ -45,8 +43,8 @@ def bench_refusal(result: dict[str, Any], gpu_name: str | None, num_gpus: int | 
             f"a rate of {rate:.4g} proofs/h is above what {gpus} can prove (ceiling "
             f"{ceiling:.0f}: {CEILING_MARGIN:g}x the fastest known per GPU)"
         )
-    done = parse_count(result.get("proofs_completed"))
-    window = parse_number(result.get("window_seconds"))
+    done = result.proofs_completed
+    window = result.window_seconds
     if done is not None and window is not None and window > 0:
         plain = done * 3600.0 / window
         if rate > AGREEMENT_FACTOR * plain + 1.0:

@@ -22,9 +22,9 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.domain import plan
+from vastui.domain.reports import BenchResult, WorkerEvent
 from vastui.domain.stages import STAGES
 from vastui.domain.worker import InstanceRecord
-from vastui.numbers import parse_number
 
 GPU_ERROR = re.compile(
     r"CUDA error|out of memory|illegal memory access|Xid \d+|GPU has fallen off|"
@@ -257,34 +257,33 @@ def strike_ban(count: int, strikes_to_ban: int, last_reason: str) -> str | None:
 RATED_OUTCOMES = ("pass", "below_min")
 
 
-def bench_rate(result: dict[str, Any]) -> float | None:
+def bench_rate(result: BenchResult) -> float | None:
     """The machine's rate from its benchmark result, or None unless the run ended in pass or
     below_min. A run that ended otherwise (a daemon dead after two proofs, a timeout, an early
     abort) measured a few finishes, not the machine: an older image still sends that as
     rate_per_hour beside outcome error, and it is not taken (issue 17 item 5)."""
-    if result.get("outcome") not in RATED_OUTCOMES:
+    if result.outcome not in RATED_OUTCOMES:
         return None
-    return parse_number(result.get("rate_per_hour"))
+    return result.rate_per_hour
 
 
-def bench_partial_rate(result: dict[str, Any]) -> float | None:
+def bench_partial_rate(result: BenchResult) -> float | None:
     """What a benchmark that did not end in pass or below_min measured before it ended, for a
     person to read (a kill reason, the console): partial_rate_per_hour, or an older image's
     rate_per_hour beside such an outcome. Never a rate to judge or record the machine by."""
-    if result.get("outcome") in RATED_OUTCOMES:
+    if result.outcome in RATED_OUTCOMES:
         return None
-    partial = parse_number(result.get("partial_rate_per_hour"))
-    return partial if partial is not None else parse_number(result.get("rate_per_hour"))
+    partial = result.partial_rate_per_hour
+    return partial if partial is not None else result.rate_per_hour
 
 
-def deadline_sizing(result: dict[str, Any], config: Config) -> plan.Sizing | None:
+def deadline_sizing(result: BenchResult, config: Config) -> plan.Sizing | None:
     """The MaxPending that lets a proof finish within curio's ProveTimeout on this machine, from
     its benchmark's rate and quickest latency at production concurrency (plan.deadline_sizing);
     None when the result has no latency (an image that does not measure it) or no rate (a run
     that did not finish: bench_rate)."""
     rate = bench_rate(result)
-    latency = result.get("latency_seconds")
-    service = parse_number(latency.get("service")) if isinstance(latency, dict) else None
+    service = result.latency_service
     if rate is None or service is None or rate <= 0 or service <= 0:
         return None
     return plan.deadline_sizing(
@@ -293,7 +292,7 @@ def deadline_sizing(result: dict[str, Any], config: Config) -> plan.Sizing | Non
     )  # fmt: skip
 
 
-def effective_rate(result: dict[str, Any], config: Config) -> float | None:
+def effective_rate(result: BenchResult, config: Config) -> float | None:
     """What the machine proves in production: its benchmark's rate, or less when curio's
     deadline holds it to fewer proofs in flight. None for a run that did not finish (bench_rate):
     the machine's record learns nothing from a failed benchmark."""
@@ -305,7 +304,7 @@ def effective_rate(result: dict[str, Any], config: Config) -> float | None:
 
 
 def _deadline_kill(
-    result: dict[str, Any], min_rate: float | None, config: Config, tail: tuple[str, ...]
+    result: BenchResult, min_rate: float | None, config: Config, tail: tuple[str, ...]
 ) -> Kill | None:
     """A machine too slow for curio's deadline at any MaxPending, or too slow at the one that
     fits it (plan.py says why sizing, not rejecting, is the rule). Not a fault of the machine:
@@ -316,7 +315,7 @@ def _deadline_kill(
     rate = bench_rate(result)
     timeout = config.curio.prove_timeout
     limit = f"{sizing.limit_s / 60:.1f} min"
-    reported = result.get("max_pending")
+    reported = result.max_pending
     if sizing.max_pending == 0:
         reason = (
             f"benchmark: a proof takes {sizing.latency_s / 60:.1f} min at the least, over the "
@@ -327,11 +326,7 @@ def _deadline_kill(
             f"benchmark: at MaxPending {sizing.max_pending} (a proof within {limit} of curio's "
             f"ProveTimeout {timeout}) it keeps {sizing.rate:.1f} < {min_rate:.1f} proofs/h"
         )
-    elif (
-        isinstance(reported, int)
-        and not isinstance(reported, bool)
-        and (reported > sizing.max_pending)
-    ):
+    elif reported is not None and reported > sizing.max_pending:
         reason = (
             f"benchmark: the worker would run MaxPending {reported}, but only "
             f"{sizing.max_pending} proofs in flight finish within {limit} of ProveTimeout {timeout}"
@@ -339,20 +334,20 @@ def _deadline_kill(
     else:
         return None
     return Kill(
-        "bench_deadline", reason[:300], "benchmark", tail, str(result.get("outcome") or "error"),
+        "bench_deadline", reason[:300], "benchmark", tail, result.outcome or "error",
         detail={"rate": rate, "max_pending": sizing.max_pending,
                 "kept_rate": sizing.rate, "latency_s": sizing.latency_s},
     )  # fmt: skip
 
 
 def benchmark_kill(
-    result: dict[str, Any], min_rate: float | None, config: Config | None = None
+    result: BenchResult, min_rate: float | None, config: Config | None = None
 ) -> Kill | None:
     """The benchmark gate. None means: passed, keep it."""
-    outcome = str(result.get("outcome") or "error")
+    outcome = result.outcome or "error"
     rate = bench_rate(result)
     partial = bench_partial_rate(result)
-    tail = tuple(str(x) for x in (result.get("error_tail") or []) if isinstance(x, str))[-20:]
+    tail = result.error_tail[-20:]
     if outcome in ("pass", "below_min"):
         late = _deadline_kill(result, min_rate, config or Config(), tail)
         if late is not None:
@@ -364,14 +359,14 @@ def benchmark_kill(
     kind = BENCH_KILL_KIND.get(outcome, "bench_error")
     rate_text = "n/a" if rate is None else f"{rate:.1f}"
     min_text = "?" if min_rate is None else f"{min_rate:.1f}"
-    stage = str(result.get("stage") or "?")
+    stage = result.stage or "?"
     if outcome == "below_min":
         reason = f"benchmark {outcome}: {rate_text} < {min_text} proofs/h"
     elif outcome == "aborted_early":
         partial_text = "n/a" if partial is None else f"{partial:.1f}"
         reason = f"benchmark {outcome}: partial rate {partial_text} < {min_text} proofs/h"
     elif outcome == "timeout":
-        reason = f"benchmark timeout in {stage} ({result.get('proofs_completed', 0)} proofs done)"
+        reason = f"benchmark timeout in {stage} ({result.proofs_completed or 0} proofs done)"
     else:
         # The most telling line: a GPU error if there is one, else the last error line.
         telling = (gpu_errors(tail) or list(tail) or ["no error line"])[-1].strip()
@@ -390,12 +385,12 @@ def benchmark_kill(
     return Kill(kind, reason[:300], "benchmark", tail, outcome, ban, detail, strike)
 
 
-def failure_kill(event: dict[str, Any]) -> Kill:
+def failure_kill(event: WorkerEvent) -> Kill:
     """A worker stage reported failure. In the prove stage the kind says what died; a daemon
     that dies while proving is a strike on its machine (a GPU error in its lines, a ban)."""
-    stage = str(event.get("stage") or "?")
-    reason = str(event.get("reason") or "failed")
-    tail = tuple(str(x) for x in (event.get("error_tail") or []) if isinstance(x, str))[-20:]
+    stage = event.stage or "?"
+    reason = event.reason or "failed"
+    tail = event.error_tail[-20:]
     kind = f"{WORKER_STAGE.get(stage, stage)}_failed"
     strike = False
     ban = None
@@ -424,36 +419,6 @@ def failure_kill(event: dict[str, Any]) -> Kill:
 MACHINE_SETUP_FAULTS = ("memory plan", "CPU lacks", "host driver")
 
 
-def tunnel_report(event: dict[str, Any]) -> tuple[bool, str] | None:
-    """What a prove-stage event says of the controller's tunnel: (down, what is down), or None
-    when it says nothing of it (worker-image/entrypoint.sh wait_tunnel)."""
-    state = event.get("tunnel")
-    if state == "up":
-        return False, ""
-    if state != "down":
-        return None
-    down = event.get("down")
-    lines = [str(x) for x in down if isinstance(x, str)][:5] if isinstance(down, list) else []
-    return True, "; ".join(lines) or str(event.get("detail") or "tunnel down")
-
-
-def curio_report(value: Any) -> dict[str, Any] | None:
-    """The worker's curio node as it reports it (machine id, host:port, name, task types,
-    MaxPending): plain values only, bounded; None when absent or malformed."""
-    if not isinstance(value, dict):
-        return None
-    out: dict[str, Any] = {}
-    for key in ("machine_id", "max_pending"):
-        v = value.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63:
-            out[key] = v
-    for key in ("host_and_port", "name", "tasks", "listen", "layer"):
-        v = value.get(key)
-        if isinstance(v, str):
-            out[key] = v[:400]
-    return out if "machine_id" in out else None
-
-
 def tunnel_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | None:
     """A worker that has waited too long for the controller's tunnel: destroyed to stop its
     bill, with no mark against the machine (the tunnel is the controller's)."""
@@ -469,13 +434,12 @@ def tunnel_kill(rec: InstanceRecord, now: float, config: Config) -> Kill | None:
     )
 
 
-def benchmark_strike(result: dict[str, Any]) -> str | None:
+def benchmark_strike(result: BenchResult) -> str | None:
     """A passed benchmark whose proofs failed still marks the machine: the reason, or None."""
-    failed = result.get("proofs_failed")
-    if isinstance(failed, bool) or not isinstance(failed, int) or failed <= 0:
+    failed = result.proofs_failed
+    if failed is None or failed <= 0:
         return None
-    done = result.get("proofs_completed")
-    total = failed + (done if isinstance(done, int) and not isinstance(done, bool) else 0)
-    tail = [str(x) for x in (result.get("error_tail") or []) if isinstance(x, str)]
+    total = failed + (result.proofs_completed or 0)
+    tail = list(result.error_tail)
     telling = (gpu_errors(tail) or tail or ["no error line"])[-1].strip()
     return f"{failed} of {total} benchmark proofs failed: {telling}"[:300]

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastui.config import Config
-from vastui.engine.policy import Kill, curio_report, failure_kill
+from vastui.domain.reports import BenchResult, WorkerEvent, curio_report
+from vastui.engine.policy import Kill, failure_kill
 from vastui.numbers import parse_count
 
 MAX_SAMPLES = 2000  # bounds prod_state whatever the poll cadence
@@ -140,16 +141,12 @@ class ProdState:
         return cls(**known) if isinstance(data, dict) else cls()
 
 
-def baseline_from_bench(result: dict[str, Any] | None) -> tuple[int | None, int, int]:
+def baseline_from_bench(result: BenchResult | None) -> tuple[int | None, int, int]:
     """The benchmark daemon's pid and its counters when the benchmark ended: the warmup and
     every timed proof ran on the daemon that production keeps (worker-image/benchmark.sh)."""
-    if not isinstance(result, dict):
+    if result is None:
         return None, 0, 0
-    return (
-        parse_count(result.get("daemon_pid")),
-        parse_count(result.get("daemon_completed")) or 0,
-        parse_count(result.get("daemon_failed")) or 0,
-    )
+    return result.daemon_pid, result.daemon_completed or 0, result.daemon_failed or 0
 
 
 def fold(
@@ -306,7 +303,9 @@ def verdict(
     if reading is not None and not reading.alive and reading.exit_status is not None:
         # Word for word what the prove stage reports when it sees the same death: whichever of
         # the two the engine hears first, the kill reads the same.
-        event = {"stage": "prove", "reason": reading.exit_reason, "error_tail": reading.error_tail}
+        event = WorkerEvent(
+            stage="prove", reason=reading.exit_reason, error_tail=reading.error_tail
+        )
         return failure_kill(event)
     if reading is None or not reading.alive or reading.completed is None:
         # unreachable, no daemon, or a daemon that answers neither /status nor GetStatus

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.reports import BenchResult, WorkerEvent
 from vastui.domain.worker import InstanceRecord, Progress
 from vastui.engine import physics, policy, production
 from vastui.sanitize import sanitize_line
@@ -99,7 +100,7 @@ class Counters:
 
 def on_event(
     rec: InstanceRecord,
-    event: Mapping[str, Any],
+    event: WorkerEvent,
     now: float,
     config: Config,
     position: int | None = None,
@@ -109,28 +110,27 @@ def on_event(
     if rec.first_report_at is None:
         fields["first_report_at"] = now
     effects: list[Effect] = [Update(fields)]
-    stage = policy.WORKER_STAGE.get(str(event.get("stage")))
-    kind = event.get("event")
-    result = event.get("result")
+    stage = policy.WORKER_STAGE.get(event.stage or "")
+    kind = event.event
     if kind == "start" and stage is not None and stage != rec.state:
         effects.append(EnterStage(stage))
-    elif kind == "result" and isinstance(result, dict):
-        effects += on_benchmark(rec, result, config)
-    elif kind == "progress" and str(event.get("stage")) == "prove":
+    elif kind == "result" and event.result is not None:
+        effects += on_benchmark(rec, event.result, config)
+    elif kind == "progress" and event.stage == "prove":
         effects += on_prove_progress(rec, event, now)
     elif kind == "fail":
-        effects.append(KillWorker(policy.failure_kill(dict(event))))
+        effects.append(KillWorker(policy.failure_kill(event)))
     return effects
 
 
-def on_benchmark(rec: InstanceRecord, result: dict[str, Any], config: Config) -> list[Effect]:
+def on_benchmark(rec: InstanceRecord, result: BenchResult, config: Config) -> list[Effect]:
     """benchmark.sh's result: the record, the machine's rate, the gate, a strike."""
     refusal = physics.bench_refusal(result, rec.gpu_name, rec.num_gpus)
     if refusal is not None:  # nothing of it is kept: not its rate, not its sizing
         why = sanitize_line(refusal, 300)
         return [
             Update({"bench_rate": None, "bench_outcome": "implausible",
-                    "bench_result": json.dumps(result)[:20_000]}),
+                    "bench_result": result.text}),
             Note("benchmark", f"refused: {why}", {"outcome": "implausible"}, warn=True),
             KillWorker(
                 policy.Kill("bench_implausible", f"benchmark refused: {why}", "benchmark",
@@ -138,17 +138,18 @@ def on_benchmark(rec: InstanceRecord, result: dict[str, Any], config: Config) ->
             ),
         ]  # fmt: skip
     rate = policy.bench_rate(result)
-    outcome = sanitize_line(str(result.get("outcome") or "error"), 40)
-    failed = result.get("proofs_failed")
-    max_pending = result.get("max_pending")
+    outcome = result.outcome or "error"
+    max_pending = result.max_pending
     effects: list[Effect] = [
         Update(
             {
                 "bench_rate": rate,
                 "bench_outcome": outcome,
-                "bench_result": json.dumps(result)[:20_000],
-                "bench_failed": failed if _small_int(failed, 2**31 - 1) else None,
-                "max_pending": max_pending if _small_int(max_pending, 10_000) else None,
+                "bench_result": result.text,
+                "bench_failed": result.proofs_failed,
+                "max_pending": max_pending
+                if max_pending is not None and max_pending <= 10_000
+                else None,
             }
         )
     ]
@@ -177,16 +178,15 @@ def on_benchmark(rec: InstanceRecord, result: dict[str, Any], config: Config) ->
     return effects
 
 
-def on_prove_progress(rec: InstanceRecord, event: Mapping[str, Any], now: float) -> list[Effect]:
+def on_prove_progress(rec: InstanceRecord, event: WorkerEvent, now: float) -> list[Effect]:
     """What the prove stage says of the controller's tunnel (down: waiting, never the
     machine's fault) and of its curio node."""
     fields: Progress = {}
     effects: list[Effect] = []
-    tunnel = policy.tunnel_report(dict(event))
+    tunnel = event.tunnel
     if tunnel is not None:
-        down, detail = tunnel
-        if down:
-            fields["tunnel_detail"] = sanitize_line(detail, 300)
+        if tunnel.down:
+            fields["tunnel_detail"] = sanitize_line(tunnel.detail, 300)
             if rec.tunnel_down_since is None:
                 fields["tunnel_down_since"] = now
                 effects.append(Note("tunnel", f"tunnel down: {fields['tunnel_detail']}", warn=True))
@@ -194,16 +194,15 @@ def on_prove_progress(rec: InstanceRecord, event: Mapping[str, Any], now: float)
             fields["tunnel_down_since"] = None
             fields["tunnel_detail"] = None
             effects.append(Note("tunnel", "tunnel up"))
-    info = policy.curio_report(event.get("curio"))
-    if info is not None:
-        fields["curio_info"] = json.dumps(info)
+    if event.curio is not None:
+        fields["curio_info"] = json.dumps(event.curio)
     return [Update(fields), *effects] if fields else effects
 
 
 def on_counters(
     rec: InstanceRecord,
     state: production.ProdState,
-    bench_result: dict[str, Any] | None,
+    bench_result: BenchResult | None,
     seen: Counters,
     now: float,
     config: Config,
@@ -290,7 +289,3 @@ def _refused(state: production.ProdState, why: str, now: float, window: float) -
             )
         )
     return effects
-
-
-def _small_int(value: Any, top: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= top

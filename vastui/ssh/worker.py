@@ -15,6 +15,7 @@ import shlex
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from vastui.domain.reports import WorkerEvent, parse_event
 from vastui.sanitize import sanitize_line
 
 from .connection import WorkerConnection
@@ -81,19 +82,20 @@ class Worker:
         """The daemon's pid, liveness, /status and gRPC proof counters (see the worker README)."""
         return await self._json_object("cuzk-counters")
 
-    async def events(self, after: int = 0) -> AsyncGenerator[dict[str, Any], None]:
+    async def events(self, after: int = 0) -> AsyncGenerator[WorkerEvent, None]:
         """The events alone; see :meth:`positioned_events`."""
         async for _position, event in self.positioned_events(after):
             yield event
 
     async def positioned_events(
         self, after: int = 0
-    ) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
+    ) -> AsyncGenerator[tuple[int, WorkerEvent], None]:
         """Follow the worker's event log from line ``after``, across reconnects.
 
-        Each line is one JSON object; other lines are skipped with a warning (they still count
-        as lines, so ``--after`` stays aligned). When the connection drops the stream resumes
-        with ``--after <lines seen>``: nothing is delivered twice and nothing is lost. Gives up
+        Each line is one JSON object, parsed here once into a WorkerEvent; other lines are
+        skipped with a warning (they still count as lines, so ``--after`` stays aligned). When
+        the connection drops the stream resumes with ``--after <lines seen>``: nothing is
+        delivered twice and nothing is lost. Gives up
         (re-raising) after ``max_resumes`` consecutive drops without progress, or as soon as
         reconnecting itself fails (:class:`SshUnreachable`, :class:`HostKeyChanged`, ...).
         """
@@ -125,7 +127,7 @@ class Worker:
                 )
                 await self.conn.backoff_sleep(drops)
 
-    def _parse_event(self, text: str, cut: bool, line_no: int) -> dict[str, Any] | None:
+    def _parse_event(self, text: str, cut: bool, line_no: int) -> WorkerEvent | None:
         if not text.strip():
             return None
         if cut:
@@ -138,7 +140,7 @@ class Worker:
                 # event (json.dumps of a result), recurse too: an event is shallow or nothing.
                 if _depth(value) > MAX_EVENT_DEPTH:
                     raise ValueError(f"nested deeper than {MAX_EVENT_DEPTH} levels")
-                return sanitize_json(value)
+                return parse_event(sanitize_json(value))
         except (ValueError, RecursionError):
             log.warning(
                 "instance %s: skipping non-JSON event line %d: %s",
