@@ -51,7 +51,7 @@ import httpx
 
 from bench.common import Goal, peak_rss_mb, percentile, progress, ratio, rss_mb
 from vastui.config import Config
-from vastui.domain.reports import parse_event
+from vastui.domain.reports import WorkerEvent
 from vastui.engine.engine import Engine, EngineSettings
 from vastui.ssh import SshPool, StorePins
 from vastui.store import Store
@@ -107,14 +107,13 @@ class TimedEngine(Engine):
     probe: Probe
 
     async def handle_worker_event(
-        self, vast_id: int, event: dict[str, Any], *, position: int | None = None
+        self, vast_id: int, event: WorkerEvent, *, position: int | None = None
     ) -> bool:
-        live = await super().handle_worker_event(vast_id, parse_event(event), position=position)
-        ts = event.get("ts")
-        if isinstance(ts, int | float) and not isinstance(ts, bool):
+        live = await super().handle_worker_event(vast_id, event, position=position)
+        if event.ts is not None:
             now = time.time()
-            self.probe.delays.append((now, now - float(ts)))
-        if (event.get("stage"), event.get("event")) == ("prove", "start") and live:
+            self.probe.delays.append((now, now - event.ts))
+        if (event.stage, event.event) == ("prove", "start") and live:
             self.probe.proving.add(vast_id)
         return live
 

@@ -155,7 +155,7 @@ def filter_plan(offers: list[RankedOffer], n: int, visible: int = 20) -> list[tu
 
 
 SORT_CYCLE = (
-    "gpu", "n", "dph", "cpp", "req", "known", "ram", "bad", "vram", "cores", "cpu", "pcie", "dl",
+    "gpu", "n", "dph", "cpp", "min", "known", "ram", "bad", "vram", "cores", "cpu", "pcie", "dl",
     "rel", "loc",
 )  # fmt: skip
 

@@ -43,7 +43,7 @@ from bench.common import Goal, progress, rss_mb
 from bench.fleet import API_KEY, Cloud
 from vastui.console.heap import settle_heap
 from vastui.console.logview import LogView
-from vastui.console.logviewport import LogLines as LogViewport
+from vastui.console.logviewport import LogViewport
 from vastui.console.panes.logs import LogsPane
 from vastui.console.sources.workers import stream_worker_logs, worker_of
 from vastui.domain.worker import InstanceRecord

@@ -281,3 +281,32 @@ def test_a_missing_world_is_one_line() -> None:
 
     with pytest.raises(WorldMissing, match="no simulated world 'nowhere' is installed"):
         load_world("nowhere")
+
+
+# -- the bench and the trials stay importable ----------------------------------------------------
+# They run outside the suite (bench/, reliability/); a rename in vastui broke `python -m bench`'s
+# logstream module once without a test failing (issue 29).
+
+BENCH_AND_TRIALS = sorted(
+    f"{p.parent.name}.{p.stem}"
+    for folder in ("bench", "reliability")
+    for p in (ROOT.parent / folder).glob("*.py")
+    if p.stem != "__main__"
+)
+
+
+@pytest.mark.parametrize("name", BENCH_AND_TRIALS)
+def test_every_bench_and_trial_module_imports(name: str) -> None:
+    import importlib
+
+    assert importlib.import_module(name) is not None
+
+
+def test_the_keys_bench_sorts_by_the_consoles_own_columns() -> None:
+    """bench/keys.py sorts both apps through the offers pane's columns by key: a renamed column
+    (required_rate's "req" became min_rate's "min") must be renamed there too."""
+    from bench.keys import SORT_CYCLE
+    from vastui.console.panes.offers import OffersPane
+
+    keys = [c.key for c in OffersPane.COLUMNS]
+    assert [k for k in keys if k in SORT_CYCLE] == list(SORT_CYCLE)

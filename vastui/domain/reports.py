@@ -56,6 +56,7 @@ class WorkerEvent:
 
     event: str | None = None
     stage: str | None = None  # the worker's word: setup, paramfetch, benchmark, prove
+    ts: float | None = None  # when the worker wrote it, by its clock (epoch seconds)
     reason: str | None = None  # a failure's one line
     detail: str | None = None
     error_tail: tuple[str, ...] = ()
@@ -111,6 +112,7 @@ def parse_event(value: Mapping[str, Any]) -> WorkerEvent:
     return WorkerEvent(
         event=_word(value.get("event")),
         stage=_word(value.get("stage")),
+        ts=parse_number(value.get("ts")),
         reason=_text(value.get("reason"), 500),
         detail=_text(value.get("detail"), 500),
         error_tail=_lines(value.get("error_tail")),
