@@ -192,7 +192,9 @@ def test_an_event_deeper_than_the_sanitiser_can_walk_is_skipped() -> None:
 
 def test_nan_and_infinity_are_not_events() -> None:
     log = b'{"ts": NaN}\n{"rate": -Infinity}\n{"ts": 1.5, "event": "ok"}\n'
-    assert asyncio.run(_events(EventLogConn(log, 4096, []), 0)) == [(3, WorkerEvent(event="ok", ts=1.5))]
+    assert asyncio.run(_events(EventLogConn(log, 4096, []), 0)) == [
+        (3, WorkerEvent(event="ok", ts=1.5))
+    ]
 
 
 # --- log lines -----------------------------------------------------------------------------
