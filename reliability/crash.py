@@ -27,6 +27,10 @@ SHRINK = "shrink"
 TRIAL_TIMEOUT = 15.0  # seconds an armed engine gets to reach its point before an outside kill
 PROVOKE_EVERY = 2.0  # seconds between looks for something of ours to destroy (armed engine)
 DESTROY_POINTS = ("destroy.before_send", "destroy.answered")
+# A drain is a planned destroy of a proving worker (engine/drain.py drains): its trial first lets
+# an unarmed engine run until the whole fleet proves, then arms one with the target one lower.
+DRAIN_POINT = "drain.cordoned"
+PROVE_BOUND = 240.0  # wall seconds the fleet gets to prove before a drain trial
 
 
 @dataclass
@@ -70,7 +74,10 @@ def submit_command(db: str, kind: str, args: dict[str, Any]) -> None:
 
 def provoke(trial: Trial, plan: str, rng: random.Random) -> str | None:
     """Make a destroy happen (and with it, below target, a rent): a manual destroy or an
-    ignore of one of our live instances' machine."""
+    ignore of one of our live instances' machine. A drain trial's stimulus is its lowered
+    target (prepare_drain): nothing more is destroyed."""
+    if plan == DRAIN_POINT:
+        return f"target {trial.target}, a proving surplus"
     store = trial.last_store or inv.StoreView()
     live = [i for i in store.instances if not i.killed and i.label]
     wants_destroy = plan in DESTROY_POINTS or plan == EXTERNAL
@@ -87,10 +94,41 @@ def provoke(trial: Trial, plan: str, rng: random.Random) -> str | None:
     return f"destroy {victim.vast_id}"
 
 
+def _all_proving(trial: Trial) -> bool:
+    store = trial.last_store or inv.StoreView()
+    live = [i for i in store.instances if not i.killed and i.label]
+    return len(live) >= trial.opts.fleet.target and all(i.state == "proving" for i in live)
+
+
+def prepare_drain(trial: Trial, index: int) -> None:
+    """Before a drain trial: an unarmed engine at the full target until every worker proves
+    (then killed from outside, like any trial's engine), so that the armed engine, started with
+    the target one lower, has a proving surplus to drain (provision.surplus takes the workers
+    not proving first). A fleet that never proves within the bound is a trial that could not
+    be set up, said so."""
+    trial.set_target(trial.opts.fleet.target)
+    engine = trial.start_engine()
+    trial.wait_lease(timeout=20.0)
+    ready = trial.wait(PROVE_BOUND, until=lambda: _all_proving(trial))
+    if engine.alive():
+        trial.kill_engine()
+    engine.proc.wait()
+    trial.engine_died()
+    trial.counts["died_by:external"] += 1
+    if not ready:
+        trial.record(
+            [inv.Violation("trial_setup", f"trial {index}",
+                           f"the fleet was not all proving within {PROVE_BOUND:g} s")]
+        )  # fmt: skip
+    trial.set_target(max(0, trial.opts.fleet.target - 1))
+
+
 def run_one(trial: Trial, index: int, plan: str, rng: random.Random) -> TrialResult:
     before = len(trial.violations)
     if plan == SHRINK:
         trial.set_target(max(0, trial.opts.fleet.target - 1))
+    elif plan == DRAIN_POINT:
+        prepare_drain(trial, index)
     elif trial.target != trial.opts.fleet.target:
         trial.set_target(trial.opts.fleet.target)
     armed = "" if plan in (EXTERNAL, SHRINK) else f"{plan}:1"

@@ -167,10 +167,15 @@ class StoreInstance:
     last_seen_at: float | None = None  # the last Vast list that showed it, reconciled
     proving_at: float | None = None
     prod_checked_at: float | None = None  # the last good read of its counters
+    drain_deadline: float | None = None  # draining: cordoned, destroyed by then (engine clock)
 
     @property
     def killed(self) -> bool:
         return self.state == "killed"
+
+    @property
+    def draining(self) -> bool:
+        return self.drain_deadline is not None and not self.killed
 
 
 @dataclass(frozen=True)
@@ -599,18 +604,24 @@ def over_target(
     timeline: Sequence[tuple[float, int]],
     grace: float,
     fleet_id: str | None = None,
+    draining: frozenset[int] = frozenset(),
 ) -> list[Violation]:
-    """Every listed instance of ours pays (a stopped or exited one pays its storage)."""
+    """Every listed instance of ours pays (a stopped or exited one pays its storage). A worker
+    draining before its planned destroy (``draining``: cordoned, with a deadline, in the store)
+    is on its way out and not counted: the engine rents its replacement meanwhile, by design
+    (engine/drain.py), and the drain's own bound is checked apart (its destroy is recorded)."""
     allowed = allowed_alive(timeline, at, grace)
     alive = ours(rows, fleet, fleet_id)
-    if allowed is None or len(alive) <= allowed:
+    counted = [r for r in alive if r.id not in draining]
+    if allowed is None or len(counted) <= allowed:
         return []
     ids = ", ".join(str(r.id) for r in alive)
+    more = f" ({len(alive) - len(counted)} draining)" if len(counted) < len(alive) else ""
     return [
         Violation(
             "over_target",
             f"t={at:.0f}",
-            f"{len(alive)} of ours listed ({ids}), allowed {allowed}",
+            f"{len(counted)} of ours listed ({ids}){more}, allowed {allowed}",
             at,
         )
     ]

@@ -263,6 +263,7 @@ def _instance(r: sqlite3.Row) -> StoreInstance:
         last_seen_at=_col(r, "last_seen_at"),
         proving_at=_col(r, "proving_at"),
         prod_checked_at=_col(r, "prod_checked_at"),
+        drain_deadline=_col(r, "drain_deadline"),
     )
 
 

@@ -368,7 +368,10 @@ class Trial:
             for since in self.watch.since.values():
                 age = at - max(since, up_since)
                 self.orphan_max_age = max(self.orphan_max_age, age)
-        found += inv.over_target(at, rows, fleet, self.timeline, grace=ORPHAN_BOUND, fleet_id=fid)
+        draining = frozenset(i.vast_id for i in store.instances if i.draining)
+        found += inv.over_target(
+            at, rows, fleet, self.timeline, grace=ORPHAN_BOUND, fleet_id=fid, draining=draining
+        )
         self.record(found)
         self.samples.append(inv.Sample(at, len(alive), self.target, excused=self.blind))
         self.counts["max_alive"] = max(self.counts["max_alive"], len(alive))

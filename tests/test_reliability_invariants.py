@@ -361,6 +361,21 @@ def test_over_target(at: float, count: int, expected: list[tuple[str, str]]) -> 
     assert subjects(inv.over_target(at, rows, FLEET, timeline, grace=10.0)) == expected
 
 
+def test_a_draining_worker_is_not_over_the_target() -> None:
+    """A worker cordoned before its planned destroy is on its way out: its replacement is rented
+    meanwhile (engine/drain.py), and the fleet is not over its target for it."""
+    rows = [row(i, f"vastui-trial-{i:012x}") for i in range(4)]
+    timeline = [(0.0, 3)]
+    assert subjects(inv.over_target(5.0, rows, FLEET, timeline, grace=10.0)) == [
+        ("over_target", "t=5")
+    ]
+    assert inv.over_target(5.0, rows, FLEET, timeline, grace=10.0, draining=frozenset({2})) == []
+    # one draining does not excuse two over
+    more = [*rows, row(4, f"vastui-trial-{4:012x}")]
+    found = inv.over_target(5.0, more, FLEET, timeline, grace=10.0, draining=frozenset({2}))
+    assert subjects(found) == [("over_target", "t=5")] and "(1 draining)" in found[0].detail
+
+
 def test_target_at_and_allowed() -> None:
     timeline = [(0.0, 3), (100.0, 1), (200.0, 2)]
     assert inv.target_at(timeline, 50) == 3
