@@ -87,8 +87,8 @@ def test_the_series_are_there_and_parse() -> None:
     assert dict((d["gpu_name"], v) for d, v in got["vastui_market_offers"]) == {
         "RTX 4090": 4.0, "RTX 5090": 1.0,
     }  # fmt: skip
-    bands = {(d["gpu_name"], d["quantile"]): v for d, v in got["vastui_market_dollars_per_hour"]}
-    assert bands[("RTX 5090", "0.5")] == 0.7 and bands[("RTX 4090", "0.5")] == 0.375
+    bands = {(d["gpu_name"], d["percentile"]): v for d, v in got["vastui_market_dollars_per_hour"]}
+    assert bands[("RTX 5090", "50")] == 0.7 and bands[("RTX 4090", "50")] == 0.375
     assert got["vastui_account_credit_dollars"] == [({}, 42.0)]
     assert got["vastui_daily_budget_dollars"] == [({}, 50.0)]
 
@@ -193,3 +193,25 @@ def test_curios_cluster_in_the_scrape() -> None:
     # not read at all: nothing of the cluster
     c.update(replace(sample((W1,)), cluster={"state": "off"}))
     assert not {n for n in scrape(c) if n.startswith("vastui_cluster")}
+
+
+def test_no_series_uses_a_label_prometheus_reserves() -> None:
+    """What `promtool check metrics` holds an exposition to: `quantile` belongs to summaries,
+    `le` to histograms, and names are snake case without a `__` prefix (issue 31 item 7: the
+    market's price bands were a gauge with a `quantile` label)."""
+    c = FleetCollector()
+    c.update(sample((W1, W2)))
+    registry = CollectorRegistry()
+    registry.register(c)
+    wrong = []
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            for label in s.labels:
+                if label == "quantile" and family.type != "summary":
+                    wrong.append(f"{s.name}: quantile on a {family.type}")
+                if label == "le" and family.type != "histogram":
+                    wrong.append(f"{s.name}: le on a {family.type}")
+                if label.startswith("__"):
+                    wrong.append(f"{s.name}: reserved label {label}")
+    assert "vastui_market_dollars_per_hour" in generate_latest(registry).decode()
+    assert wrong == []

@@ -43,7 +43,7 @@ async def test_the_demo_engine_serves_its_metrics_on_loopback(demo_state: Path) 
         offers = families["vastui_market_offers"].samples
         assert offers and all(s.value >= 1 for s in offers)
         bands = families["vastui_market_dollars_per_hour"].samples
-        assert {s.labels["quantile"] for s in bands} == {"0.1", "0.5", "0.9"}
+        assert {s.labels["percentile"] for s in bands} == {"10", "50", "90"}
         # the demo's credit, read from the simulated account
         assert families["vastui_account_credit_dollars"].samples[0].value > 0
 

@@ -237,13 +237,14 @@ def _market(market: Mapping[str, Sequence[float]]) -> Iterator[Metric]:
     )
     price = GaugeMetricFamily(
         "vastui_market_dollars_per_hour",
-        "$/h of the offers passing the filter, by GPU model",
-        labels=["gpu_name", "quantile"],
+        "$/h of the offers passing the filter, by GPU model and percentile (10, 50, 90)",
+        # not "quantile": Prometheus reserves it for summaries (promtool check metrics)
+        labels=["gpu_name", "percentile"],
     )
     for gpu, prices in sorted(market.items()):
         count.add_metric([gpu], len(prices))
         for q, value in zip(QUANTILES, quantiles(prices), strict=True):
-            price.add_metric([gpu, f"{q:g}"], value)
+            price.add_metric([gpu, f"{q * 100:g}"], value)
     yield count
     yield price
 
