@@ -513,3 +513,20 @@ def test_hand_over_starts_a_headless_engine_on_the_same_database(tmp_path: Path,
     assert argv[argv.index("--config") + 1] == str(tmp_path / "c.toml")
     assert argv[argv.index("--api-url") + 1] == "http://127.0.0.1:8642"
     assert kw["start_new_session"] is True and kw["stdin"] is sp.DEVNULL
+
+
+def test_help_reads_column_text_as_words_not_markup() -> None:
+    """A column's meaning names a config section ("[bids] mode"): help showed "( mode = auto)",
+    the section read as markup and dropped (issue 31 item 6)."""
+    import io
+
+    from rich.console import Console
+
+    from vastui.console.help import columns_table
+    from vastui.console.panes.base import Column
+
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(
+        columns_table([Column("bid", "Bid $/p", 7, "priced in ([bids] mode = auto) [bold]x[/]")])
+    )
+    assert "([bids] mode = auto) [bold]x[/]" in out.getvalue()

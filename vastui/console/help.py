@@ -46,7 +46,10 @@ def keys_table(app: App[Any], cls: type[DOMNode]) -> Table:
     table.add_column(no_wrap=True)
     table.add_column(style="dim")
     for keys, binding in live_bindings(app, cls):
-        table.add_row(keys, binding.description or binding.action, binding.tooltip or "")
+        # Text, not str: a description is plain words ("[bids]" is a config section, not markup)
+        table.add_row(
+            Text(keys), Text(binding.description or binding.action), Text(binding.tooltip or "")
+        )
     return table
 
 
@@ -55,7 +58,7 @@ def columns_table(columns: Iterable[Column]) -> Table:
     table.add_column(style="bold", no_wrap=True, min_width=8)
     table.add_column()
     for col in columns:
-        table.add_row(col.label, col.doc)
+        table.add_row(col.label, Text(col.doc))
     return table
 
 
