@@ -93,3 +93,20 @@ async def test_the_key_under_the_mouse_is_highlighted_with_its_tooltip(tmp_path:
         assert lit.plain == plain.plain and lit.spans != plain.spans  # same text, one key lit
         await pilot.hover(KeyFooter, offset=(150, 0))  # between the keys and the palette
         await settle(pilot, app, lambda: footer.tooltip is None)
+
+
+async def test_the_palette_lists_each_action_once(tmp_path: Path) -> None:
+    """Textual's own commands (Quit, Theme, Keys) and the console's: each name once (Quit was
+    listed twice, the app's ctrl+q beside Textual's: issue 31 item 6)."""
+    from textual.system_commands import SystemCommandsProvider
+
+    from vastui.console.palette import VastuiCommands
+
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        names: list[str] = []
+        for provider in (SystemCommandsProvider(app.screen), VastuiCommands(app.screen)):
+            names += [hit.text async for hit in provider.discover()]
+    assert "Quit" in names and "Offers: Deploy" in names, names
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

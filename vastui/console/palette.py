@@ -35,8 +35,13 @@ class VastuiCommands(Provider):
                     continue  # per pane; reachable by key
                 label = f"{pane.capitalize()}: {b.description or b.action}"
                 found.append((label, b.action, b.tooltip or "", pane))
+        # Textual lists its own (Quit, Theme, Keys, ...): an app binding of the same name would be
+        # listed twice (issue 31 item 6)
+        system = {c.title.casefold() for c in self.app.get_system_commands(self.screen)}
         for _keys, b in live_bindings(app, type(app)):
-            found.append((b.description or b.action, b.action, b.tooltip or "", None))
+            name = b.description or b.action
+            if name.casefold() not in system:
+                found.append((name, b.action, b.tooltip or "", None))
         return found
 
     async def discover(self) -> Hits:
