@@ -607,6 +607,20 @@ async def test_ignoring_a_machine_destroys_its_instances(world, store):
     await engine.close()
 
 
+async def test_ignoring_an_offered_machine_records_its_host_and_gpu(world, store):
+    """From the offers pane: a machine never rented. Its bad-list entry names its host and GPU
+    as the market lists them (they read "-" before: issue 31 item 6)."""
+    engine, _ = await rent_one(world, store)
+    rented = {r.machine_id for r in await store.instances.all()}
+    offer = next(r.offer for r in engine.ranked_offers() if r.offer.machine_id not in rented)
+    assert offer.host_id is not None and offer.gpu_name
+    await store.commands.submit("ignore", {"machine_id": offer.machine_id, "reason": "slow"})
+    await engine.step()
+    entry = await store.badlist.get(offer.machine_id)
+    assert entry is not None and (entry.host_id, entry.gpu_name) == (offer.host_id, offer.gpu_name)
+    await engine.close()
+
+
 async def test_vanished_instance_is_marked_killed(world, store):
     engine, iid = await rent_one(world, store)
     async with world.client() as client:

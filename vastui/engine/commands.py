@@ -91,13 +91,26 @@ class Commands:
             )
             return f"destroyed instance {args['instance_id']}"
         if cmd.kind == "ignore":
-            await self.acts.ban(int(args["machine_id"]), str(args["reason"]), "manual")
+            machine = int(args["machine_id"])
+            host_id, gpu_name = self._offered(machine)
+            await self.acts.ban(
+                machine, str(args["reason"]), "manual", host_id=host_id, gpu_name=gpu_name
+            )
             return f"machine {args['machine_id']} ignored"
         if cmd.kind == "unignore":
             if not await self.store.badlist.remove(int(args["machine_id"]), now=self.clock()):
                 raise EngineError(f"machine {args['machine_id']} is not on the bad list")
             return f"machine {args['machine_id']} unignored"
         raise EngineError(f"unknown command {cmd.kind}")
+
+    def _offered(self, machine_id: int) -> tuple[int | None, str | None]:
+        """The host and GPU of a machine as the market lists it: an ignore from the offers
+        pane names a machine never rented, whose bad-list entry would say neither (the
+        machine's instances fill them in otherwise: acts.ban)."""
+        for ranked in self.fleet.ranked_offers():
+            if ranked.offer.machine_id == machine_id:
+                return ranked.offer.host_id, ranked.offer.gpu_name
+        return None, None
 
     async def destroy(self, instance_id: int, kind: str, reason: str) -> None:
         rec = await self.store.instances.get(instance_id)
