@@ -58,6 +58,24 @@ async def test_find_filters_the_sorted_rows_and_keeps_the_cursors_row(tmp_path: 
         assert shown(app, "offers") == expected_offers(app, "", "min")
 
 
+async def test_a_sort_shows_the_new_order_from_its_top(tmp_path: Path) -> None:
+    """After a sort the cursor is on the first row, not on the row it was on (issue 31 item 5);
+    new data still keeps the cursor on its row."""
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        table = app.query_one("#offers-table", RowTable)
+        table.move_cursor(row=7)
+        await pilot.press("s")
+        await pilot.pause()
+        assert table.cursor_row == 0 and table.scroll_y == 0
+        assert app.pane("offers").cursor_key() == expected_offers(app, "", "min")[0]
+        table.move_cursor(row=4)
+        keep = app.pane("offers").cursor_key()
+        app.pane("offers").refill()
+        assert app.pane("offers").cursor_key() == keep
+
+
 async def test_a_find_that_hides_the_cursors_row_goes_to_the_top(tmp_path: Path) -> None:
     app = fixed_app(tmp_path)
     async with app.run_test(size=(200, 50)) as pilot:

@@ -1,6 +1,6 @@
 """What every table pane shares: its columns (with what each means, for help), a table it owns,
-sorting by any column with the sorted header marked ▲/▼, and a cursor that stays on its row
-across refreshes.
+sorting by any column with the sorted header marked ▲/▼ (a new order shown from its top), and a
+cursor that stays on its row across refreshes.
 
 A pane owns its bindings and actions; the app only composes panes and routes messages to them.
 Panes reach the rest of the console only through the `ConsoleHost` they are given (what they
@@ -142,12 +142,19 @@ class TablePane(Vertical):
         nxt = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[0]
         self.host.ui_state[f"{self.PANE}_sort"] = nxt
         self.host.save_ui_state()
-        self.refill()
+        self._resorted()
 
     def action_sort_reverse(self) -> None:
         self.host.ui_state[f"{self.PANE}_sort_reverse"] = not self.sort_reverse
         self.host.save_ui_state()
+        self._resorted()
+
+    def _resorted(self) -> None:
+        """A new order is read from its top (k9s, lazygit): the cursor goes to the first row.
+        New data keeps the cursor on its row (refill)."""
         self.refill()
+        if self.table.row_count:
+            self.table.move_cursor(row=0, animate=False)
 
     def _sorted(self, rows: list[Row]) -> list[Row]:
         return self.sort_items(rows, itemgetter(2))
