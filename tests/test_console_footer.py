@@ -110,3 +110,21 @@ async def test_the_palette_lists_each_action_once(tmp_path: Path) -> None:
             names += [hit.text async for hit in provider.discover()]
     assert "Quit" in names and "Offers: Deploy" in names, names
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+async def test_the_detail_view_shows_its_own_keys(tmp_path: Path) -> None:
+    """The detail view over the instances pane showed the pane's keys (Destroy, Ignore), not its
+    own (issue 31 item 6)."""
+    from vastui.console.detail import DetailScreen
+
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await pilot.press("2")
+        table = app.query_one("#instances-table", RowTable)
+        table.move_cursor(row=table.get_row_index("3000005"))
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: isinstance(app.screen, DetailScreen))
+        text = app.screen.query_one(KeyFooter).render().plain
+        assert "Close" in text and "Refresh cuzk now" in text, text
+        assert "Destroy" not in text and "Ignore" not in text, text

@@ -29,6 +29,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from vastui.console.cells import age, money, t
+from vastui.console.footer import KeyFooter
 from vastui.domain.reports import parse_stored_result
 from vastui.domain.timefmt import iso_utc
 from vastui.domain.worker import InstanceRecord
@@ -152,6 +153,8 @@ class DetailScreen(ModalScreen[None]):
                 status.styles.min_height = CUZK_RESERVED
             self._cuzk_lines = _lines_of(cuzk, self._cuzk_reserved)
             yield status
+        # its own keys, over the instances pane's footer beneath (issue 31 item 6)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#detail").focus()  # arrows and page keys scroll
