@@ -570,6 +570,24 @@ def test_redact_masks_any_bearer_token_and_api_key_parameter():
     assert redact("nothing secret", [None, "", "  "]) == "nothing secret"
 
 
+def test_a_key_too_short_to_be_a_secret_is_not_masked_and_is_refused(monkeypatch):
+    """A one-character key masked every "k" of a log ("wor***ers") and corrupted fingerprints
+    (issue 31 item 6): such a key is refused where it is loaded, with one line, and the
+    redactor leaves text alone for it."""
+    from vastui.config import ApiKeyError, load_api_key
+
+    line = "worker k: SHA256:kkAB fingerprint"
+    assert redact(line, ["k"]) == line
+    log = SecretFilter(["k"])
+    log.add("kk")
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, line, None, None)
+    assert log.filter(record) and record.msg == line
+    assert redact("the key sim-key here", ["sim-key"]) == "the key *** here"  # long enough
+    monkeypatch.setenv("VAST_API_KEY", "k")
+    with pytest.raises(ApiKeyError, match=r"from \$VAST_API_KEY is 1 characters: too short"):
+        load_api_key()
+
+
 def test_secret_filter_redacts_arguments_and_exception_text(caplog):
     logger = logging.getLogger("tests.vast_bounds.filter")
     logger.addFilter(SecretFilter([KEY]))

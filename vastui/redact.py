@@ -15,6 +15,10 @@ from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
 MASK = "***"
+# A secret shorter than this is not masked: replacing every "k" of a log, or every "ab" of a
+# fingerprint, hides nothing and corrupts the text. A key this short is refused where it is
+# loaded (config/secrets.py); a real Vast key is 64 characters.
+MIN_SECRET_LEN = 6
 
 # `Authorization: Bearer <token>` echoed back, in any case, with or without quotes around it.
 _BEARER = re.compile(r"(?i)\b(bearer)(\s+|%20|\+)[^\s\"',;&<>\\]+")
@@ -30,7 +34,7 @@ def _forms(secret: str) -> set[str]:
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     """`text` with every known secret, bearer token and `api_key` value replaced by `***`."""
     for secret in secrets:
-        if not secret or not secret.strip():
+        if not secret or len(secret.strip()) < MIN_SECRET_LEN:
             continue
         # Longest form first, so a shorter form never splits a longer one half-masked.
         for form in sorted(_forms(secret), key=len, reverse=True):
@@ -48,10 +52,10 @@ class SecretFilter(logging.Filter):
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self._secrets: set[str] = {s for s in secrets if s}
+        self._secrets: set[str] = {s for s in secrets if s and len(s.strip()) >= MIN_SECRET_LEN}
 
     def add(self, secret: str | None) -> None:
-        if secret:
+        if secret and len(secret.strip()) >= MIN_SECRET_LEN:
             self._secrets.add(secret)
 
     def filter(self, record: logging.LogRecord) -> bool:

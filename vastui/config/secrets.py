@@ -8,6 +8,7 @@ from pathlib import Path
 
 from vastui.config.paths import config_home
 from vastui.config.schema import ConfigError
+from vastui.redact import MIN_SECRET_LEN
 
 
 class ApiKeyError(Exception):
@@ -45,6 +46,11 @@ def _checked_key(key: str, source: str) -> str:
     """A key that can go in an HTTP header; a bad one is named by source, never echoed."""
     if not key.isascii() or any(ch.isspace() or not ch.isprintable() for ch in key):
         raise ApiKeyError(f"Vast API key from {source} is malformed (spaces or odd characters)")
+    if len(key) < MIN_SECRET_LEN:
+        raise ApiKeyError(
+            f"Vast API key from {source} is {len(key)} characters: too short to be a key (Vast's"
+            f" are 64) and to be kept out of logs; at least {MIN_SECRET_LEN} are needed"
+        )
     return key
 
 
