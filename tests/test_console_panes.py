@@ -249,16 +249,3 @@ def test_the_tasks_cell_says_what_became_of_a_destroyed_workers_tasks() -> None:
     for rec, text, style in cases:
         cell = _tasks(rec)
         assert (cell.plain, str(cell.style)) == (text, style), rec
-
-
-async def test_the_instances_tab_counts_the_live_workers(tmp_path: Path) -> None:
-    """Offers and the bad list showed a count in their tabs, Instances none (issue 31 item 5)."""
-    from textual.widgets import TabbedContent
-
-    app = fixed_app(tmp_path)
-    async with app.run_test(size=(200, 50)) as pilot:
-        await loaded(pilot)
-        live = sum(1 for r in app.snapshot.instances if not r.killed)
-        assert 0 < live < len(app.snapshot.instances)  # the fixture has ended ones too
-        tab = app.query_one("#panes", TabbedContent).get_tab("instances")
-        assert str(tab.label) == f"2 Instances ({live})"

@@ -119,11 +119,6 @@ class InstancesPane(TablePane):
     def rows_version(self) -> Any:
         return self.host.clock()  # uptime and spend move with it
 
-    def title(self) -> str:
-        """The tab's label: the live workers (the ended and other controllers' are rows below;
-        the label stays short enough for the tab bar at 80 columns)."""
-        return f"2 Instances ({sum(1 for r in self.host.snapshot.instances if not r.killed)})"
-
     def row_cells(self, record: Any) -> list[Text]:
         if isinstance(record, ForeignInstance):
             return foreign_cells(record, self.host.clock())
