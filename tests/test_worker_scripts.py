@@ -821,6 +821,12 @@ def test_entrypoint_full_run_proves_through_curio(sandbox: Sandbox, controller: 
     layer = controller.db.layer("vastui-cuzk") or ""
     assert f'[Cuzk]\n  Address = "{sandbox.listen}"\n  MaxPending = 10\n' in layer
     assert "EnableProofShare = true" in layer
+    # curio goes on starting after the worker says it runs: its RPC server's line may come later
+    # (a loaded CI run read the log before it)
+    wait_for(
+        lambda: "Setting up RPC server at 127.0.0.1:12407" in sandbox.log("curio"),
+        what="curio's RPC server",
+    )
     curio = sandbox.log("curio")
     assert "Layer vastui-cuzk created/updated" in curio
     assert "\tcuzk proving daemon enabled\t" in curio
