@@ -25,7 +25,7 @@ import pytest
 
 from tests.helpers import WAIT, Controller, wait_for
 from tests.test_worker_standins import SIM, Box, prove_snap, status_of
-from vastsim.proofsvc import Ask, Market
+from vastsim.proofsvc import Ask, Market, UnlimitedDemand
 
 LAYER = "cuzk-worker"
 
@@ -543,7 +543,7 @@ def _clock_now(box: Box, log: Path) -> str:
     return lines[-1].split("\t", 1)[0] if lines else "?"
 
 
-class Demand:
+class Demand(UnlimitedDemand):
     """A market whose demand is switched: off, no ask is ever matched."""
 
     def __init__(self) -> None:

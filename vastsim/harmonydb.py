@@ -42,7 +42,7 @@ from vastsim import curio_schema
 from vastsim.curio_schema import DEFAULT_NODES
 from vastsim.fleet import hold_port
 from vastsim.postgres import READY_TIMEOUT_S, PostgresServer, PostgresUnavailable
-from vastsim.proofsvc import Market, ProofService, fil_to_atto
+from vastsim.proofsvc import DemandPolicy, Market, ProofService, fil_to_atto
 
 log = logging.getLogger("vastsim.harmonydb")
 
@@ -118,6 +118,7 @@ class ClusterDatabase:
         wallet: str = SIM_WALLET,
         server: PostgresServer | None = None,
         market: Market | None = None,
+        demand: DemandPolicy | None = None,
     ) -> None:
         self.user = user
         self.password = password
@@ -127,9 +128,11 @@ class ClusterDatabase:
         self.clock = clock
         self.wallet = wallet
         self.price = fil_to_atto(price_fil)
+        # a finite market's challenges are its policy's (vastsim/demand.py), not dice
         self.market = market or Market(
-            clock=clock, seed=seed, snap_share=snap_share, pow_share=pow_share
-        )
+            clock=clock, seed=seed, snap_share=snap_share,
+            pow_share=pow_share if demand is None else 0.0, policy=demand,
+        )  # fmt: skip
         self.proofsvc = ProofService(self.market)
         self.server: PostgresServer | None = server
         self._owned = False  # we started the server (and stop it)

@@ -33,7 +33,7 @@ from vastsim.harmonydb import (
     ClusterDatabase,
 )
 from vastsim.lotus import FakeLotus
-from vastsim.proofsvc import Market
+from vastsim.proofsvc import DemandPolicy, Market
 from vastsim.workers import SimWorkerHost, reap_stale_sandboxes
 from vastui.config import state_dir
 
@@ -110,12 +110,14 @@ async def worker_hosts(
     db_user: str = CURIO_DEFAULT_USER,
     db_name: str = CURIO_DEFAULT_DATABASE,
     snap_share: float = 0.25,
+    demand: DemandPolicy | None = None,
 ) -> AsyncIterator[WorkerHosts]:
     """Run ``cloud``'s worker hosts until the block ends; then every sandbox process is killed
     and the sandboxes removed, the cluster's database server stopped and its files removed.
     Call before any instance is created (the proxy-then-direct SSH endpoints are decided at
     create). The cluster's password is curio's own default unless given (a worker without one
-    configured sends that)."""
+    configured sends that). ``demand``: the market's rules (vastsim/demand.py); none, every
+    ask is filled."""
     parent = parent or sandbox_parent()
     reaped = reap_stale_sandboxes(parent)
     if reaped:
@@ -140,7 +142,7 @@ async def worker_hosts(
         db = ClusterDatabase(
             user=db_user, password=db_password, database=db_name,
             chain_addr=f"127.0.0.1:{lotus.port}", clock=cloud.clock.now, seed=cloud.seed,
-            snap_share=snap_share,
+            snap_share=snap_share, demand=demand,
         )  # fmt: skip
         stack.push_async_callback(db.stop)
         await db.start()

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from vastsim.standins import _simlib as simlib
 
@@ -59,6 +59,9 @@ URL_ENV = "SIM_PROOFSVC_URL"  # where a sandbox's curio finds this stand-in
 ATTO = 10**18
 NANO_IN_ATTO = 10**9  # common.PriceResolution, 1 nFIL (types.go:27)
 MAX_BODY = 8 << 20  # a proof is a few KB; anything this large is not one
+
+
+Admit = Literal["ask", "challenge", "refuse"]
 
 
 def fil_to_atto(fil: str) -> int:
@@ -85,6 +88,7 @@ class Ask:
     provider: str
     price: int  # attoFIL per proof
     created_at: float
+    challenge: bool = False  # admitted for a challenge proof (no slot free)
 
     def json(self) -> dict[str, Any]:
         nfil = self.price // NANO_IN_ATTO
@@ -113,6 +117,7 @@ class Request:
     done: bool = False
     completed_at: float | None = None
     proof_len: int = 0
+    expired: bool = False  # past the deadline: taken back, no longer the provider's
 
     def json(self) -> dict[str, Any]:
         return {"id": self.id, "request_cid": self.cid, "done": self.done,
@@ -120,17 +125,40 @@ class Request:
 
 
 class DemandPolicy(Protocol):
-    """Which of a provider's open asks the market fills at this poll (the hook a demand curve,
-    slots and deadlines plug into)."""
+    """The market's rules for one provider: whether it may ask (a slot), which of its open asks
+    are filled at a poll (demand), which requests are challenges, and what a late proof is worth
+    (vastsim/demand.py ``FiniteDemand`` holds the documented ones)."""
+
+    def admit(self, market: Market, provider: str, now: float) -> Admit:
+        """ "ask", "challenge" (the ask will be filled with a challenge proof), or "refuse": 429
+        (provictl.go:111-115, ``ErrTooManyRequests``)."""
+        ...
 
     def match(self, market: Market, provider: str, asks: list[Ask], now: float) -> list[Ask]: ...
 
+    def expire(self, market: Market, provider: str, now: float) -> None:
+        """Take back what is past its deadline (before a poll or a completion)."""
+        ...
+
+    def completed(self, market: Market, req: Request, now: float) -> None:
+        """A request was completed in time (a challenge earns its provider trust)."""
+        ...
+
 
 class UnlimitedDemand:
-    """Every open ask gets a request at the next poll."""
+    """Every open ask gets a request at the next poll; no slots, no deadline."""
+
+    def admit(self, market: Market, provider: str, now: float) -> Admit:
+        return "ask"
 
     def match(self, market: Market, provider: str, asks: list[Ask], now: float) -> list[Ask]:
         return list(asks)
+
+    def expire(self, market: Market, provider: str, now: float) -> None:
+        return None
+
+    def completed(self, market: Market, req: Request, now: float) -> None:
+        return None
 
 
 @dataclass
@@ -142,6 +170,7 @@ class Provider:
     cumulative: int = 0
     completed: int = 0
     challenges: int = 0
+    refused: int = 0  # asks answered 429
 
 
 class Market:
@@ -171,18 +200,26 @@ class Market:
 
     # -- the provider's calls ----------------------------------------------------------
 
-    def create_ask(self, provider: str, price: int) -> Ask:
+    def create_ask(self, provider: str, price: int) -> Ask | None:
+        """The new ask, or None when the policy refuses it (429)."""
         with self.lock:
-            ask = Ask(self._next_ask, provider, price, self.clock())
+            now = self.clock()
+            self.providers.setdefault(provider, Provider())
+            self.policy.expire(self, provider, now)
+            admitted = self.policy.admit(self, provider, now)
+            if admitted == "refuse":
+                self.providers[provider].refused += 1
+                return None
+            ask = Ask(self._next_ask, provider, price, now, challenge=admitted == "challenge")
             self._next_ask += 1
             self.asks[ask.id] = ask
-            self.providers.setdefault(provider, Provider())
             return ask
 
     def poll(self, provider: str) -> dict[str, Any]:
         """``WorkResponse``: matches first (the policy), then what is the provider's."""
         with self.lock:
             now = self.clock()
+            self.policy.expire(self, provider, now)
             mine = sorted((a for a in self.asks.values() if a.provider == provider),
                           key=lambda a: a.id)  # fmt: skip
             for ask in self.policy.match(self, provider, mine, now):
@@ -191,7 +228,7 @@ class Market:
             open_asks = [a.json() for a in sorted(self.asks.values(), key=lambda a: a.id)
                          if a.provider == provider]  # fmt: skip
             requests = [r.json() for r in self.requests.values()
-                        if r.ask.provider == provider and not r.done]  # fmt: skip
+                        if r.ask.provider == provider and not r.done and not r.expired]  # fmt: skip
             return {"requests": requests, "active_asks": open_asks}
 
     def proof_data(self, cid: str) -> bytes | None:
@@ -203,12 +240,15 @@ class Market:
         """``ProofReward`` for a completion; None when the request is not this provider's to
         complete (done already, or never matched to it): 410 Gone."""
         with self.lock:
+            now = self.clock()
+            self.policy.expire(self, provider, now)
             req = self.requests.get(cid)
-            if req is None or req.done or req.ask.provider != provider:
+            if req is None or req.done or req.expired or req.ask.provider != provider:
                 return None
-            req.done, req.completed_at, req.proof_len = True, self.clock(), len(proof)
+            req.done, req.completed_at, req.proof_len = True, now, len(proof)
             account = self.providers.setdefault(provider, Provider())
             account.completed += 1
+            self.policy.completed(self, req, now)
             if req.pow:
                 account.challenges += 1
                 return {
@@ -230,7 +270,8 @@ class Market:
         rid = self._next_request
         self._next_request += 1
         kind = "snap" if self._rng.random() < self.snap_share else "porep"
-        pow_ = self._rng.random() < self.pow_share
+        dice = self._rng.random() < self.pow_share  # drawn always: the seed's sequence stands
+        pow_ = ask.challenge or dice  # a finite market's challenges are its policy's: pow_share 0
         miner = self._rng.randint(1000, 99999)
         sector = self._rng.randint(1, 99999)
         data = request_data(kind, miner, sector)
@@ -345,7 +386,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._text(400, "invalid price\n")
             if price < 0:
                 return self._text(400, "invalid price\n")
-            return self._json(200, self.market.create_ask(parts[3], price).json())
+            ask = self.market.create_ask(parts[3], price)
+            if ask is None:  # provictl.go:111-115 reads the status only
+                return self._text(429, "no free work slot\n")
+            return self._json(200, ask.json())
         if len(parts) == 5 and parts[:3] == ["provider", "work", "complete"]:
             reward = self.market.complete(parts[3], parts[4], body)
             if reward is None:

@@ -17,6 +17,7 @@ import uvicorn
 
 from vastsim.app import make_app
 from vastsim.cloud import SimCloud
+from vastsim.demand import CHALLENGES_PER_SLOT, FiniteDemand
 from vastui.config import write_private
 
 
@@ -108,6 +109,7 @@ class ServeOptions:
     workers: bool = True  # sandboxes, SSH servers and the controller's stand-ins
     machine_fault_rate: float = 1.0
     write_config: Path | None = None  # a vastui config for an engine against this cloud
+    demand: FiniteDemand | None = None  # the market's rules (None: every ask filled)
 
 
 PASSWORD_FILE = "curio-db-password"  # beside the written config (0600)
@@ -165,7 +167,7 @@ async def serve_cloud(
             hosts = await stack.enter_async_context(
                 worker_hosts(
                     cloud, speed=cloud.speed, machine_fault_rate=opts.machine_fault_rate,
-                    db_password=password,
+                    db_password=password, demand=opts.demand,
                 )
             )  # fmt: skip
             addrs = hosts.controller_addrs()
@@ -180,6 +182,8 @@ async def serve_cloud(
             )
             for key, value in sorted(addrs.items()):
                 say(f"vastui sim: ssh.{key} = {value}")
+            if opts.workers:
+                say(f"vastui sim: the proofshare market's demand: {describe(opts.demand)}")
             clock = sim_clock_env(cloud)
             if clock is not None:
                 say(f"vastui sim: VASTUI_SIM_CLOCK={clock}")
@@ -202,6 +206,14 @@ async def serve_cloud(
                     )
 
         await serve(cloud, opts.host, opts.port, ready=ready, sock=sock)
+
+
+def describe(demand: FiniteDemand | None) -> str:
+    if demand is None:
+        return "unlimited (every ask filled)"
+    slots = demand.balance // CHALLENGES_PER_SLOT
+    wallet = "a new wallet, no slots" if slots == 0 else f"{slots} slots"
+    return f"{demand.curve.spec()} requests per hour, {wallet}"
 
 
 def run_server(cloud: SimCloud, opts: ServeOptions) -> None:

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from vastsim.cloud import SimCloud
+from vastsim.demand import ESTABLISHED_BALANCE, DemandError, FiniteDemand, parse_curve
 from vastsim.demo import client_for_cloud, make_demo_cloud
 from vastsim.hosting import host_maintenance, worker_hosts
 from vastsim.server import ListenError, ServeOptions, run_server
@@ -70,7 +71,12 @@ class SimWorld:
             bid_pressure=request.bid_pressure,
         )  # fmt: skip
         cloud.list_lag_s = request.list_lag
+        try:
+            demand = market_demand(request.demand, request.seed, request.new_wallet)
+        except DemandError as exc:
+            raise WorldError(str(exc)) from None
         serve = ServeOptions(
+            demand=demand,
             port=request.port,
             workers=request.workers,
             machine_fault_rate=request.machine_fault_rate,
@@ -82,6 +88,16 @@ class SimWorld:
             raise WorldError(str(exc)) from None
         except FileNotFoundError as exc:  # no worker-image scripts beside the package
             raise WorldError(f"{exc} (serve the API alone with --no-workers)") from None
+
+
+def market_demand(spec: str, seed: int, new_wallet: bool) -> FiniteDemand | None:
+    """The market's rules for a ``--demand`` spec (None: unlimited, every ask filled)."""
+    if spec.strip() == "unlimited":
+        if new_wallet:
+            raise DemandError("--new-wallet needs a finite --demand (slots mean nothing unlimited)")
+        return None
+    balance = 0 if new_wallet else ESTABLISHED_BALANCE
+    return FiniteDemand(parse_curve(spec), seed=seed, balance=balance)
 
 
 def world() -> SimWorld:

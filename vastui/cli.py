@@ -357,7 +357,7 @@ def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
         seed=args.seed, speed=args.speed, api_key=args.api_key, faults=args.faults,
         machine_fault_rate=args.machine_fault_rate, bid_pressure=args.bid_pressure,
         list_lag=args.list_lag, port=args.port, workers=args.workers,
-        write_config=args.write_config,
+        write_config=args.write_config, demand=args.demand, new_wallet=args.new_wallet,
     )  # fmt: skip
     try:
         load_world().serve(request)
@@ -654,6 +654,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--list-lag", type=_non_negative, default=0.0, metavar="SECONDS",
         help="a new instance is missing from Vast's answers this many simulated seconds (as "
         "Vast's lists lag)",
+    )  # fmt: skip
+    ss.add_argument(
+        "--demand", default="unlimited", metavar="CURVE",
+        help="the proofshare market's work for this cluster: unlimited (every ask filled), "
+        "steady:R, daily:R[:A] or step:R1:R2[:H] (requests per hour; slots, the 45-minute "
+        "deadline and its penalty as the market documents them)",
+    )  # fmt: skip
+    ss.add_argument(
+        "--new-wallet", action="store_true",
+        help="the provider's wallet has no work slots yet: it earns them with challenge proofs",
     )  # fmt: skip
     ss.add_argument(
         "--write-config", type=Path, metavar="PATH",

@@ -68,6 +68,8 @@ class ServeRequest:
     port: int
     workers: bool
     write_config: Path | None
+    demand: str = "unlimited"  # the market's work: "unlimited" or a curve (the world parses it)
+    new_wallet: bool = False  # the provider starts with no work slots
 
 
 class World(Protocol):
