@@ -73,7 +73,16 @@ class FleetSection:
     image: str = DEFAULT_IMAGE
     disk_gb: float = 250.0
     max_cost_per_proof: float = 0.008  # $/proof; min_rate = ceil(dph_total / this)
+    # A number of workers to keep, or "auto" in the file: the fleet follows the cluster's work
+    # (vastui/engine/autoscale.py) between min_workers and max_workers, aiming at
+    # target_utilisation, shrinking after scale_down_after_min of idle workers (auto_target
+    # says so; target_workers stays 0).
     target_workers: int = 0
+    auto_target: bool = field(default=False, metadata={"derived": True})
+    min_workers: int = 1
+    max_workers: int = 10
+    target_utilisation: float = 0.75
+    scale_down_after_min: float = 30.0
     max_total_dph: float = 5.0
     max_concurrent_benchmarks: int = 2
     bench_proofs: int = 12
@@ -320,9 +329,17 @@ def _build_section(path: Path, name: str, cls: type, data: Any) -> Any:
             f"{path}: key {_quote(name)}: expected a table [{name}], got {describe_value(data)}"
         )
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("derived")}
     kwargs = {}
     for key, value in data.items():
+        if (name, key) == ("fleet", "target_workers") and isinstance(value, str):
+            if value != "auto":  # the one string a number's key takes
+                raise ConfigError(
+                    f"{path}: key 'fleet.target_workers': expected an integer or \"auto\", "
+                    f"got {describe_value(value)}"
+                )
+            kwargs["auto_target"] = True
+            continue
         if key not in known:
             raise ConfigError(
                 f"{path}: unknown key {_quote(f'{name}.{key}')} (known: {', '.join(sorted(known))})"
@@ -357,7 +374,23 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
         lambda c: DISK_NEED_GB <= c.fleet.disk_gb <= 100_000,
         f"a number of GB from {DISK_NEED_GB:g} to 100000",
     ),
-    ("fleet.target_workers", lambda c: 0 <= c.fleet.target_workers <= 1000, "0 to 1000"),
+    ("fleet.target_workers", lambda c: 0 <= c.fleet.target_workers <= 1000, '0 to 1000, or "auto"'),
+    ("fleet.max_workers", lambda c: 1 <= c.fleet.max_workers <= 1000, "1 to 1000"),
+    (
+        "fleet.min_workers",
+        lambda c: 0 <= c.fleet.min_workers <= c.fleet.max_workers,
+        "0 to fleet.max_workers",
+    ),
+    (
+        "fleet.target_utilisation",
+        lambda c: 0.3 <= c.fleet.target_utilisation <= 0.95,
+        "a share from 0.3 to 0.95",
+    ),
+    (
+        "fleet.scale_down_after_min",
+        lambda c: 5 <= c.fleet.scale_down_after_min <= 1440,
+        "5 to 1440 (minutes)",
+    ),
     ("fleet.max_total_dph", lambda c: 0 <= c.fleet.max_total_dph <= 10_000, "0 to 10000 $/h"),
     (
         "fleet.max_concurrent_benchmarks",

@@ -44,6 +44,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "cut_off",  # the controller cut off from its workers, and back (one episode, two events)
     "tasks_released",  # a destroyed (or outbid) worker's tasks freed in curio's cluster
     "cluster",  # curio's cluster: unreadable, readable again; an identity collision
+    "target",  # the automatic target changed (vastui/engine/autoscale.py), with its reason
 )
 
 

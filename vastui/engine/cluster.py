@@ -202,6 +202,10 @@ class Totals:
     paid: int = 0  # payments for the requests taken in the window
     cluster_done: int = 0  # PSProve successes by any machine in the window
     cluster_failed: int = 0
+    # requests the cluster holds that no node has claimed, as curio's request task counts
+    # them, and when the oldest of them was obtained (engine clock)
+    unclaimed: int = 0
+    oldest_unclaimed_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -211,6 +215,7 @@ class Totals:
             "computed": self.computed, "submitted": self.submitted,
             "challenges": self.challenges, "paid": self.paid,
             "cluster_done": self.cluster_done, "cluster_failed": self.cluster_failed,
+            "unclaimed": self.unclaimed, "oldest_unclaimed_at": self.oldest_unclaimed_at,
         }  # fmt: skip
 
 
@@ -305,6 +310,14 @@ FROM proofshare_queue WHERE obtained_at >= %(since)s
 _PAID = """
 SELECT count(*) FROM proofshare_provider_payments p
 WHERE p.request_cid IN (SELECT request_cid FROM proofshare_queue WHERE obtained_at >= %(since)s)
+"""
+# curio's own count of the requests waiting for a node (tasks/proofshare/task_request.go:85-90:
+# the queue its request task keeps between 5 and 8), with the oldest one's arrival
+_UNCLAIMED = """
+SELECT count(*), min(q.obtained_at)
+FROM proofshare_queue q
+LEFT JOIN harmony_task t ON t.id = q.compute_task_id
+WHERE q.compute_done = FALSE AND (q.compute_task_id IS NULL OR t.owner_id IS NULL)
 """
 _CLUSTER_RESULTS = """
 SELECT count(*) FILTER (WHERE result), count(*) FILTER (WHERE NOT result)
@@ -499,6 +512,7 @@ class ClusterReader:
         market = (await _fetch(conn, _MARKET, {"since": since_tz}))[0]
         paid = (await _fetch(conn, _PAID, {"since": since_tz}))[0]
         done = (await _fetch(conn, _CLUSTER_RESULTS, {"name": PSPROVE, "since": since}))[0]
+        unclaimed = (await _fetch(conn, _UNCLAIMED, {}))[0]
         return Totals(
             waiting=_count(tasks[0]), claimed=_count(tasks[1]), request_task=_count(tasks[2]) > 0,
             machines=_count(tasks[3]),
@@ -507,6 +521,7 @@ class ClusterReader:
             taken=_count(market[0]), computed=_count(market[1]), submitted=_count(market[2]),
             challenges=_count(market[3]), paid=_count(paid[0]),
             cluster_done=_count(done[0]), cluster_failed=_count(done[1]),
+            unclaimed=_count(unclaimed[0]), oldest_unclaimed_at=from_db_time(unclaimed[1]),
         )  # fmt: skip
 
     async def rows_at(self, host_and_port: str) -> list[Row]:

@@ -34,6 +34,7 @@ from vastui.domain.journal import Intent
 from vastui.domain.reports import WorkerEvent, parse_stored_result
 from vastui.domain.worker import ForeignInstance, InstanceRecord, Progress
 from vastui.engine import (
+    autoscale,
     bidding,
     drain,
     identity,
@@ -178,6 +179,10 @@ class Engine:
         self._collision_runner: int | None = None
         self._proof_costs: spend.ProofCosts | None = None  # over the window, as curio counts
         self._cluster_probed = False
+        self._cluster_fresh = False  # this step read curio's cluster
+        # the automatic target's state (fleet.target_workers = "auto"), None until decided
+        self.auto: autoscale.State | None = None
+        self._auto_observed: autoscale.Observed | None = None
         # when a verdict of curio's failures waiting for a reading of cuzk was first seen
         # (production.waits_for_cuzk), per instance, engine clock
         self._curio_waits: dict[int, float] = {}
@@ -675,6 +680,7 @@ class Engine:
         (``production.curio_verdict``), end the drains that are over and free the tasks of the
         workers destroyed (or outbid) whose release is due."""
         reader = self.cluster
+        self._cluster_fresh = False
         if reader is None or not reader.enabled or not await self._probe_cluster(reader):
             return
         now = self.clock()
@@ -703,6 +709,7 @@ class Engine:
         else:
             await self._cluster_readable(now)
             self.cluster_view = view = read
+            self._cluster_fresh = True
             fleet_done = sum(state.done for state in read.workers.values())
             self._proof_costs = spend.proof_costs(
                 [*records, *killed], now, window, fleet_done, read.totals.cluster_done,
@@ -840,6 +847,9 @@ class Engine:
         summary = self.cluster_summary()
         if summary is not None:
             summary["draining"] = view.draining
+            auto = self.auto_summary()
+            if auto is not None:
+                summary["autoscale"] = auto
         return summary
 
     def cluster_summary(self) -> dict[str, Any] | None:
@@ -1015,7 +1025,15 @@ class Engine:
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
             identity_collision=self.identity_collision,
             rents_last_hour=await self.store.intents.rents_since(self.clock() - 3600.0),
+            target=self._target(),
         )  # fmt: skip
+
+    def _target(self) -> int | None:
+        """The automatic target (min_workers until first decided); None: the configured one."""
+        fleet = self.config.fleet
+        if not fleet.auto_target:
+            return None
+        return self.auto.target if self.auto is not None else fleet.min_workers
 
     async def _spent_today(self) -> float:
         """Dollars since midnight UTC, as `vastui status` counts today."""
@@ -1023,9 +1041,81 @@ class Engine:
         records = await self.store.instances.all(include_killed=True)
         return fleet_spend(records, now, local_midnight(now, UTC)).today
 
+    async def _autoscale(self) -> None:
+        """With ``fleet.target_workers = "auto"``: this step's target from the cluster's work
+        (vastui/engine/autoscale.py); a change is an event with its reason."""
+        fleet = self.config.fleet
+        if not fleet.auto_target:
+            self.auto = self._auto_observed = None
+            return
+        now = self.clock()
+        settings = autoscale_settings(self.config)
+        before = self.auto
+        if before is None:
+            stored = await self.store.meta.autoscale()
+            before = (
+                autoscale.State.from_json(stored, settings)
+                if stored is not None
+                else autoscale.initial(settings)
+            )
+        records = await self.store.instances.all(include_killed=False)
+        observed = self._observed(records, now)
+        decision = autoscale.decide(settings, before, observed, now)
+        after, change = decision.state, decision.change
+        if change is not None or replace(after, reason="") != replace(before, reason=""):
+            detail = {
+                "before": change.before, "after": change.after, "direction": change.direction,
+                "unclaimed": observed.unclaimed, "done_per_h": round(observed.done_per_h, 2),
+                "capacity_per_h": round(observed.capacity_per_h, 2),
+            } if change is not None else {}  # fmt: skip
+            await self.store.put_autoscale(
+                after.to_json(), change.text if change else None, now=now, detail=detail
+            )
+        if change is not None:
+            log.info("%s", change.text)
+        self.auto, self._auto_observed = after, observed
+
+    def _observed(self, records: list[InstanceRecord], now: float) -> autoscale.Observed:
+        """This step's reading for the automatic target: none without a fresh cluster read."""
+        view = self.cluster_view
+        if not self._cluster_fresh or view is None or view.window_s <= 0:
+            return autoscale.Observed(read=False)
+        live = [r for r in records if r.source == "vastui" and r.drain_started_at is None]
+        proving = [r for r in live if r.state == "proving"]
+        # each worker's measured rate while busy (else its benchmark's): its capacity
+        rates = [rate for r in proving if (rate := r.prod_rate or r.bench_rate) and rate > 0]
+        t = view.totals
+        oldest = t.oldest_unclaimed_at
+        return autoscale.Observed(
+            read=True, unclaimed=t.unclaimed,
+            oldest_unclaimed_s=None if oldest is None else max(0.0, now - oldest),
+            done_per_h=t.cluster_done * 3600.0 / view.window_s, capacity_per_h=sum(rates),
+            proving=len(rates), workers=len(live), window_s=view.window_s,
+        )  # fmt: skip
+
+    def auto_summary(self) -> dict[str, Any] | None:
+        """The automatic target for the status: its state, reason and last reading."""
+        if self.auto is None:
+            return None
+        obs = self._auto_observed
+        out: dict[str, Any] = {
+            "target": self.auto.target, "reason": self.auto.reason,
+            "changed_at": self.auto.changed_at,
+            "min_workers": self.config.fleet.min_workers,
+            "max_workers": self.config.fleet.max_workers,
+        }  # fmt: skip
+        if obs is not None and obs.read:
+            out.update(
+                unclaimed=obs.unclaimed, oldest_unclaimed_s=obs.oldest_unclaimed_s,
+                done_per_h=round(obs.done_per_h, 2), capacity_per_h=round(obs.capacity_per_h, 2),
+                utilisation=None if obs.utilisation is None else round(obs.utilisation, 3),
+            )  # fmt: skip
+        return out
+
     async def _provision(self) -> None:
         """Rent at most one worker towards the target, then publish the status and its reason."""
         async with self._lock:
+            await self._autoscale()
             view = await self.fleet_view()
             if view.workers > view.target > 0 and not view.api_error:
                 view = await self._shrink(view)
@@ -1169,6 +1259,15 @@ class Engine:
                 "fleet %d/%d workers: %s", status.workers, status.target, status.reason or "renting"
             )
         self.status = status
+
+
+def autoscale_settings(config: Config) -> autoscale.Settings:
+    fleet = config.fleet
+    return autoscale.Settings(
+        min_workers=fleet.min_workers, max_workers=fleet.max_workers,
+        utilisation=fleet.target_utilisation, down_after_s=fleet.scale_down_after_min * 60.0,
+        deadline_s=config.proving.market_deadline_min * 60.0,
+    )  # fmt: skip
 
 
 def _seconds(value: str | None) -> int | None:

@@ -222,11 +222,13 @@ def build_view(
     spent_today: float = 0.0,
     identity_collision: str | None = None,
     rents_last_hour: int = 0,
+    target: int | None = None,
 ) -> FleetView:
     """The fleet as a provisioning decision sees it, from what the engine observed. Rents whose
     outcome is still unknown count as workers (and cost); in a dry run the would-be rents of this
     run (``dry_offers``: offer → $/h) stand in for the instances they would make; draining
-    workers are on their way out: not workers of the target, still a cost."""
+    workers are on their way out: not workers of the target, still a cost. ``target``: the
+    automatic target of this step (vastui/engine/autoscale.py), else the configured one."""
     dry = dict(dry_offers or {}) if dry_run else {}
     live = [w for w in workers if not w.draining]
     stages: dict[str, int] = {}
@@ -234,7 +236,7 @@ def build_view(
         stages[w.stage] = stages.get(w.stage, 0) + 1
     tunnel = next((w.tunnel_down for w in live if w.tunnel_down is not None), None)
     return FleetView(
-        target=fleet.target_workers,
+        target=fleet.target_workers if target is None else target,
         max_concurrent_benchmarks=fleet.max_concurrent_benchmarks,
         max_cost_per_proof=fleet.max_cost_per_proof,
         by_stage={st: n for st in LIVE_STAGES if (n := stages.get(st, 0))},

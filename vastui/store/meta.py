@@ -1,6 +1,7 @@
 """The database's own facts (table ``meta``, key → text): its fleet identity, the provisioning
 pause a fleet-wide failure causes (engine/fleetwide.py decides it), the failure signatures once
-declared the fleet's, and which other controllers' fleets were already warned about."""
+declared the fleet's, which other controllers' fleets were already warned about, and the
+automatic target's state (engine/autoscale.py decides it)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .errors import StoreError
 _PAUSE = "fleet_failure"  # the pause in force: its signature, text, when
 _KNOWN = "fleet_signatures"  # every signature declared the fleet's -> when (engine clock)
 _KEEP_KNOWN = 100  # the newest hundred signatures are plenty
+_AUTOSCALE = "autoscale"  # the automatic target's state (vastui/engine/autoscale.py)
 
 _UPSERT = (
     "INSERT INTO meta (key, value) VALUES (?, ?)"
@@ -76,6 +78,18 @@ class MetaRepo:
     async def unpause_row(conn: aiosqlite.Connection) -> bool:
         """Inside the caller's transaction: lift the pause; False if there was none."""
         return await execute(conn, "DELETE FROM meta WHERE key = ?", (_PAUSE,)) == 1
+
+    # -- the automatic target ------------------------------------------------------------
+
+    async def autoscale(self) -> dict[str, Any] | None:
+        """The automatic target's state as last put (None: never decided)."""
+        async with self._db.read() as conn:
+            text = await _value(conn, _AUTOSCALE)
+        return None if text is None else json_dict(text)
+
+    @staticmethod
+    async def autoscale_row(conn: aiosqlite.Connection, value: dict[str, Any]) -> None:
+        await execute(conn, _UPSERT, (_AUTOSCALE, json.dumps(value)))
 
     # -- foreign fleets ------------------------------------------------------------------
 

@@ -395,6 +395,16 @@ class Store:
             )
         return unbanned
 
+    async def put_autoscale(
+        self, state: dict[str, Any], change: str | None, *, now: float, detail: dict[str, Any]
+    ) -> None:
+        """The automatic target's state; a change of target is an event in the same
+        transaction (kind ``target``)."""
+        async with self.db.transaction() as conn:
+            await MetaRepo.autoscale_row(conn, state)
+            if change is not None:
+                await insert_event(conn, "target", change[:500], ts=now, detail=detail)
+
     async def clear_fleet_failure(self, why: str, *, now: float) -> bool:
         """Lift the pause (False if there was none); the event says why."""
         async with self.db.transaction() as conn:

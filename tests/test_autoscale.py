@@ -1,0 +1,141 @@
+"""The automatic target (vastui/engine/autoscale.py): table tests of the pure decision, then a
+run of it against a queue of work that steps up and down."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from vastui.engine.autoscale import Observed, Settings, State, decide, initial
+
+S = Settings(min_workers=1, max_workers=10)
+MIN = 60.0
+
+
+def busy(unclaimed: int = 6, proving: int = 3, oldest: float = 60.0) -> Observed:
+    return Observed(
+        read=True, unclaimed=unclaimed, oldest_unclaimed_s=oldest, done_per_h=20.0 * proving,
+        capacity_per_h=20.0 * proving, proving=proving, workers=proving,
+    )  # fmt: skip
+
+
+def idle(done: float, proving: int = 4) -> Observed:
+    return Observed(
+        read=True, unclaimed=0, done_per_h=done, capacity_per_h=20.0 * proving, proving=proving,
+        workers=proving,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "state", "steps", "after", "direction"),
+    [
+        # work waits: up only once it has waited up_after_s (5 min)
+        ("one busy minute", State(3), [(0, busy()), (60, busy())], 3, None),
+        ("five busy minutes", State(3), [(0, busy()), (300, busy())], 5, "up"),
+        ("busy then clear", State(3), [(0, busy()), (200, idle(55, 3)), (400, busy())], 3, None),
+        # work waiting a third of the deadline raises at once
+        ("urgent", State(3), [(0, busy(oldest=16 * MIN))], 5, "up"),
+        # at least one more, half again more
+        ("from one", State(1), [(0, busy(proving=1)), (300, busy(proving=1))], 2, "up"),
+        ("capped", State(9), [(0, busy(proving=9)), (300, busy(proving=9))], 10, "up"),
+        ("at max", State(10), [(0, busy(proving=10)), (900, busy(proving=10))], 10, None),
+        # the last growth not proving yet: wait for it (settle_s 45 min)
+        ("unsettled", State(5, changed_at=-600), [(0, busy()), (300, busy())], 5, None),
+        ("settled by time", State(5, changed_at=-3000), [(0, busy()), (300, busy())], 8, "up"),
+        # idle: down only after 30 min of it, to what the work needs at 75 %
+        ("idle 10 min", State(4), [(0, idle(20)), (600, idle(20))], 4, None),
+        ("idle 30 min", State(4), [(0, idle(20)), (1800, idle(20))], 2, "down"),
+        ("never below min", State(4), [(0, idle(1)), (1800, idle(1))], 1, "down"),
+        ("busy enough", State(4), [(0, idle(50)), (1800, idle(50))], 4, None),
+        # the window must lie after the last change (another fleet did its work)
+        ("just changed", State(4, changed_at=-1000), [(0, idle(20)), (1800, idle(20))], 4, None),
+        # nothing read: hold, whatever came before
+        ("unread", State(4), [(0, idle(1)), (1800, Observed(read=False))], 4, None),
+        ("unread busy", State(2), [(0, busy()), (300, Observed(read=False))], 2, None),
+        # bounds changed under a stored target: moved, with a reason
+        ("above max", State(14), [(0, idle(50))], 10, "down"),
+        ("below min", State(0), [(0, Observed(read=False))], 1, "up"),
+    ],
+)
+def test_the_target_moves_when_its_condition_holds(case, state, steps, after, direction) -> None:
+    changes = []
+    for now, obs in steps:
+        d = decide(S, state, obs, float(now))
+        state = d.state
+        if d.change is not None:
+            changes.append(d.change)
+    assert state.target == after, case
+    assert [c.direction for c in changes] == ([direction] if direction else []), case
+    for c in changes:
+        assert c.after == after and c.text.endswith(f"→ {after}") and "\n" not in c.text
+
+
+def test_a_reason_says_what_was_seen() -> None:
+    d = decide(S, State(3, pressure_since=0.0), busy(unclaimed=7, oldest=420.0), 400.0)
+    assert d.change is not None
+    assert d.change.text == (
+        "work waits: 7 requests unclaimed for 7 min with every worker full "
+        "(3 proving 60/h): target 3 → 5"
+    )
+    d = decide(S, State(4, slack_since=0.0), idle(20), 1800.0)
+    assert d.change is not None
+    assert d.change.text == (
+        "workers idle: the fleet proved 20/h of its 80/h (25%) for 30 min: target 4 → 2"
+    )
+    held = decide(S, State(4), Observed(read=False), 0.0)
+    assert held.state.reason == "holding 4: curio's cluster not read"
+
+
+def test_state_survives_a_round_trip_and_bad_numbers_do_not() -> None:
+    state = State(5, pressure_since=10.0, slack_since=None, changed_at=3.0, reason="x")
+    assert State.from_json(state.to_json(), S) == state
+    junk = {"target": "9", "pressure_since": float("nan"), "changed_at": True, "reason": 3}
+    assert State.from_json(junk, S) == State(S.min_workers)
+    assert initial(S).target == S.min_workers
+
+
+def test_a_fleet_follows_a_step_up_and_back_down() -> None:
+    """A queue model: requests arrive at the demand's rate, each worker proves 20/h; curio
+    holds at most 8 unclaimed and each worker claims up to 10. New workers prove 40 minutes
+    after the target rises. The target follows demand up (work waiting) and down (idle)."""
+    demand = [(0, 30.0), (4 * 3600, 150.0), (8 * 3600, 30.0)]  # requests per hour
+    rate, step = 20.0, 60.0
+    state = replace(initial(S), target=2)
+    workers: list[float] = [0.0, 0.0]  # when each began proving
+    held = unclaimed = 0.0
+    history: list[tuple[float, int]] = []
+    done_log: list[tuple[float, float]] = []
+    t = 0.0
+    while t < 12 * 3600:
+        lam = next(r for at, r in reversed(demand) if t >= at)
+        proving = [w for w in workers if w <= t]
+        cap = rate * len(proving)
+        # arrivals fill curio's queue up to 8 unclaimed; workers claim up to 10 each
+        unclaimed = min(8.0, unclaimed + lam * step / 3600)
+        take = min(unclaimed, 10 * len(proving) - held)
+        held, unclaimed = held + take, unclaimed - take
+        done = min(held, cap * step / 3600)
+        held -= done
+        done_log.append((t, done))
+        window = [d for at, d in done_log if at > t - 3600]
+        obs = Observed(
+            read=True, unclaimed=math.floor(unclaimed), oldest_unclaimed_s=None,
+            done_per_h=sum(window), capacity_per_h=cap, proving=len(proving),
+            workers=len(workers),
+        )  # fmt: skip
+        d = decide(S, state, obs, t)
+        state = d.state
+        if d.change is not None:
+            if d.change.after > len(workers):
+                workers += [t + 40 * 60] * (d.change.after - len(workers))
+            else:
+                workers = workers[: d.change.after]
+            history.append((t, d.change.after))
+        t += step
+    peak = max(n for _t, n in history)
+    assert 150 / rate <= peak <= 10, "grew to carry the step up"
+    assert state.target <= 3, "gave the surplus back after the step down"
+    ups = [at for at, n in history if at < 8 * 3600]
+    assert ups and min(ups) >= 4 * 3600, "no growth before the step"

@@ -1,0 +1,201 @@
+"""The fleet's size from the work ``[fleet] target_workers = "auto"``: a pure decision.
+
+What it reads each step (vastui/engine/cluster.py, from curio's cluster database):
+
+* **unclaimed work**: the requests the cluster holds that no node has claimed, counted as curio's
+  request task counts them (tasks/proofshare/task_request.go:85-90: ``compute_done = FALSE AND
+  (compute_task_id IS NULL OR owner_id IS NULL)``), and how long the oldest has waited. curio
+  keeps up to 8 of them (``RequestQueueHighWaterMark``, task_request.go:27-28) and every node
+  claims what it can hold, so unclaimed work that stays is a fleet with every worker full:
+  the market sends more than the fleet proves. How much more is not visible (the market's own
+  queue is not in the cluster), so the fleet grows by half, at least one, and again only once
+  the last growth proves or ``settle_s`` has passed.
+* **utilisation**: PSProve successes over the production window ÷ the proving workers' measured
+  rates. Below the target utilisation less ``band`` for ``down_after_s`` with nothing waiting,
+  the fleet shrinks to what the work needs at the target utilisation (never below
+  ``min_workers``); its workers are drained, then destroyed (vastui/engine/drain.py).
+
+Hysteresis: a change needs its condition to hold for ``up_after_s`` (up) or ``down_after_s``
+(down), so that one busy minute does not rent a machine. Work waiting longer than a third of the
+market's deadline (Snark-Market.md:169, 45 min) raises at once. Without a fresh reading of the
+cluster the target holds: no number is invented.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+Direction = Literal["up", "down"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    min_workers: int
+    max_workers: int
+    utilisation: float = 0.75  # the target share of paid GPU time spent proving
+    band: float = 0.15  # below utilisation - band is slack
+    up_after_s: float = 300.0
+    down_after_s: float = 1800.0
+    settle_s: float = 2700.0  # a new rental's setup and benchmark, before it can prove
+    deadline_s: float = 2700.0  # the market's (Snark-Market.md:169)
+    growth: float = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """One step's reading of the cluster and the fleet. ``read`` False: no fresh reading."""
+
+    read: bool
+    unclaimed: int = 0
+    oldest_unclaimed_s: float | None = None
+    done_per_h: float = 0.0  # PSProve successes per hour over the window, whoever did them
+    capacity_per_h: float = 0.0  # the proving workers' measured rates, summed
+    proving: int = 0  # workers proving
+    workers: int = 0  # live workers, setting up or proving (draining ones not)
+    window_s: float = 3600.0  # what done_per_h is measured over
+
+    @property
+    def utilisation(self) -> float | None:
+        if self.capacity_per_h <= 0:
+            return None
+        return min(1.0, self.done_per_h / self.capacity_per_h)
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """What the decision keeps between steps (the store's meta, so a restart keeps it)."""
+
+    target: int
+    pressure_since: float | None = None  # unclaimed work since
+    slack_since: float | None = None  # utilisation low, nothing waiting, since
+    changed_at: float | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "pressure_since": self.pressure_since,
+            "slack_since": self.slack_since, "changed_at": self.changed_at,
+            "reason": self.reason,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any], settings: Settings) -> State:
+        def when(key: str) -> float | None:
+            v = value.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                return None
+            return float(v)
+
+        raw = value.get("target")
+        target = settings.min_workers
+        if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 100_000:
+            target = raw  # outside today's bounds: decide() moves it, with an event
+        reason = value.get("reason")
+        return cls(
+            target=target, pressure_since=when("pressure_since"),
+            slack_since=when("slack_since"), changed_at=when("changed_at"),
+            reason=reason if isinstance(reason, str) else "",
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    before: int
+    after: int
+    direction: Direction
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    state: State
+    change: Change | None
+
+
+def clamp(n: int, s: Settings) -> int:
+    return max(s.min_workers, min(s.max_workers, n))
+
+
+def initial(settings: Settings) -> State:
+    return State(
+        target=settings.min_workers, reason=f"starting at min_workers {settings.min_workers}"
+    )
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min"
+
+
+def decide(s: Settings, state: State, obs: Observed, now: float) -> Decision:
+    """The target for this step, and the change of it if any (with its reason)."""
+    target = clamp(state.target, s)
+    if target != state.target:  # the bounds changed under it
+        text = f"within min_workers {s.min_workers} and max_workers {s.max_workers}: "
+        text += f"target {state.target} → {target}"
+        direction: Direction = "up" if target > state.target else "down"
+        return Decision(
+            State(target, None, None, now, text), Change(state.target, target, direction, text)
+        )
+    if not obs.read:
+        return Decision(
+            replace(state, pressure_since=None, slack_since=None,
+                    reason=f"holding {target}: curio's cluster not read"),
+            None,
+        )  # fmt: skip
+    util = obs.utilisation
+    pressure = obs.unclaimed > 0
+    slack = not pressure and obs.proving > 0 and util is not None and util < s.utilisation - s.band
+    pressure_since = (
+        (state.pressure_since if state.pressure_since is not None else now) if pressure else None
+    )
+    slack_since = (state.slack_since if state.slack_since is not None else now) if slack else None
+    waited = obs.oldest_unclaimed_s or 0.0
+    state = replace(state, pressure_since=pressure_since, slack_since=slack_since)
+
+    if pressure:
+        urgent = waited > s.deadline_s / 3
+        held = 0.0 if pressure_since is None else now - pressure_since
+        settled = obs.proving >= target or (
+            state.changed_at is None or now - state.changed_at >= s.settle_s
+        )
+        if (urgent or held >= s.up_after_s) and settled and target < s.max_workers:
+            after = clamp(max(target + 1, math.ceil(target * s.growth)), s)
+            rate = f"proving {obs.done_per_h:.0f}/h" if obs.proving else "none proving yet"
+            text = (
+                f"work waits: {obs.unclaimed} request{'s' if obs.unclaimed != 1 else ''} "
+                f"unclaimed for {_minutes(max(waited, held))} with every worker full "
+                f"({obs.proving} {rate}): target {target} → {after}"
+            )
+            return Decision(State(after, None, None, now, text), Change(target, after, "up", text))
+        why = (
+            "at max_workers"
+            if target >= s.max_workers
+            else ("waiting for the last growth to prove" if not settled else "watching it")
+        )
+        return Decision(replace(state, reason=f"{target}: {obs.unclaimed} unclaimed ({why})"), None)
+    # the reading's window must lie after the last change: before it, another fleet did the work
+    since_change = math.inf if state.changed_at is None else now - state.changed_at
+    idle_s = 0.0 if slack_since is None else now - slack_since
+    if slack and util is not None and idle_s >= s.down_after_s and since_change >= obs.window_s:
+        mean = obs.capacity_per_h / obs.proving
+        needed = clamp(math.ceil(obs.done_per_h / (mean * s.utilisation)), s)
+        if needed < target:
+            idle_for = _minutes(idle_s)
+            text = (
+                f"workers idle: the fleet proved {obs.done_per_h:.0f}/h of its "
+                f"{obs.capacity_per_h:.0f}/h ({util:.0%}) for {idle_for}: "
+                f"target {target} → {needed}"
+            )
+            return Decision(
+                State(needed, None, None, now, text), Change(target, needed, "down", text)
+            )
+    if util is None:
+        text = f"{target}: no measured rate yet"
+    else:
+        text = f"{target}: utilisation {util:.0%} (aim {s.utilisation:.0%}), nothing waiting"
+    return Decision(replace(state, reason=text), None)
+
+
+__all__ = ["Change", "Decision", "Observed", "Settings", "State", "clamp", "decide", "initial"]
