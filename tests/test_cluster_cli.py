@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,16 @@ from tests.pgfixtures import CurioDb
 from vastui.cli import main
 from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity
-from vastui.status import cluster_line
+from vastui.console.summary import cluster_text
+from vastui.domain.engine_state import EngineStatus
+from vastui.status import auto_line, cluster_line
 from vastui.store import Store
 
 T0 = time.time() - 3600.0
+STATUS = EngineStatus(
+    target=3, workers=3, by_stage={}, reason_kind=None, reason=None, best=None, dry_run=False,
+    updated_at=T0,
+)
 
 
 async def fleet_store(path: Path, db: CurioDb) -> dict[str, int]:
@@ -131,3 +138,30 @@ def test_cluster_errors_are_one_line_without_the_password(
 def test_the_status_line_of_the_cluster(cluster: dict | None, line: str | None) -> None:
     got = cluster_line(cluster)
     assert (got is None) if line is None else (got is not None and got.startswith(line))
+
+
+@pytest.mark.parametrize(
+    ("auto", "line"),
+    [
+        (None, None),
+        (
+            {"target": 3, "min_workers": 1, "max_workers": 8, "reason": "holding 3: curio's "
+             "cluster not read"},
+            "auto target 3 (min 1, max 8); holding 3: curio's cluster not read",
+        ),
+        (
+            {"target": 5, "min_workers": 2, "max_workers": 8, "utilisation": 0.9,
+             "done_per_h": 54.2, "capacity_per_h": 60.0, "unclaimed": 6,
+             "reason": "work waits: 6 requests unclaimed for 7 min"},
+            "auto target 5 (min 2, max 8); utilisation 90% (54/h of 60/h); 6 requests "
+            "unclaimed; work waits: 6 requests unclaimed for 7 min",
+        ),
+    ],
+)  # fmt: skip
+def test_the_status_line_of_the_automatic_target(auto: dict | None, line: str | None) -> None:
+    cluster = {"state": "ok"} if auto is None else {"state": "ok", "autoscale": auto}
+    assert auto_line(cluster) == line
+    if auto is not None:
+        strip = cluster_text(replace(STATUS, cluster=cluster))
+        assert strip is not None and f"auto {auto['min_workers']}–8" in strip.plain
+        assert ("unclaimed" in strip.plain) == ("unclaimed" in auto)

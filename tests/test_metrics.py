@@ -215,3 +215,23 @@ def test_no_series_uses_a_label_prometheus_reserves() -> None:
                     wrong.append(f"{s.name}: reserved label {label}")
     assert "vastui_market_dollars_per_hour" in generate_latest(registry).decode()
     assert wrong == []
+
+
+def test_the_automatic_target_in_the_scrape() -> None:
+    c = FleetCollector()
+    base = sample((W1,))
+    auto = {
+        "target": 3, "min_workers": 1, "max_workers": 8, "unclaimed": 5,
+        "oldest_unclaimed_s": 420.0, "utilisation": 0.62, "done_per_h": 37.2,
+        "capacity_per_h": 60.0, "changed_at": 1_700_000_000.0, "reason": "x",
+    }  # fmt: skip
+    c.update(replace(base, cluster={**(base.cluster or {}), "autoscale": auto}))
+    got = scrape(c)
+    assert got["vastui_cluster_unclaimed_requests"] == [({}, 5.0)]
+    assert got["vastui_cluster_oldest_unclaimed_seconds"] == [({}, 420.0)]
+    assert got["vastui_fleet_utilisation_ratio"] == [({}, 0.62)]
+    assert got["vastui_fleet_demand_proofs_per_hour"] == [({}, 37.2)]
+    assert got["vastui_auto_target_changed_timestamp_seconds"] == [({}, 1_700_000_000.0)]
+    # a fixed target: none of them
+    c.update(base)
+    assert "vastui_fleet_utilisation_ratio" not in scrape(c)

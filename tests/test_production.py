@@ -28,6 +28,7 @@ def raw(
     uptime: Any = 10.0,
     alive: bool = True,
     busy: bool = True,
+    in_flight: int = 1,
     grpc_failed: Any = None,
     exit_status: Any = None,
     signal: Any = None,
@@ -39,7 +40,7 @@ def raw(
         "signal": signal,
         "status": {
             "uptime_secs": uptime,
-            "pipelines": [{"job_id": "j"}] if busy else [],
+            "pipelines": [{"job_id": f"j{i}"} for i in range(in_flight)] if busy else [],
             "gpu_workers": [],
             "counters": {"total_completed": done, "total_failed": failed, "queue_depth": 0},
         },
@@ -484,4 +485,65 @@ async def test_one_worker_unreachable_while_its_fellow_answers_goes(world, store
     assert rec.kill_kind == "prove_unreachable" and 30 <= minute <= 32
     assert [s.kind for s in await store.badlist.strikes(rec.machine_id)] == ["prove_unreachable"]
     assert not (await store.instances.get(fine)).killed
+    await engine.close()
+
+
+def fed(rate: float, minutes: int, in_flight: int) -> ProdState:
+    """A worker with MaxPending 10 (fed from 8 in flight) proving ``rate`` with ``in_flight``
+    proofs in the daemon for ``minutes``."""
+    state = ProdState()
+    for m in range(minutes + 1):
+        reading = Reading.parse(raw(int(rate * m / 60), in_flight=in_flight))
+        state = production.fold(state, reading, m * 60.0, WINDOW, (None, 0, 0),
+                                production.full_at(10))  # fmt: skip
+    return state
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "judged"), [(1, False), (5, False), (7, False), (8, True), (10, True)]
+)
+def test_a_worker_is_judged_only_on_the_work_it_was_given(in_flight: int, judged: bool) -> None:
+    """The market sent too little to fill it: a pipelined GPU with a few proofs in flight
+    proves at a fraction of its rate, and that is the demand's doing, not the machine's."""
+    state = fed(12, 70, in_flight)
+    m = production.measure(state, 4200.0, WINDOW)
+    assert (m.rate is not None) == judged
+    kill = production.verdict(state, Reading.parse(raw(14, in_flight=in_flight)), 4200.0, 29.0,
+                              CONFIG, measured=m)  # fmt: skip
+    assert (kill.kind if kill else None) == ("prove_below_min" if judged else None)
+
+
+@pytest.mark.parametrize(("max_pending", "at"), [(None, None), (0, None), (1, 1), (2, 1),
+                                                  (5, 4), (10, 8), (100, 80)])  # fmt: skip
+def test_fed_means_most_of_its_max_pending_in_flight(max_pending, at) -> None:
+    assert production.full_at(max_pending) == at
+
+
+def test_in_flight_is_the_daemons_pipelines_and_queue() -> None:
+    r = raw(3, in_flight=4)
+    r["status"]["counters"]["queue_depth"] = 2
+    assert Reading.parse(r).in_flight == 6
+    assert Reading.parse({"alive": True, "grpc": {"completed": 3}}).in_flight is None
+
+
+async def test_engine_spares_a_half_fed_slow_worker_and_ends_a_fed_one(world, store):
+    world.config = replace(world.config, proving=replace(world.config.proving, window_min=10))
+    engine, iid, rec = await proving_worker(world, store)
+    await store.instances.update(iid, max_pending=10)
+    slow = rec.min_rate / 2
+    for minute in range(25):
+        world.clock.advance(60 if minute else 0)
+        reading = raw(13 + int(slow * minute / 60), pid=77, in_flight=3)
+        assert await engine.handle_counters(iid, Reading.parse(reading)), "half fed: spared"
+    assert await store.badlist.strikes() == []
+    alive = True
+    for minute in range(25, 60):
+        world.clock.advance(60)
+        reading = raw(13 + int(slow * minute / 60), pid=77, in_flight=10)
+        alive = await engine.handle_counters(iid, Reading.parse(reading))
+        if not alive:
+            break
+    assert not alive, "fed and still slow: destroyed"
+    rec = await store.instances.get(iid)
+    assert rec.kill_kind == "prove_below_min"
     await engine.close()

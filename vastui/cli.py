@@ -406,7 +406,13 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     run = _run_options(args, "headless" if args.engine_only else "console")
-    if run.target_workers is None and opts.demo and opts.config.fleet.target_workers == 0:
+    fleet = opts.config.fleet
+    if (
+        run.target_workers is None
+        and opts.demo
+        and fleet.target_workers == 0
+        and not fleet.auto_target
+    ):
         run.target_workers = 3  # the demo keeps a small fleet busy, headless or not
     if args.engine_only:
         from vastui.engine.headless import run_headless
@@ -445,8 +451,11 @@ def _check_url(url: str) -> None:
         raise CliError(f"--api-url {url!r}: expected http(s)://host[:port]")
 
 
-def _target(text: str) -> int:
-    """--target-workers: as fleet.target_workers is bounded (vastui/config/schema.py)."""
+def _target(text: str) -> int | str:
+    """--target-workers: as fleet.target_workers is bounded (vastui/config/schema.py), or
+    "auto"."""
+    if text == "auto":
+        return text
     try:
         value = int(text)
     except ValueError:
@@ -540,7 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--target-workers",
         type=_target,
-        help="keep this many workers, 0 to 1000 (overrides fleet.target_workers)",
+        help="keep this many workers, 0 to 1000, or auto: follow curio's cluster's work "
+        "(overrides fleet.target_workers)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="decide and record, but rent and destroy nothing"

@@ -289,6 +289,34 @@ def _cluster(c: Mapping[str, Any] | None, workers: Iterable[WorkerSample]) -> It
         _number(c.get("cost_per_paid")),
     )
     yield from _gauge("vastui_workers_draining", "Workers draining", _number(c.get("draining")))
+    auto = c.get("autoscale")
+    if isinstance(auto, Mapping):
+        yield from _gauge(
+            "vastui_cluster_unclaimed_requests",
+            "Requests curio's cluster holds that no worker has claimed (the automatic target "
+            "rises while they stay)",
+            _number(auto.get("unclaimed")),
+        )
+        yield from _gauge(
+            "vastui_cluster_oldest_unclaimed_seconds",
+            "How long the oldest unclaimed request has waited",
+            _number(auto.get("oldest_unclaimed_s")),
+        )
+        yield from _gauge(
+            "vastui_fleet_utilisation_ratio",
+            "PSProve successes over the window / the proving workers' measured capacity",
+            _number(auto.get("utilisation")),
+        )
+        yield from _gauge(
+            "vastui_fleet_demand_proofs_per_hour",
+            "PSProve successes per hour over the window, whoever did them",
+            _number(auto.get("done_per_h")),
+        )
+        yield from _gauge(
+            "vastui_auto_target_changed_timestamp_seconds",
+            "When the automatic target last changed (engine clock; vastui events --kind target)",
+            _number(auto.get("changed_at")),
+        )
     held = GaugeMetricFamily(
         "vastui_worker_cluster_tasks", "curio's tasks a worker's machine holds",
         labels=[*WORKER_LABELS, "draining"],

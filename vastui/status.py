@@ -102,6 +102,9 @@ def render(report: dict[str, Any]) -> str:
     cluster = cluster_line((report.get("engine") or {}).get("cluster"))
     if cluster:
         lines.append(cluster)
+    auto = auto_line((report.get("engine") or {}).get("cluster"))
+    if auto:
+        lines.append(auto)
     pause = report.get("fleet_failure")
     if pause:
         lines.append(
@@ -227,6 +230,24 @@ def cluster_line(cluster: dict[str, Any] | None) -> str | None:
     if cluster.get("draining"):
         parts.append(f"{cluster['draining']} draining")
     return "cluster: " + "; ".join(parts) if parts else None
+
+
+def auto_line(cluster: dict[str, Any] | None) -> str | None:
+    """The automatic target (fleet.target_workers = "auto"): its bounds, what it last saw and
+    why it stands where it does."""
+    auto = (cluster or {}).get("autoscale")
+    if not isinstance(auto, dict):
+        return None
+    parts = [f"auto target {auto.get('target')} (min {auto.get('min_workers')}, max "
+             f"{auto.get('max_workers')})"]  # fmt: skip
+    util, done, cap = (_float(auto.get(k)) for k in ("utilisation", "done_per_h", "capacity_per_h"))
+    if util is not None and done is not None and cap is not None:
+        parts.append(f"utilisation {util:.0%} ({done:.0f}/h of {cap:.0f}/h)")
+    if auto.get("unclaimed") is not None:
+        parts.append(f"{auto.get('unclaimed')} requests unclaimed")
+    if auto.get("reason"):
+        parts.append(str(auto["reason"]))
+    return "; ".join(parts)
 
 
 def limits(status: dict[str, Any]) -> list[str]:

@@ -35,6 +35,10 @@ STRIP_HELP = (
     ("cluster 3 waiting 5 claimed …", "curio's cluster as the engine last read it: PSProve tasks "
      "waiting and claimed, proofs paid in the production window and $ per paid proof, workers "
      "draining (⤓); red when it cannot be read"),
+    ("auto 1–10 62% busy", "fleet.target_workers = \"auto\": the target's bounds, the share of "
+     "the proving workers' measured capacity the cluster's work used over the window, and "
+     "requests no worker has claimed (yellow: every worker is full; the target rises if it "
+     "lasts)"),
     ("CUT OFF 12m", "the controller is cut off from its workers (their tunnel to the Lotus API "
      "and curio's database is down) for 12 min: they wait to prove, no machine is blamed"),
     ("vast 12s / engine ♥ 2s", "time since the engine last listed instances on Vast / "
@@ -171,6 +175,23 @@ def cluster_text(status: EngineStatus | None) -> Text | None:
             text.append(f" (${per_paid:.4f}/paid)")
     if c.get("draining"):
         text.append(f" ⤓{c.get('draining')} draining", style="bold magenta")
+    auto = c.get("autoscale")
+    if isinstance(auto, dict):
+        text.append(" · ")
+        text.append_text(auto_text(auto))
+    return text
+
+
+def auto_text(auto: dict[str, object]) -> Text:
+    """The automatic target in a few words: its bounds, the fleet's utilisation, the requests
+    nobody has claimed (yellow: the fleet is full)."""
+    text = Text(f"auto {auto.get('min_workers')}–{auto.get('max_workers')}", style="bold")
+    util = auto.get("utilisation")
+    if isinstance(util, int | float):
+        text.append(f" {util:.0%} busy")
+    unclaimed = auto.get("unclaimed")
+    if isinstance(unclaimed, int) and unclaimed > 0:
+        text.append(f" {unclaimed} unclaimed", style="bold yellow")
     return text
 
 

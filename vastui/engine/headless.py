@@ -17,7 +17,7 @@ from pathlib import Path
 from vastui.backend import Options
 from vastui.config import ensure_parent_dir, load_api_key, state_dir
 from vastui.engine import sigbus
-from vastui.engine.runtime import RunOptions, engine_runtime
+from vastui.engine.runtime import RunOptions, engine_runtime, target_words
 from vastui.logfmt import ClockFormatter, PrivateFileHandler, RepeatLimiter
 from vastui.redact import SecretFilter
 from vastui.sanitize import sanitize_line
@@ -88,10 +88,10 @@ async def run_engine(
         if fmt is not None:
             fmt.clock = rt.engine.clock  # one clock: the engine's (simulated in the demo)
         log.info(
-            "engine started on %s (%s, target %d workers%s)",
+            "engine started on %s (%s, target %s%s)",
             opts.db_path,
             "simulated cloud" if opts.demo else rt.engine.client.base_url,
-            rt.engine.config.fleet.target_workers,
+            target_words(rt.engine.config.fleet),
             ", dry-run" if run.dry_run else "",
         )
         await rt.engine.run(stop)

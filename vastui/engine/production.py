@@ -6,8 +6,11 @@ A reading is ``workerctl cuzk-counters``: the daemon's pid and liveness, its ``/
 since the daemon started) and its gRPC GetStatus counters (cuzk-server/src/service.rs, which also
 count proofs that failed before assembly, such as a GPU start panic). A restarted daemon starts
 its counters at zero: a new pid or a smaller uptime opens a new segment, so nothing is lost or
-counted twice. The rate is judged only over time the daemon had work in flight: a worker idle for
-lack of demand is not slow.
+counted twice. The rate is judged only over time the daemon was fed: as many proofs in flight as
+its benchmark measured at (``full_at``: most of its MaxPending, counted as cuzk's ``/status``
+does, pipelines plus its queue). A worker idle, or half fed, for lack of demand is not slow: a
+pipelined GPU with one proof in flight proves at a fraction of its rate (production judges a
+worker on the work it was given).
 
 The daemon's counters also count proofs nobody waited for: curio gives up on a Prove call at its
 ``[Cuzk] ProveTimeout`` (lib/cuzk/client.go:116-122) and retries the task, while the daemon,
@@ -46,7 +49,10 @@ class Reading:
     failed: int | None
     uptime: float | None
     busy: bool
-    error_tail: tuple[str, ...] = ()  # the daemon's error lines and how it died, once it has
+    error_tail: tuple[str, ...] = ()
+    # proofs in the daemon: its pipelines and its queue (cuzk-core/src/status.rs
+    # StatusSnapshot.pipelines, CountersSnapshot.queue_depth); None: /status did not answer
+    in_flight: int | None = None  # the daemon's error lines and how it died, once it has
     curio_timeouts: int | None = None  # curio's Prove calls past ProveTimeout, since proving
     curio_info: dict[str, Any] | None = None  # the node as the cluster knows it
     # the engine's own: how long the read took (engine clock), which bounds how far the daemon's
@@ -75,6 +81,9 @@ class Reading:
         busy = bool(pipelines) or (parse_count(counters.get("queue_depth")) or 0) > 0
         if isinstance(workers, list):
             busy = busy or any(isinstance(w, dict) and w.get("state") == "proving" for w in workers)
+        in_flight = None
+        if isinstance(pipelines, list):
+            in_flight = len(pipelines) + (parse_count(counters.get("queue_depth")) or 0)
         signal = raw.get("signal")
         tail = raw.get("error_tail")
         tail = tail if isinstance(tail, list) else []
@@ -91,7 +100,17 @@ class Reading:
             error_tail=tuple(x[:500] for x in tail if isinstance(x, str))[-20:],
             curio_timeouts=parse_count(curio.get("timeouts")),
             curio_info=curio_report(curio.get("info")),
+            in_flight=in_flight,
         )
+
+
+def full_at(max_pending: int | None) -> int | None:
+    """Proofs in flight from which a worker counts as fed: its MaxPending less a fifth (at least
+    one), since a finished proof's place is filled only at curio's next poll (3 s,
+    harmony/harmonytask/harmonytask.go:32-36). None: unknown, every busy moment counts."""
+    if max_pending is None or max_pending < 1:
+        return None
+    return max(1, max_pending - max(1, max_pending // 5))
 
 
 @dataclass
@@ -155,8 +174,10 @@ def fold(
     now: float,
     window_s: float,
     bench: tuple[int | None, int, int],
+    fed_at: int | None = None,
 ) -> ProdState:
-    """A good reading folded into the state."""
+    """A good reading folded into the state. ``fed_at``: ``full_at`` of the worker's
+    MaxPending; fewer proofs in flight are not held against its rate."""
     s = replace(state, samples=list(state.samples))
     done = reading.completed or 0
     fail = reading.failed or 0
@@ -185,7 +206,8 @@ def fold(
     # Until the first proof completes, the pipeline is filling (a proof's whole latency, not the
     # interval between proofs): that time is not held against the machine.
     s.primed = s.primed or s.completed > 0
-    busy = reading.busy and s.primed
+    fed = fed_at is None or reading.in_flight is None or reading.in_flight >= fed_at
+    busy = reading.busy and s.primed and fed
     timeouts = float(reading.curio_timeouts or 0)
     uptime = -1.0 if reading.uptime is None else reading.uptime
     s.samples.append(

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from vastui.alerts import Notifier
 from vastui.backend import Options, make_client
@@ -47,7 +47,7 @@ HEARTBEAT_EVERY = 1.0
 class RunOptions:
     speed: float = 60.0  # demo only: simulated seconds per real second
     seed: int | None = None  # demo only: the market's seed; None draws a new one (logged)
-    target_workers: int | None = None
+    target_workers: int | Literal["auto"] | None = None
     dry_run: bool = False
     mode: str = "headless"  # or "console"
     machine_fault_rate: float = 1.0  # demo only: about one machine in six has a fault
@@ -77,14 +77,29 @@ class EngineRuntime:
     cluster: Any | None = None  # the simulated curio cluster database in demo mode
 
 
+def target_words(fleet: FleetSection) -> str:
+    """The target as a log line says it: a number of workers, or the automatic one's bounds."""
+    if fleet.auto_target:
+        return f"auto, {fleet.min_workers} to {fleet.max_workers} workers"
+    return f"{fleet.target_workers} workers"
+
+
+def _auto_floor(config: Config) -> int:
+    """An automatic target's least fleet (its min_workers), 0 with a fixed target."""
+    return config.fleet.min_workers if config.fleet.auto_target else 0
+
+
 @asynccontextmanager
 async def engine_runtime(
     opts: Options, run: RunOptions, on_change: Callable[[str], Awaitable[None] | None] | None = None
 ) -> AsyncIterator[EngineRuntime]:
     """Open the store, take the lease, build client/SSH/engine; undo it all on exit."""
     config = opts.config
-    if run.target_workers is not None:
-        config = replace(config, fleet=replace(config.fleet, target_workers=run.target_workers))
+    if run.target_workers == "auto":
+        config = replace(config, fleet=replace(config.fleet, auto_target=True))
+    elif run.target_workers is not None:
+        fleet = replace(config.fleet, target_workers=run.target_workers, auto_target=False)
+        config = replace(config, fleet=fleet)
     if (
         opts.demo
         and config.fleet.max_concurrent_benchmarks == FleetSection.max_concurrent_benchmarks
@@ -93,7 +108,8 @@ async def engine_runtime(
         config = replace(
             config,
             fleet=replace(
-                config.fleet, max_concurrent_benchmarks=max(2, config.fleet.target_workers)
+                config.fleet,
+                max_concurrent_benchmarks=max(2, config.fleet.target_workers, _auto_floor(config)),
             ),
         )
     store = await Store.open(opts.db_path)

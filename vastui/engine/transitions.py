@@ -219,7 +219,8 @@ def on_counters(
         refusal = _counters_refusal(rec, state, reading, bench, now)
         if refusal is not None:
             return _refused(state, refusal, now, window)
-        state = production.fold(state, reading, now, window, bench)
+        fed_at = production.full_at(rec.max_pending)
+        state = production.fold(state, reading, now, window, bench, fed_at)
         m = production.measure(state, now, window)
         prod_rate = None if m.rate is None else round(m.rate, 3)
         info = json.dumps(reading.curio_info) if reading.curio_info else rec.curio_info
