@@ -13,10 +13,10 @@ import pytest
 
 from tests.pgfixtures import CurioDb
 from vastui.cli import main
-from vastui.domain.worker import InstanceRecord
-from vastui.engine import identity
 from vastui.console.summary import cluster_text
 from vastui.domain.engine_state import EngineStatus
+from vastui.domain.worker import InstanceRecord
+from vastui.engine import identity
 from vastui.status import auto_line, cluster_line
 from vastui.store import Store
 
