@@ -22,7 +22,13 @@ from vastui.store import Store
 
 T0 = time.time() - 3600.0
 STATUS = EngineStatus(
-    target=3, workers=3, by_stage={}, reason_kind=None, reason=None, best=None, dry_run=False,
+    target=3,
+    workers=3,
+    by_stage={},
+    reason_kind=None,
+    reason=None,
+    best=None,
+    dry_run=False,
     updated_at=T0,
 )
 
