@@ -9,6 +9,8 @@ handled fails without the guard far more often than not; with it, every one must
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -60,9 +62,11 @@ def script(tmp_path: Path) -> Path:
 
 
 def _run_once(script: Path, sig: signal.Signals) -> tuple[int, list[str]]:
+    # a session of its own: a failure kills the guard, the script and its resender together
     proc = subprocess.Popen(
-        [str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+        [str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -72,9 +76,9 @@ def _run_once(script: Path, sig: signal.Signals) -> tuple[int, list[str]]:
         rest = proc.stdout.read().splitlines()
         return rc, [first.strip(), *rest]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_every_sigterm_reaches_a_script_busy_in_command_substitutions(script: Path) -> None:

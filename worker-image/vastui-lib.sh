@@ -25,26 +25,26 @@ signal_guard() {
     GUARD_FILE="${RUN_DIR:-${TMPDIR:-/tmp}}/signal-guard.$PPID"
     return 0
   fi
-  local child rc name="" sig="" resender=""
+  local child="" rc name="" sig="" resender=""
   GUARD_FILE="${RUN_DIR:-${TMPDIR:-/tmp}}/signal-guard.$$"
   mkdir -p -- "${GUARD_FILE%/*}"
   rm -f -- "$GUARD_FILE"
-  trap 'name=TERM sig=TERM' TERM
-  trap 'name=INT sig=USR1' INT
-  trap 'name=HUP sig=HUP' HUP
+  # The relay starts from the trap itself: a signal that lands after the loop's check but
+  # before its wait begins runs its trap there, and the wait that follows would block until
+  # the script ended on its own (test_signal_guard hung so under load). The loop checks too,
+  # for a signal that came before the child's pid was known.
+  trap 'name=TERM sig=TERM; guard_relay' TERM
+  trap 'name=INT sig=USR1; guard_relay' INT
+  trap 'name=HUP sig=HUP; guard_relay' HUP
   VASTUI_SIGNAL_GUARD=$$ "$BASH" "$0" "$@" <&0 &
   child=$!
   while :; do
+    guard_relay
     # Plain wait on the one pid: a first version with wait -n on the script and a ticker once
     # missed the script's end and waited on (not understood; not worth a clever loop), and bash
     # keeps a waited-for child's status for the next wait on its pid.
     wait "$child"
     if kill -0 "$child" 2>/dev/null; then # still there (or not yet reaped): a trap woke us
-      if [[ -n $sig && -z $resender ]]; then
-        printf '%s\n' "$name" >"$GUARD_FILE"
-        (while kill -s "$sig" "$child" 2>/dev/null; do sleep 1; done) &
-        resender=$!
-      fi
       continue
     fi
     wait "$child"
@@ -53,6 +53,16 @@ signal_guard() {
     rm -f -- "$GUARD_FILE"
     exit "$rc"
   done
+}
+
+# The guard's relay (signal_guard's locals, by bash's dynamic scope): once a signal is in and
+# the script's pid known, say which in the guard file and send it to the script every second
+# until it is gone (a trap bash lost in a $(…) is sent again). Once only.
+guard_relay() {
+  [[ -n $sig && -n $child && -z $resender ]] || return 0
+  printf '%s\n' "$name" >"$GUARD_FILE"
+  (while kill -s "$sig" "$child" 2>/dev/null; do sleep 1; done) &
+  resender=$!
 }
 
 # True when the guard got a signal (TERM, INT or HUP: set in GUARD_SIG) whatever the traps saw.
