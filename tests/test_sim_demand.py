@@ -180,3 +180,17 @@ def test_the_http_face_answers_an_ask_without_a_slot_with_429() -> None:
         assert m.stats()["providers"][WALLET]["refused"] == 1
     finally:
         svc.stop()
+
+
+def test_a_new_curve_takes_over_from_now() -> None:
+    m, demand, clock = market("steady:0")
+    for _ in range(60):
+        clock.t += 60.0
+        m.poll(WALLET)
+    assert demand.arrived == 0
+    with m.lock:
+        demand.set_curve(parse_curve("steady:600"), clock.t)
+    for _ in range(60):
+        clock.t += 60.0
+        m.poll(WALLET)
+    assert 600 - 4 * 600**0.5 < demand.arrived < 600 + 4 * 600**0.5

@@ -199,6 +199,12 @@ class FiniteDemand:
             account.balance += 1
             account.challenges_done += 1
 
+    def set_curve(self, curve: Curve, now: float) -> None:
+        """Demand follows ``curve`` from ``now`` on (its hour 0): what the old one brought until
+        now stays. Call under the market's lock (its HTTP threads call the hooks)."""
+        self._arrive(now)
+        self.curve, self.start, self._next_arrival = curve, now, None
+
     # -- state -------------------------------------------------------------------------
 
     def _account(self, provider: str) -> Account:

@@ -44,9 +44,14 @@ class SimWorld:
     async def demo(self, request: DemoRequest) -> AsyncIterator[DemoWorld]:
         cloud = demo_cloud(request)
         # The worker hosts and the controller's stand-ins, as `vastui sim serve` runs them.
+        try:
+            demand = market_demand(request.demand, cloud.seed, request.new_wallet)
+        except DemandError as exc:
+            raise WorldError(str(exc)) from None
         async with worker_hosts(
-            cloud, speed=request.speed, machine_fault_rate=request.machine_fault_rate
-        ) as hosts:
+            cloud, speed=request.speed, machine_fault_rate=request.machine_fault_rate,
+            demand=demand,
+        ) as hosts:  # fmt: skip
             client = client_for_cloud(cloud, pacing={})
             try:
                 yield DemoWorld(

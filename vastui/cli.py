@@ -393,6 +393,8 @@ def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
         dry_run=args.dry_run,
         mode=mode,
         metrics=args.metrics,
+        demand=args.demand,
+        new_wallet=args.new_wallet,
     )
 
 
@@ -552,6 +554,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep this many workers, 0 to 1000, or auto: follow curio's cluster's work "
         "(overrides fleet.target_workers)",
     )
+    parser.add_argument(
+        "--demand", default="unlimited", metavar="CURVE",
+        help="demo: the proofshare market's work, as `sim serve --demand` takes it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--new-wallet", action="store_true",
+        help="demo: the provider starts with no work slots (it earns them with challenge proofs)",
+    )  # fmt: skip
     parser.add_argument(
         "--dry-run", action="store_true", help="decide and record, but rent and destroy nothing"
     )

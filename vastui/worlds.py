@@ -38,6 +38,8 @@ class DemoRequest:
     machine_fault_rate: float  # machine faults and host outages, scaled (1: the demo's)
     after_id: int  # instance ids above every id this database has seen (Vast's only grow)
     start: float  # the world's time starts here (after this database's latest)
+    demand: str = "unlimited"  # the market's work: "unlimited" or a curve (the world parses it)
+    new_wallet: bool = False  # the provider starts with no work slots
 
 
 @dataclass

@@ -7,7 +7,7 @@ since the daemon started) and its gRPC GetStatus counters (cuzk-server/src/servi
 count proofs that failed before assembly, such as a GPU start panic). A restarted daemon starts
 its counters at zero: a new pid or a smaller uptime opens a new segment, so nothing is lost or
 counted twice. The rate is judged only over time the daemon was fed: as many proofs in flight as
-its benchmark measured at (``full_at``: most of its MaxPending, counted as cuzk's ``/status``
+its benchmark measured at (``full_at``: its MaxPending less one, counted as cuzk's ``/status``
 does, pipelines plus its queue). A worker idle, or half fed, for lack of demand is not slow: a
 pipelined GPU with one proof in flight proves at a fraction of its rate (production judges a
 worker on the work it was given).
@@ -105,12 +105,15 @@ class Reading:
 
 
 def full_at(max_pending: int | None) -> int | None:
-    """Proofs in flight from which a worker counts as fed: its MaxPending less a fifth (at least
-    one), since a finished proof's place is filled only at curio's next poll (3 s,
-    harmony/harmonytask/harmonytask.go:32-36). None: unknown, every busy moment counts."""
+    """Proofs in flight from which a worker counts as fed: its MaxPending less the one whose
+    place is being filled (curio claims the next task at its next poll, 3 s,
+    harmony/harmonytask/harmonytask.go:32-36, then downloads its ~51 MB before it calls Prove,
+    tasks/proofshare/task_prove.go:204). Fewer is a worker the market did not fill, or one
+    draining: its pipeline's tail proves slower, which is not the machine's. None: unknown,
+    every busy moment counts."""
     if max_pending is None or max_pending < 1:
         return None
-    return max(1, max_pending - max(1, max_pending // 5))
+    return max(1, max_pending - 1)
 
 
 @dataclass

@@ -52,6 +52,8 @@ class RunOptions:
     mode: str = "headless"  # or "console"
     machine_fault_rate: float = 1.0  # demo only: about one machine in six has a fault
     metrics: str | None = None  # --metrics host:port (else [metrics] listen; neither: off)
+    demand: str = "unlimited"  # demo only: the proofshare market's work (vastsim/demand.py)
+    new_wallet: bool = False  # demo only: the provider earns its work slots first
 
 
 def parse_duration(text: str) -> float:
@@ -295,7 +297,8 @@ async def demo_request(store: Store, run: RunOptions) -> DemoRequest:
     last_id, last_ts = await demo_history(store)
     return DemoRequest(
         seed=run.seed, speed=run.speed, machine_fault_rate=run.machine_fault_rate,
-        after_id=last_id, start=max(time.time(), last_ts + 60.0),
+        after_id=last_id, start=max(time.time(), last_ts + 60.0), demand=run.demand,
+        new_wallet=run.new_wallet,
     )  # fmt: skip
 
 
