@@ -76,8 +76,8 @@ def test_a_reason_says_what_was_seen() -> None:
     d = decide(S, State(3, pressure_since=0.0), busy(unclaimed=7, oldest=420.0), 400.0)
     assert d.change is not None
     assert d.change.text == (
-        "work waits: 7 requests unclaimed for 7 min with every worker full "
-        "(3 proving 60/h): target 3 → 5"
+        "work waits: 7 requests unclaimed for 7 min (3 workers proving, 60 proofs/h over the "
+        "last 60 min): target 3 → 5"
     )
     d = decide(S, State(4, slack_since=0.0), idle(20), 1800.0)
     assert d.change is not None

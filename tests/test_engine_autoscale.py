@@ -36,7 +36,7 @@ async def test_work_left_waiting_raises_the_target_and_a_worker_is_rented(
     assert status.target == 3
     auto_status = status.cluster["autoscale"]
     assert auto_status["target"] == 3 and auto_status["unclaimed"] == 6
-    assert auto_status["reason"].startswith("work waits: 6 requests unclaimed for 6 min")
+    assert auto_status["reason"].startswith("work waits: 6 requests unclaimed for 6 min (2 ")
     [change] = await events(store, "target")
     assert change.reason == auto_status["reason"] and change.detail["after"] == 3
     live = await store.instances.all(include_killed=False)

@@ -48,6 +48,7 @@ def market(spec: str, balance: int = 50 * 64, seed: int = 1) -> tuple[Market, Fi
         ("daily:20:1", Curve("daily", 20.0, amplitude=1.0)),
         ("step:10:40", Curve("step", 10.0, after=40.0, at_h=1.0)),
         ("step:40:5:3.5", Curve("step", 40.0, after=5.0, at_h=3.5)),
+        ("pulse:2:300:1:2.5", Curve("pulse", 2.0, after=300.0, at_h=1.0, until_h=2.5)),
     ],
 )
 def test_a_curve_spec_parses(spec: str, curve: Curve) -> None:
@@ -66,6 +67,8 @@ def test_a_curve_spec_parses(spec: str, curve: Curve) -> None:
         ("steady:-1", "finite and not negative"),
         ("steady:1e9", "at most 100000 requests per hour"),
         ("steady:1..2", "a number does not parse"),
+        ("pulse:1:2:3", "pulse takes 4 to 4 numbers"),
+        ("pulse:1:2:3:3", "the pulse must end after it begins"),
     ],
 )
 def test_a_bad_curve_spec_is_one_line_naming_it(spec: str, words: str) -> None:
@@ -77,6 +80,9 @@ def test_a_bad_curve_spec_is_one_line_naming_it(spec: str, words: str) -> None:
 def test_a_step_and_a_day_have_the_rate_they_say() -> None:
     step = parse_curve("step:10:40:2")
     assert [step.at(h) for h in (0, 1.99, 2, 30)] == [10, 10, 40, 40]
+    pulse = parse_curve("pulse:2:300:1:2.5")
+    assert [pulse.at(h) for h in (0, 1, 2.49, 2.5, 9)] == [2, 300, 300, 2, 2]
+    assert pulse.peak == 300
     day = parse_curve("daily:20:0.5")
     assert day.at(0) == pytest.approx(20) and day.at(6) == pytest.approx(30)
     assert day.at(18) == pytest.approx(10) and day.peak == 30

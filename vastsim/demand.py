@@ -53,7 +53,8 @@ class Curve:
     """Requests per hour routed to this provider, as a function of hours since the start.
 
     ``steady``: ``rate``; ``daily``: ``rate`` × (1 + ``amplitude`` × sin(2π h / 24)), a day's
-    cycle starting at its mean, rising; ``step``: ``rate`` until ``at_h``, then ``after``.
+    cycle starting at its mean, rising; ``step``: ``rate`` until ``at_h``, then ``after``;
+    ``pulse``: ``after`` from ``at_h`` until ``until_h``, ``rate`` before and after.
     """
 
     kind: str
@@ -61,12 +62,13 @@ class Curve:
     after: float = 0.0
     at_h: float = 0.0
     amplitude: float = 0.0
+    until_h: float = math.inf
 
     def at(self, hours: float) -> float:
         if self.kind == "daily":
             return max(0.0, self.rate * (1.0 + self.amplitude * math.sin(2 * math.pi * hours / 24)))
-        if self.kind == "step":
-            return self.after if hours >= self.at_h else self.rate
+        if self.kind in ("step", "pulse"):
+            return self.after if self.at_h <= hours < self.until_h else self.rate
         return self.rate
 
     @property
@@ -74,7 +76,7 @@ class Curve:
         """The highest rate the curve reaches (the thinning's envelope)."""
         if self.kind == "daily":
             return self.rate * (1.0 + self.amplitude)
-        if self.kind == "step":
+        if self.kind in ("step", "pulse"):
             return max(self.rate, self.after)
         return self.rate
 
@@ -83,26 +85,28 @@ class Curve:
             return f"daily:{self.rate:g}:{self.amplitude:g}"
         if self.kind == "step":
             return f"step:{self.rate:g}:{self.after:g}:{self.at_h:g}"
+        if self.kind == "pulse":
+            return f"pulse:{self.rate:g}:{self.after:g}:{self.at_h:g}:{self.until_h:g}"
         return f"steady:{self.rate:g}"
 
 
-_SPEC = re.compile(r"(steady|daily|step)((?::[0-9.eE+-]+)+)")
+_SPEC = re.compile(r"(steady|daily|step|pulse)((?::[0-9.eE+-]+)+)")
+_WANT = "want steady:R, daily:R[:A], step:R1:R2[:H] or pulse:R1:R2:H1:H2 (requests per hour)"
 
 
 def parse_curve(spec: str) -> Curve:
     """``steady:R``, ``daily:R[:A]`` (A in [0, 1], default 0.5), ``step:R1:R2[:H]`` (R1/h until
-    hour H, default 1, then R2/h); rates in requests per hour."""
+    hour H, default 1, then R2/h), ``pulse:R1:R2:H1:H2`` (R2/h from hour H1 until H2, R1/h
+    otherwise); rates in requests per hour."""
     m = _SPEC.fullmatch(spec.strip())
     if not m:
-        raise DemandError(
-            f"demand {spec!r}: want steady:R, daily:R[:A] or step:R1:R2[:H] (requests per hour)"
-        )
+        raise DemandError(f"demand {spec!r}: {_WANT}")
     kind = m.group(1)
     try:
         nums = [float(x) for x in m.group(2)[1:].split(":")]
     except ValueError:
         raise DemandError(f"demand {spec!r}: a number does not parse") from None
-    arity = {"steady": (1, 1), "daily": (1, 2), "step": (2, 3)}[kind]
+    arity = {"steady": (1, 1), "daily": (1, 2), "step": (2, 3), "pulse": (4, 4)}[kind]
     if not arity[0] <= len(nums) <= arity[1]:
         raise DemandError(f"demand {spec!r}: {kind} takes {arity[0]} to {arity[1]} numbers")
     if not all(math.isfinite(x) and x >= 0 for x in nums):
@@ -113,6 +117,10 @@ def parse_curve(spec: str) -> Curve:
             raise DemandError(f"demand {spec!r}: the amplitude is at most 1")
     elif kind == "step":
         curve = Curve("step", nums[0], after=nums[1], at_h=nums[2] if len(nums) > 2 else 1.0)
+    elif kind == "pulse":
+        if nums[3] <= nums[2]:
+            raise DemandError(f"demand {spec!r}: the pulse must end after it begins")
+        curve = Curve("pulse", nums[0], after=nums[1], at_h=nums[2], until_h=nums[3])
     else:
         curve = Curve("steady", nums[0])
     if curve.peak > MAX_RATE_PER_H:

@@ -162,11 +162,12 @@ def decide(s: Settings, state: State, obs: Observed, now: float) -> Decision:
         )
         if (urgent or held >= s.up_after_s) and settled and target < s.max_workers:
             after = clamp(max(target + 1, math.ceil(target * s.growth)), s)
-            rate = f"proving {obs.done_per_h:.0f}/h" if obs.proving else "none proving yet"
+            plural = "s" if obs.unclaimed != 1 else ""
+            workers = f"{obs.proving} worker{'s' if obs.proving != 1 else ''} proving"
             text = (
-                f"work waits: {obs.unclaimed} request{'s' if obs.unclaimed != 1 else ''} "
-                f"unclaimed for {_minutes(max(waited, held))} with every worker full "
-                f"({obs.proving} {rate}): target {target} → {after}"
+                f"work waits: {obs.unclaimed} request{plural} unclaimed for "
+                f"{_minutes(max(waited, held))} ({workers}, {obs.done_per_h:.0f} proofs/h over "
+                f"the last {_minutes(obs.window_s)}): target {target} → {after}"
             )
             return Decision(State(after, None, None, now, text), Change(target, after, "up", text))
         why = (
