@@ -45,6 +45,7 @@ MODULES: dict[str, tuple[str, int, int]] = {
     "fleet": ("engine following 200 workers: CPU, RSS, tick, event-to-decision", 35, 120),
     "logstream": ("log lines/s into the log pane vs a bare asyncssh reader", 20, 90),
     "economics": ("vastui's policy vs the original's over a simulated week", 150, 1200),
+    "demand": ("the automatic target vs the best fixed one, on the market's work", 120, 900),
     "cluster": (
         "curio's database: PostgreSQL start (wheel vs system), psycopg vs asyncpg, the reader",
         60,

@@ -10,14 +10,17 @@ import pytest
 
 from vastui.engine.autoscale import Observed, Settings, State, decide, initial
 
-S = Settings(min_workers=1, max_workers=10)
+S = Settings(min_workers=1, max_workers=10, utilisation=0.75)
 MIN = 60.0
 
 
-def busy(unclaimed: int = 6, proving: int = 3, oldest: float = 60.0) -> Observed:
+def busy(
+    unclaimed: int = 6, proving: int = 3, oldest: float = 60.0, workers: int | None = None
+) -> Observed:
     return Observed(
         read=True, unclaimed=unclaimed, oldest_unclaimed_s=oldest, done_per_h=20.0 * proving,
-        capacity_per_h=20.0 * proving, proving=proving, workers=proving,
+        capacity_per_h=20.0 * proving, proving=proving,
+        workers=proving if workers is None else workers,
     )  # fmt: skip
 
 
@@ -41,9 +44,28 @@ def idle(done: float, proving: int = 4) -> Observed:
         ("from one", State(1), [(0, busy(proving=1)), (300, busy(proving=1))], 2, "up"),
         ("capped", State(9), [(0, busy(proving=9)), (300, busy(proving=9))], 10, "up"),
         ("at max", State(10), [(0, busy(proving=10)), (900, busy(proving=10))], 10, None),
-        # the last growth not proving yet: wait for it (settle_s 45 min)
-        ("unsettled", State(5, changed_at=-600), [(0, busy()), (300, busy())], 5, None),
-        ("settled by time", State(5, changed_at=-3000), [(0, busy()), (300, busy())], 8, "up"),
+        # a rental still setting up: wait for it to prove (at most settle_s, 3 h)
+        (
+            "unsettled",
+            State(5, changed_at=-600),
+            [(0, busy(workers=5)), (300, busy(workers=5))],
+            5,
+            None,
+        ),
+        (
+            "settled",
+            State(5, changed_at=-600),
+            [(0, busy(proving=5)), (300, busy(proving=5))],
+            8,
+            "up",
+        ),
+        (
+            "settled by time",
+            State(5, changed_at=-11000),
+            [(0, busy(workers=5)), (300, busy(workers=5))],
+            8,
+            "up",
+        ),
         # idle: down only after 30 min of it, to what the work needs at 75 %
         ("idle 10 min", State(4), [(0, idle(20)), (600, idle(20))], 4, None),
         ("idle 30 min", State(4), [(0, idle(20)), (1800, idle(20))], 2, "down"),
@@ -139,3 +161,68 @@ def test_a_fleet_follows_a_step_up_and_back_down() -> None:
     assert state.target <= 3, "gave the surplus back after the step down"
     ups = [at for at, n in history if at < 8 * 3600]
     assert ups and min(ups) >= 4 * 3600, "no growth before the step"
+
+
+def fed(demand: float, proving: int = 2, workers: int | None = None, **kw) -> Observed:
+    """Workers of 20/h each; the market sends ``demand`` requests per hour: what they cannot
+    take waits unclaimed (3 requests), what they take is their utilisation."""
+    full = demand > 20.0 * proving
+    kw.setdefault("unclaimed", 3 if full else 0)
+    return Observed(
+        read=True, done_per_h=min(demand, 20.0 * proving), capacity_per_h=20.0 * proving,
+        proving=proving, workers=proving if workers is None else workers,
+        requested_per_h=demand, **kw,
+    )  # fmt: skip
+
+
+F = Settings(min_workers=1, max_workers=10)  # utilisation 0.9: a worker of 20/h carries 18/h
+
+
+@pytest.mark.parametrize(
+    ("case", "state", "steps", "after", "direction"),
+    [
+        # need = demand / 18: up to floor(need + 0.3), down to floor(need + 0.8)
+        ("carried", State(2), [(0, fed(36)), (3600, fed(36))], 2, None),
+        ("more sent", State(2), [(0, fed(80)), (300, fed(80))], 4, "up"),
+        ("far more sent: at most double", State(2), [(0, fed(300)), (300, fed(300))], 4, "up"),
+        ("one minute of more", State(2), [(0, fed(80)), (60, fed(80))], 2, None),
+        ("more, a rental still setting up", State(2, changed_at=-60),
+         [(0, fed(80, workers=3)), (600, fed(80, workers=3))], 2, None),
+        ("less sent", State(4), [(0, fed(20, proving=4)), (1800, fed(20, proving=4))], 1, "down"),
+        ("a little less: kept", State(3), [(0, fed(40, proving=3)), (1800, fed(40, proving=3))],
+         3, None),
+        ("less, too soon after a change", State(4, changed_at=-600),
+         [(0, fed(20, proving=4)), (1800, fed(20, proving=4))], 4, None),
+        ("work waits past a third of the deadline", State(2),
+         [(0, fed(36, unclaimed=5, oldest_unclaimed_s=16 * 60.0))], 3, "up"),
+        ("no rate yet: the old signals", State(2),
+         [(0, replace(fed(80), requested_per_h=None)),
+          (300, replace(fed(80), requested_per_h=None))], 3, "up"),
+        ("more wanted, nothing unclaimed: kept", State(2),
+         [(0, fed(80, unclaimed=0)), (600, fed(80, unclaimed=0))], 2, None),
+        ("fewer wanted, the fleet busy: kept", State(4),
+         [(0, replace(fed(20, proving=4), done_per_h=70.0)),
+          (1800, replace(fed(20, proving=4), done_per_h=70.0))], 4, None),
+    ],
+)  # fmt: skip
+def test_the_target_follows_the_measured_demand(case, state, steps, after, direction) -> None:
+    changes = []
+    for now, obs in steps:
+        d = decide(F, state, obs, float(now))
+        state = d.state
+        changes += [d.change] if d.change is not None else []
+    assert state.target == after, case
+    assert [c.direction for c in changes] == ([direction] if direction else []), case
+
+
+def test_a_fleet_just_shrunk_does_not_grow_back_on_the_same_demand() -> None:
+    """Down to floor(need + 0.8), up only past floor(need + 0.3): for any demand, the target
+    the fleet shrank to is one the same demand does not raise."""
+    for demand in [x * 2.5 for x in range(1, 80)]:
+        state = State(10)
+        for now in (0.0, 1800.0):
+            state = decide(F, state, fed(demand, proving=10), now).state
+        shrunk = state.target
+        for now in (1800.0 + 60 * k for k in range(1, 200)):
+            state = decide(F, state, fed(demand, proving=shrunk), now).state
+        assert state.target == shrunk, demand

@@ -261,3 +261,39 @@ async def test_whose_failure_a_psprove_error_is(curio_db: CurioDb, err: str, who
         "machine": (1, 0), "controller": (0, 1), "neither": (0, 0),
     }[whose]  # fmt: skip
     assert (s.last_error is not None) == (whose == "machine")
+
+
+def request_run(db: CurioDb, start: float, end: float) -> None:
+    """A bg:PShareRequest run as harmonytask records it (task_type_handler.go:484-486)."""
+    from vastui.engine.cluster import to_db_time
+
+    db.q(
+        """INSERT INTO harmony_task_history (task_id, name, posted, work_start, work_end, result,
+           completed_by_host_and_port, err) VALUES (1, 'bg:PShareRequest', %s, %s, %s, true,
+           '127.0.0.1:12401', '')""",
+        (to_db_time(start), to_db_time(start), to_db_time(end)),
+    )
+
+
+async def test_the_request_tasks_runs_measure_what_the_market_sends(curio_db: CurioDb) -> None:
+    """Two runs in the window (one begun before it: counted from the window's start), one
+    before it; requests obtained during a run count, one obtained between runs does not."""
+    db = curio_db
+    request_run(db, T0 - 0.5 * H, T0 - 0.2 * H)  # ended before the window
+    request_run(db, T0 + 0.9 * H, T0 + 1.25 * H)  # began before the window (T0 + H)
+    request_run(db, T0 + 1.5 * H, T0 + 1.75 * H)
+    for at in (T0 - 0.3 * H, T0 + 0.95 * H, T0 + 1.1 * H, T0 + 1.2 * H, T0 + 1.4 * H,
+               T0 + 1.6 * H, T0 + 1.7 * H):  # fmt: skip
+        db.market(1, at)
+    reader = db.reader()
+    try:
+        view = await reader.read([], now=T0 + 2 * H, window_s=H)
+    finally:
+        await reader.close()
+    t = view.totals
+    assert t.request_runs_s == pytest.approx(0.5 * H)  # 0.25 h + 0.25 h
+    assert t.request_obtained == 4  # 1.1, 1.2, 1.6, 1.7 h (0.95 h is before the window)
+    from vastui.engine.engine import requested_per_h
+
+    assert requested_per_h(t.request_obtained, t.request_runs_s) == pytest.approx(8.0)
+    assert requested_per_h(1, 59.0) is None

@@ -313,6 +313,12 @@ def _cluster(c: Mapping[str, Any] | None, workers: Iterable[WorkerSample]) -> It
             _number(auto.get("done_per_h")),
         )
         yield from _gauge(
+            "vastui_market_demand_requests_per_hour",
+            "Requests the market gave per hour curio's request task asked (bg:PShareRequest "
+            "runs in the window)",
+            _number(auto.get("demand_per_h")),
+        )
+        yield from _gauge(
             "vastui_auto_target_changed_timestamp_seconds",
             "When the automatic target last changed (engine clock; vastui events --kind target)",
             _number(auto.get("changed_at")),

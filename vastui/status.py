@@ -243,6 +243,9 @@ def auto_line(cluster: dict[str, Any] | None) -> str | None:
     util, done, cap = (_float(auto.get(k)) for k in ("utilisation", "done_per_h", "capacity_per_h"))
     if util is not None and done is not None and cap is not None:
         parts.append(f"utilisation {util:.0%} ({done:.0f}/h of {cap:.0f}/h)")
+    demand = _float(auto.get("demand_per_h"))
+    if demand is not None:
+        parts.append(f"the market sends {demand:.0f} requests/h")
     if auto.get("unclaimed") is not None:
         parts.append(f"{auto.get('unclaimed')} requests unclaimed")
     if auto.get("reason"):

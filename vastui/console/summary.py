@@ -35,8 +35,9 @@ STRIP_HELP = (
     ("cluster 3 waiting 5 claimed …", "curio's cluster as the engine last read it: PSProve tasks "
      "waiting and claimed, proofs paid in the production window and $ per paid proof, workers "
      "draining (⤓); red when it cannot be read"),
-    ("auto 1–10 62% busy", "fleet.target_workers = \"auto\": the target's bounds, the share of "
-     "the proving workers' measured capacity the cluster's work used over the window, and "
+    ("auto 1–10 60 req/h 62% busy", "fleet.target_workers = \"auto\": the target's bounds, "
+     "the market's demand for the cluster (requests per hour its request task asked), the "
+     "share of the proving workers' measured capacity the cluster's work used over the window, and "
      "requests no worker has claimed (yellow: every worker is full; the target rises if it "
      "lasts)"),
     ("CUT OFF 12m", "the controller is cut off from its workers (their tunnel to the Lotus API "
@@ -186,6 +187,9 @@ def auto_text(auto: dict[str, object]) -> Text:
     """The automatic target in a few words: its bounds, the fleet's utilisation, the requests
     nobody has claimed (yellow: the fleet is full)."""
     text = Text(f"auto {auto.get('min_workers')}–{auto.get('max_workers')}", style="bold")
+    demand = auto.get("demand_per_h")
+    if isinstance(demand, int | float):
+        text.append(f" {demand:.0f} req/h")
     util = auto.get("utilisation")
     if isinstance(util, int | float):
         text.append(f" {util:.0%} busy")

@@ -34,13 +34,17 @@ Direction = Literal["up", "down"]
 class Settings:
     min_workers: int
     max_workers: int
-    utilisation: float = 0.75  # the target share of paid GPU time spent proving
+    utilisation: float = 0.9  # the target share of a proving worker's capacity used
     band: float = 0.15  # below utilisation - band is slack
     up_after_s: float = 300.0
     down_after_s: float = 1800.0
-    settle_s: float = 2700.0  # a new rental's setup and benchmark, before it can prove
+    # a rental still setting up this long after the last change no longer holds a raise back
+    # (its stage deadlines end it: paramfetch 90 min, the benchmark 45)
+    settle_s: float = 3 * 3600.0
     deadline_s: float = 2700.0  # the market's (Snark-Market.md:169)
     growth: float = 1.5
+    # workers the demand needs: floor(demand ÷ (a worker's rate × utilisation) + round_up)
+    round_up: float = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,10 @@ class Observed:
     proving: int = 0  # workers proving
     workers: int = 0  # live workers, setting up or proving (draining ones not)
     window_s: float = 3600.0  # what done_per_h is measured over
+    # requests the market gave per hour the cluster's request task was asking (its runs in
+    # harmony_task_history, the rows it added): the demand sent to this cluster, seen even
+    # when the fleet is full (its asks are then filled at once). None: it asked too little.
+    requested_per_h: float | None = None
 
     @property
     def utilisation(self) -> float | None:
@@ -144,6 +152,11 @@ def decide(s: Settings, state: State, obs: Observed, now: float) -> Decision:
                     reason=f"holding {target}: curio's cluster not read"),
             None,
         )  # fmt: skip
+    need = _need(s, obs)
+    if need is not None:  # the market's demand measured: follow it
+        return _follow(s, state, obs, now, target, need)
+    # not measured (the request task has not asked long enough): requests left unclaimed
+    # raise the target, a fleet using too little of its capacity lowers it
     util = obs.utilisation
     pressure = obs.unclaimed > 0
     slack = not pressure and obs.proving > 0 and util is not None and util < s.utilisation - s.band
@@ -157,8 +170,10 @@ def decide(s: Settings, state: State, obs: Observed, now: float) -> Decision:
     if pressure:
         urgent = waited > s.deadline_s / 3
         held = 0.0 if pressure_since is None else now - pressure_since
-        settled = obs.proving >= target or (
-            state.changed_at is None or now - state.changed_at >= s.settle_s
+        # capacity already on its way (a rental setting up) is waited for: it takes longer
+        # than any hysteresis, and raising again meanwhile rents twice for one shortage
+        settled = obs.proving >= obs.workers or (
+            state.changed_at is not None and now - state.changed_at >= s.settle_s
         )
         if (urgent or held >= s.up_after_s) and settled and target < s.max_workers:
             after = clamp(max(target + 1, math.ceil(target * s.growth)), s)
@@ -197,6 +212,67 @@ def decide(s: Settings, state: State, obs: Observed, now: float) -> Decision:
     else:
         text = f"{target}: utilisation {util:.0%} (aim {s.utilisation:.0%}), nothing waiting"
     return Decision(replace(state, reason=text), None)
+
+
+def _need(s: Settings, obs: Observed) -> float | None:
+    """The workers the market's demand needs at the target utilisation, from the request
+    task's measured rate and the proving workers' mean rate (None: not measured)."""
+    if obs.requested_per_h is None or obs.proving == 0 or obs.capacity_per_h <= 0:
+        return None
+    return obs.requested_per_h / (obs.capacity_per_h / obs.proving * s.utilisation)
+
+
+def _follow(
+    s: Settings, state: State, obs: Observed, now: float, target: int, need: float
+) -> Decision:
+    """Toward the workers the measured demand needs: up after ``up_after_s`` of wanting more
+    (and once the last growth proves), down after ``down_after_s`` of wanting fewer and a
+    window after the last change; work waiting a third of the deadline adds one at once.
+    Up to floor(need + round_up), down to floor(need + round_up + 0.5): a fleet just shrunk
+    does not want to grow back at once. Up needs requests left unclaimed too, down a fleet
+    using less than its target utilisation less ``band``."""
+    up_to = clamp(max(1, math.floor(need + s.round_up)), s)
+    down_to = clamp(max(1, math.floor(need + s.round_up + 0.5)), s)
+    wanted = up_to if up_to > target else down_to if down_to < target else target
+    # two signals must agree: more wanted and work left unclaimed (the fleet is full), or
+    # fewer wanted and the fleet using too little of what it can do
+    util = obs.utilisation
+    more = wanted > target and obs.unclaimed > 0
+    fewer = (
+        wanted < target and obs.unclaimed == 0
+        and util is not None and util < s.utilisation - s.band
+    )  # fmt: skip
+    demand = obs.requested_per_h or 0.0
+    mean = obs.capacity_per_h / obs.proving
+    seen = (
+        f"the market sends {demand:.0f} requests/h, {obs.proving} worker"
+        f"{'s' if obs.proving != 1 else ''} prove up to {mean:.0f}/h each"
+    )
+    up_since = (state.pressure_since if state.pressure_since is not None else now) if more else None
+    down_since = (state.slack_since if state.slack_since is not None else now) if fewer else None
+    state = replace(state, pressure_since=up_since, slack_since=down_since)
+    settled = obs.proving >= obs.workers or (
+        state.changed_at is not None and now - state.changed_at >= s.settle_s
+    )
+    urgent = (obs.oldest_unclaimed_s or 0.0) > s.deadline_s / 3 and target < s.max_workers
+    if settled and (urgent or (up_since is not None and now - up_since >= s.up_after_s)):
+        after = clamp(max(target + 1, min(wanted, 2 * target)), s)
+        why = (
+            f"work waits {_minutes(obs.oldest_unclaimed_s or 0.0)}"
+            if urgent and wanted <= target
+            else f"{seen}: {wanted} needed"
+        )
+        text = f"work waits: {why}: target {target} → {after}"
+        return Decision(State(after, None, None, now, text), Change(target, after, "up", text))
+    since_change = math.inf if state.changed_at is None else now - state.changed_at
+    if (
+        down_since is not None
+        and now - down_since >= s.down_after_s
+        and since_change >= obs.window_s
+    ):
+        text = f"workers idle: {seen}: {wanted} needed: target {target} → {wanted}"
+        return Decision(State(wanted, None, None, now, text), Change(target, wanted, "down", text))
+    return Decision(replace(state, reason=f"{target}: {seen} ({wanted} needed)"), None)
 
 
 __all__ = ["Change", "Decision", "Observed", "Settings", "State", "clamp", "decide", "initial"]

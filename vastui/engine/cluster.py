@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -206,6 +207,10 @@ class Totals:
     # them, and when the oldest of them was obtained (engine clock)
     unclaimed: int = 0
     oldest_unclaimed_at: float | None = None
+    # bg:PShareRequest's runs that ended in the window: how long it asked, and the requests
+    # obtained meanwhile (the market's demand for this cluster, vastui/engine/autoscale.py)
+    request_runs_s: float = 0.0
+    request_obtained: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,6 +221,7 @@ class Totals:
             "challenges": self.challenges, "paid": self.paid,
             "cluster_done": self.cluster_done, "cluster_failed": self.cluster_failed,
             "unclaimed": self.unclaimed, "oldest_unclaimed_at": self.oldest_unclaimed_at,
+            "request_runs_s": self.request_runs_s, "request_obtained": self.request_obtained,
         }  # fmt: skip
 
 
@@ -238,6 +244,13 @@ def from_db_time(value: Any) -> float | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return float(value.timestamp())
+
+
+def _seconds(value: Any) -> float:
+    """A duration the database summed: finite and not negative, else 0."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return max(0.0, float(value))
+    return 0.0
 
 
 def _count(value: Any) -> int:
@@ -318,6 +331,20 @@ SELECT count(*), min(q.obtained_at)
 FROM proofshare_queue q
 LEFT JOIN harmony_task t ON t.id = q.compute_task_id
 WHERE q.compute_done = FALSE AND (q.compute_task_id IS NULL OR t.owner_id IS NULL)
+"""
+# The request task's runs that ended in the window (each one from its claim to its record,
+# harmony/harmonytask/task_type_handler.go:484-486: it asks until the queue is refilled,
+# tasks/proofshare/task_request.go:162-380) and the requests it obtained meanwhile.
+_REQUEST_RUNS = """
+WITH runs AS (
+    SELECT greatest(work_start, %(since)s) AS s, work_end AS e
+    FROM harmony_task_history
+    WHERE name = %(req)s AND work_end >= %(since)s AND work_end >= work_start
+)
+SELECT coalesce(sum(extract(epoch FROM (e - s))), 0)::float8,
+       (SELECT count(*) FROM proofshare_queue q JOIN runs r
+        ON (q.obtained_at AT TIME ZONE 'UTC') BETWEEN r.s AND r.e)
+FROM runs
 """
 _CLUSTER_RESULTS = """
 SELECT count(*) FILTER (WHERE result), count(*) FILTER (WHERE NOT result)
@@ -513,6 +540,7 @@ class ClusterReader:
         paid = (await _fetch(conn, _PAID, {"since": since_tz}))[0]
         done = (await _fetch(conn, _CLUSTER_RESULTS, {"name": PSPROVE, "since": since}))[0]
         unclaimed = (await _fetch(conn, _UNCLAIMED, {}))[0]
+        runs = (await _fetch(conn, _REQUEST_RUNS, {"req": PSHARE_REQUEST, "since": since}))[0]
         return Totals(
             waiting=_count(tasks[0]), claimed=_count(tasks[1]), request_task=_count(tasks[2]) > 0,
             machines=_count(tasks[3]),
@@ -522,6 +550,7 @@ class ClusterReader:
             challenges=_count(market[3]), paid=_count(paid[0]),
             cluster_done=_count(done[0]), cluster_failed=_count(done[1]),
             unclaimed=_count(unclaimed[0]), oldest_unclaimed_at=from_db_time(unclaimed[1]),
+            request_runs_s=_seconds(runs[0]), request_obtained=_count(runs[1]),
         )  # fmt: skip
 
     async def rows_at(self, host_and_port: str) -> list[Row]:

@@ -1,0 +1,407 @@
+"""The fleet against the market's work (issue 30, item 5): vastui's automatic target against the
+best fixed target chosen in hindsight for each demand curve (the operator at their best).
+
+The market is the simulator's own (vastsim/proofsvc.py ``Market`` with vastsim/demand.py
+``FiniteDemand``: the curve, work slots from challenge proofs, the 45-minute deadline and its
+penalty), called as curio calls it. curio's cluster is modelled as curio runs it:
+
+* the request task (tasks/proofshare/task_request.go): when the requests no node has claimed
+  number ``RequestQueueLowWaterMark`` (5) or fewer, it asks for up to the high water mark (8),
+  polls and creates asks until they are matched, stopping at a 429;
+* each proving worker claims what is unclaimed up to its MaxPending (10), downloads each request
+  (~51 MB at its ``inet_down``) and proves it; with k proofs in flight a worker proves k/L per
+  hour (L: a proof's latency at MaxPending, MaxPending ÷ its rate): half fed is half as
+  productive, which is what a pipelined GPU does;
+* a completion is submitted at once; the market pays it, counts it as a challenge, or answers
+  410 for a request taken back at its deadline.
+
+The fleet: every engine step (60 s) the target (``autoscale.decide`` on what the engine reads of
+the cluster, or a fixed number); at most one rent per step; a rental downloads the ~135 GiB of
+parameters at its ``inet_down``, loads and benchmarks (20 min), and fails its benchmark with
+``BENCH_FAIL``; the surplus goes not-proving first, then the worst $/proof, drained (no new
+claims) until it holds nothing or 40 minutes. Money: $/h × rented time, plus bandwidth at the
+offer's $/GB (the parameters once, each request's download). Each rental's machine is drawn from
+the world seed and its index, the same for every policy (common random numbers), from ranges of
+their own, not from vastui's priors.
+
+Not modelled yet: the warm pool (stopped workers; ``scale_up_minutes.warm`` is null), the fair
+original at the best target, and machines that fail in production.
+
+``python -m bench --only demand [--quick]``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bench.common import Goal, progress
+from vastsim.demand import ESTABLISHED_BALANCE, FiniteDemand, parse_curve
+from vastsim.proofsvc import Market
+from vastui.config import Config
+from vastui.engine import autoscale
+from vastui.engine.engine import autoscale_settings, requested_per_h
+
+PREFIX = "economics.demand"
+WALLET = "f1benchdemandwallet"
+PRICE = 5 * 10**15  # 0.005 FIL, curio's suggested ask (Snark-Market.md "Pricing")
+TICK_S = 20.0  # curio's request loop and the workers' claims
+STEP_S = 60.0  # the engine's step
+MAX_PENDING = 10  # [Cuzk] MaxPending (vastui's default)
+LOW_WATER, HIGH_WATER = 5, 8  # task_request.go:27-28
+PARAMS_GB = 135 * 1.073741824  # 135 GiB of parameters per rental (cuzk-verified.md)
+REQUEST_GB = 0.051  # one request's download (cuzk-verified.md, "Where a proofshare worker ...")
+LOAD_S = 10 * 60.0  # the image pulled and started
+BENCH_S = 20 * 60.0
+BENCH_FAIL = 0.15
+DRAIN_MAX_S = 40 * 60.0  # the market's deadline less the drain margin
+MAX_WORKERS = 10
+HOURS_FULL, HOURS_QUICK = 48.0, 24.0
+SEEDS_FULL, SEEDS_QUICK = (1, 2, 3), (1,)
+
+# name → (curve spec with H for the run's hours, a new wallet)
+CURVES: dict[str, tuple[Callable[[float], str], bool]] = {
+    "steady": (lambda h: "steady:60", False),
+    "daily": (lambda h: "daily:70:0.8", False),
+    "step_up": (lambda h: f"step:25:150:{h / 3:g}", False),
+    "step_down": (lambda h: f"step:150:25:{h / 3:g}", False),
+    "pulse": (lambda h: f"pulse:20:160:{h / 3:g}:{2 * h / 3:g}", False),
+    "new_wallet": (lambda h: "steady:100", True),
+}
+
+GOALS = [
+    Goal(f"{PREFIX}.summary.auto_vs_best_fixed_cost_ratio.median", "<=", 0.85,
+         "auto ÷ the best fixed target in hindsight, $/paid proof, median over curves and seeds"),
+    Goal(f"{PREFIX}.summary.auto_vs_best_fixed_cost_ratio.worst", "<=", 1.0, "the worst of them"),
+    Goal(f"{PREFIX}.summary.missed_deadlines.auto_minus_best_fixed", "<=", 0,
+         "missed deadlines, auto less the best fixed target (totals over the runs)"),
+    Goal(f"{PREFIX}.summary.idle_share.auto.median", "<=", 0.15,
+         "the idle share of proving GPU hours with auto"),
+    Goal(f"{PREFIX}.summary.scale_up_minutes.warm.median", "<=", 5,
+         "a step up to added capacity proving, from the warm pool (not built yet: null)"),
+]  # fmt: skip
+
+
+@dataclass
+class Rental:
+    """One rented worker: its machine (drawn) and what became of it."""
+
+    k: int
+    mu: float  # proofs/h at MaxPending in flight
+    dph: float
+    inet_down: float  # Mbps
+    inet_cost: float  # $/GB
+    rented_at: float
+    ready_at: float  # setup and benchmark done
+    passes: bool
+    proving_since: float | None = None
+    gone_at: float | None = None
+    drain_deadline: float | None = None
+    # done_at, cid, obtained_at
+    in_flight: list[tuple[float, str, float]] = field(default_factory=list)
+    requests: int = 0
+    busy_s: float = 0.0  # ∫ in_flight / MaxPending over proving time
+    proving_s: float = 0.0
+
+    @property
+    def latency_s(self) -> float:
+        return MAX_PENDING / self.mu * 3600.0
+
+    def cost(self, end: float) -> float:
+        hours = ((self.gone_at if self.gone_at is not None else end) - self.rented_at) / 3600.0
+        return self.dph * hours + self.inet_cost * (PARAMS_GB + REQUEST_GB * self.requests)
+
+
+def draw(world_seed: int, k: int, now: float) -> Rental:
+    """Rental ``k`` of a world: the same machine whatever the policy that rents it."""
+    rng = random.Random(world_seed * 1_000_003 + k * 7_919 + 11)
+    mu = rng.uniform(25.0, 70.0)
+    inet_down = rng.uniform(200.0, 2000.0)
+    fetch_s = PARAMS_GB * 8000.0 / inet_down
+    return Rental(
+        k=k, mu=mu, dph=mu * rng.uniform(0.004, 0.0075), inet_down=inet_down,
+        inet_cost=rng.uniform(0.0, 0.02), rented_at=now,
+        ready_at=now + LOAD_S + fetch_s + BENCH_S, passes=rng.random() >= BENCH_FAIL,
+    )  # fmt: skip
+
+
+@dataclass
+class Run:
+    cost: float
+    paid: int
+    computed: int
+    challenges: int
+    missed: int
+    idle_share: float | None
+    scale_up_min: float | None  # a step up to the first worker rented after it proving
+    targets: list[tuple[float, int]]
+
+    @property
+    def cost_per_paid(self) -> float:
+        return self.cost / self.paid if self.paid else math.inf
+
+
+class World:
+    """One run: the market, curio's cluster and the fleet under one policy."""
+
+    def __init__(
+        self, spec: str, new_wallet: bool, world_seed: int, hours: float, tick_s: float = TICK_S
+    ) -> None:
+        self.tick_s = tick_s
+        self.t0 = 1_800_000_000.0
+        self.t = self.t0
+        self.end = self.t0 + hours * 3600.0
+        self.world_seed = world_seed
+        self.curve = parse_curve(spec)
+        self.step_at = self.t0 + self.curve.at_h * 3600.0 if self.curve.kind != "steady" else None
+        balance = 0 if new_wallet else ESTABLISHED_BALANCE
+        self.demand = FiniteDemand(self.curve, seed=world_seed, balance=balance, start=self.t0)
+        self.market = Market(clock=lambda: self.t, seed=world_seed, pow_share=0.0,
+                             policy=self.demand)  # fmt: skip
+        self.queue: deque[tuple[str, float]] = deque()  # unclaimed: cid, obtained_at
+        self.known: set[str] = set()
+        self.requesting = False
+        self.to_request = 0
+        # the request task's runs: (start, end, requests obtained), as harmony_task_history
+        # records bg:PShareRequest (its work_start, work_end) and proofshare_queue its rows
+        self.request_runs: deque[tuple[float, float, int]] = deque()
+        self.run_start = 0.0
+        self.run_obtained = 0
+        self.rentals: list[Rental] = []
+        self.done_times: deque[float] = deque()
+        self.paid = self.computed = self.challenges = 0
+
+    # -- curio's cluster -----------------------------------------------------------------
+
+    def proving(self) -> list[Rental]:
+        return [w for w in self.rentals if w.proving_since is not None and w.gone_at is None]
+
+    def _request_task(self) -> None:
+        # curio runs on the workers: no node proving, nobody asks (and PShareRequest's
+        # CanAccept wants the parameters on the node, task_request.go:124-135)
+        if not self.proving():
+            return
+        if not self.requesting and len(self.queue) <= LOW_WATER:
+            self.requesting, self.to_request = True, HIGH_WATER - len(self.queue)
+            self.run_start, self.run_obtained = self.t, 0
+        if not self.requesting:
+            return
+        work = self.market.poll(WALLET)
+        new = [r["request_cid"] for r in work["requests"] if r["request_cid"] not in self.known]
+        for cid in new:
+            self.known.add(cid)
+            self.queue.append((cid, self.t))
+        self.to_request -= len(new)
+        self.run_obtained += len(new)
+        asks = len(work["active_asks"])
+        for _ in range(self.to_request - asks):
+            if self.market.create_ask(WALLET, PRICE) is None:
+                break  # 429: wait for the next poll
+            asks += 1
+        if self.to_request <= 0 and not work["active_asks"]:
+            self.requesting = False
+            # one poll at least: curio's loop sleeps ProofRequestPollInterval (3 s) between
+            # one poll at least: curio's loop sleeps ProofRequestPollInterval (3 s) between
+            self.request_runs.append((self.run_start, max(self.t, self.run_start + 3.0),
+                                      self.run_obtained))  # fmt: skip
+
+    def _tick(self) -> None:
+        for w in self.proving():
+            keep = []
+            for done_at, cid, obtained in w.in_flight:
+                if done_at > self.t:
+                    keep.append((done_at, cid, obtained))
+                    continue
+                self.computed += 1
+                self.done_times.append(self.t)
+                reward = self.market.complete(WALLET, cid, b"proof")
+                if reward is not None:
+                    if reward.get("pow"):
+                        self.challenges += 1
+                    else:
+                        self.paid += 1
+            w.in_flight = keep
+        self._request_task()
+        for w in self.proving():
+            if w.drain_deadline is None:
+                while self.queue and len(w.in_flight) < MAX_PENDING:
+                    cid, obtained = self.queue.popleft()
+                    download = REQUEST_GB * 8000.0 / w.inet_down
+                    w.in_flight.append((self.t + download + w.latency_s, cid, obtained))
+                    w.requests += 1
+            w.busy_s += len(w.in_flight) / MAX_PENDING * self.tick_s
+            w.proving_s += self.tick_s
+
+    # -- the fleet -----------------------------------------------------------------------
+
+    def observed(self) -> autoscale.Observed:
+        while self.done_times and self.done_times[0] < self.t - 3600.0:
+            self.done_times.popleft()
+        while self.request_runs and self.request_runs[0][1] < self.t - 3600.0:
+            self.request_runs.popleft()
+        # completed runs only: harmony_task_history has them, a running task has no start
+        runs = list(self.request_runs)
+        open_s = sum(max(0.0, end - max(start, self.t - 3600.0)) for start, end, _n in runs)
+        obtained = sum(n for _s, _e, n in runs)
+        serving = [w for w in self.proving() if w.drain_deadline is None]
+        live = [w for w in self.rentals if w.gone_at is None and w.drain_deadline is None]
+        return autoscale.Observed(
+            read=True, unclaimed=len(self.queue),
+            oldest_unclaimed_s=self.t - self.queue[0][1] if self.queue else None,
+            done_per_h=float(len(self.done_times)), capacity_per_h=sum(w.mu for w in serving),
+            proving=len(serving), workers=len(live), window_s=3600.0,
+            requested_per_h=requested_per_h(obtained, open_s),
+        )  # fmt: skip
+
+    def _gone(self, w: Rental) -> None:
+        w.gone_at = self.t
+        for _done, cid, obtained in w.in_flight:  # vastui frees a destroyed worker's tasks
+            self.queue.appendleft((cid, obtained))
+        w.in_flight = []
+
+    def _step(self, target: int) -> None:
+        for w in self.rentals:
+            if w.gone_at is None and w.proving_since is None and w.ready_at <= self.t:
+                if w.passes:
+                    w.proving_since = self.t
+                else:
+                    self._gone(w)  # rejected at its benchmark
+            draining = w.gone_at is None and w.drain_deadline is not None
+            if draining and (not w.in_flight or self.t >= (w.drain_deadline or 0.0)):
+                self._gone(w)
+        live = [w for w in self.rentals if w.gone_at is None and w.drain_deadline is None]
+        if len(live) < target:
+            self.rentals.append(draw(self.world_seed, len(self.rentals), self.t))
+        elif len(live) > target:
+            setting_up = sorted((w for w in live if w.proving_since is None),
+                                key=lambda w: -w.rented_at)  # fmt: skip
+            proving = sorted((w for w in live if w.proving_since is not None),
+                             key=lambda w: -w.dph / w.mu)  # fmt: skip
+            for w in (setting_up + proving)[: len(live) - target]:
+                if w.proving_since is None:
+                    self._gone(w)
+                else:
+                    w.drain_deadline = self.t + DRAIN_MAX_S
+
+    def run(self, target_of: Callable[[World], int]) -> Run:
+        targets: list[tuple[float, int]] = []
+        next_step = self.t
+        while self.t < self.end:
+            if self.t >= next_step:
+                target = target_of(self)
+                if not targets or targets[-1][1] != target:
+                    targets.append((self.t, target))
+                self._step(target)
+                next_step += STEP_S
+            self._tick()
+            self.t += self.tick_s
+        busy = sum(w.busy_s for w in self.rentals)
+        proving_s = sum(w.proving_s for w in self.rentals)
+        return Run(
+            cost=sum(w.cost(self.end) for w in self.rentals), paid=self.paid,
+            computed=self.computed, challenges=self.challenges,
+            missed=sum(a.missed for a in self.demand.accounts.values()),
+            idle_share=1.0 - busy / proving_s if proving_s else None,
+            scale_up_min=self._scale_up_min(), targets=targets,
+        )  # fmt: skip
+
+    def _scale_up_min(self) -> float | None:
+        if self.step_at is None or self.curve.after <= self.curve.rate:
+            return None
+        after = [w.proving_since for w in self.rentals
+                 if w.rented_at >= self.step_at and w.proving_since is not None]  # fmt: skip
+        return (min(after) - self.step_at) / 60.0 if after else None
+
+
+def auto_policy(config: Config) -> Callable[[World], int]:
+    settings = autoscale_settings(config)
+    state = [autoscale.initial(settings)]
+
+    def target(world: World) -> int:
+        decision = autoscale.decide(settings, state[0], world.observed(), world.t)
+        state[0] = decision.state
+        return decision.state.target
+
+    return target
+
+
+def auto_config(**fleet: Any) -> Config:
+    base = Config()
+    return replace(base, fleet=replace(base.fleet, auto_target=True, min_workers=1,
+                                       max_workers=MAX_WORKERS, **fleet))  # fmt: skip
+
+
+def compare(curve: str, seed: int, hours: float, config: Config) -> dict[str, Any]:
+    make_spec, new_wallet = CURVES[curve]
+    spec = make_spec(hours)
+    auto = World(spec, new_wallet, seed, hours).run(auto_policy(config))
+    fixed = {n: World(spec, new_wallet, seed, hours).run(lambda _w, n=n: n)
+             for n in range(1, MAX_WORKERS + 1)}  # fmt: skip
+    best_n = min(fixed, key=lambda n: (fixed[n].cost_per_paid, n))
+    best = fixed[best_n]
+    return {"auto": auto, "best": best, "best_n": best_n, "spec": spec}
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def run(quick: bool) -> dict[str, Any]:
+    hours = HOURS_QUICK if quick else HOURS_FULL
+    seeds = SEEDS_QUICK if quick else SEEDS_FULL
+    config = auto_config()
+    figures: dict[str, Any] = {f"{PREFIX}.hours": hours, f"{PREFIX}.seeds": len(seeds)}
+    ratios: list[float] = []
+    idle: list[float] = []
+    cold: list[float] = []
+    missed_auto = missed_best = 0
+    for curve in CURVES:
+        for seed in seeds:
+            progress(f"demand: {curve}, seed {seed}, {hours:g} h")
+            got = compare(curve, seed, hours, config)
+            auto, best = got["auto"], got["best"]
+            key = f"{PREFIX}.{curve}.seed{seed}"
+            ratio = auto.cost_per_paid / best.cost_per_paid if best.paid and auto.paid else None
+            figures.update({
+                f"{key}.curve": got["spec"],
+                f"{key}.best_fixed_target": got["best_n"],
+                f"{key}.auto.usd_per_paid_proof": _round(auto.cost_per_paid),
+                f"{key}.best_fixed.usd_per_paid_proof": _round(best.cost_per_paid),
+                f"{key}.auto_vs_best_fixed_cost_ratio": _round(ratio),
+                f"{key}.auto.paid": auto.paid, f"{key}.best_fixed.paid": best.paid,
+                f"{key}.auto.missed_deadlines": auto.missed,
+                f"{key}.best_fixed.missed_deadlines": best.missed,
+                f"{key}.auto.idle_share": _round(auto.idle_share),
+                f"{key}.best_fixed.idle_share": _round(best.idle_share),
+                f"{key}.auto.peak_target": max(n for _t, n in auto.targets),
+                f"{key}.auto.target_changes": len(auto.targets) - 1,
+                f"{key}.auto.scale_up_minutes": _round(auto.scale_up_min),
+            })  # fmt: skip
+            if ratio is not None:
+                ratios.append(ratio)
+            if auto.idle_share is not None:
+                idle.append(auto.idle_share)
+            if auto.scale_up_min is not None:
+                cold.append(auto.scale_up_min)
+            missed_auto += auto.missed
+            missed_best += best.missed
+    figures.update({
+        f"{PREFIX}.summary.auto_vs_best_fixed_cost_ratio.median": _median(ratios),
+        f"{PREFIX}.summary.auto_vs_best_fixed_cost_ratio.worst": _round(max(ratios, default=None)),
+        f"{PREFIX}.summary.missed_deadlines.auto": missed_auto,
+        f"{PREFIX}.summary.missed_deadlines.best_fixed": missed_best,
+        f"{PREFIX}.summary.missed_deadlines.auto_minus_best_fixed": missed_auto - missed_best,
+        f"{PREFIX}.summary.idle_share.auto.median": _median(idle),
+        f"{PREFIX}.summary.scale_up_minutes.cold.median": _median(cold),
+        f"{PREFIX}.summary.scale_up_minutes.warm.median": None,
+    })  # fmt: skip
+    return figures
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, 4)

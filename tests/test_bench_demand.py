@@ -1,0 +1,46 @@
+"""The fleet against the market's work (bench/demand.py): the engine's own automatic target
+on the simulator's market with finite work and a model of curio's cluster."""
+
+from __future__ import annotations
+
+from bench.demand import WALLET, World, auto_config, auto_policy
+
+
+def trace(spec: str, new_wallet: bool, hours: float) -> tuple[list[tuple[float, int, int]], World]:
+    """(hour, target, the wallet's slots) at each change of target."""
+    world = World(spec, new_wallet, 1, hours, tick_s=60.0)
+    policy = auto_policy(auto_config())
+    changes: list[tuple[float, int, int]] = []
+
+    def target(w: World) -> int:
+        n = policy(w)
+        account = w.demand.accounts.get(WALLET)
+        if not changes or changes[-1][1] != n:
+            changes.append(((w.t - w.t0) / 3600.0, n, account.slots if account else 0))
+        return n
+
+    world.run(target)
+    return changes, world
+
+
+def test_a_new_wallet_keeps_min_workers_while_it_earns_slots_and_grows_with_them() -> None:
+    """No slots: only challenge proofs, two at a time (vastsim/demand.py), which one worker
+    carries; the fleet stays at min_workers (1) until the slots earned let the market send
+    more than it proves, then grows."""
+    changes, world = trace("steady:100", True, 120.0)
+    [(start, first, _)] = changes[:1]
+    assert (start, first) == (0.0, 1)
+    grown = [(h, n, slots) for h, n, slots in changes if n > 1]
+    assert grown, f"never grew: {changes}"
+    hour, _n, slots = grown[0]
+    assert hour > 48.0, "a day of challenges earns a few slots, not a second worker's work"
+    assert slots >= 10, "it grew once the slots outnumber what one worker holds (MaxPending)"
+    account = world.demand.accounts[WALLET]
+    assert account.missed == 0 and account.slots > slots
+
+
+def test_an_established_wallet_follows_a_step_up_and_not_before() -> None:
+    changes, _world = trace("step:20:150:8", False, 24.0)
+    ups = [h for h, n, _s in changes[1:]]
+    assert ups and min(ups) >= 8.0, f"no growth before the step: {changes}"
+    assert max(n for _h, n, _s in changes) >= 3, f"grew toward 150/h (workers of 25-70/h): {changes}"
