@@ -43,4 +43,4 @@ def test_an_established_wallet_follows_a_step_up_and_not_before() -> None:
     changes, _world = trace("step:20:150:8", False, 24.0)
     ups = [h for h, n, _s in changes[1:]]
     assert ups and min(ups) >= 8.0, f"no growth before the step: {changes}"
-    assert max(n for _h, n, _s in changes) >= 3, f"grew toward 150/h (workers of 25-70/h): {changes}"
+    assert max(n for _h, n, _s in changes) >= 3, f"grew toward 150/h: {changes}"
