@@ -41,14 +41,16 @@ from typing import Any
 from vastsim import curio_schema
 from vastsim.curio_schema import DEFAULT_NODES
 from vastsim.fleet import hold_port
+from vastsim.lotus import make_token
 from vastsim.postgres import READY_TIMEOUT_S, PostgresServer, PostgresUnavailable
 from vastsim.proofsvc import DemandPolicy, Market, ProofService, fil_to_atto
 
 log = logging.getLogger("vastsim.harmonydb")
 
-# A JWT-shaped token: lotus only takes the "TOKEN:" prefix of an API info for one
-# (deps/apiinfo_parse_curio.go).
-SIM_CHAIN_TOKEN = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJBbGxvdyI6WyJyZWFkIl19.c2ltLXNpZ25hdHVyZQ"
+# The controller's API tokens (lotus's JWT payload, vastsim/lotus.py): the one an operator gives
+# curio (read, write and sign: its proofshare tasks sign through it), and a read-only one.
+SIM_CHAIN_TOKEN = make_token(("read", "write", "sign"))
+SIM_READ_TOKEN = make_token(("read",))
 LOOKS_DEAD_S = 600.0  # harmony/resources/resources.go:22 LOOKS_DEAD_TIMEOUT
 # curio's own defaults for its database (cmd/curio/main.go:108-186): what a worker without a
 # configured password sends.
@@ -119,11 +121,13 @@ class ClusterDatabase:
         server: PostgresServer | None = None,
         market: Market | None = None,
         demand: DemandPolicy | None = None,
+        chain_token: str = SIM_CHAIN_TOKEN,
     ) -> None:
         self.user = user
         self.password = password
         self.database = database
         self.chain_addr = chain_addr
+        self.chain_token = chain_token  # what the base layer gives curio for the chain node
         self.nodes = tuple(nodes)
         self.clock = clock
         self.wallet = wallet
@@ -242,7 +246,7 @@ class ClusterDatabase:
                 conn.execute(
                     "INSERT INTO harmony_config (title, config) VALUES (%s, %s) "
                     "ON CONFLICT (title) DO UPDATE SET config = excluded.config",
-                    ("base", base_layer(self.chain_addr)),
+                    ("base", base_layer(self.chain_addr, self.chain_token)),
                 )
                 # web/api/webrpcporep/proofshare.go:88-92 (PSSetMeta): pprice in attoFIL
                 conn.execute(
@@ -402,6 +406,7 @@ __all__ = [
     "DEFAULT_NODES",
     "LOOKS_DEAD_S",
     "SIM_CHAIN_TOKEN",
+    "SIM_READ_TOKEN",
     "SIM_WALLET",
     "ClusterDatabase",
     "base_layer",

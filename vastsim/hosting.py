@@ -30,6 +30,7 @@ from vastsim.harmonydb import (
     CURIO_DEFAULT_PASSWORD,
     CURIO_DEFAULT_USER,
     SIM_CHAIN_TOKEN,
+    SIM_READ_TOKEN,
     ClusterDatabase,
 )
 from vastsim.lotus import FakeLotus
@@ -111,6 +112,7 @@ async def worker_hosts(
     db_name: str = CURIO_DEFAULT_DATABASE,
     snap_share: float = 0.25,
     demand: DemandPolicy | None = None,
+    lotus_token: str = "sign",
 ) -> AsyncIterator[WorkerHosts]:
     """Run ``cloud``'s worker hosts until the block ends; then every sandbox process is killed
     and the sandboxes removed, the cluster's database server stopped and its files removed.
@@ -134,7 +136,9 @@ async def worker_hosts(
         )  # fmt: skip
         host.attach()
         stack.push_async_callback(host.close)
-        lotus = FakeLotus(token=SIM_CHAIN_TOKEN)
+        # the node knows both tokens; the cluster's base layer gives curio the one asked for
+        # ("read": proofs computed, no ask or completion ever signed)
+        lotus = FakeLotus(tokens=(SIM_CHAIN_TOKEN, SIM_READ_TOKEN))
         await lotus.start()
         stack.push_async_callback(lotus.stop)
         # curio's cluster database, whose base layer names the chain node as the controller
@@ -143,6 +147,7 @@ async def worker_hosts(
             user=db_user, password=db_password, database=db_name,
             chain_addr=f"127.0.0.1:{lotus.port}", clock=cloud.clock.now, seed=cloud.seed,
             snap_share=snap_share, demand=demand,
+            chain_token=SIM_READ_TOKEN if lotus_token == "read" else SIM_CHAIN_TOKEN,
         )  # fmt: skip
         stack.push_async_callback(db.stop)
         await db.start()

@@ -110,6 +110,7 @@ class ServeOptions:
     machine_fault_rate: float = 1.0
     write_config: Path | None = None  # a vastui config for an engine against this cloud
     demand: FiniteDemand | None = None  # the market's rules (None: every ask filled)
+    lotus_token: str = "sign"  # the token curio gets for the chain node ("read": no signing)
 
 
 PASSWORD_FILE = "curio-db-password"  # beside the written config (0600)
@@ -167,7 +168,7 @@ async def serve_cloud(
             hosts = await stack.enter_async_context(
                 worker_hosts(
                     cloud, speed=cloud.speed, machine_fault_rate=opts.machine_fault_rate,
-                    db_password=password, demand=opts.demand,
+                    db_password=password, demand=opts.demand, lotus_token=opts.lotus_token,
                 )
             )  # fmt: skip
             addrs = hosts.controller_addrs()

@@ -50,7 +50,7 @@ class SimWorld:
             raise WorldError(str(exc)) from None
         async with worker_hosts(
             cloud, speed=request.speed, machine_fault_rate=request.machine_fault_rate,
-            demand=demand,
+            demand=demand, lotus_token=request.lotus_token,
         ) as hosts:  # fmt: skip
             client = client_for_cloud(cloud, pacing={})
             try:
@@ -82,6 +82,7 @@ class SimWorld:
             raise WorldError(str(exc)) from None
         serve = ServeOptions(
             demand=demand,
+            lotus_token=request.lotus_token,
             port=request.port,
             workers=request.workers,
             machine_fault_rate=request.machine_fault_rate,

@@ -358,6 +358,7 @@ def cmd_sim_serve(opts: Options, args: argparse.Namespace) -> int:
         machine_fault_rate=args.machine_fault_rate, bid_pressure=args.bid_pressure,
         list_lag=args.list_lag, port=args.port, workers=args.workers,
         write_config=args.write_config, demand=args.demand, new_wallet=args.new_wallet,
+        lotus_token=args.lotus_token,
     )  # fmt: skip
     try:
         load_world().serve(request)
@@ -684,6 +685,11 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument(
         "--new-wallet", action="store_true",
         help="the provider's wallet has no work slots yet: it earns them with challenge proofs",
+    )  # fmt: skip
+    ss.add_argument(
+        "--lotus-token", choices=["sign", "read"], default="sign",
+        help="the chain node's token curio's layer gets: sign (as proofshare needs) or read "
+        "(proofs computed, never asked for or paid)",
     )  # fmt: skip
     ss.add_argument(
         "--write-config", type=Path, metavar="PATH",

@@ -81,7 +81,13 @@ async def gather(
         },
         "fleet_failure": None
         if pause is None
-        else {"text": pause.get("text"), "since": iso_utc(_float(pause.get("since")))},
+        else {
+            "text": pause.get("text"),
+            "since": iso_utc(_float(pause.get("since"))),
+            "resumes": "curio's next signature that goes through resumes too"
+            if pause.get("signature") == "payment_path"
+            else "a passing worker resumes too",
+        },
         "foreign": {
             "instances": len(foreign),
             "fleets": sorted({f.owner for f in foreign}),
@@ -109,7 +115,7 @@ def render(report: dict[str, Any]) -> str:
     if pause:
         lines.append(
             f"provisioning paused since {pause['since']}: fleet-wide failure {pause['text']}; "
-            "no machine blamed. Fix the cause, then `vastui resume` (a passing worker resumes too)"
+            f"no machine blamed. Fix the cause, then `vastui resume` ({pause['resumes']})"
         )
     foreign = report.get("foreign") or {}
     if foreign.get("instances"):

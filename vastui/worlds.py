@@ -40,6 +40,7 @@ class DemoRequest:
     start: float  # the world's time starts here (after this database's latest)
     demand: str = "unlimited"  # the market's work: "unlimited" or a curve (the world parses it)
     new_wallet: bool = False  # the provider starts with no work slots
+    lotus_token: str = "sign"  # the chain node's token curio gets: "sign", or "read" only
 
 
 @dataclass
@@ -72,6 +73,7 @@ class ServeRequest:
     write_config: Path | None
     demand: str = "unlimited"  # the market's work: "unlimited" or a curve (the world parses it)
     new_wallet: bool = False  # the provider starts with no work slots
+    lotus_token: str = "sign"  # the chain node's token curio gets: "sign", or "read" only
 
 
 class World(Protocol):

@@ -25,7 +25,7 @@ from vastui.config import Config, load_curio_db_password
 from vastui.domain.journal import BAN_KEY, Intent
 from vastui.domain.machines import BanSpec
 from vastui.domain.worker import InstanceRecord, Progress
-from vastui.engine import drain, fleetwide, identity, policy
+from vastui.engine import drain, fleetwide, identity, payment, policy
 from vastui.engine.bidding import BidQuote
 from vastui.engine.cluster import ClusterError, ClusterReader, Worker, worker_of
 from vastui.engine.crashpoints import crash_point
@@ -653,6 +653,9 @@ class Acts:
     async def worker_passed(self, rec: InstanceRecord, now: float) -> None:
         """A worker passed its benchmark: whatever broke the fleet works again."""
         why = f"instance {rec.vast_id} on machine {rec.machine_id} passed its benchmark"
+        active = await self.store.meta.fleet_failure()
+        if active is not None and active.get("signature") == payment.SIGNATURE:
+            return  # a benchmark signs nothing: the payment path is mended by a signature
         if await self.store.clear_fleet_failure(why, now=now):
             log.info("fleet-wide failure over: %s; provisioning resumes", why)
 

@@ -63,6 +63,12 @@ log = logging.getLogger("vastui.engine.cluster")
 
 PSPROVE = "PSProve"  # tasks/tasknames
 PSHARE_REQUEST = "bg:PShareRequest"  # tasks/proofshare/task_request.go TypeDetails
+PSHARE_SUBMIT = "PShareSubmit"  # tasks/proofshare/task_submit.go TypeDetails
+# A signature the Lotus API refused: every ask (task_request.go:313 → provictl.go:84) and every
+# completion (task_submit.go → provictl.go:231-234) is signed through WalletSign
+# (lib/proofsvc/sigs.go:241); a token without "sign" gets go-jsonrpc's "missing permission to
+# invoke 'WalletSign' (need 'sign')" (auth/auth.go).
+SIGN_REFUSED = r"failed to sign|missing permission to invoke"
 LOOKS_DEAD_S = 600.0  # harmony/resources/resources.go:22 LOOKS_DEAD_TIMEOUT
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 10_000
@@ -211,6 +217,13 @@ class Totals:
     # obtained meanwhile (the market's demand for this cluster, vastui/engine/autoscale.py)
     request_runs_s: float = 0.0
     request_obtained: int = 0
+    # the payment path: asks and completions whose signature the Lotus API refused in the
+    # window, the last one's words and time, and the last sign that it works (a request
+    # obtained, which took a signed ask, or a completion submitted), engine clock
+    sign_refused: int = 0
+    sign_error: str | None = None
+    sign_refused_at: float | None = None
+    signed_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -222,6 +235,8 @@ class Totals:
             "cluster_done": self.cluster_done, "cluster_failed": self.cluster_failed,
             "unclaimed": self.unclaimed, "oldest_unclaimed_at": self.oldest_unclaimed_at,
             "request_runs_s": self.request_runs_s, "request_obtained": self.request_obtained,
+            "sign_refused": self.sign_refused, "sign_error": self.sign_error,
+            "sign_refused_at": self.sign_refused_at, "signed_at": self.signed_at,
         }  # fmt: skip
 
 
@@ -345,6 +360,16 @@ SELECT coalesce(sum(extract(epoch FROM (e - s))), 0)::float8,
        (SELECT count(*) FROM proofshare_queue q JOIN runs r
         ON (q.obtained_at AT TIME ZONE 'UTC') BETWEEN r.s AND r.e)
 FROM runs
+"""
+_SIGNING = """
+SELECT count(*) FILTER (WHERE NOT result AND coalesce(err, '') ~* %(refused)s),
+       (array_agg(err ORDER BY work_end DESC)
+            FILTER (WHERE NOT result AND coalesce(err, '') ~* %(refused)s))[1],
+       max(work_end) FILTER (WHERE NOT result AND coalesce(err, '') ~* %(refused)s),
+       max(work_end) FILTER (WHERE result AND name = %(submit)s),
+       (SELECT max(obtained_at) FROM proofshare_queue)
+FROM harmony_task_history
+WHERE name IN (%(req)s, %(submit)s) AND work_end >= %(since)s
 """
 _CLUSTER_RESULTS = """
 SELECT count(*) FILTER (WHERE result), count(*) FILTER (WHERE NOT result)
@@ -541,6 +566,13 @@ class ClusterReader:
         done = (await _fetch(conn, _CLUSTER_RESULTS, {"name": PSPROVE, "since": since}))[0]
         unclaimed = (await _fetch(conn, _UNCLAIMED, {}))[0]
         runs = (await _fetch(conn, _REQUEST_RUNS, {"req": PSHARE_REQUEST, "since": since}))[0]
+        signing = (
+            await _fetch(conn, _SIGNING, {
+                "req": PSHARE_REQUEST, "submit": PSHARE_SUBMIT, "since": since,
+                "refused": SIGN_REFUSED,
+            })
+        )[0]  # fmt: skip
+        signed = [t for t in (from_db_time(signing[3]), from_db_time(signing[4])) if t is not None]
         return Totals(
             waiting=_count(tasks[0]), claimed=_count(tasks[1]), request_task=_count(tasks[2]) > 0,
             machines=_count(tasks[3]),
@@ -551,6 +583,9 @@ class ClusterReader:
             cluster_done=_count(done[0]), cluster_failed=_count(done[1]),
             unclaimed=_count(unclaimed[0]), oldest_unclaimed_at=from_db_time(unclaimed[1]),
             request_runs_s=_seconds(runs[0]), request_obtained=_count(runs[1]),
+            sign_refused=_count(signing[0]),
+            sign_error=sanitize_line(signing[1], 300) if isinstance(signing[1], str) else None,
+            sign_refused_at=from_db_time(signing[2]), signed_at=max(signed, default=None),
         )  # fmt: skip
 
     async def rows_at(self, host_and_port: str) -> list[Row]:

@@ -38,6 +38,7 @@ from vastui.engine import (
     bidding,
     drain,
     identity,
+    payment,
     policy,
     production,
     provision,
@@ -54,7 +55,13 @@ from vastui.engine.acts import (
     worker_curio_env,
 )
 from vastui.engine.clock import SteadyClock
-from vastui.engine.cluster import ClusterAbsent, ClusterError, ClusterReader, ClusterView
+from vastui.engine.cluster import (
+    ClusterAbsent,
+    ClusterError,
+    ClusterReader,
+    ClusterView,
+    Totals,
+)
 from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
@@ -719,8 +726,36 @@ class Engine:
             if view is not None:
                 for vast_id, state in view.workers.items():
                     await self._isolated(vast_id, self._note_cluster(vast_id, state, now))
+                await self._payment_path(view.totals, now)
             await self._end_drains()
             await self._release_due()
+
+    async def _payment_path(self, totals: Totals, now: float) -> None:
+        """Pause provisioning while curio's signatures are refused (vastui/engine/payment.py),
+        lift the pause once one goes through again. No machine is struck for it."""
+        signing = payment.Signing(
+            totals.sign_refused, totals.sign_error, totals.sign_refused_at, totals.signed_at
+        )
+        active = await self.store.meta.fleet_failure()
+        if active is not None:
+            since = active.get("since")
+            ours = active.get("signature") == payment.SIGNATURE
+            if ours and isinstance(since, int | float) and payment.mended(signing, float(since)):
+                why = "curio's signatures go through the Lotus API again"
+                if await self.store.clear_fleet_failure(why, now=now):
+                    log.info("payment path mended: %s; provisioning resumes", why)
+            return
+        line = payment.broken(signing)
+        if line is None:
+            return
+        value = {
+            "signature": payment.SIGNATURE, "text": line, "since": now, "machines": [],
+            "instances": [], "until": "until curio's signatures go through or `vastui resume`",
+        }  # fmt: skip
+        await self.store.declare_fleet_failure(
+            value, forgive_machines=[], forgive_instances=[], since=now, now=now
+        )
+        log.error("provisioning paused: %s", line)
 
     async def _probe_cluster(self, reader: ClusterReader) -> bool:
         """The first step's look at curio's database: nothing there (an operator without
@@ -1007,6 +1042,7 @@ class Engine:
             for r in await self.store.instances.all(include_killed=False)
             if r.source == "vastui"
         ]  # fmt: skip
+        pause = await self.store.meta.fleet_failure() or {}
         rents = [
             provision.RentInFlight(
                 offer_id=i.offer_id, machine_id=i.machine_id,
@@ -1020,7 +1056,8 @@ class Engine:
             dry_offers=self.acts.dry_offers,
             bad_machines=frozenset(await self.store.badlist.machine_ids(now=self.clock())),
             api_error=self._cycle_error,
-            fleet_failure=(await self.store.meta.fleet_failure() or {}).get("text"),
+            fleet_failure=pause.get("text"),
+            fleet_failure_until=until if isinstance(until := pause.get("until"), str) else None,
             no_credit=self.no_credit,
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
             identity_collision=self.identity_collision,

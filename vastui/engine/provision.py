@@ -142,6 +142,10 @@ class Reason:
     best: Candidate | None = None
 
 
+# how a fleet-wide failure's pause ends, unless it says otherwise (vastui/engine/payment.py)
+FLEET_FAILURE_UNTIL = "until a worker passes its benchmark or `vastui resume`"
+
+
 @dataclass(frozen=True, slots=True)
 class FleetView:
     """What the engine knows at the start of a provisioning decision."""
@@ -161,6 +165,7 @@ class FleetView:
     api_error: str | None = None  # this cycle's Vast error, one line
     tunnel_down: str | None = None  # what a worker says of the controller's tunnel, one line
     fleet_failure: str | None = None  # the signature that paused provisioning, one line
+    fleet_failure_until: str = FLEET_FAILURE_UNTIL
     no_credit: str | None = None  # Vast's billing refusal of the last rent, one line
     spent_today: float = 0.0  # dollars since midnight UTC (spend.fleet_spend)
     max_daily_spend: float = 0.0  # fleet.max_daily_spend; 0: no daily cap
@@ -223,6 +228,7 @@ def build_view(
     identity_collision: str | None = None,
     rents_last_hour: int = 0,
     target: int | None = None,
+    fleet_failure_until: str | None = None,
 ) -> FleetView:
     """The fleet as a provisioning decision sees it, from what the engine observed. Rents whose
     outcome is still unknown count as workers (and cost); in a dry run the would-be rents of this
@@ -257,6 +263,7 @@ def build_view(
         max_rents_per_slot_hour=fleet.max_rents_per_slot_hour,
         api_error=api_error,
         fleet_failure=fleet_failure,
+        fleet_failure_until=fleet_failure_until or FLEET_FAILURE_UNTIL,
         no_credit=no_credit,
         spent_today=spent_today,
         identity_collision=identity_collision,
@@ -337,7 +344,7 @@ def gate(view: FleetView) -> Decision | None:
             Reason(
                 "fleet_failure",
                 f"fleet-wide failure: {view.fleet_failure}; provisioning paused, no machine "
-                "blamed, until a worker passes its benchmark or `vastui resume`",
+                f"blamed, {view.fleet_failure_until}",
             ),
         )
     if view.identity_collision:

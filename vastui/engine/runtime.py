@@ -54,6 +54,7 @@ class RunOptions:
     metrics: str | None = None  # --metrics host:port (else [metrics] listen; neither: off)
     demand: str = "unlimited"  # demo only: the proofshare market's work (vastsim/demand.py)
     new_wallet: bool = False  # demo only: the provider earns its work slots first
+    lotus_token: str = "sign"  # demo only: the chain node's token curio gets ("read": no signing)
 
 
 def parse_duration(text: str) -> float:
@@ -298,7 +299,7 @@ async def demo_request(store: Store, run: RunOptions) -> DemoRequest:
     return DemoRequest(
         seed=run.seed, speed=run.speed, machine_fault_rate=run.machine_fault_rate,
         after_id=last_id, start=max(time.time(), last_ts + 60.0), demand=run.demand,
-        new_wallet=run.new_wallet,
+        new_wallet=run.new_wallet, lotus_token=run.lotus_token,
     )  # fmt: skip
 
 
