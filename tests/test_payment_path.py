@@ -42,7 +42,8 @@ def test_signatures_refused_and_not_mended_since_break_the_payment_path(signing,
 def history(db: CurioDb, name: str, at: float, ok: bool, err: str = "") -> None:
     db.q(
         """INSERT INTO harmony_task_history (task_id, name, posted, work_start, work_end, result,
-           completed_by_host_and_port, err) VALUES (7, %s, %s, %s, %s, %s, '127.0.0.1:12401', %s)""",
+           completed_by_host_and_port, err)
+           VALUES (7, %s, %s, %s, %s, %s, '127.0.0.1:12401', %s)""",
         (name, to_db_time(at - 5), to_db_time(at - 5), to_db_time(at), ok, err),
     )
 
