@@ -24,9 +24,7 @@ async def test_a_read_only_lotus_token_pauses_provisioning_on_the_payment_path(
     demo_state: Path,
 ) -> None:
     base = e2e_config()
-    config = replace(
-        base, fleet=replace(base.fleet, target_workers=3, max_concurrent_benchmarks=1)
-    )
+    config = replace(base, fleet=replace(base.fleet, target_workers=3, max_concurrent_benchmarks=1))
     opts = Options(config=config, db=demo_state / "fleet.db", demo=True, seed=11, speed=SPEED)
     run = RunOptions(speed=SPEED, seed=11, machine_fault_rate=0.0, lotus_token="read")
     async with engine_runtime(opts, run) as rt:
