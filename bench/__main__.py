@@ -44,8 +44,12 @@ MODULES: dict[str, tuple[str, int, int]] = {
     "detail": ("the detail view opening, drawn and settled, vs a minimal app's modal", 45, 150),
     "fleet": ("engine following 200 workers: CPU, RSS, tick, event-to-decision", 35, 120),
     "logstream": ("log lines/s into the log pane vs a bare asyncssh reader", 20, 90),
-    "economics": ("vastui's policy vs the original's over a simulated week", 150, 1200),
-    "demand": ("the automatic target vs the best fixed one, on the market's work", 120, 900),
+    "economics": (
+        "vastui's policy vs the original's over a simulated week; the automatic target vs the "
+        "best fixed one on the market's work",
+        200,
+        1500,
+    ),
     "cluster": (
         "curio's database: PostgreSQL start (wheel vs system), psycopg vs asyncpg, the reader",
         60,

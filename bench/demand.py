@@ -27,7 +27,8 @@ their own, not from vastui's priors.
 Not modelled yet: the warm pool (stopped workers; ``scale_up_minutes.warm`` is null), the fair
 original at the best target, and machines that fail in production.
 
-``python -m bench --only demand [--quick]``.
+Run as part of ``python -m bench --only economics [--quick]`` (its figures are
+``economics.demand.*``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bench import demand
 from bench.common import Goal, progress
 from bench.economics_fleet import Outcome
 from bench.economics_original import OPERATOR_CHECK_S, OriginalPolicy
@@ -68,6 +69,7 @@ GOALS = [
     Goal(f"{FAIR_OFF}.cost_per_proof_ratio.worst", "<=", 0.85, "bids off, the worst world"),
     Goal(f"{FAIR}.rejected_spend_ratio.median", "<=", 0.3, "$ on rejected workers, ratio"),
     Goal(f"{FAIR}.hours_to_target_ratio.median", "<=", 1.0, "hours to the target, ratio"),
+    *demand.GOALS,
 ]
 Policy = Callable[[Market, Config], Outcome]
 
@@ -366,6 +368,7 @@ def run(quick: bool) -> dict[str, Any]:
                     figures.update(total.figures(f"economics.{name}", hours))
             if not quick:
                 figures.update(_uncapped(scenario, seeds, hours))
+    figures.update(demand.run(quick))  # the fleet against the market's work (bench/demand.py)
     return figures
 
 

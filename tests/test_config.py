@@ -74,6 +74,12 @@ def test_valid_file_overrides(tmp_path: Path):
         ("[fleet]\nmax_rents_per_slot_hour = -1\n", "key 'fleet.max_rents_per_slot_hour'"),
         ("[ui.keymap]\nquit = 1\n", "key 'ui.keymap.quit': expected a string"),
         ("[fleet\n", "not valid TOML"),
+        ('[fleet]\ntarget_workers = "Auto"\n', 'expected an integer or "auto", got string'),
+        ("[fleet]\nauto_target = true\n", "unknown key 'fleet.auto_target'"),
+        ("[fleet]\nmin_workers = 0\n", "key 'fleet.min_workers': expected 1 to fleet.max"),
+        ("[fleet]\nmin_workers = 4\nmax_workers = 3\n", "key 'fleet.min_workers'"),
+        ("[fleet]\ntarget_utilisation = 1.0\n", "key 'fleet.target_utilisation'"),
+        ("[fleet]\nscale_down_after_min = 1\n", "key 'fleet.scale_down_after_min'"),
         ('[vast]\napi_key = "x"\n', "'api_key' is not read from the config file"),
     ],
 )
@@ -135,3 +141,11 @@ def test_every_number_has_a_range_an_operator_could_mean(tmp_path, section, key,
         path = write(tmp_path, f"[{section}]\n{key} = {value}\n")
         with pytest.raises(ConfigError, match=f"key '{section}.{key}'"):
             load_config(path)
+
+
+def test_an_automatic_target_is_the_one_string_target_workers_takes(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, '[fleet]\ntarget_workers = "auto"\nmax_workers = 4\n'))
+    assert cfg.fleet.auto_target and cfg.fleet.target_workers == 0
+    assert (cfg.fleet.min_workers, cfg.fleet.max_workers) == (1, 4)
+    fixed = load_config(write(tmp_path, "[fleet]\ntarget_workers = 3\n"))
+    assert not fixed.fleet.auto_target and fixed.fleet.target_workers == 3

@@ -379,8 +379,8 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
     ("fleet.max_workers", lambda c: 1 <= c.fleet.max_workers <= 1000, "1 to 1000"),
     (
         "fleet.min_workers",
-        lambda c: 0 <= c.fleet.min_workers <= c.fleet.max_workers,
-        "0 to fleet.max_workers",
+        lambda c: 1 <= c.fleet.min_workers <= c.fleet.max_workers,
+        "1 to fleet.max_workers (curio runs on the workers: with none, no work is seen)",
     ),
     (
         "fleet.target_utilisation",
