@@ -86,10 +86,14 @@ async def test_the_target_follows_the_markets_work_up_and_down(demo_state: Path)
                         if r.killed and r.kill_kind == "surplus"]  # fmt: skip
                 return gone[0] if gone else None
 
-            rec = await eventually(given_up, LONG, "the surplus worker drained and destroyed")
-            assert rec.drain_started_at is not None, "drained before it was destroyed"
-            # (a worker too slow for its price once fed may drain too: that is the machine's)
-            assert rec.vast_id in [e.instance_id for e in await store.events.all(kind="cordoned")]
+            rec = await eventually(given_up, LONG, "the surplus worker destroyed")
+            # a proving worker given up is drained first (cordoned); one still setting up (a
+            # replacement for a failed benchmark) holds no work and goes at once
+            cordoned = [e.instance_id for e in await store.events.all(kind="cordoned")]
+            if rec.proving_at is not None:
+                assert rec.drain_started_at is not None and rec.vast_id in cordoned
+            else:
+                assert rec.drain_started_at is None and "not proving" in (rec.kill_reason or "")
             # nobody struck in production for the work the market did not send (a benchmark
             # that fails its machine's min_rate is the machine's, whatever the demand)
             strikes = await store.badlist.strikes()

@@ -55,3 +55,25 @@ def test_prior_blend_weighs_few_measurements_against_the_builtin_prior():
 def test_the_levers_are_off_by_default():
     levers = Levers.of(Config())
     assert levers.setup_lifetime_h == 0 and not levers.prior_blend
+
+
+def test_each_proofs_bandwidth_counts_at_the_offers_price_per_gb():
+    """Every request's ~51 MB download and its proof's upload are billed at the offer's $/GB
+    (issue 30 item 4): two offers alike but for bandwidth rank by it, by 51 MB x the price."""
+    from dataclasses import replace
+
+    from vastui.engine.ranking import PARAMS_GB, PROOF_UP_GB, REQUEST_GB
+
+    free = offer(201, 1000.0)
+    billed = replace(free, id=202, machine_id=202, inet_down_cost=0.02, inet_up_cost=0.01)
+    ranked = {r.offer.id: r for r in rank_offers([billed, free], [], {}, 0.008)}
+    assert [r.offer.id for r in rank_offers([billed, free], [], {}, 0.008)] == [201, 202]
+    extra = ranked[202].expected_cost_per_proof - ranked[201].expected_cost_per_proof
+    assert extra == pytest.approx(REQUEST_GB * 0.02 + PROOF_UP_GB * 0.01, abs=1e-5)
+    # with the set-up spread over a life, the parameters' download at $/GB too
+    life = Levers(setup_lifetime_h=48.0)
+    spread = {r.offer.id: r for r in rank_offers([billed, free], [], {}, 0.008, levers=life)}
+    rate = ranked[201].expected_rate
+    assert rate is not None
+    more = spread[202].expected_cost_per_proof - spread[201].expected_cost_per_proof
+    assert more == pytest.approx(extra + PARAMS_GB * 0.02 / (48.0 * rate), rel=0.05)

@@ -1,5 +1,8 @@
 """The provisioning decision, as a pure function: the offer to rent next, or why nothing is.
 
+One file: the view a decision reads, the decision with its typed reasons, and the shrinking
+that is its other side change together (a reason added is a view field, a gate and a line).
+
 Every cycle the engine builds a :class:`FleetView` (its target, its live workers by stage, the
 rents still in flight, the limits) and asks :func:`decide` with the ranked offers. The answer
 is the offer to rent (or none) and, whenever the fleet is not being grown, a typed

@@ -207,6 +207,17 @@ class Levers:
 # offer's listed inet_down), loads and extracts (cuzk: SRS, PCE) and benchmarks.
 SETUP_FIXED_H = 0.3  # image load, setup, daemon start, PCE extraction (ASSUMPTION)
 DEFAULT_INET_MBPS = 1000.0
+# Bandwidth per proof: each request's data downloaded from the market (~51 MB for a PoRep,
+# cuzk-verified.md "Where a proofshare worker meets the world") and the proof sent back (a few
+# hundred bytes of SNARK in a small JSON body: 0.0001 GB is generous).
+REQUEST_GB = 0.051
+PROOF_UP_GB = 0.0001
+PARAMS_GB = PARAMS_DISK_GIB * GIB / 1e9  # downloaded once per rental
+
+
+def bandwidth_per_proof(offer: Offer) -> float:
+    """Dollars of bandwidth each proof costs at the offer's $/GB (unknown prices: none)."""
+    return REQUEST_GB * (offer.inet_down_cost or 0.0) + PROOF_UP_GB * (offer.inet_up_cost or 0.0)
 
 
 def setup_hours(inet_down: float | None, rate: float, bench_proofs: int) -> float:
@@ -325,8 +336,10 @@ def rank_offers(
         dph = offer.dph_total
         cost = dph / expected if expected and expected > 0 else None
         if cost is not None and lifetime > 0 and expected:
-            # the set-up billed before the first proof, spread over the rental's life
+            # the set-up billed before the first proof, spread over the rental's life, and the
+            # parameters' download at the offer's $/GB
             cost *= 1.0 + setup_hours(offer.inet_down, expected, levers.bench_proofs) / lifetime
+            cost += PARAMS_GB * (offer.inet_down_cost or 0.0) / (lifetime * expected)
         bid = None
         as_bid = False
         if bidding and offer.min_bid is not None and bids is not None:
@@ -336,6 +349,8 @@ def rank_offers(
             as_bid = better(bid, cost, config.bids.min_saving)
             if as_bid and bid is not None:
                 dph, cost = bid.total, bid.cost_per_proof
+        if cost is not None:  # bandwidth is billed alike on demand and as a bid
+            cost += bandwidth_per_proof(offer)
         ranked.append(
             _build_ranked(
                 offer,

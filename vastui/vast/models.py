@@ -44,6 +44,9 @@ MIN_DPH = 1e-4  # below any real price (storage alone costs more): a "free" offe
 # Other quantities (MB, Mbit/s, cores, GB/s): finite and non-negative, bounded far above reality.
 MAX_QUANTITY = 1e12
 MAX_GPUS = 1024
+# Bandwidth in $/GB: real offers ask cents (the simulated market up to $0.02); a dollar per GB
+# would make a day's proving cost more than its GPU, so anything above is not a price.
+MAX_GB_PRICE = 1.0
 MAX_EPOCH = 1e11  # year ~5100: a start date beyond is not a date
 # JSON nesting deeper than this is not a Vast answer (offers are 2-3 levels deep).
 MAX_JSON_DEPTH = 64
@@ -224,6 +227,9 @@ class Offer:
     # storage part of dph_total ($/h): a bid of b costs b + storage_total_cost.
     min_bid: float | None = None
     storage_total_cost: float | None = None
+    # bandwidth, $/GB (vast-api.md §4): the parameters, each request and proof go over it
+    inet_down_cost: float | None = None
+    inet_up_cost: float | None = None
 
     def __post_init__(self) -> None:
         # However an Offer is made, it can be rented and priced: valid ids, a real price.
@@ -251,7 +257,7 @@ class Offer:
             raise ModelError(f"offer is not a JSON object: {type(raw).__name__}")
         (offer_id, machine, host, gpu, gpus, gpu_ram, cpu_ram, cores, cores_all, cpu, dph, disk,
          down, up, pcie, rel, rel_old, geo, cuda, verification, rentable, min_bid,
-         storage) = values  # fmt: skip
+         storage, down_cost, up_cost) = values  # fmt: skip
         if not (type(offer_id) is int and 1 <= offer_id <= INT64_MAX):
             offer_id = _req_id(raw, "id", "offer")
         if not (type(dph) is float and MIN_DPH <= dph <= MAX_DPH):
@@ -297,6 +303,12 @@ class Offer:
             storage
             if type(storage) is float and 0.0 <= storage <= MAX_DPH
             else _quantity(storage, MAX_DPH),
+            down_cost
+            if type(down_cost) is float and 0.0 <= down_cost <= MAX_GB_PRICE
+            else _quantity(down_cost, MAX_GB_PRICE),
+            up_cost
+            if type(up_cost) is float and 0.0 <= up_cost <= MAX_GB_PRICE
+            else _quantity(up_cost, MAX_GB_PRICE),
         )
 
     def to_api(self) -> dict[str, Any]:
@@ -325,6 +337,8 @@ class Offer:
             "rentable": self.rentable,
             "min_bid": self.min_bid,
             "storage_total_cost": self.storage_total_cost,
+            "inet_down_cost": self.inet_down_cost,
+            "inet_up_cost": self.inet_up_cost,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -350,7 +364,8 @@ _OFFER_KEYS = (
     "id", "machine_id", "host_id", "gpu_name", "num_gpus", "gpu_ram", "cpu_ram",
     "cpu_cores_effective", "cpu_cores", "cpu_name", "dph_total", "disk_space", "inet_down",
     "inet_up", "pcie_bw", "reliability2", "reliability", "geolocation", "cuda_max_good",
-    "verification", "rentable", "min_bid", "storage_total_cost",
+    "verification", "rentable", "min_bid", "storage_total_cost", "inet_down_cost",
+    "inet_up_cost",
 )  # fmt: skip
 _offer_values = itemgetter(*_OFFER_KEYS)
 _VERIFICATION = {None: None, True: "verified", False: "unverified"}
