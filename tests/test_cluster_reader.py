@@ -275,6 +275,20 @@ def request_run(db: CurioDb, start: float, end: float) -> None:
     )
 
 
+async def test_requests_past_the_markets_deadline_not_submitted_are_overdue(
+    curio_db: CurioDb,
+) -> None:
+    db = curio_db
+    db.market(3, T0, submitted=1)  # 46 min before the reading: two not submitted
+    db.market(2, T0 + 30 * 60)  # 16 min before: in time
+    reader = db.reader()
+    try:
+        view = await reader.read([], now=T0 + 46 * 60, window_s=H, deadline_s=45 * 60)
+    finally:
+        await reader.close()
+    assert view.totals.overdue == 2
+
+
 async def test_the_request_tasks_runs_measure_what_the_market_sends(curio_db: CurioDb) -> None:
     """Two runs in the window (one begun before it: counted from the window's start), one
     before it; requests obtained during a run count, one obtained between runs does not."""

@@ -225,8 +225,9 @@ def test_the_automatic_target_in_the_scrape() -> None:
         "oldest_unclaimed_s": 420.0, "utilisation": 0.62, "done_per_h": 37.2,
         "capacity_per_h": 60.0, "changed_at": 1_700_000_000.0, "reason": "x",
     }  # fmt: skip
-    c.update(replace(base, cluster={**(base.cluster or {}), "autoscale": auto}))
+    c.update(replace(base, cluster={**(base.cluster or {}), "autoscale": auto, "overdue": 3}))
     got = scrape(c)
+    assert got["vastui_cluster_requests_overdue"] == [({}, 3.0)]
     assert got["vastui_cluster_unclaimed_requests"] == [({}, 5.0)]
     assert got["vastui_cluster_oldest_unclaimed_seconds"] == [({}, 420.0)]
     assert got["vastui_fleet_utilisation_ratio"] == [({}, 0.62)]

@@ -48,7 +48,7 @@ async def gather(store: Store, reader: ClusterReader, config: Config, now: float
     records = fleet_records(await store.instances.all(include_killed=True))
     workers = [w for r in records if (w := worker_of(r, config, now)) is not None]
     window = config.proving.window_min * 60.0
-    view = await reader.read(workers, now, window)
+    view = await reader.read(workers, now, window, config.proving.market_deadline_min * 60.0)
     fleet_id = await store.meta.fleet_id()
     orphans = [
         *await reader.named_rows(f"vastui-{config.fleet.name}.{fleet_id}-r"),

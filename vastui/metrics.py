@@ -289,6 +289,11 @@ def _cluster(c: Mapping[str, Any] | None, workers: Iterable[WorkerSample]) -> It
         _number(c.get("cost_per_paid")),
     )
     yield from _gauge("vastui_workers_draining", "Workers draining", _number(c.get("draining")))
+    yield from _gauge(
+        "vastui_cluster_requests_overdue",
+        "Requests obtained longer ago than the market's deadline and not submitted (missed)",
+        _number(c.get("overdue")),
+    )
     auto = c.get("autoscale")
     if isinstance(auto, Mapping):
         yield from _gauge(

@@ -235,6 +235,8 @@ def cluster_line(cluster: dict[str, Any] | None) -> str | None:
             parts.append(", ".join(costs))
     if cluster.get("draining"):
         parts.append(f"{cluster['draining']} draining")
+    if cluster.get("overdue"):
+        parts.append(f"{cluster['overdue']} past the market's deadline")
     return "cluster: " + "; ".join(parts) if parts else None
 
 

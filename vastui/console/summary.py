@@ -176,6 +176,9 @@ def cluster_text(status: EngineStatus | None) -> Text | None:
             text.append(f" (${per_paid:.4f}/paid)")
     if c.get("draining"):
         text.append(f" ⤓{c.get('draining')} draining", style="bold magenta")
+    overdue = c.get("overdue")
+    if isinstance(overdue, int) and overdue > 0:
+        text.append(f" {overdue} past deadline", style="bold red")
     auto = c.get("autoscale")
     if isinstance(auto, dict):
         text.append(" · ")

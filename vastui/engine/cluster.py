@@ -220,6 +220,9 @@ class Totals:
     # the payment path: asks and completions whose signature the Lotus API refused in the
     # window, the last one's words and time, and the last sign that it works (a request
     # obtained, which took a signed ask, or a completion submitted), engine clock
+    # requests obtained longer ago than the market's deadline and not submitted: missed (the
+    # market takes them back and charges 50 challenge proofs), or about to be found so
+    overdue: int = 0
     sign_refused: int = 0
     sign_error: str | None = None
     sign_refused_at: float | None = None
@@ -235,6 +238,7 @@ class Totals:
             "cluster_done": self.cluster_done, "cluster_failed": self.cluster_failed,
             "unclaimed": self.unclaimed, "oldest_unclaimed_at": self.oldest_unclaimed_at,
             "request_runs_s": self.request_runs_s, "request_obtained": self.request_obtained,
+            "overdue": self.overdue,
             "sign_refused": self.sign_refused, "sign_error": self.sign_error,
             "sign_refused_at": self.sign_refused_at, "signed_at": self.signed_at,
         }  # fmt: skip
@@ -360,6 +364,9 @@ SELECT coalesce(sum(extract(epoch FROM (e - s))), 0)::float8,
        (SELECT count(*) FROM proofshare_queue q JOIN runs r
         ON (q.obtained_at AT TIME ZONE 'UTC') BETWEEN r.s AND r.e)
 FROM runs
+"""
+_OVERDUE = """
+SELECT count(*) FROM proofshare_queue WHERE NOT submit_done AND obtained_at < %(due)s
 """
 _SIGNING = """
 SELECT count(*) FILTER (WHERE NOT result AND coalesce(err, '') ~* %(refused)s),
@@ -494,7 +501,11 @@ class ClusterReader:
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def read(self, workers: Sequence[Worker], now: float, window_s: float) -> ClusterView:
+    async def read(
+        self, workers: Sequence[Worker], now: float, window_s: float, deadline_s: float = 2700.0
+    ) -> ClusterView:
+        """Each worker's state and the cluster's totals; ``deadline_s``: the market's deadline
+        (Snark-Market.md:169), past which a request not yet submitted is counted overdue."""
         addrs = sorted({w.host_and_port for w in workers})
         since = to_db_time(now - window_s)
 
@@ -550,14 +561,14 @@ class ClusterReader:
                     last_error_at=from_db_time(res[5]), foreign=foreign.get(w.vast_id),
                     failed_controller=_count(res[6]),
                 )  # fmt: skip
-            totals = await self._totals(conn, since)
+            totals = await self._totals(conn, since, to_db_time(now - deadline_s))
             return ClusterView(now, window_s, states, totals)
 
         view: ClusterView = await self._run(work)
         self.last_ok_at, self.last_error = now, None
         return view
 
-    async def _totals(self, conn: Any, since: datetime) -> Totals:
+    async def _totals(self, conn: Any, since: datetime, due: datetime) -> Totals:
         tasks = (await _fetch(conn, _TASKS, {"prove": PSPROVE, "req": PSHARE_REQUEST}))[0]
         owner = await _fetch(conn, _REQUEST_OWNER, {"req": PSHARE_REQUEST})
         since_tz = since.replace(tzinfo=UTC)
@@ -565,6 +576,7 @@ class ClusterReader:
         paid = (await _fetch(conn, _PAID, {"since": since_tz}))[0]
         done = (await _fetch(conn, _CLUSTER_RESULTS, {"name": PSPROVE, "since": since}))[0]
         unclaimed = (await _fetch(conn, _UNCLAIMED, {}))[0]
+        overdue = (await _fetch(conn, _OVERDUE, {"due": due.replace(tzinfo=UTC)}))[0]
         runs = (await _fetch(conn, _REQUEST_RUNS, {"req": PSHARE_REQUEST, "since": since}))[0]
         signing = (
             await _fetch(conn, _SIGNING, {
@@ -583,6 +595,7 @@ class ClusterReader:
             cluster_done=_count(done[0]), cluster_failed=_count(done[1]),
             unclaimed=_count(unclaimed[0]), oldest_unclaimed_at=from_db_time(unclaimed[1]),
             request_runs_s=_seconds(runs[0]), request_obtained=_count(runs[1]),
+            overdue=_count(overdue[0]),
             sign_refused=_count(signing[0]),
             sign_error=sanitize_line(signing[1], 300) if isinstance(signing[1], str) else None,
             sign_refused_at=from_db_time(signing[2]), signed_at=max(signed, default=None),

@@ -710,7 +710,8 @@ class Engine:
         await self._recheck_collision(now)
         view: ClusterView | None = None
         try:
-            read = await reader.read([*workers, *gone], now, window)
+            deadline = self.config.proving.market_deadline_min * 60.0
+            read = await reader.read([*workers, *gone], now, window, deadline)
         except ClusterError as exc:
             await self._cluster_unreadable(str(exc), now)
         else:
