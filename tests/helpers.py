@@ -361,3 +361,12 @@ def _timeline(cuzk_log: str) -> tuple[dict[str, int], dict[str, int]]:
         else:
             ends[job] = max(ends.get(job, 0), t)
     return starts, ends
+
+
+def bandwidth_of(row: dict[str, Any]) -> float:
+    """Each proof's bandwidth in an offers --json row, as the ranking counts it
+    (vastui/engine/ranking.py bandwidth_per_proof)."""
+    from vastui.engine.ranking import PROOF_UP_GB, REQUEST_GB
+
+    down, up = row.get("inet_down_cost") or 0.0, row.get("inet_up_cost") or 0.0
+    return float(REQUEST_GB * down + PROOF_UP_GB * up)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import bandwidth_of
 from tests.test_cli import jsonl, run
 from vastui.domain.worker import InstanceRecord
 from vastui.status import render
@@ -45,9 +46,13 @@ def test_with_bids_on_each_offer_shows_its_bid_beside_on_demand(capsys, tmp_path
         on_demand = r["dph_total"] / r["expected_rate"]
         if r["rent_as"] == "bid":
             assert r["bid_cost_per_proof"] < on_demand
-            assert r["expected_cost_per_proof"] == pytest.approx(r["bid_cost_per_proof"], rel=2e-2)
+            assert r["expected_cost_per_proof"] == pytest.approx(
+                r["bid_cost_per_proof"] + bandwidth_of(r), rel=2e-2
+            )
         else:
-            assert r["expected_cost_per_proof"] == pytest.approx(on_demand, rel=2e-2)
+            assert r["expected_cost_per_proof"] == pytest.approx(
+                on_demand + bandwidth_of(r), rel=2e-2
+            )
     assert any(r["rent_as"] == "bid" for r in rows)
     # the plain table names the columns
     code, out, _ = run(capsys, "--config", str(cfg), "offers", "--demo", "--db", db)

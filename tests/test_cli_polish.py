@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import bandwidth_of
 from vastui.cli import EXIT_BROKEN_PIPE, main
 from vastui.domain.journal import EVENT_KINDS
 from vastui.pricing import min_rate
@@ -159,8 +160,10 @@ def test_offers_json_carries_the_ranking(capsys, db: Path):
         # dph_total is rounded to 4 digits in JSON: the ceiling may be one above.
         assert r["min_rate"] - min_rate(r["dph_total"], MAX_COST_PER_PROOF) in (0, 1)
         if r["expected_rate"]:
+            # the GPU's hour over its rate, and each proof's bandwidth at the offer's $/GB
+            bandwidth = bandwidth_of(r)
             assert r["expected_cost_per_proof"] == pytest.approx(
-                r["dph_total"] / r["expected_rate"], abs=1e-5
+                r["dph_total"] / r["expected_rate"] + bandwidth, abs=1e-5
             )
     mine = next(r for r in rows if r["id"] == measured["id"])
     assert mine["rate_source"] == "measured" and mine["known_rate"] == 500.0

@@ -537,16 +537,21 @@ async def test_an_adopted_instance_keeps_the_identity_it_was_created_with(world,
 
 
 @pytest.mark.parametrize(
-    ("stage", "minutes", "kind"),
-    [("paramfetch", 96, "deadline_paramfetch"), ("benchmark", None, "deadline_benchmark")],
+    ("stage", "kind"), [("paramfetch", "deadline_paramfetch"), ("benchmark", "deadline_benchmark")]
 )
-async def test_stage_deadlines(world, store, stage, minutes, kind):
+async def test_stage_deadlines(world, store, stage, kind):
     engine, iid = await rent_one(world, store)
     await engine.handle_worker_event(iid, parse_event({"stage": stage, "event": "start"}))
-    if minutes is None:  # the benchmark's deadline follows the worker's min_rate
-        rec = await store.instances.get(iid)
+    rec = await store.instances.get(iid)
+    if stage == "benchmark":  # the benchmark's deadline follows the worker's min_rate
         assert rec.min_rate is not None
         minutes = math.ceil(policy.bench_deadline_s(rec, engine.config) / 60) + 1
+    else:  # paramfetch_min, or the offer's link's own time for 135 GiB if longer
+        limit = max(
+            engine.config.deadlines.paramfetch_min * 60,
+            (rec.paramfetch_timeout or policy.PARAMFETCH_FLOOR_S) + policy.BENCH_DEADLINE_GRACE_S,
+        )
+        minutes = math.ceil(limit / 60) + 1
     world.clock.advance((minutes - 2) * 60)
     await engine.step()
     assert (await store.instances.get(iid)).state == stage

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.enginekit import World, rent_one, result
+from tests.enginekit import World, rent_distinct, rent_one, result
 from tests.helpers import deploy
 from vastui.config import Config
 from vastui.domain.reports import parse_event
@@ -96,13 +96,7 @@ def test_worker_numbers_are_plain_finite_decimals(raw, parsed):
 
 async def _fleet_of(world: World, store: Store, n: int) -> list[int]:
     engine = await world.engine(store)
-    offers = [r for r in await engine.refresh_offers(force=True) if r.viable]
-    ids = []
-    for ranked in offers[:n]:
-        iid = await deploy(engine, ranked.offer.id)
-        assert iid is not None
-        ids.append(iid)
-    await world.until_running(engine)
+    ids = await rent_distinct(world, engine, n)  # a machine holds one worker at a time
     await engine.close()
     return ids
 

@@ -356,6 +356,8 @@ class Offer:
             "reliability": _round(self.reliability, 4),
             "geolocation": self.geolocation,
             "min_bid": _round(self.min_bid, 4),
+            "inet_down_cost": _round(self.inet_down_cost, 4),
+            "inet_up_cost": _round(self.inet_up_cost, 4),
         }
 
 
