@@ -15,6 +15,7 @@ from vastui.cli import main
 OFFER_KEYS = {
     "id", "machine_id", "host_id", "gpu_name", "num_gpus", "gpu_ram_gb", "cpu_ram_gb",
     "cpu_cores", "dph_total", "inet_down", "reliability", "geolocation", "min_bid",
+    "inet_down_cost", "inet_up_cost",
 }  # fmt: skip
 # The ranking the console's offers pane shows (engine/ranking.py RankedOffer.to_json).
 RANK_KEYS = {

@@ -8,6 +8,7 @@ FULL = {
     "id": 21614864, "machine_id": 31244, "host_id": 187302, "gpu_name": "RTX 4090",
     "num_gpus": 1, "gpu_ram": 24564, "cpu_ram": 64412, "cpu_cores": 128,
     "cpu_cores_effective": 16.0, "dph_total": 0.3210417, "inet_down": 1780.6,
+    "inet_down_cost": 0.004, "inet_up_cost": 0.004,
     "reliability2": 0.9962, "geolocation": "Texas, US", "verification": "verified",
     "rentable": True, "disk_space": 253.4, "min_bid": 0.18, "storage_total_cost": 0.0010417,
 }  # fmt: skip
@@ -20,11 +21,13 @@ def test_offer_units_normalised():
     assert offer.cpu_cores == 16.0
     assert offer.verified is True and offer.rentable is True
     assert offer.min_bid == 0.18 and offer.storage_total_cost == 0.0010417
+    assert offer.inet_down_cost == offer.inet_up_cost == 0.004  # vast-api.md §4's example
     assert offer.to_json() == {
         "id": 21614864, "machine_id": 31244, "host_id": 187302, "gpu_name": "RTX 4090",
         "num_gpus": 1, "gpu_ram_gb": 24.6, "cpu_ram_gb": 64.4, "cpu_cores": 16.0,
         "dph_total": 0.321, "inet_down": 1780.6, "reliability": 0.9962,
-        "geolocation": "Texas, US", "min_bid": 0.18,
+        "geolocation": "Texas, US", "min_bid": 0.18, "inet_down_cost": 0.004,
+        "inet_up_cost": 0.004,
     }  # fmt: skip
 
 
@@ -93,3 +96,9 @@ def test_country_code():
     assert country_code("Texas, US") == "US"
     assert country_code("Somewhere") is None
     assert country_code(None) is None
+
+
+@pytest.mark.parametrize("price", [5.0, -0.01, float("nan"), "0.01x", True])
+def test_a_bandwidth_price_beyond_reason_is_unknown(price) -> None:
+    offer = Offer.from_api(dict(FULL, inet_down_cost=price))
+    assert offer.inet_down_cost is None and offer.inet_up_cost == 0.004
