@@ -226,3 +226,14 @@ def test_a_fleet_just_shrunk_does_not_grow_back_on_the_same_demand() -> None:
         for now in (1800.0 + 60 * k for k in range(1, 200)):
             state = decide(F, state, fed(demand, proving=shrunk), now).state
         assert state.target == shrunk, demand
+
+
+def test_a_followed_change_says_the_demand_and_the_rate_it_was_made_on() -> None:
+    state = decide(F, State(2), fed(80), 0.0).state
+    up = decide(F, state, fed(80), 300.0).change
+    assert up is not None and up.text == (
+        "work waits: the market sends 80 requests/h, 2 workers prove up to 20/h each: "
+        "4 needed: target 2 → 4"
+    )
+    one = decide(F, State(3), fed(5, proving=1), 0.0).state.reason
+    assert one == "3: the market sends 5 requests/h, 1 worker proves up to 20/h (1 needed)"

@@ -246,7 +246,8 @@ def _follow(
     mean = obs.capacity_per_h / obs.proving
     seen = (
         f"the market sends {demand:.0f} requests/h, {obs.proving} worker"
-        f"{'s' if obs.proving != 1 else ''} prove up to {mean:.0f}/h each"
+        f"{' proves' if obs.proving == 1 else 's prove'} up to {mean:.0f}/h"
+        f"{'' if obs.proving == 1 else ' each'}"
     )
     up_since = (state.pressure_since if state.pressure_since is not None else now) if more else None
     down_since = (state.slack_since if state.slack_since is not None else now) if fewer else None
