@@ -1,24 +1,28 @@
-"""The fleet's size from the work ``[fleet] target_workers = "auto"``: a pure decision.
+"""The fleet's size from the work (``[fleet] target_workers = "auto"``): a pure decision.
 
 What it reads each step (vastui/engine/cluster.py, from curio's cluster database):
 
-* **unclaimed work**: the requests the cluster holds that no node has claimed, counted as curio's
-  request task counts them (tasks/proofshare/task_request.go:85-90: ``compute_done = FALSE AND
-  (compute_task_id IS NULL OR owner_id IS NULL)``), and how long the oldest has waited. curio
-  keeps up to 8 of them (``RequestQueueHighWaterMark``, task_request.go:27-28) and every node
-  claims what it can hold, so unclaimed work that stays is a fleet with every worker full:
-  the market sends more than the fleet proves. How much more is not visible (the market's own
-  queue is not in the cluster), so the fleet grows by half, at least one, and again only once
-  the last growth proves or ``settle_s`` has passed.
+* **the market's demand**: the requests curio's request task obtained per hour it was asking
+  (its runs in ``harmony_task_history``, the rows it added to ``proofshare_queue``;
+  tasks/proofshare/task_request.go asks whenever 5 or fewer wait, up to 8). A full fleet's task
+  is filled at once, an idle one's waits: either way obtained ÷ asking time is what the market
+  sends this cluster. ÷ (a proving worker's measured rate × the target utilisation) is the
+  workers it needs (``_need``);
+* **unclaimed work**: the requests no node has claimed, counted as curio counts them
+  (task_request.go:85-90), and the oldest one's wait: work that stays unclaimed means every
+  worker is full;
 * **utilisation**: PSProve successes over the production window ÷ the proving workers' measured
-  rates. Below the target utilisation less ``band`` for ``down_after_s`` with nothing waiting,
-  the fleet shrinks to what the work needs at the target utilisation (never below
-  ``min_workers``); its workers are drained, then destroyed (vastui/engine/drain.py).
+  rates.
 
-Hysteresis: a change needs its condition to hold for ``up_after_s`` (up) or ``down_after_s``
-(down), so that one busy minute does not rent a machine. Work waiting longer than a third of the
-market's deadline (Snark-Market.md:169, 45 min) raises at once. Without a fresh reading of the
-cluster the target holds: no number is invented.
+With the demand measured (``_follow``), the target moves toward what it needs when two signals
+agree: more wanted and work left unclaimed for ``up_after_s`` (at most doubling, and only once
+the last rental proves: capacity on its way is waited for), or fewer wanted and utilisation
+below the aim less ``band`` for ``down_after_s`` and a window after the last change. Up goes to
+floor(need + round_up), down to floor(need + round_up + 0.5): a fleet just shrunk does not want
+to grow back on the same demand. Work waiting a third of the market's deadline (Snark-Market.md
+:169, 45 min) adds a worker at once. Before the demand is measured, unclaimed work raises the
+target by half (at least one) and a fleet using too little lowers it to what its work needs.
+Without a fresh reading of the cluster the target holds: no number is invented.
 """
 
 from __future__ import annotations
