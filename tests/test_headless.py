@@ -136,8 +136,9 @@ def test_a_deleted_database_stops_the_engine_non_zero_with_its_reason(tmp_path: 
 
 @pytest.mark.parametrize(
     ("extra", "target"),
-    [([], 3), (["--target-workers", "0"], 0), (["--target-workers", "5"], 5)],
-)
+    [([], 3), (["--target-workers", "0"], 0), (["--target-workers", "5"], 5),
+     (["--target-workers", "auto"], "auto")],
+)  # fmt: skip
 def test_the_headless_demo_keeps_the_consoles_demo_fleet(
     tmp_path: Path, monkeypatch, extra, target
 ):
@@ -152,3 +153,24 @@ def test_the_headless_demo_keeps_the_consoles_demo_fleet(
     monkeypatch.setattr(headless, "run_headless", fake)
     assert main(["--engine-only", "--demo", "--db", str(tmp_path / "e.db"), *extra]) == 0
     assert seen == [("headless", target)]
+
+
+def test_a_target_workers_that_is_neither_a_number_nor_auto_is_one_line(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--engine-only", "--demo", "--db", str(tmp_path / "e.db"), "--target-workers", "x"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an integer or auto: 'x'" in err[0]
+
+
+def test_auto_from_the_command_line_makes_the_engine_follow_the_work() -> None:
+    """--target-workers auto sets the config's automatic target, a number takes it back."""
+    from dataclasses import replace
+
+    from vastui.config import Config
+    from vastui.engine.runtime import RunOptions, run_config
+
+    auto = replace(Config().fleet, auto_target=True)
+    assert run_config(Config(), RunOptions(target_workers="auto")).fleet.auto_target
+    fixed = run_config(replace(Config(), fleet=auto), RunOptions(target_workers=4)).fleet
+    assert (fixed.auto_target, fixed.target_workers) == (False, 4)

@@ -462,7 +462,7 @@ def _target(text: str) -> int | str:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not an integer or auto: {text!r}") from None
     if not 0 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"must be 0 to 1000 workers: {text!r}")
     return value

@@ -80,6 +80,17 @@ class EngineRuntime:
     cluster: Any | None = None  # the simulated curio cluster database in demo mode
 
 
+def run_config(config: Config, run: RunOptions) -> Config:
+    """The config with the command line's target: ``--target-workers auto`` follows the work,
+    a number keeps that many (and no automatic target)."""
+    if run.target_workers == "auto":
+        return replace(config, fleet=replace(config.fleet, auto_target=True))
+    if run.target_workers is not None:
+        fleet = replace(config.fleet, target_workers=run.target_workers, auto_target=False)
+        return replace(config, fleet=fleet)
+    return config
+
+
 def target_words(fleet: FleetSection) -> str:
     """The target as a log line says it: a number of workers, or the automatic one's bounds."""
     if fleet.auto_target:
@@ -97,12 +108,7 @@ async def engine_runtime(
     opts: Options, run: RunOptions, on_change: Callable[[str], Awaitable[None] | None] | None = None
 ) -> AsyncIterator[EngineRuntime]:
     """Open the store, take the lease, build client/SSH/engine; undo it all on exit."""
-    config = opts.config
-    if run.target_workers == "auto":
-        config = replace(config, fleet=replace(config.fleet, auto_target=True))
-    elif run.target_workers is not None:
-        fleet = replace(config.fleet, target_workers=run.target_workers, auto_target=False)
-        config = replace(config, fleet=fleet)
+    config = run_config(opts.config, run)
     if (
         opts.demo
         and config.fleet.max_concurrent_benchmarks == FleetSection.max_concurrent_benchmarks
