@@ -547,39 +547,3 @@ async def test_engine_spares_a_half_fed_slow_worker_and_ends_a_fed_one(world, st
     rec = await store.instances.get(iid)
     assert rec.kill_kind == "prove_below_min"
     await engine.close()
-
-
-@pytest.mark.parametrize(
-    ("max_pending", "state", "at"),
-    [
-        (10, None, 9),
-        (10, '{"held_by_name": {"PSProve": 4}}', 9),
-        (10, '{"held_by_name": {"PSProve": 9, "bg:PShareRequest": 1}}', None),
-        (10, '{"held_by_name": {"PSProve": 10}}', None),
-        (10, '{"held_by_name": {"PSProve": "10"}}', 9),  # not a count: not trusted
-        (10, "not json", 9),
-        (None, '{"held_by_name": {"PSProve": 10}}', None),
-    ],
-)
-def test_curio_holding_its_fill_makes_a_worker_fed_whatever_cuzk_counts(max_pending, state, at):
-    assert production.fed_threshold(max_pending, state) == at
-
-
-async def test_engine_ends_a_slow_worker_curio_keeps_full_though_cuzk_shows_few(world, store):
-    """cuzk's /status counts what it dispatched; requests in its batch collector are not in it.
-    curio's own count of the tasks the machine holds says it was given its fill."""
-    world.config = replace(world.config, proving=replace(world.config.proving, window_min=10))
-    engine, iid, rec = await proving_worker(world, store)
-    await store.instances.update(
-        iid, max_pending=10, cluster_state='{"held_by_name": {"PSProve": 10}}'
-    )
-    slow = rec.min_rate / 2
-    alive = True
-    for minute in range(40):
-        world.clock.advance(60 if minute else 0)
-        reading = raw(13 + int(slow * minute / 60), pid=77, in_flight=3)
-        alive = await engine.handle_counters(iid, Reading.parse(reading))
-        if not alive:
-            break
-    assert not alive and (await store.instances.get(iid)).kill_kind == "prove_below_min"
-    await engine.close()

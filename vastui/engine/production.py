@@ -104,30 +104,6 @@ class Reading:
         )
 
 
-def claimed_proofs(cluster_state: str | None) -> int | None:
-    """The PSProve tasks a worker's curio machine held at the engine's last reading of the
-    cluster (the record's ``cluster_state``, vastui/engine/cluster.py ``MachineState``): the
-    work it was given, as curio counts it. None: not read."""
-    if not cluster_state:
-        return None
-    try:
-        state = json.loads(cluster_state)
-    except ValueError:
-        return None
-    held = state.get("held_by_name") if isinstance(state, dict) else None
-    return parse_count(held.get("PSProve")) if isinstance(held, dict) else None
-
-
-def fed_threshold(max_pending: int | None, cluster_state: str | None) -> int | None:
-    """``full_at`` of the worker's MaxPending, or None (every busy moment counts) when curio
-    says the machine holds that much work: cuzk's ``/status`` misses requests waiting in its
-    batch collector or for a synthesis slot (cuzk-core/src/engine.rs: they are registered only
-    once dispatched, :2020-2247), and a worker curio has filled is fed whatever it counts."""
-    at = full_at(max_pending)
-    held = claimed_proofs(cluster_state)
-    return None if at is not None and held is not None and held >= at else at
-
-
 def full_at(max_pending: int | None) -> int | None:
     """Proofs in flight from which a worker counts as fed: its MaxPending less the one whose
     place is being filled (curio claims the next task at its next poll, 3 s,

@@ -219,7 +219,7 @@ def on_counters(
         refusal = _counters_refusal(rec, state, reading, bench, now)
         if refusal is not None:
             return _refused(state, refusal, now, window)
-        fed_at = production.fed_threshold(rec.max_pending, rec.cluster_state)
+        fed_at = production.full_at(rec.max_pending)
         state = production.fold(state, reading, now, window, bench, fed_at)
         m = production.measure(state, now, window)
         prod_rate = None if m.rate is None else round(m.rate, 3)
