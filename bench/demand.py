@@ -46,7 +46,7 @@ from vastsim.demand import ESTABLISHED_BALANCE, FiniteDemand, parse_curve
 from vastsim.proofsvc import Market
 from vastui.config import Config
 from vastui.engine import autoscale
-from vastui.engine.engine import autoscale_settings, requested_per_h
+from vastui.engine.engine import autoscale_settings
 
 PREFIX = "economics.demand"
 WALLET = "f1benchdemandwallet"
@@ -256,7 +256,7 @@ class World:
             oldest_unclaimed_s=self.t - self.queue[0][1] if self.queue else None,
             done_per_h=float(len(self.done_times)), capacity_per_h=sum(w.mu for w in serving),
             proving=len(serving), workers=len(live), window_s=3600.0,
-            requested_per_h=requested_per_h(obtained, open_s),
+            requested_per_h=autoscale.requested_per_h(obtained, open_s),
         )  # fmt: skip
 
     def _gone(self, w: Rental) -> None:

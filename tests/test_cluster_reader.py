@@ -307,7 +307,7 @@ async def test_the_request_tasks_runs_measure_what_the_market_sends(curio_db: Cu
     t = view.totals
     assert t.request_runs_s == pytest.approx(0.5 * H)  # 0.25 h + 0.25 h
     assert t.request_obtained == 4  # 1.1, 1.2, 1.6, 1.7 h (0.95 h is before the window)
-    from vastui.engine.engine import requested_per_h
+    from vastui.engine.autoscale import requested_per_h
 
     assert requested_per_h(t.request_obtained, t.request_runs_s) == pytest.approx(8.0)
     assert requested_per_h(1, 59.0) is None

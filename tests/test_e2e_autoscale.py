@@ -32,6 +32,17 @@ def set_demand(cluster: Any, spec: str, now: float) -> None:
         market.policy.set_curve(parse_curve(spec), now)
 
 
+def changes(store: Any, direction: str) -> Any:
+    """A check for ``eventually``: the target's changes in one direction, or None."""
+
+    async def check() -> Any:
+        found = [e for e in await store.events.all(kind="target")
+                 if e.detail.get("direction") == direction]  # fmt: skip
+        return found or None
+
+    return check
+
+
 async def test_the_target_follows_the_markets_work_up_and_down(demo_state: Path) -> None:
     base = e2e_config()
     config = replace(
@@ -62,23 +73,13 @@ async def test_the_target_follows_the_markets_work_up_and_down(demo_state: Path)
             assert (await store.status.get()).target == 1, "a trickle: min_workers"
             set_demand(cluster, "steady:3000", engine.clock())
 
-            async def raised() -> Any:
-                ups = [e for e in await store.events.all(kind="target")
-                       if e.detail.get("direction") == "up"]  # fmt: skip
-                return ups or None
-
-            [up, *_] = await eventually(raised, LONG, "the target raised")
+            [up, *_] = await eventually(changes(store, "up"), LONG, "the target raised")
             assert up.reason.startswith("work waits: ") and up.reason.endswith("target 1 → 2")
             assert up.detail["unclaimed"] > 0
             await eventually(lambda: proving(2), LONG, "a second worker proving")
             set_demand(cluster, "steady:0", engine.clock())
 
-            async def lowered() -> Any:
-                downs = [e for e in await store.events.all(kind="target")
-                         if e.detail.get("direction") == "down"]  # fmt: skip
-                return downs or None
-
-            [down, *_] = await eventually(lowered, LONG, "the target lowered")
+            [down, *_] = await eventually(changes(store, "down"), LONG, "the target lowered")
             assert down.reason.startswith("workers idle: ") and down.reason.endswith("→ 1")
 
             async def given_up() -> InstanceRecord | None:

@@ -252,19 +252,6 @@ class FiniteDemand:
             self.waiting.popleft()
             self.lapsed += 1
 
-    def stats(self) -> dict[str, object]:
-        return {
-            "demand": self.curve.spec(),
-            "arrived": self.arrived,
-            "matched_paid": self.matched_paid,
-            "lapsed": self.lapsed,
-            "accounts": {
-                p: {"balance": a.balance, "slots": a.slots, "missed": a.missed,
-                    "challenges_done": a.challenges_done}
-                for p, a in self.accounts.items()
-            },
-        }  # fmt: skip
-
 
 __all__ = [
     "CHALLENGES_PER_SLOT",

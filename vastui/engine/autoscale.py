@@ -218,6 +218,12 @@ def decide(s: Settings, state: State, obs: Observed, now: float) -> Decision:
     return Decision(replace(state, reason=text), None)
 
 
+def requested_per_h(obtained: int, asked_s: float) -> float | None:
+    """The market's demand for this cluster: requests obtained per hour the request task
+    asked; None below a minute of asking (too little to be a rate)."""
+    return obtained * 3600.0 / asked_s if asked_s >= 60.0 else None
+
+
 def _need(s: Settings, obs: Observed) -> float | None:
     """The workers the market's demand needs at the target utilisation, from the request
     task's measured rate and the proving workers' mean rate (None: not measured)."""
@@ -280,4 +286,7 @@ def _follow(
     return Decision(replace(state, reason=f"{target}: {seen} ({wanted} needed)"), None)
 
 
-__all__ = ["Change", "Decision", "Observed", "Settings", "State", "clamp", "decide", "initial"]
+__all__ = [
+    "Change", "Decision", "Observed", "Settings", "State", "clamp", "decide", "initial",
+    "requested_per_h",
+]  # fmt: skip

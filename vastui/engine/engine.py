@@ -1129,7 +1129,7 @@ class Engine:
             oldest_unclaimed_s=None if oldest is None else max(0.0, now - oldest),
             done_per_h=t.cluster_done * 3600.0 / view.window_s, capacity_per_h=sum(rates),
             proving=len(rates), workers=len(live), window_s=view.window_s,
-            requested_per_h=requested_per_h(t.request_obtained, t.request_runs_s),
+            requested_per_h=autoscale.requested_per_h(t.request_obtained, t.request_runs_s),
         )  # fmt: skip
 
     def auto_summary(self) -> dict[str, Any] | None:
@@ -1300,12 +1300,6 @@ class Engine:
                 "fleet %d/%d workers: %s", status.workers, status.target, status.reason or "renting"
             )
         self.status = status
-
-
-def requested_per_h(obtained: int, asked_s: float) -> float | None:
-    """The market's demand for this cluster: requests obtained per hour the request task
-    asked; None below a minute of asking (too little to be a rate)."""
-    return obtained * 3600.0 / asked_s if asked_s >= 60.0 else None
 
 
 def autoscale_settings(config: Config) -> autoscale.Settings:
