@@ -90,3 +90,69 @@ def controller() -> Iterator[Controller]:
         yield c
     finally:
         c.close()
+
+
+# A test that hangs says where: SIGUSR1 (or a test still running after STALL_S) writes every
+# asyncio task's stack and every thread's to stderr and to $TMPDIR/vastui-stall-<pid>.txt. A
+# diagnosis, not a timeout: the test goes on waiting.
+STALL_S = float(os.environ.get("VASTUI_STALL_S", "300"))
+
+
+def _await_chain(coro: object) -> list[str]:
+    """A suspended coroutine's whole await chain (a task's own stack shows one frame)."""
+    lines = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            lines.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        nxt = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        if nxt is None and frame is None:
+            lines.append(repr(coro))
+        coro = nxt
+    return lines
+
+
+def _dump_stall(signum: int, frame: object) -> None:
+    import asyncio
+    import faulthandler
+    import io
+    import sys
+    import tempfile
+
+    out = io.StringIO()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    tasks = asyncio.all_tasks(loop) if loop is not None else set()
+    out.write(f"--- {len(tasks)} asyncio tasks ---\n")
+    for task in tasks:
+        out.write(f"{task!r}\n")
+        out.writelines(f"    {line}\n" for line in _await_chain(task.get_coro()))
+    text = out.getvalue()
+    path = Path(tempfile.gettempdir()) / f"vastui-stall-{os.getpid()}.txt"
+    with path.open("a") as f:
+        f.write(text)
+        f.flush()
+        faulthandler.dump_traceback(file=f, all_threads=True)
+    sys.stderr.write(text)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import signal
+
+    signal.signal(signal.SIGUSR1, _dump_stall)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    import signal
+    import threading
+
+    timer = threading.Timer(STALL_S, os.kill, (os.getpid(), signal.SIGUSR1))
+    timer.daemon = True
+    timer.start()
+    try:
+        return (yield)
+    finally:
+        timer.cancel()
