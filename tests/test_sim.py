@@ -379,3 +379,24 @@ def test_heavy_profile_fails_some_instances():
     final = [cloud.show(i)["instances"]["actual_status"] for i in made]
     assert {"exited", "offline"} & set(final)
     assert final.count("running") > len(made) // 2
+
+
+async def test_a_stopped_instance_gives_its_gpus_back_and_its_start_waits_for_them():
+    # vast-api.md §7: a stop keeps the disk, not the GPUs; a start then may be queued
+    cloud, clock = make_cloud()
+    offer = cloud.search({"limit": 1})["offers"][0]
+    a = cloud.create(offer["id"], {"image": "x"})["new_contract"]
+    clock.advance(600)
+    assert cloud.manage(a, {"state": "stopped"}) == {"success": True}
+    assert offer["id"] in ids(cloud.search({})["offers"]), "its GPUs are on the market again"
+    b = cloud.create(offer["id"], {"image": "x"})["new_contract"]  # another renter takes them
+    answer = cloud.manage(a, {"state": "running"})
+    assert answer["success"] is False and answer["error"] == "resources_unavailable"
+    await cloud.tick()
+    assert cloud.show(a)["instances"]["actual_status"] != "running"
+    cloud.destroy(b)
+    await cloud.tick()  # the queued start goes ahead once the GPUs are free
+    clock.advance(120)
+    await cloud.tick()
+    assert cloud.show(a)["instances"]["actual_status"] == "running"
+    assert offer["id"] not in ids(cloud.search({})["offers"])

@@ -142,6 +142,8 @@ def _route(method: str, parts: list[str]) -> tuple[str, bool, Handler] | _Resp:
         table = {"PUT": ("ssh", True, _h_ssh_update), "DELETE": ("ssh", True, _h_ssh_delete)}
     elif parts == ["v0", "users", "current"]:
         table = {"GET": ("user", True, _h_user)}
+    elif parts == ["v0", "charges"]:
+        table = {"GET": ("charges", True, _h_charges)}
     else:
         return _error(404, "not_found", "Unknown API endpoint.")
     if method in table:
@@ -161,6 +163,10 @@ def _route(method: str, parts: list[str]) -> tuple[str, bool, Handler] | _Resp:
 
 
 # ---------------------------------------------------------------- handlers
+def _h_charges(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
+    return cloud.charges_list()
+
+
 def _h_search_post(cloud: SimCloud, req: _Request, parts: list[str]) -> Any:
     return cloud.search(req.json_body(), None)
 

@@ -107,6 +107,54 @@ def no_such_instance(instance_id: int) -> ApiError:
 
 
 @dataclass
+class Charge:
+    """What one instance was billed, kept after its destroy (``GET /api/v0/charges/``, vastai
+    api/billing.py show_invoices_v1): GPU time while running, storage otherwise, and the bytes
+    its container sent and received at the offer's $/GB (``inet_up_cost``/``inet_down_cost``,
+    vast-api.md §3), metered at its network interface."""
+
+    instance_id: int
+    start: float
+    end: float
+    gpu: float = 0.0
+    storage: float = 0.0
+    bw_down: float = 0.0
+    bw_up: float = 0.0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    # the container's interface counters at the last bill (a new container starts at 0)
+    seen_rx: int = 0
+    seen_tx: int = 0
+
+    @property
+    def amount(self) -> float:
+        return self.gpu + self.storage + self.bw_down + self.bw_up
+
+    def to_api(self) -> dict[str, Any]:
+        def item(kind: str, amount: float, description: str) -> dict[str, Any]:
+            return {
+                "type": kind, "source": None, "amount": round(amount, 6),
+                "start": round(self.start, 2), "end": round(self.end, 2),
+                "description": description, "items": [],
+            }  # fmt: skip
+
+        return {
+            "type": "instance",
+            "source": f"instance-{self.instance_id}",
+            "amount": round(self.amount, 6),
+            "start": round(self.start, 2),
+            "end": round(self.end, 2),
+            "description": f"Instance {self.instance_id}",
+            "items": [
+                item("gpu", self.gpu, "GPU time"),
+                item("storage", self.storage, "Storage"),
+                item("bandwidth", self.bw_down, f"Download {self.rx_bytes / 1e9:.3f} GB"),
+                item("bandwidth", self.bw_up, f"Upload {self.tx_bytes / 1e9:.3f} GB"),
+            ],
+        }
+
+
+@dataclass
 class SimInstance:
     id: int
     offer_id: int
@@ -343,6 +391,10 @@ class SimCloud:
         self.labels_created: Counter[str] = Counter()
         self.instance_faults_planned: Counter[str] = Counter()  # "exited"/"offline" drawn
         self.fleet = FleetFaults()  # fleet-wide faults: vastsim/fleet.py
+        # What each instance was billed (kept after its destroy), and the meter of its
+        # container's interface counters (set by the worker host: vastsim/workers.py).
+        self.charges: dict[int, Charge] = {}
+        self.net_meter: Callable[[int], tuple[int, int] | None] | None = None
 
     def _open_market(self, seed: int) -> None:
         """This run's market: the listed machines' offers, at this run's prices."""
@@ -447,10 +499,42 @@ class SimCloud:
                         log.exception("on_running hook failed for instance %s", inst.id)
 
     def _bill(self, inst: SimInstance, status: str | None, now: float) -> None:
-        dt = max(0.0, now - inst.last_billed)
+        since = inst.last_billed
         inst.last_billed = now
-        rate = inst.offer["dph_total"] if status == "running" else inst.offer["storage_total_cost"]
-        self.user["credit"] = round(self.user["credit"] - rate * dt / 3600.0, 6)
+        charge = self.charges.setdefault(inst.id, Charge(inst.id, inst.created_at, now))
+        charge.end = max(charge.end, now)
+        # storage until the container runs, the GPU from then on (split where it began)
+        ran = max(since, min(now, inst.t_running)) if status == "running" else now
+        storage = inst.offer["storage_total_cost"] * max(0.0, ran - since) / 3600.0
+        gpu = inst.offer["dph_total"] * max(0.0, now - ran) / 3600.0
+        charge.storage += storage
+        charge.gpu += gpu
+        amount = storage + gpu + self._bill_network(inst, charge)
+        self.user["credit"] = round(self.user["credit"] - amount, 6)
+
+    def _bill_network(self, inst: SimInstance, charge: Charge) -> float:
+        """The bytes the container moved since the last bill, at the offer's $/GB."""
+        counters = self.net_meter(inst.id) if self.net_meter is not None else None
+        if counters is None:
+            return 0.0
+        rx, tx = counters
+        # a counter below the last one is a new container's (a restart): all of it is new
+        d_rx = rx - charge.seen_rx if rx >= charge.seen_rx else rx
+        d_tx = tx - charge.seen_tx if tx >= charge.seen_tx else tx
+        charge.seen_rx, charge.seen_tx = rx, tx
+        down = d_rx / 1e9 * float(inst.offer.get("inet_down_cost") or 0.0)
+        up = d_tx / 1e9 * float(inst.offer.get("inet_up_cost") or 0.0)
+        charge.rx_bytes += d_rx
+        charge.tx_bytes += d_tx
+        charge.bw_down += down
+        charge.bw_up += up
+        return down + up
+
+    def charges_list(self) -> dict[str, Any]:
+        """``GET /api/v0/charges/``: one row per instance, newest last (the sim keeps every
+        row; Vast pages them, 100 at most)."""
+        rows = [c.to_api() for c in sorted(self.charges.values(), key=lambda c: c.start)]
+        return {"results": rows, "count": len(rows), "total": len(rows), "next_token": None}
 
     # ------------------------------------------------------------------ search
     def search(self, query: Any, select_cols: Any = None) -> dict[str, Any]:
@@ -745,10 +829,20 @@ class SimCloud:
         self._settle_bids(now)
         return {"success": True}
 
+    def _rented_by_others(self, inst: SimInstance, now: float) -> bool:
+        """Another tenant holds the offer's machine now: a bidder above its on-demand price
+        stands for an on-demand renter (vastsim/bids.py, as the search hides it)."""
+        offer = self.offers[inst.offer_id]
+        return bool(self._bid_view(offer, now)["min_bid"] >= offer["dph_base"])
+
     def _start_queued(self, now: float) -> None:
         """A queued start goes ahead once its offer's GPUs are free again (oldest first)."""
         for inst in sorted(self.instances.values(), key=lambda i: i.id):
-            if inst.queued and inst.offer_id in self.available:
+            if (
+                inst.queued
+                and inst.offer_id in self.available
+                and not self._rented_by_others(inst, now)
+            ):
                 self._bill(inst, "stopped", now)
                 self._claim_offer(inst)
                 self._boot(inst, now)
@@ -1077,10 +1171,16 @@ class SimCloud:
                 inst.intended = inst.cur_state = inst.next_state = "stopped"
                 inst.queued = False
                 inst.stopped_at = now
+                # a stopped instance holds its disk, not its GPUs: another renter may take
+                # them (vast-api.md §7: a start may then be queued, resources_unavailable)
+                if inst.bid_price is None:
+                    self._release_offer(inst)
             elif inst.intended == "stopped" or inst.cur_state == "stopped":
                 if self.user["credit"] <= 0:
                     raise _err(400, "missing_billing", "You lack credit, see the billing page.")
-                gpus_taken = not inst.holds_offer and inst.offer_id not in self.available
+                gpus_taken = not inst.holds_offer and (
+                    inst.offer_id not in self.available or self._rented_by_others(inst, now)
+                )
                 if inst.start_unavailable or gpus_taken:
                     inst.intended = "running"
                     inst.next_state = "running"

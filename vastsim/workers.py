@@ -120,11 +120,27 @@ class SimWorkerHost:
         """Hook into the cloud: real free ports for SSH, sandboxes on first `running`."""
         self.cloud.alloc_port = free_port
         self.cloud.on_running = self._on_running
+        self.cloud.net_meter = self.net_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         if self._warden is None:  # the sandboxes die with this process, however it ends
             self._warden = start_warden(self.root)
         if self._monitor is None:
             self._monitor = asyncio.create_task(self._watch(), name="sim-worker-monitor")
+
+    def net_bytes(self, iid: int) -> tuple[int, int] | None:
+        """The container's interface counters (received, sent), as the host meters them; None
+        while it has no sandbox. The stand-ins count into them (_simlib.net_count)."""
+        box = self.sandboxes.get(iid)
+        if box is None:
+            return None
+        stats = box.root / simlib.NET_STATS
+        out = []
+        for name in ("rx_bytes", "tx_bytes"):
+            try:
+                out.append(int((stats / name).read_text().strip() or 0))
+            except (OSError, ValueError):
+                out.append(0)
+        return out[0], out[1]
 
     def fault_for(self, machine_id: int) -> dict[str, Any]:
         """The machine's fault and its parameters, drawn from the world seed (a faulty machine

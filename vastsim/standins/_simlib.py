@@ -197,6 +197,34 @@ def localize(path: str) -> str:
     return rpath(path)
 
 
+NET_STATS = "sys/class/net/eth0/statistics"  # the container's interface counters (Linux sysfs)
+
+
+def net_count(rx: int = 0, tx: int = 0) -> None:
+    """Bytes over the worker's own internet, added to its interface counters as a kernel would:
+    the host meters them and the simulated cloud bills them at the offer's $/GB (vastsim/
+    workers.py ``net_bytes``). Several stand-in processes count at once: under a file lock."""
+    import fcntl
+
+    for name, delta in (("rx_bytes", rx), ("tx_bytes", tx)):
+        if delta <= 0:
+            continue
+        path = rpath(f"{NET_STATS}/{name}")
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            with os.fdopen(fd, "r+", encoding="ascii") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                try:
+                    total = int(fh.read().strip() or 0)
+                except ValueError:
+                    total = 0
+                # the counter only grows, so the new text is never shorter: written in place,
+                # a reader sees the old number or the new one
+                fh.seek(0)
+                fh.write(f"{total + int(delta)}\n")
+
+
 def machine_path() -> str:
     return rpath(".sim/machine.json")
 
