@@ -56,6 +56,7 @@ WORLD_SEEDS_FULL = (7, 8, 9, 10, 11)
 WORLD_SEEDS_QUICK = (7,)
 FAIR = "economics.vs_fair_original"
 FAIR_OFF = f"{FAIR}.bids_off"
+NEUTRAL = "economics.neutral"
 # Other bidders per machine (vastsim/bids.py): no source publishes how often an
 # interruptible instance is outbid (vast-api.md §14), so the headline takes the simulator's
 # pressure 1 and the sweep shows where bids stop paying.
@@ -69,6 +70,19 @@ GOALS = [
     Goal(f"{FAIR_OFF}.cost_per_proof_ratio.worst", "<=", 0.85, "bids off, the worst world"),
     Goal(f"{FAIR}.rejected_spend_ratio.median", "<=", 0.3, "$ on rejected workers, ratio"),
     Goal(f"{FAIR}.hours_to_target_ratio.median", "<=", 1.0, "hours to the target, ratio"),
+    # the same goals in the neutral world (issue 30 item 6), the operator looking hourly
+    Goal(
+        f"{NEUTRAL}.vs_fair_original_60min.cost_per_proof_ratio.median",
+        "<=",
+        0.75,
+        "vastui ÷ the fair original, neutral world",
+    ),
+    Goal(
+        f"{NEUTRAL}.vs_fair_original_60min.cost_per_proof_ratio.worst",
+        "<=",
+        0.85,
+        "the same, the worst neutral world",
+    ),
     *demand.GOALS,
 ]
 Policy = Callable[[Market, Config], Outcome]
@@ -184,14 +198,53 @@ def compare(vastui: Totals, other: Totals) -> dict[str, float | None]:
     }
 
 
-def world_market(world_seed: int, cfg: Config, bid_pressure: float) -> Market:
+def world_market(
+    world_seed: int, cfg: Config, bid_pressure: float, neutral: bool = False
+) -> Market:
     """The demo's market shape on one world: its machines, hidden speeds and faults, and its
-    market all drawn from the world seed; other bidders at ``bid_pressure``."""
+    market all drawn from the world seed; other bidders at ``bid_pressure``; ``neutral``: the
+    world that shares fewer of vastui's assumptions (bench/economics_world.py)."""
     demo = next(s for s in SCENARIOS if s.name == HEADLINE)
     return Market(
         world_seed=world_seed, seed=world_seed, hosts=HOSTS, scenario=demo, config=cfg,
-        days=DAYS, bid_pressure=bid_pressure,
+        days=DAYS, bid_pressure=bid_pressure, neutral=neutral,
     )  # fmt: skip
+
+
+NEUTRAL_CHECK_MIN = (60, 15)  # the fair operator's look: the headline's cadence, and closer
+
+
+def vs_fair_neutral(world_seeds: Sequence[int], hours: float, cfg: Config) -> dict[str, Any]:
+    """vastui (bids on, and off) against the original at its best in the neutral world (issue
+    30 item 6): its speeds and RAM effect apart from vastui's priors, some models unknown to
+    them, intermittent faults, Known Perf as the original shows it, and the operator looking
+    every 60 and every 15 minutes. The same ratios as ``vs_fair``, beside them."""
+    on = replace(cfg, bids=replace(cfg.bids, mode="auto"))
+    off = replace(cfg, bids=replace(cfg.bids, mode="off"))
+    ratios: dict[str, list[float]] = {}
+    for ws in world_seeds:
+        progress(f"economics: the neutral world {ws}")
+        market = world_market(ws, cfg, BID_PRESSURE, neutral=True)
+        mine = {
+            "": VastuiPolicy(market, on).run(hours),
+            ".bids_off": VastuiPolicy(market, off).run(hours),
+        }
+        for minutes in NEUTRAL_CHECK_MIN:
+            fair = OriginalPolicy(
+                market, off, fair=True, known_by_slice=True, check_s=minutes * 60.0
+            ).run(hours)
+            for suffix, v in mine.items():
+                key = f"{NEUTRAL}.vs_fair_original_{minutes}min{suffix}"
+                ratios.setdefault(f"{key}.cost_per_proof_ratio", []).append(
+                    _div(_cpp(v), _cpp(fair))
+                )
+                ratios.setdefault(f"{key}.rejected_spend_ratio", []).append(
+                    _div(v.rejected_spent, fair.rejected_spent)
+                )
+    out: dict[str, Any] = {f"{NEUTRAL}.world_seeds": len(world_seeds)}
+    for key, values in ratios.items():
+        out.update(_spread(key, values))
+    return out
 
 
 def vs_fair(world_seeds: Sequence[int], hours: float, cfg: Config) -> dict[str, Any]:
@@ -334,6 +387,7 @@ def run(quick: bool) -> dict[str, Any]:
     fair = vs_fair(worlds, hours, cfg)
     fair_cpp, off_cpp = fair.pop("_fair_cpp"), fair.pop("_off_cpp")
     figures.update(fair)
+    figures.update(vs_fair_neutral(worlds, hours, cfg))
     pressures = PRESSURES_QUICK if quick else PRESSURES_FULL
     figures.update(bid_sweep(worlds, pressures, hours, cfg, fair_cpp, off_cpp))
     if not quick:

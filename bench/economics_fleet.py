@@ -125,7 +125,7 @@ class Fleet:
             inet_down=offer.inet_down,
             cores=offer.cpu_cores,
             ram_gb=offer.cpu_ram_gb,
-            hidden=self.market.hidden[offer.machine_id],
+            hidden=self.market.hidden_for(offer.machine_id, k),
             rng=rental_rng(self.market.seed, offer.machine_id, k),
             # the reliability every offer of the machine lists
             reliability=self.market.by_id[offer.machine_id].reliability,

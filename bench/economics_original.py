@@ -48,13 +48,22 @@ class OriginalPolicy:
         check_s: float = OPERATOR_CHECK_S,
         ignore_failed: bool = False,
         fair: bool = False,
+        known_by_slice: bool = False,
     ) -> None:
         self.config = config
         self.check_s = check_s
         self.fair = fair
         self.ignore_failed = ignore_failed or fair
         self.ignored: set[int] = set()
-        self.known: dict[int, float] = {}  # host_perf: machine -> the best rate it posted
+        # host_perf: the best rate posted per (machine, GPU model, number of GPUs), its primary
+        # key (cmd/vast-manager/main.go:153-161 @ misc/cuzk-rseal-merge). The offers table
+        # shows one row per machine: getHostPerfs scans the table with no ORDER BY into a map
+        # by machine_id, so the last row wins (SQLite's primary-key order: the largest
+        # (gpu_name, num_gpus)) (main.go:1237-1251, 1291). ``known_by_slice``: that row, its
+        # rate per GPU times the offer's GPUs (the operator at best reads the GPU count beside
+        # it); otherwise the bench's first model, the best rate of the machine as it is.
+        self.known: dict[int, dict[tuple[str, int], float]] = {}
+        self.known_by_slice = known_by_slice
         self.idle: set[int] = set()  # machines whose worker the operator found stopped
         self.clock = Clock()
         self.fleet = Fleet(market, config, self.clock)
@@ -113,12 +122,21 @@ class OriginalPolicy:
         good: list[tuple[float, int, Offer]] = []
         unknown: list[Offer] = []
         for o in offers:
-            rate = self.known.get(o.machine_id)
+            rate = self._known_rate(o)
             if rate is None:
                 unknown.append(o)
             elif rate >= min_rate(o.dph_total, cap):
                 good.append((o.dph_total / rate, o.id, o))
         return [o for _, _, o in sorted(good)] + unknown
+
+    def _known_rate(self, o: Offer) -> float | None:
+        rows = self.known.get(o.machine_id)
+        if not rows:
+            return None
+        if not self.known_by_slice:
+            return max(rows.values())
+        (_, n), rate = max(rows.items())  # the row the table shows
+        return rate / max(1, n) * o.num_gpus
 
     # -- the worker and the controller's API ---------------------------------------------
 
@@ -149,8 +167,9 @@ class OriginalPolicy:
             return
         rate, min_rate = w.bench.rate, w.rec.min_rate or 0.0
         if rate > 0:  # host_perf upserted on pass and fail, MAX(old, new)
-            mid = w.offer.machine_id
-            self.known[mid] = max(rate, self.known.get(mid, 0.0))
+            rows = self.known.setdefault(w.offer.machine_id, {})
+            key = (w.offer.gpu_name, w.offer.num_gpus)
+            rows[key] = max(rate, rows.get(key, 0.0))
         if rate < min_rate:
             reason = f"bench_rate {rate:.1f} below min_rate {min_rate:.1f}"
             self.fleet.mark_killed(w, "bench_below_min", reason)

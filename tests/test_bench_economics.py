@@ -344,14 +344,31 @@ def test_the_fair_original_reads_known_perf() -> None:
     fair = OriginalPolicy(market, config(2), fair=True)
     offers = sorted(fair.fleet.available(0.0), key=lambda o: (o.dph_total, o.id))[:4]
     a, b, c, d = offers
-    fair.known = {
+    rates = {
         b.machine_id: 1000.0,  # pays: first
         c.machine_id: 0.1,  # known too slow for its price: passed over
         d.machine_id: 2000.0,  # pays better per proof: before b
     }
+    fair.known = {m: {("RTX 4090", 1): r} for m, r in rates.items()}
     order = fair._by_known_perf(offers)
     assert c not in order and order[-1] is a  # the unknown after the known, in $/h order
-    assert order[:2] == sorted([b, d], key=lambda o: o.dph_total / fair.known[o.machine_id])
+    assert order[:2] == sorted([b, d], key=lambda o: o.dph_total / rates[o.machine_id])
+
+
+def test_known_perf_shows_the_last_row_of_the_machine_as_the_original_does() -> None:
+    # host_perf is keyed by (machine, GPU, GPUs); the offers table shows one row per machine,
+    # the last scanned (vast-manager main.go:1237-1251): the largest (gpu_name, num_gpus)
+    market = small_market()
+    offer = sorted(market.listed(0.0), key=lambda o: o.id)[0]
+    one = replace(offer, num_gpus=1)
+    rows = {("RTX 4090", 8): 800.0, ("RTX 4090", 1): 150.0}
+    first = OriginalPolicy(market, config(2), fair=True)
+    first.known = {offer.machine_id: dict(rows)}
+    assert first._known_rate(one) == 800.0  # the bench's first model: the machine's best
+    shown = OriginalPolicy(market, config(2), fair=True, known_by_slice=True)
+    shown.known = {offer.machine_id: dict(rows)}
+    assert shown._known_rate(one) == pytest.approx(100.0)  # the 8-GPU row, per GPU
+    assert shown._known_rate(replace(offer, machine_id=offer.machine_id + 1)) is None
 
 
 def test_the_fair_original_ignores_a_failing_machine_and_rents_it_once() -> None:
@@ -385,3 +402,66 @@ def test_a_bid_worker_keeps_the_hosts_floor_not_the_going_price_it_was_rented_at
         going = seen[original.id]
         assert going.min_bid > original.min_bid
         assert market.floor(going) == original.min_bid
+
+
+# -- the neutral world (issue 30 item 6) -----------------------------------------------------
+
+
+def neutral_market(seed: int = 7) -> Market:
+    return Market(
+        world_seed=seed, seed=seed, hosts=60, scenario=Scenario("demo", 1.0, 0.0),
+        config=config(2), days=1, neutral=True,
+    )  # fmt: skip
+
+
+def test_the_neutral_world_is_deterministic_and_apart_from_vastuis_priors() -> None:
+    from bench.economics_world import NEUTRAL_RATE_RANGE
+    from vastui.engine.ranking import DEFAULT_GPU_RATES, RAM_FACTORS
+
+    a, b = neutral_market(), neutral_market()
+    assert a.listed(0.0) == b.listed(0.0)
+    world = a.neutral
+    assert world is not None and len(world.unknown) == 2
+    names = {o.gpu_name for o in a.listed(0.0)}
+    # the models vastui has no prior for are listed under names it does not know
+    assert not world.unknown & names
+    assert {world.listed_name(m) for m in world.unknown} & names
+    for model in world.unknown:
+        assert world.listed_name(model) not in DEFAULT_GPU_RATES
+    factors = [world.rate_factor(m.gpu_name) for m in a.machines]
+    assert all(NEUTRAL_RATE_RANGE[0] <= f <= NEUTRAL_RATE_RANGE[1] for f in factors)
+    # the RAM effect is its own curve, monotone, not the ranking's factors
+    curve = [world.ram_factor(g) for g in (64, 128, 256, 384, 512, 1024)]
+    assert curve == sorted(curve) and curve[-1] == 1.0
+    assert [round(world.ram_factor(g), 3) for g in (128, 256, 384)] != [
+        RAM_FACTORS["128"], RAM_FACTORS["256"], RAM_FACTORS["384"],
+    ]  # fmt: skip
+    # each slice's rate is the neutral one, not the demo's
+    offer = a.listed(0.0)[0]
+    assert a.rate(offer) != Market(
+        world_seed=7, seed=7, hosts=60, scenario=Scenario("demo", 1.0, 0.0), config=config(2),
+        days=1,
+    ).rate(offer)  # fmt: skip
+
+
+def test_intermittent_faults_spare_some_rentals_and_good_machines_fail_once_in_a_while() -> None:
+    market = neutral_market()
+    world = market.neutral
+    assert world is not None
+    faulty = Hidden("cuda_abort", 3, 4)
+    struck = [
+        sum(world.episode(7, mid, k, faulty).fault != "none" for k in range(200))
+        for mid in range(1, 41)
+    ]
+    always = sum(1 for n in struck if n == 200)
+    sometimes = [n for n in struck if n < 200]
+    assert 0 < always < 40 and sometimes  # some machines always fail, some intermittently
+    assert all(60 <= n <= 140 for n in sometimes)  # about half their rentals
+    good = sum(
+        world.episode(7, mid, k, Hidden()).fault != "none" for mid in range(50) for k in range(40)
+    )
+    assert 20 <= good <= 100  # ~3 % of 2,000 rentals of good machines fail once
+    # the same rental meets the same fate whoever rents it
+    assert market.hidden_for(next(iter(market.hidden)), 3) == market.hidden_for(
+        next(iter(market.hidden)), 3
+    )
