@@ -24,8 +24,15 @@ offer's $/GB (the parameters once, each request's download). Each rental's machi
 the world seed and its index, the same for every policy (common random numbers), from ranges of
 their own, not from vastui's priors.
 
-Not modelled yet: the warm pool (stopped workers; ``scale_up_minutes.warm`` is null), the fair
-original at the best target, and machines that fail in production.
+The warm pool (vastui/engine/pool.py, the engine's own ``pool.keep``): a drained surplus worker
+is stopped, billing its storage, when the pool keeps it; a scale-up starts a pooled worker
+(the cheapest per proof) before it rents, proving again ``RESTART_S`` later (its parameters and
+benchmark on its disk); kept past ``warm_pool_max_h`` it is destroyed. ``scale_up_minutes.warm``
+is the median over starts from the pool of the minutes from the target's rise to the worker
+proving again; ``.cold`` a step up in demand to the first new rental proving.
+
+Not modelled yet: a start Vast queues (resources_unavailable), the fair original at the best
+target, and machines that fail in production.
 
 Run as part of ``python -m bench --only economics [--quick]`` (its figures are
 ``economics.demand.*``).
@@ -45,7 +52,8 @@ from bench.common import Goal, progress
 from vastsim.demand import ESTABLISHED_BALANCE, FiniteDemand, parse_curve
 from vastsim.proofsvc import Market
 from vastui.config import Config
-from vastui.engine import autoscale
+from vastui.domain.worker import InstanceRecord
+from vastui.engine import autoscale, pool
 from vastui.engine.engine import autoscale_settings
 
 PREFIX = "economics.demand"
@@ -59,6 +67,9 @@ PARAMS_GB = 135 * 1.073741824  # 135 GiB of parameters per rental (cuzk-verified
 REQUEST_GB = 0.051  # one request's download (cuzk-verified.md, "Where a proofshare worker ...")
 LOAD_S = 10 * 60.0  # the image pulled and started
 BENCH_S = 20 * 60.0
+# A pooled worker's start: the container (~1 min on Vast), the daemon's SRS and PCE loaded from
+# its disk, curio joining the cluster; no download, no benchmark (ASSUMPTION: 4 min).
+RESTART_S = 4 * 60.0
 BENCH_FAIL = 0.15
 DRAIN_MAX_S = 40 * 60.0  # the market's deadline less the drain margin
 MAX_WORKERS = 10
@@ -84,7 +95,7 @@ GOALS = [
     Goal(f"{PREFIX}.summary.idle_share.auto.median", "<=", 0.15,
          "the idle share of proving GPU hours with auto"),
     Goal(f"{PREFIX}.summary.scale_up_minutes.warm.median", "<=", 5,
-         "a step up to added capacity proving, from the warm pool (not built yet: null)"),
+         "a step up to added capacity proving, from the warm pool"),
 ]  # fmt: skip
 
 
@@ -108,14 +119,31 @@ class Rental:
     requests: int = 0
     busy_s: float = 0.0  # ∫ in_flight / MaxPending over proving time
     proving_s: float = 0.0
+    storage_dph: float = 0.0  # what it bills stopped
+    pooled_since: float | None = None  # stopped in the warm pool since
+    pooled_s: float = 0.0  # closed episodes
+    restarted_at: list[float] = field(default_factory=list)  # starts from the pool
+    reproved_at: list[float] = field(default_factory=list)  # ... and proving again
 
     @property
     def latency_s(self) -> float:
         return MAX_PENDING / self.mu * 3600.0
 
     def cost(self, end: float) -> float:
-        hours = ((self.gone_at if self.gone_at is not None else end) - self.rented_at) / 3600.0
-        return self.dph * hours + self.inet_cost * (PARAMS_GB + REQUEST_GB * self.requests)
+        until = self.gone_at if self.gone_at is not None else end
+        stopped = self.pooled_s + (until - self.pooled_since if self.pooled_since else 0.0)
+        hours = (until - self.rented_at - stopped) / 3600.0
+        data = self.inet_cost * (PARAMS_GB + REQUEST_GB * self.requests)
+        return self.dph * hours + self.storage_dph * stopped / 3600.0 + data
+
+    def record(self, max_cost_per_proof: float) -> InstanceRecord:
+        """The worker as the engine's store would hold it, for the engine's pool decision."""
+        return InstanceRecord(
+            vast_id=self.k + 1, state="proving", dph_total=self.dph,
+            storage_dph=self.storage_dph, prod_rate=self.mu, inet_down=self.inet_down,
+            inet_down_cost=self.inet_cost, min_rate=math.ceil(self.dph / max_cost_per_proof),
+            pooled_since=self.pooled_since,
+        )  # fmt: skip
 
 
 def draw(world_seed: int, k: int, now: float) -> Rental:
@@ -124,11 +152,15 @@ def draw(world_seed: int, k: int, now: float) -> Rental:
     mu = rng.uniform(25.0, 70.0)
     inet_down = rng.uniform(200.0, 2000.0)
     fetch_s = PARAMS_GB * 8000.0 / inet_down
-    return Rental(
+    rental = Rental(
         k=k, mu=mu, dph=mu * rng.uniform(0.004, 0.0075), inet_down=inet_down,
         inet_cost=rng.uniform(0.0, 0.02), rented_at=now,
         ready_at=now + LOAD_S + fetch_s + BENCH_S, passes=rng.random() >= BENCH_FAIL,
     )  # fmt: skip
+    # drawn after the rest, so the machines stay those of the runs before the pool: ~250 GB
+    # at $0.05-0.30/GB/month (the simulated market's storage_cost range)
+    rental.storage_dph = 250.0 * rng.uniform(0.05, 0.30) / 730.0
+    return rental
 
 
 @dataclass
@@ -141,6 +173,8 @@ class Run:
     idle_share: float | None
     scale_up_min: float | None  # a step up to the first worker rented after it proving
     targets: list[tuple[float, int]]
+    warm_up_min: float | None = None  # a step up to the first pooled worker started proving
+    pool_starts: int = 0
 
     @property
     def cost_per_paid(self) -> float:
@@ -151,8 +185,15 @@ class World:
     """One run: the market, curio's cluster and the fleet under one policy."""
 
     def __init__(
-        self, spec: str, new_wallet: bool, world_seed: int, hours: float, tick_s: float = TICK_S
+        self,
+        spec: str,
+        new_wallet: bool,
+        world_seed: int,
+        hours: float,
+        tick_s: float = TICK_S,
+        pool_config: Config | None = None,
     ) -> None:
+        self.pool_config = pool_config  # the engine's warm pool (None: surplus destroyed)
         self.tick_s = tick_s
         self.t0 = 1_800_000_000.0
         self.t = self.t0
@@ -180,7 +221,10 @@ class World:
     # -- curio's cluster -----------------------------------------------------------------
 
     def proving(self) -> list[Rental]:
-        return [w for w in self.rentals if w.proving_since is not None and w.gone_at is None]
+        return [
+            w for w in self.rentals
+            if w.proving_since is not None and w.gone_at is None and w.pooled_since is None
+        ]  # fmt: skip
 
     def _request_task(self) -> None:
         # curio runs on the workers: no node proving, nobody asks (and PShareRequest's
@@ -250,7 +294,7 @@ class World:
         open_s = sum(max(0.0, end - max(start, self.t - 3600.0)) for start, end, _n in runs)
         obtained = sum(n for _s, _e, n in runs)
         serving = [w for w in self.proving() if w.drain_deadline is None]
-        live = [w for w in self.rentals if w.gone_at is None and w.drain_deadline is None]
+        live = self._live()
         return autoscale.Observed(
             read=True, unclaimed=len(self.queue),
             oldest_unclaimed_s=self.t - self.queue[0][1] if self.queue else None,
@@ -259,23 +303,82 @@ class World:
             requested_per_h=autoscale.requested_per_h(obtained, open_s),
         )  # fmt: skip
 
-    def _gone(self, w: Rental) -> None:
-        w.gone_at = self.t
-        for _done, cid, obtained in w.in_flight:  # vastui frees a destroyed worker's tasks
+    def _live(self) -> list[Rental]:
+        return [
+            w for w in self.rentals
+            if w.gone_at is None and w.drain_deadline is None and w.pooled_since is None
+        ]  # fmt: skip
+
+    def _free(self, w: Rental) -> None:
+        for _done, cid, obtained in w.in_flight:  # vastui frees a stopped worker's tasks
             self.queue.appendleft((cid, obtained))
         w.in_flight = []
 
+    def _gone(self, w: Rental) -> None:
+        w.gone_at = self.t
+        self._free(w)
+
+    def _drained(self, w: Rental) -> None:
+        """A drain's end: stopped into the warm pool when the engine's pool keeps it, else
+        destroyed."""
+        w.drain_deadline = None
+        cfg = self.pool_config
+        if cfg is not None:
+            pooled = sum(1 for r in self.rentals if r.pooled_since is not None and not r.gone_at)
+            if pool.keep(w.record(cfg.fleet.max_cost_per_proof), pooled, cfg).pooled:
+                w.pooled_since = self.t
+                self._free(w)
+                return
+        self._gone(w)
+
+    def _start_pooled(self) -> bool:
+        cfg = self.pool_config
+        if cfg is None:
+            return False
+        pooled = [w for w in self.rentals if w.pooled_since is not None and w.gone_at is None]
+        records = {w.k + 1: w for w in pooled}
+        pick = pool.pick([w.record(cfg.fleet.max_cost_per_proof) for w in pooled])
+        if pick is None:
+            return False
+        w = records[pick.vast_id]
+        w.pooled_s += self.t - (w.pooled_since or self.t)
+        w.pooled_since = None
+        w.proving_since = None
+        w.ready_at = self.t + RESTART_S
+        w.restarted_at.append(self.t)
+        return True
+
+    def _expire_pool(self) -> None:
+        cfg = self.pool_config
+        if cfg is None:
+            return
+        kept_s = cfg.fleet.warm_pool_max_h * 3600.0
+        for w in self.rentals:
+            if (
+                w.pooled_since is not None
+                and w.gone_at is None
+                and self.t - w.pooled_since >= kept_s
+            ):
+                self._gone(w)
+
     def _step(self, target: int) -> None:
         for w in self.rentals:
+            if w.pooled_since is not None:
+                continue
             if w.gone_at is None and w.proving_since is None and w.ready_at <= self.t:
                 if w.passes:
                     w.proving_since = self.t
+                    if w.restarted_at:
+                        w.reproved_at.append(self.t)
                 else:
                     self._gone(w)  # rejected at its benchmark
             draining = w.gone_at is None and w.drain_deadline is not None
             if draining and (not w.in_flight or self.t >= (w.drain_deadline or 0.0)):
-                self._gone(w)
-        live = [w for w in self.rentals if w.gone_at is None and w.drain_deadline is None]
+                self._drained(w)
+        self._expire_pool()
+        live = self._live()
+        if len(live) < target and self._start_pooled():
+            return
         if len(live) < target:
             self.rentals.append(draw(self.world_seed, len(self.rentals), self.t))
         elif len(live) > target:
@@ -309,7 +412,21 @@ class World:
             missed=sum(a.missed for a in self.demand.accounts.values()),
             idle_share=1.0 - busy / proving_s if proving_s else None,
             scale_up_min=self._scale_up_min(), targets=targets,
+            warm_up_min=self._warm_up_min(targets),
+            pool_starts=sum(len(w.restarted_at) for w in self.rentals),
         )  # fmt: skip
+
+    def _warm_up_min(self, targets: list[tuple[float, int]]) -> float | None:
+        """The median, over the starts from the warm pool, of the minutes from the target's
+        rise that called for it to the worker proving again."""
+        rises = [t for (t, n), (_t0, n0) in zip(targets[1:], targets, strict=False) if n > n0]
+        waits = []
+        for w in self.rentals:
+            for started, proved in zip(w.restarted_at, w.reproved_at, strict=False):
+                rise = max((t for t in rises if t <= started), default=None)
+                if rise is not None:
+                    waits.append((proved - rise) / 60.0)
+        return statistics.median(waits) if waits else None
 
     def _scale_up_min(self) -> float | None:
         if self.step_at is None or self.curve.after <= self.curve.rate:
@@ -340,7 +457,7 @@ def auto_config(**fleet: Any) -> Config:
 def compare(curve: str, seed: int, hours: float, config: Config) -> dict[str, Any]:
     make_spec, new_wallet = CURVES[curve]
     spec = make_spec(hours)
-    auto = World(spec, new_wallet, seed, hours).run(auto_policy(config))
+    auto = World(spec, new_wallet, seed, hours, pool_config=config).run(auto_policy(config))
     fixed = {n: World(spec, new_wallet, seed, hours).run(lambda _w, n=n: n)
              for n in range(1, MAX_WORKERS + 1)}  # fmt: skip
     best_n = min(fixed, key=lambda n: (fixed[n].cost_per_paid, n))
@@ -360,6 +477,7 @@ def run(quick: bool) -> dict[str, Any]:
     ratios: list[float] = []
     idle: list[float] = []
     cold: list[float] = []
+    warm: list[float] = []
     missed_auto = missed_best = 0
     for curve in CURVES:
         for seed in seeds:
@@ -382,6 +500,8 @@ def run(quick: bool) -> dict[str, Any]:
                 f"{key}.auto.peak_target": max(n for _t, n in auto.targets),
                 f"{key}.auto.target_changes": len(auto.targets) - 1,
                 f"{key}.auto.scale_up_minutes": _round(auto.scale_up_min),
+                f"{key}.auto.warm_scale_up_minutes": _round(auto.warm_up_min),
+                f"{key}.auto.pool_starts": auto.pool_starts,
             })  # fmt: skip
             if ratio is not None:
                 ratios.append(ratio)
@@ -389,6 +509,8 @@ def run(quick: bool) -> dict[str, Any]:
                 idle.append(auto.idle_share)
             if auto.scale_up_min is not None:
                 cold.append(auto.scale_up_min)
+            if auto.warm_up_min is not None:
+                warm.append(auto.warm_up_min)
             missed_auto += auto.missed
             missed_best += best.missed
     figures.update({
@@ -399,7 +521,7 @@ def run(quick: bool) -> dict[str, Any]:
         f"{PREFIX}.summary.missed_deadlines.auto_minus_best_fixed": missed_auto - missed_best,
         f"{PREFIX}.summary.idle_share.auto.median": _median(idle),
         f"{PREFIX}.summary.scale_up_minutes.cold.median": _median(cold),
-        f"{PREFIX}.summary.scale_up_minutes.warm.median": None,
+        f"{PREFIX}.summary.scale_up_minutes.warm.median": _median(warm),
     })  # fmt: skip
     return figures
 

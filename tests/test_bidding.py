@@ -186,8 +186,11 @@ def test_a_stopped_bid_bills_storage_only():
     )  # fmt: skip
     # 2 h: 0.5 h stopped before (closed) and 0.5 h stopped now (open): 1 h at 0.21, 1 h at 0.01
     assert instance_cost(rec, 7200.0) == pytest.approx(0.21 + 0.01)
-    on_demand = replace(rec, is_bid=False)
+    on_demand = replace(rec, is_bid=False, stopped_s=0.0, outbid_since=None)
     assert instance_cost(on_demand, 7200.0) == pytest.approx(0.42)
+    # stopped in the warm pool: the same storage-only time
+    pooled = replace(rec, is_bid=False, outbid_since=None, pooled_since=5400.0)
+    assert instance_cost(pooled, 7200.0) == pytest.approx(0.21 + 0.01)
     # since 1 h: the open half hour exactly, the closed one spread over the 2 h (a quarter
     # hour of it falls here): 0.25 h at 0.21, 0.75 h at 0.01
     assert instance_cost(rec, 7200.0, since=3600.0) == pytest.approx(0.25 * 0.21 + 0.75 * 0.01)

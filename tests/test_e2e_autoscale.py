@@ -1,7 +1,8 @@
 """The automatic target end to end, as the demo runs it (the engine, the simulated cloud, real
 SSH, the real worker scripts, the stand-in curio on a real PostgreSQL, the proofshare market
 with finite work, vastsim/demand.py): the market's work steps up and the target rises with its
-reason; it stops and the target falls, the worker given up drained and destroyed.
+reason; it stops and the target falls, the worker given up drained and stopped into the warm
+pool; the work comes back and the pooled worker proves again, without a new rental.
 
 The market's curve is switched by the test at conditions (a worker proving, the target risen),
 not at clock times: a loaded machine runs the engine's steps late in simulated time. No sleeps
@@ -84,15 +85,17 @@ async def test_the_target_follows_the_markets_work_up_and_down(demo_state: Path)
 
             async def given_up() -> InstanceRecord | None:
                 gone = [r for r in await store.instances.all(include_killed=True)
-                        if r.killed and r.kill_kind == "surplus"]  # fmt: skip
+                        if (r.killed and r.kill_kind == "surplus") or r.pooled_since]  # fmt: skip
                 return gone[0] if gone else None
 
-            rec = await eventually(given_up, LONG, "the surplus worker destroyed")
-            # a proving worker given up is drained first (cordoned); one still setting up (a
-            # replacement for a failed benchmark) holds no work and goes at once
+            rec = await eventually(given_up, LONG, "the surplus worker stopped or destroyed")
+            # a proving worker given up is drained first (cordoned), then stopped into the warm
+            # pool; one still setting up (a replacement for a failed benchmark) holds no work
+            # and is destroyed at once
             cordoned = [e.instance_id for e in await store.events.all(kind="cordoned")]
             if rec.proving_at is not None:
-                assert rec.drain_started_at is not None and rec.vast_id in cordoned
+                assert rec.vast_id in cordoned and rec.pooled_since is not None, rec
+                assert rt.demo.cloud.instances[rec.vast_id].intended == "stopped"
             else:
                 assert rec.drain_started_at is None and "not proving" in (rec.kill_reason or "")
             # nobody struck in production for the work the market did not send (a benchmark
@@ -101,6 +104,27 @@ async def test_the_target_follows_the_markets_work_up_and_down(demo_state: Path)
             assert [s for s in strikes if s.kind.startswith("prove_")] == [], strikes
             status = await store.status.get()
             assert status.target == 1 and status.cluster["autoscale"]["target"] == 1
+            if rec.pooled_since is None:
+                return
+            # the work comes back: the pooled worker starts again, its parameters and its
+            # benchmark found on its disk, and proves (no new rental for it)
+            rents = len(await store.intents.all(kind="rent"))
+            set_demand(cluster, "steady:3000", engine.clock())
+
+            async def warm_again() -> InstanceRecord | None:
+                again = await store.instances.get(rec.vast_id)
+                ok = again is not None and again.pooled_since is None and again.state == "proving"
+                return again if ok else None
+
+            again = await eventually(warm_again, LONG, "the pooled worker proving again")
+            assert again.pooled_s > 0
+            pool_events = await store.events.all(kind="pool")
+            started = [
+                e for e in pool_events
+                if e.instance_id == rec.vast_id and e.reason.startswith("started")
+            ]  # fmt: skip
+            assert started, "started from the warm pool"
+            assert len(await store.intents.all(kind="rent")) == rents, "no rental for it"
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):

@@ -47,8 +47,10 @@ async def test_the_daily_budget_stops_rents_and_destroys_nothing(world: World, s
     first = await store.instances.all()
     assert len(first) == 1  # one rent per step
     # the day goes on (the clock starts at 14:13 UTC): the first worker's bill reaches $0.50
+    # (its GPU billed from when it runs, storage while it loads)
     dph = first[0].dph_total or 0.0
-    world.clock.advance(0.5 / dph * 3600 + 1)
+    sim = world.cloud.instances[first[0].vast_id]
+    world.clock.advance(0.5 / dph * 3600 + (sim.t_running - sim.created_at) + 1)
     await engine.step()
     assert engine.status is not None and engine.status.reason_kind == "daily_budget"
     assert engine.status.reason and "of $0.50 (fleet.max_daily_spend)" in engine.status.reason

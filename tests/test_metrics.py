@@ -27,6 +27,7 @@ def sample(workers: tuple[WorkerSample, ...] = ()) -> FleetSample:
     return FleetSample(
         heartbeat=1_800_000_000.0, target=2, by_stage={"proving": 1, "benchmark": 1},
         workers=workers, fleet_dollars_per_hour=0.9, spend_all=12.5, spend_rejected=1.5,
+        spend_bandwidth=0.75,
         spend_today=3.0, cost_per_proof=0.0051, kills={"bench_below_min": 2, "surplus": 1},
         bans=1, rents=5, api_errors={"429": 3}, blocked_reason="at_target",
         reason_kinds=("at_target", "daily_budget", "no_credit"),
@@ -74,7 +75,7 @@ def test_the_series_are_there_and_parse() -> None:
     assert got["vastui_worker_proofs_per_hour"] == [(key, 30.5)]
     assert len(got["vastui_worker_dollars_per_hour"]) == 2  # a benchmarking worker costs too
     assert dict((d["kind"], v) for d, v in got["vastui_spend_dollars_total"]) == {
-        "all": 12.5, "rejected": 1.5,
+        "all": 12.5, "rejected": 1.5, "bandwidth": 0.75,
     }  # fmt: skip
     assert got["vastui_cost_per_proof_dollars"] == [({}, 0.0051)]
     assert dict((d["kind"], v) for d, v in got["vastui_kills_total"]) == {

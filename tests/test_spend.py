@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
+from vastui.domain.plan import PARAMS_GB, PROOF_UP_GB, REQUEST_GB
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.spend import (
+    bandwidth_cost,
     billed_interval,
     fleet_spend,
     instance_cost,
     is_rejected,
     local_midnight,
+    running_since,
+    time_cost,
 )
 
 H = 3600.0
@@ -100,7 +105,8 @@ def test_fleet_spend_today_total_rejected():
     assert spend.today == pytest.approx(1.0 + 2.5 + 0.5 + 0.5)
     assert spend.rejected == pytest.approx(1.5)
     assert spend.to_json() == {
-        "today": 4.5, "total": 6.5, "rejected": 1.5, "draining": 0.0, "day_start": DAY0,
+        "today": 4.5, "total": 6.5, "rejected": 1.5, "draining": 0.0, "bandwidth": 0.0,
+        "pool": 0.0, "day_start": DAY0,
     }  # fmt: skip
     later = fleet_spend(records, NOW + H, DAY0)  # the living keep billing, the dead do not
     assert later.total == pytest.approx(spend.total + 0.5 + 0.25)
@@ -156,3 +162,96 @@ def test_a_drain_is_counted_from_its_cordon_to_its_destroy():
     assert costs.per_computed == pytest.approx(0.05) and costs.per_paid == pytest.approx(0.125)
     none = proof_costs([rec], DAY0 + 3 * H, H, fleet_done=0, cluster_done=20, paid=8)
     assert none.per_computed is None and none.per_paid is None
+
+
+# ---------------------------------------------------------------- every cost counted (issue 30)
+
+LOADING_CASES = [
+    # (case, record, since, dollars): $0.5/h running, $0.1/h storage
+    ("loaded for an hour, ran for two",
+     inst(20, created_at=NOW - 3 * H, running_at=NOW - 2 * H, storage_dph=0.1), None, 1.1),
+    ("today: only the running part after the boundary",
+     inst(21, created_at=DAY0 - 2 * H, running_at=DAY0 - H, storage_dph=0.1), DAY0, 5.0),
+    ("killed while loading: storage throughout",
+     killed(22, NOW - 2 * H, NOW, "deadline_loading", storage_dph=0.1, failed_stage="loading"),
+     None, 0.2),
+    ("still loading: storage so far",
+     inst(23, state="loading", created_at=NOW - H, storage_dph=0.1), None, 0.1),
+    ("an older row past loading, no running_at: the ceiling",
+     inst(24, created_at=NOW - 2 * H, setup_at=NOW - H, storage_dph=0.1), None, 1.0),
+    ("no storage price known: the ceiling", inst(25, created_at=NOW - 2 * H,
+     running_at=NOW - H), None, 1.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "rec", "since", "dollars"), LOADING_CASES,
+                         ids=[c[0] for c in LOADING_CASES])  # fmt: skip
+def test_time_cost_bills_storage_until_the_instance_runs(
+    case: str, rec: InstanceRecord, since: float | None, dollars: float
+) -> None:
+    assert time_cost(rec, NOW, since=since) == pytest.approx(dollars)
+
+
+RUNNING_CASES = [
+    # (case, created_at, uptime_mins, running_since)
+    ("uptime since it ran", NOW - H, 30.0, NOW - 1800.0),
+    ("uptime since its creation (the other reading): its creation", NOW - H, 60.0, NOW - H),
+    ("uptime beyond its creation: bounded by it", NOW - H, 600.0, NOW - H),
+    ("no uptime: its creation, the ceiling", NOW - H, None, NOW - H),
+    ("a negative uptime cannot be later than now", NOW - H, -5.0, NOW),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "created", "uptime", "expected"), RUNNING_CASES,
+                         ids=[c[0] for c in RUNNING_CASES])  # fmt: skip
+def test_running_since_is_bounded_by_creation_and_now(
+    case: str, created: float, uptime: float | None, expected: float
+) -> None:
+    assert running_since(inst(30, created_at=created), uptime, NOW) == pytest.approx(expected)
+
+
+def _work(done: int, failed: int = 0, held: int = 0) -> str:
+    return json.dumps({"done_total": done, "failed_total": failed,
+                       "held_by_name": {"PSProve": held, "PShareSubmit": 4}})  # fmt: skip
+
+
+DOWN, UP = 0.02, 0.01  # $/GB
+BANDWIDTH_CASES = [
+    # (case, record, since, dollars)
+    ("parameters fetched, no request yet",
+     inst(40, paramfetch_at=NOW - 2 * H, benchmark_at=NOW - H), None, PARAMS_GB * DOWN),
+    ("parameters half-way: what the link carried (1000 Mbit/s for 60 s = 7.5 GB)",
+     inst(41, state="paramfetch", paramfetch_at=NOW - 60, inet_down=1000.0), None, 7.5 * DOWN),
+    ("a fetch longer than the files: all of them",
+     inst(42, state="paramfetch", paramfetch_at=NOW - 10 * H, inet_down=1000.0), None,
+     PARAMS_GB * DOWN),
+    ("requests done, failed and held are downloaded; the done ones uploaded",
+     inst(43, paramfetch_at=NOW - 3 * H, proving_at=NOW - 2 * H,
+          cluster_state=_work(10, 2, 3)), None,
+     PARAMS_GB * DOWN + 15 * REQUEST_GB * DOWN + 10 * PROOF_UP_GB * UP),
+    ("today: the parameters were yesterday, half the proving time is today",
+     inst(44, paramfetch_at=DAY0 - 3 * H, proving_at=DAY0 - 2 * H, killed_at=DAY0 + 2 * H,
+          state="killed", cluster_state=_work(10)), DAY0,
+     0.5 * (10 * REQUEST_GB * DOWN + 10 * PROOF_UP_GB * UP)),
+    ("no per-GB price: nothing", inst(45, benchmark_at=NOW, inet_down_cost=None,
+     inet_up_cost=None, cluster_state=_work(10)), None, 0.0),
+    ("a cluster reading that is not ours to trust counts nothing",
+     inst(46, cluster_state='{"done_total": -5, "failed_total": true, "held_by_name": []}'),
+     None, 0.0),
+    ("a broken reading counts nothing", inst(47, cluster_state="{not json"), None, 0.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "rec", "since", "dollars"), BANDWIDTH_CASES,
+                         ids=[c[0] for c in BANDWIDTH_CASES])  # fmt: skip
+def test_bandwidth_is_billed_at_the_offers_price_per_gb(
+    case: str, rec: InstanceRecord, since: float | None, dollars: float
+) -> None:
+    priced = rec if "no per-GB" in case else replace(rec, inet_down_cost=DOWN, inet_up_cost=UP)
+    assert bandwidth_cost(priced, NOW, since=since) == pytest.approx(dollars)
+
+
+def test_instance_cost_is_time_and_bandwidth() -> None:
+    rec = inst(50, created_at=NOW - 2 * H, running_at=NOW - H, storage_dph=0.1,
+               benchmark_at=NOW - H, inet_down_cost=DOWN, inet_up_cost=UP)  # fmt: skip
+    assert instance_cost(rec, NOW) == pytest.approx(0.1 + 0.5 + PARAMS_GB * DOWN)

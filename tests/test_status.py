@@ -124,7 +124,8 @@ async def test_gather_reads_the_status_spend_stages_and_lease(store: Store) -> N
     assert rep["stages"] == {"proving": 1, "killed": 1}, "legacy rows are not vastui's fleet"
     # 1: $1.00 (all today); 2: 3 h = $1.50, $0.50 of it today, rejected.
     assert rep["spend"] == {
-        "today": 1.5, "total": 2.5, "rejected": 1.5, "draining": 0.0, "day_start": DAY0,
+        "today": 1.5, "total": 2.5, "rejected": 1.5, "draining": 0.0, "bandwidth": 0.0,
+        "pool": 0.0, "day_start": DAY0,
     }  # fmt: skip
     assert rep["lease"] == {"mode": "headless", "pid": 77, "hostname": "ctl",
                             "heartbeat_age_s": 5.0}  # fmt: skip

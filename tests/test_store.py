@@ -663,7 +663,7 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 13
+        assert await s.schema_version() == SCHEMA_VERSION == 14
         assert [e.reason for e in await s.events.all()] == ["kept across the upgrade"]
         await s.status.put(_status("at_target", T0))
         assert (await s.status.get()).reason_kind == "at_target"

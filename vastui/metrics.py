@@ -64,6 +64,7 @@ class FleetSample:
     fleet_dollars_per_hour: float = 0.0
     spend_all: float = 0.0  # dollars, since the database began
     spend_rejected: float = 0.0
+    spend_bandwidth: float = 0.0  # of spend_all: bytes at the offers' $/GB
     spend_today: float = 0.0  # the UTC day
     cost_per_proof: float | None = None  # measured: spend on proving workers ÷ their proofs
     kills: Mapping[str, int] = field(default_factory=dict)  # by kind, since the database began
@@ -199,11 +200,13 @@ def _money(s: FleetSample) -> Iterator[Metric]:
         "vastui_fleet_dollars_per_hour", "What the live fleet costs", value=s.fleet_dollars_per_hour
     )
     spend = CounterMetricFamily(
-        "vastui_spend_dollars", "Dollars spent (rejected: on workers that never proved)",
+        "vastui_spend_dollars",
+        "Dollars spent (rejected: on workers that never proved; bandwidth: of all, per GB)",
         labels=["kind"],
     )  # fmt: skip
     spend.add_metric(["all"], s.spend_all)
     spend.add_metric(["rejected"], s.spend_rejected)
+    spend.add_metric(["bandwidth"], s.spend_bandwidth)
     yield spend
     yield GaugeMetricFamily(
         "vastui_daily_spend_dollars", "Dollars spent this UTC day", value=s.spend_today

@@ -201,6 +201,14 @@ def _spend_line(report: dict[str, Any]) -> str:
     draining = _float(spend.get("draining"))
     if draining:
         line += f", ${draining:.2f} while draining"
+    parts = [
+        f"${amount:.2f} {what}"
+        for what, amount in (("bandwidth", _float(spend.get("bandwidth"))),
+                             ("warm pool", _float(spend.get("pool"))))
+        if amount
+    ]  # fmt: skip
+    if parts:
+        line += f" (of it: {', '.join(parts)})"
     return line + "".join(f"; {part}" for part in limits(report.get("engine") or {}))
 
 
@@ -256,6 +264,8 @@ def auto_line(cluster: dict[str, Any] | None) -> str | None:
         parts.append(f"the market sends {demand:.0f} requests/h")
     if auto.get("unclaimed") is not None:
         parts.append(f"{auto.get('unclaimed')} requests unclaimed")
+    if auto.get("pooled"):
+        parts.append(f"{auto['pooled']} stopped in the warm pool (max {auto.get('pool_max')})")
     if auto.get("reason"):
         parts.append(str(auto["reason"]))
     return "; ".join(parts)

@@ -84,6 +84,15 @@ class FleetSection:
     # 0.9: the economics bench's (bench/demand.py) better of 0.75 and 0.9 in $/paid proof
     target_utilisation: float = 0.9
     scale_down_after_min: float = 30.0
+    # The warm pool (vastui/engine/pool.py): a good worker the fleet gives up is stopped, not
+    # destroyed (Vast keeps its disk and bills storage), when its storage over the expected
+    # idle time costs less than a new rental's set-up; a scale-up starts it before renting.
+    # At most warm_pool_max stopped at once (0: none), each destroyed after warm_pool_max_h;
+    # a start Vast queues (resources_unavailable) is given warm_pool_start_min.
+    warm_pool_max: int = 2
+    warm_pool_idle_h: float = 6.0
+    warm_pool_max_h: float = 48.0
+    warm_pool_start_min: float = 10.0
     max_total_dph: float = 5.0
     max_concurrent_benchmarks: int = 2
     bench_proofs: int = 12
@@ -391,6 +400,18 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
         "fleet.scale_down_after_min",
         lambda c: 5 <= c.fleet.scale_down_after_min <= 1440,
         "5 to 1440 (minutes)",
+    ),
+    ("fleet.warm_pool_max", lambda c: 0 <= c.fleet.warm_pool_max <= 1000, "0 to 1000"),
+    ("fleet.warm_pool_max_h", lambda c: 0 < c.fleet.warm_pool_max_h <= 720, "0 to 720 (hours)"),
+    (
+        "fleet.warm_pool_idle_h",
+        lambda c: 0 < c.fleet.warm_pool_idle_h <= c.fleet.warm_pool_max_h,
+        "hours above 0, at most fleet.warm_pool_max_h",
+    ),
+    (
+        "fleet.warm_pool_start_min",
+        lambda c: 1 <= c.fleet.warm_pool_start_min <= 1440,
+        "1 to 1440 (minutes)",
     ),
     ("fleet.max_total_dph", lambda c: 0 <= c.fleet.max_total_dph <= 10_000, "0 to 10000 $/h"),
     (

@@ -45,6 +45,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "tasks_released",  # a destroyed (or outbid) worker's tasks freed in curio's cluster
     "cluster",  # curio's cluster: unreadable, readable again; an identity collision
     "target",  # the automatic target changed (vastui/engine/autoscale.py), with its reason
+    "pool",  # a worker stopped into the warm pool, started from it, or its start queued
 )
 
 

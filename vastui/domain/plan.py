@@ -44,6 +44,12 @@ PCE_DISK_GIB = 43  # the PCE files the daemon saves (cuzk-pce/src/disk.rs)
 DEFAULT_MARGIN_GIB = 5  # CUZK_SAFETY_MARGIN_GIB; cuzk's own default (memory.rs:35)
 IMAGE_DISK_GIB = 12  # the worker image on the instance's disk (CUDA runtime, three binaries)
 GIB = 1024**3
+PARAMS_GB = PARAMS_DISK_GIB * GIB / 1e9  # downloaded once per rental, billed per GB
+# Each request's data downloaded from the market (~51 MB for a PoRep, cuzk-verified.md "Where a
+# proofshare worker meets the world"; a SnapDeals request is smaller: this is a ceiling) and the
+# proof sent back (a few hundred bytes of SNARK in a small JSON body: 0.0001 GB is generous).
+REQUEST_GB = 0.051
+PROOF_UP_GB = 0.0001
 
 
 def memory_need_gib() -> int:

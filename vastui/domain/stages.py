@@ -35,4 +35,6 @@ KILL_KINDS: tuple[str, ...] = (
     "legacy",  # imported from the original tool, cause unknown
     "prove_curio_failing",  # curio's PSProve tasks fail on it (its own record), cuzk or not
     "identity_collision",  # its curio identity is another live machine's: the fleet's fault
+    "pool_expired",  # stopped in the warm pool too long, or the pool over its size
+    "pool_unavailable",  # its start from the warm pool was queued by Vast past its deadline
 )

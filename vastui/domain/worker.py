@@ -85,6 +85,21 @@ class InstanceRecord:
     drain_deadline: float | None = None  # destroyed by then, whatever it holds
     released_at: float | None = None  # its tasks freed in the cluster (destroyed, or outbid)
     released_tasks: int | None = None  # how many, the last time
+    # Every cost counted (migration 14): vastui/engine/spend.py.
+    running_at: float | None = None  # Vast bills storage before, the GPU from then on
+    inet_down: float | None = None  # the offer's download link, Mbit/s
+    inet_down_cost: float | None = None  # $/GB
+    inet_up_cost: float | None = None  # $/GB
+    # The warm pool (vastui/engine/pool.py): stopped on purpose since (None: not pooled), its
+    # start asked at (Vast queued it: resources_unavailable), seconds pooled (closed episodes).
+    pooled_since: float | None = None
+    pool_start_at: float | None = None
+    pooled_s: float = 0.0
+
+    @property
+    def stopped_since(self) -> float | None:
+        """Stopped (by a higher bid, or into the warm pool) since: nothing to read or judge."""
+        return self.outbid_since if self.outbid_since is not None else self.pooled_since
 
     @property
     def stage(self) -> str | None:
@@ -163,6 +178,12 @@ class Progress(TypedDict, total=False):
     storage_dph: float | None
     cluster_state: str | None
     cluster_checked_at: float | None
+    running_at: float | None
+    pooled_since: float | None
+    pool_start_at: float | None
+    pooled_s: float
+    drain_started_at: float | None
+    drain_deadline: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,12 @@ from vastui.config import Config, load_curio_db_password
 from vastui.domain.journal import BAN_KEY, Intent
 from vastui.domain.machines import BanSpec
 from vastui.domain.worker import InstanceRecord, Progress
-from vastui.engine import drain, fleetwide, identity, payment, policy
+from vastui.engine import drain, fleetwide, identity, payment, policy, pool
 from vastui.engine.bidding import BidQuote
 from vastui.engine.cluster import ClusterError, ClusterReader, Worker, worker_of
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
+from vastui.engine.spend import SURPLUS_KIND
 from vastui.engine.transitions import (
     Effect,
     EnterStage,
@@ -45,7 +46,7 @@ from vastui.sanitize import sanitize_line
 from vastui.store import Store
 from vastui.store.errors import StoreError, StoreFatal
 from vastui.vast.client import VastClient
-from vastui.vast.errors import CreateOutcomeUnknown, VastError, VastHTTPError
+from vastui.vast.errors import CreateOutcomeUnknown, VastError, VastHTTPError, VastNotFound
 from vastui.vast.models import Offer
 
 log = logging.getLogger("vastui.engine")
@@ -149,9 +150,10 @@ class Acts:
             "min_rate": min_rate,
             "image": self.config.fleet.image,
         }
+        # what it bills before it runs, or stopped (a bid outbid)
+        detail["storage_dph"] = offer.storage_total_cost
         if bid is not None:
             detail["bid"] = bid.to_json()
-            detail["storage_dph"] = offer.storage_total_cost
         if self.settings.dry_run:
             await self._dry_rent(offer, label, min_rate, detail, reason, now)
             return None
@@ -294,6 +296,10 @@ class Acts:
             loading_at=now,
             runner_id=detail.get("runner_id") if isinstance(detail.get("runner_id"), int) else None,
             paramfetch_timeout=_int_or_none(detail.get("paramfetch_timeout")),
+            storage_dph=_float_or_none(detail.get("storage_dph")),
+            inet_down=_float_or_none(offer.get("inet_down")),
+            inet_down_cost=_float_or_none(offer.get("inet_down_cost")),
+            inet_up_cost=_float_or_none(offer.get("inet_up_cost")),
             **_bid_fields(detail),
         )
         rec = await self.store.instances.upsert(rec, now=now)
@@ -363,7 +369,81 @@ class Acts:
                 decided = _noted(decided, end.text, drain_end=end.why)
         elif drain.drains(decided, rec) and await self._begin_drain(rec, decided, intent, now):
             return False  # decided before a crash, its drain not begun: begun now
+        pooled = await self._to_pool(rec, decided, intent.id)
+        if pooled is not None:
+            return pooled
         return await self._destroy(rec, decided, intent.id)
+
+    # -- the warm pool (vastui/engine/pool.py) ---------------------------------------------
+
+    async def _to_pool(self, rec: InstanceRecord, kill: policy.Kill, intent_id: int) -> bool | None:
+        """A surplus worker stopped into the warm pool instead of destroyed, when the pool
+        keeps it: True once stopped and recorded, False to retry, None: destroy it."""
+        if kill.kind != SURPLUS_KIND or rec.pooled_since is not None:
+            return None
+        live = await self.store.instances.all(include_killed=False)
+        pooled = sum(1 for r in live if r.pooled_since is not None)
+        verdict = pool.keep(rec, pooled, self.config)
+        if not verdict.pooled:
+            log.info("instance %s is not kept warm: %s", rec.vast_id, verdict.why)
+            return None
+        if not self._retry_due(rec.vast_id):
+            return False
+        try:
+            await self.client.stop_instance(rec.vast_id)
+        except VastNotFound:
+            return None  # gone already: the destroy records it
+        except VastError as exc:
+            self._note_destroy_failure(rec.vast_id, exc)
+            self.last_error = sanitize_line(f"stop {rec.vast_id}: {exc}", 300)
+            return False
+        self._destroy_retry.pop(rec.vast_id, None)
+        await self.forget_worker(rec.vast_id)
+        text = sanitize_line(f"{kill.reason}; {verdict.why}", 300)
+        rec = await self.store.pool_stop(intent_id, rec.vast_id, text, now=self.clock())
+        log.info("instance %s: %s", rec.vast_id, text)
+        await self.release(rec, why="stopped into the warm pool")
+        return True
+
+    async def start_pooled(self, rec: InstanceRecord) -> bool:
+        """Start a pooled worker (its parameters and benchmark are on its disk): True once
+        started; False when Vast queued the start (resources_unavailable) or refused it."""
+        now = self.clock()
+        try:
+            started = await self.client.start_instance(rec.vast_id)
+        except VastError as exc:
+            self.last_error = sanitize_line(f"start {rec.vast_id}: {exc}", 300)
+            log.warning("%s", self.last_error)
+            return False
+        if not started:
+            minutes = self.config.fleet.warm_pool_start_min
+            await self.store.instances.update(rec.vast_id, pool_start_at=now)
+            await self.store.events.add(
+                "pool",
+                f"start from the warm pool queued by Vast (resources_unavailable: its GPUs are "
+                f"taken); destroyed if it has not started within {minutes:g} min",
+                instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
+            )  # fmt: skip
+            return False
+        await self.resume_pooled(rec, now)
+        return True
+
+    async def resume_pooled(self, rec: InstanceRecord, now: float) -> InstanceRecord:
+        """A pooled worker runs again: it starts its stages afresh (a new container: loading,
+        set-up, the parameters and the benchmark found on its disk), its production measured
+        from a new daemon."""
+        stopped = max(0.0, now - (rec.pooled_since if rec.pooled_since is not None else now))
+        rec = await self.store.instances.set_stage(
+            rec.vast_id, "loading", now, pooled_since=None, pool_start_at=None,
+            pooled_s=rec.pooled_s + stopped, stopped_s=rec.stopped_s + stopped, prod_state=None,
+            unhealthy_since=None,
+        )  # fmt: skip
+        text = f"started from the warm pool after {stopped / 60:.0f} min stopped"
+        await self.store.events.add(
+            "pool", text, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
+        )
+        log.info("instance %s: %s", rec.vast_id, text)
+        return rec
 
     async def _destroy_intent(self, rec: InstanceRecord, kill: policy.Kill, now: float) -> Intent:
         """The destroy's intent, with its ban. A ban the store refuses never holds up the
@@ -463,7 +543,9 @@ class Acts:
         crash_point("drain.cordoned")
         return True
 
-    async def release(self, rec: InstanceRecord, *, outbid: bool = False) -> bool:
+    async def release(
+        self, rec: InstanceRecord, *, outbid: bool = False, why: str | None = None
+    ) -> bool:
         """Free the tasks of a destroyed worker's curio machine and delete its row (an outbid
         worker's tasks only: it may resume as the same machine), with a ``tasks_released``
         event; once, when it had joined the cluster (it reached the prove stage). False while
@@ -482,7 +564,7 @@ class Acts:
             log.warning("instance %s: its tasks in curio's cluster are not freed yet: %s",
                         rec.vast_id, exc)  # fmt: skip
             return False
-        why = "outbid (stopped by Vast)" if outbid else "destroyed"
+        why = why or ("outbid (stopped by Vast)" if outbid else "destroyed")
         if machine is None:
             text = f"{why}: no curio machine of its own in the cluster, nothing to free"
         else:
@@ -781,12 +863,10 @@ def _bid_fields(detail: dict[str, Any]) -> dict[str, Any]:
     bid = detail.get("bid")
     if not isinstance(bid, dict):
         return {}
-    storage = detail.get("storage_dph")
     return {
         "is_bid": True,
         "bid_price": _float_or_none(bid.get("price")),
         "bid_cap": _float_or_none(bid.get("cap")),
-        "storage_dph": _float_or_none(storage),
     }
 
 

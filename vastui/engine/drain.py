@@ -38,7 +38,7 @@ def drains(kill: Kill, rec: InstanceRecord) -> bool:
         kill.kind in DRAIN_KINDS
         and rec.state == "proving"
         and rec.runner_id is not None
-        and rec.outbid_since is None
+        and rec.stopped_since is None
     )
 
 

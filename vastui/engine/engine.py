@@ -40,6 +40,7 @@ from vastui.engine import (
     identity,
     payment,
     policy,
+    pool,
     production,
     provision,
     spend,
@@ -487,6 +488,9 @@ class Engine:
             return
         self._seen(rec.vast_id)
         rec = await self._refresh(rec, inst, now)
+        if rec.pooled_since is not None:
+            await self._pooled(rec, inst, now)
+            return
         if rec.outbid_since is not None and await self._outbid(rec, inst, now):
             return
         if rec.is_bid and inst.is_running:
@@ -497,6 +501,39 @@ class Engine:
             await self.acts.kill(rec, kill)
             return
         self.follow.ensure(rec)
+
+    async def _pooled(self, rec: InstanceRecord, inst: Instance, now: float) -> None:
+        """A worker in the warm pool: its queued start went ahead (Vast runs it), or it is
+        destroyed (kept too long, its start queued too long, the pool over its size). Only a
+        start asked for is one: a list read before the stop still shows it running."""
+        if (
+            rec.pool_start_at is not None
+            and inst.intended_status == "running"
+            and inst.actual_status in ("loading", "running")
+        ):
+            await self.acts.resume_pooled(rec, now)
+            return
+        pooled = pool.ranked(
+            [r for r in await self.store.instances.all(include_killed=False) if r.pooled_since]
+        )
+        rank = next((i for i, r in enumerate(pooled) if r.vast_id == rec.vast_id), 0)
+        kill = pool.expired(rec, now, rank, self.config)
+        if kill is not None:
+            await self.acts.kill(rec, kill)
+
+    async def _start_from_pool(self, view: provision.FleetView) -> bool:
+        """Below the target, with renting allowed: start a pooled worker before renting (one
+        per step). True when one was started or its start queued."""
+        if self.settings.dry_run or self._stopping or self.halted:
+            return False
+        if provision.gate(view) is not None:
+            return False
+        live = await self.store.instances.all(include_killed=False)
+        rec = pool.pick([r for r in live if r.source == "vastui"])
+        if rec is None or view.dph_in_use + (rec.dph_total or 0.0) > view.max_total_dph:
+            return False
+        await self.acts.start_pooled(rec)
+        return True
 
     async def _outbid(self, rec: InstanceRecord, inst: Instance, now: float) -> bool:
         """A worker stopped by a higher bid: raise the bid, wait, or let it go (the outbid
@@ -544,9 +581,11 @@ class Engine:
         }
         if endpoint is not None:
             fields["ssh_host"], fields["ssh_port"] = endpoint
+        if rec.running_at is None and inst.is_running:
+            fields["running_at"] = spend.running_since(rec, inst.uptime_mins, now)
         # A bid stopped by a higher one is not unhealthy: the outbid policy decides on it.
         outbid = rec.is_bid and inst.outbid
-        if status in policy.UNHEALTHY and not outbid:
+        if status in policy.UNHEALTHY and not outbid and rec.pooled_since is None:
             fields["unhealthy_since"] = rec.unhealthy_since or now
         elif rec.unhealthy_since is not None:
             fields["unhealthy_since"] = None
@@ -787,7 +826,7 @@ class Engine:
         rec = await self.store.instances.update(
             vast_id, cluster_state=json.dumps(state.to_json()), cluster_checked_at=now
         )
-        if rec.state != "proving" or rec.outbid_since is not None or rec.drain_started_at:
+        if rec.state != "proving" or rec.stopped_since is not None or rec.drain_started_at:
             return
         window = self.config.proving.window_min * 60.0
         prod = production.ProdState.from_json(rec.prod_state)
@@ -829,6 +868,14 @@ class Engine:
                 and (rec.released_at is None or rec.released_at < rec.outbid_since)
             ):
                 await self._isolated(rec.vast_id, self.acts.release(rec, outbid=True))
+            elif (
+                not rec.killed
+                and rec.pooled_since is not None
+                and (rec.released_at is None or rec.released_at < rec.pooled_since)
+            ):
+                await self._isolated(
+                    rec.vast_id, self.acts.release(rec, why="stopped into the warm pool")
+                )
 
     async def _cluster_unreadable(self, why: str, now: float) -> None:
         if self.cluster_error is None:
@@ -885,6 +932,8 @@ class Engine:
             summary["draining"] = view.draining
             auto = self.auto_summary()
             if auto is not None:
+                auto["pooled"] = view.pooled
+                auto["pool_max"] = self.config.fleet.warm_pool_max
                 summary["autoscale"] = auto
         return summary
 
@@ -931,8 +980,8 @@ class Engine:
             rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
-            if rec.outbid_since is not None:
-                return True  # stopped by a higher bid: nothing to read, nothing to judge
+            if rec.stopped_since is not None:
+                return True  # stopped (outbid, or in the warm pool): nothing to read or judge
             now = self.clock() if read_at is None else min(read_at, self.clock())
             if unreachable:
                 self._ssh_reached.pop(vast_id, None)
@@ -1033,6 +1082,7 @@ class Engine:
         """What the provisioning decision needs, read from the store (the source of truth) and
         built in provision (``build_view``)."""
         fleet = self.config.fleet
+        live = await self.store.instances.all(include_killed=False)
         workers = [
             provision.LiveWorker(
                 stage=r.state, machine_id=r.machine_id, dph=r.dph_total or 0.0,
@@ -1040,8 +1090,8 @@ class Engine:
                 tunnel_down=None if r.tunnel_down_since is None
                 else f"instance {r.vast_id}: {r.tunnel_detail or 'down'}",
             )
-            for r in await self.store.instances.all(include_killed=False)
-            if r.source == "vastui"
+            for r in live
+            if r.source == "vastui" and r.pooled_since is None
         ]  # fmt: skip
         pause = await self.store.meta.fleet_failure() or {}
         rents = [
@@ -1050,6 +1100,11 @@ class Engine:
                 dph=float((i.detail.get("offer") or {}).get("dph_total") or 0.0),
             )
             for i in await self.store.intents.all(status="pending", kind="rent")
+        ] + [
+            # a start from the warm pool that Vast queued: a worker on its way, until its end
+            provision.RentInFlight(offer_id=None, machine_id=r.machine_id, dph=r.dph_total or 0.0)
+            for r in live
+            if r.source == "vastui" and r.pool_start_at is not None
         ]  # fmt: skip
         return provision.build_view(
             fleet, workers, rents,
@@ -1064,6 +1119,7 @@ class Engine:
             identity_collision=self.identity_collision,
             rents_last_hour=await self.store.intents.rents_since(self.clock() - 3600.0),
             target=self._target(),
+            pooled=sum(1 for r in live if r.source == "vastui" and r.pooled_since is not None),
         )  # fmt: skip
 
     def _target(self) -> int | None:
@@ -1118,7 +1174,10 @@ class Engine:
         view = self.cluster_view
         if not self._cluster_fresh or view is None or view.window_s <= 0:
             return autoscale.Observed(read=False)
-        live = [r for r in records if r.source == "vastui" and r.drain_started_at is None]
+        live = [
+            r for r in records
+            if r.source == "vastui" and r.drain_started_at is None and r.stopped_since is None
+        ]  # fmt: skip
         proving = [r for r in live if r.state == "proving"]
         # each worker's measured rate while busy (else its benchmark's): its capacity
         rates = [rate for r in proving if (rate := r.prod_rate or r.bench_rate) and rate > 0]
@@ -1177,6 +1236,8 @@ class Engine:
             # The market as this step saw it; none if it did not look (the view changed since
             # the gate said no search was needed): the next step looks.
             offers = self._offers if wants_market and search_error is None else []
+            if await self._start_from_pool(view):
+                view = await self.fleet_view()
             decision = provision.decide(view, offers)
             if decision.rent is not None and not (self._stopping or self.halted):
                 view, decision = await self._rent_one(view, decision, offers)
@@ -1187,7 +1248,8 @@ class Engine:
         live = {
             r.vast_id: r
             for r in await self.store.instances.all(include_killed=False)
-            if r.source == "vastui" and r.drain_started_at is None  # draining: already going
+            # draining: already going; pooled: not workers of the target
+            if r.source == "vastui" and r.drain_started_at is None and r.pooled_since is None
         }
         workers = [
             provision.Worker(r.vast_id, r.state, r.created_at or 0.0, worker_cost_per_proof(r)[0])

@@ -135,6 +135,7 @@ class Monitor:
             fleet_dollars_per_hour=sum(r.dph_total or 0.0 for r in live),
             spend_all=spend.total,
             spend_rejected=spend.rejected,
+            spend_bandwidth=spend.bandwidth,
             spend_today=spend.today,
             cost_per_proof=cost / proofs if proofs else None,
             kills=Counter(r.kill_kind or "unknown" for r in mine if r.killed),

@@ -179,6 +179,7 @@ class FleetView:
     identity_collision: str | None = None
     rents_last_hour: int = 0  # rents this fleet sent (or may have) in the last hour
     max_rents_per_slot_hour: int = 0  # fleet.max_rents_per_slot_hour; 0: no breaker
+    pooled: int = 0  # stopped in the warm pool (vastui/engine/pool.py): not workers, storage
 
     @property
     def live(self) -> int:
@@ -232,6 +233,7 @@ def build_view(
     rents_last_hour: int = 0,
     target: int | None = None,
     fleet_failure_until: str | None = None,
+    pooled: int = 0,
 ) -> FleetView:
     """The fleet as a provisioning decision sees it, from what the engine observed. Rents whose
     outcome is still unknown count as workers (and cost); in a dry run the would-be rents of this
@@ -271,6 +273,7 @@ def build_view(
         spent_today=spent_today,
         identity_collision=identity_collision,
         rents_last_hour=rents_last_hour,
+        pooled=pooled,
     )
 
 

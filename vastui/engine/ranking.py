@@ -19,7 +19,7 @@ from typing import Any
 
 from vastui.config import Config
 from vastui.domain.machines import PerfRecord
-from vastui.domain.plan import GIB, PARAMS_DISK_GIB
+from vastui.domain.plan import GIB, PARAMS_DISK_GIB, PARAMS_GB, PROOF_UP_GB, REQUEST_GB
 from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
 from vastui.numbers import parse_number
 from vastui.pricing import min_rate_at
@@ -207,12 +207,7 @@ class Levers:
 # offer's listed inet_down), loads and extracts (cuzk: SRS, PCE) and benchmarks.
 SETUP_FIXED_H = 0.3  # image load, setup, daemon start, PCE extraction (ASSUMPTION)
 DEFAULT_INET_MBPS = 1000.0
-# Bandwidth per proof: each request's data downloaded from the market (~51 MB for a PoRep,
-# cuzk-verified.md "Where a proofshare worker meets the world") and the proof sent back (a few
-# hundred bytes of SNARK in a small JSON body: 0.0001 GB is generous).
-REQUEST_GB = 0.051
-PROOF_UP_GB = 0.0001
-PARAMS_GB = PARAMS_DISK_GIB * GIB / 1e9  # downloaded once per rental
+# Bandwidth: vastui/domain/plan.py REQUEST_GB, PROOF_UP_GB, PARAMS_GB (spend.py bills the same).
 
 
 def bandwidth_per_proof(offer: Offer) -> float:

@@ -12,12 +12,20 @@ object, and §11, the lifecycle):
   engine's clock at the create call for one it rented: "storage billing starts at creation")
   to ``killed_at``, or to ``now`` for an instance still alive. All in the engine's clock.
 
+Vast bills only storage (``storage_dph``) while an instance loads, the GPU from ``running_at``
+on: the first listing that shows it running, moved back by its ``uptime_mins`` when that is
+plausible (:func:`running_since`). An instance with no ``running_at`` that went past loading (an
+older row) is billed ``dph_total`` from its creation: a ceiling.
+
+**Bandwidth** is billed per GB at the offer's ``inet_down_cost``/``inet_up_cost`` (vast-api.md
+§3): the parameters once per rental (plan.PARAMS_GB: all of it once the fetch ended, the part the
+offer's link could carry while it ran before that), each request curio's cluster recorded for the
+worker (plan.REQUEST_GB, a PoRep's: a ceiling for SnapDeals) and each proof's upload.
+
 An interruptible (bid) instance bills only storage while outbid (``storage_dph``; the time
-stopped is ``stopped_s`` plus the open episode since ``outbid_since``). This is a ceiling:
-Vast bills only storage while an instance loads and the GPU from
-``running`` on, which for a few minutes of image load is cents. Legacy rows (imported from the
-original tool) are not counted: what the original tool paid is not recorded, and their ends are
-often unknown.
+stopped is ``stopped_s`` plus the open episode since ``outbid_since``). Legacy rows (imported
+from the original tool) are not counted: what the original tool paid is not recorded, and their
+ends are often unknown.
 
 **Rejected** workers are the ones the gate turned away: killed before they reached proving
 (whatever the kind: a benchmark below its rate, a deadline, a failed stage, a ban, an operator's
@@ -28,10 +36,12 @@ and was then destroyed for its production (``prove_*``) is not rejected: it was 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
+from vastui.domain.plan import PARAMS_GB, PROOF_UP_GB, REQUEST_GB
 from vastui.domain.worker import InstanceRecord
 
 GATE_KIND_PREFIXES = ("bench_", "deadline_")
@@ -45,6 +55,8 @@ class Spend:
     rejected: float  # on rejected workers, since start
     day_start: float  # the day boundary used for `today` (engine clock)
     draining: float = 0.0  # on workers while they drained before their destroy, since start
+    bandwidth: float = 0.0  # of `total`: bytes billed at the offers' $/GB
+    pool: float = 0.0  # of `total`: storage of workers stopped in the warm pool
 
     def to_json(self) -> dict[str, float]:
         return {
@@ -52,6 +64,8 @@ class Spend:
             "total": round(self.total, 4),
             "rejected": round(self.rejected, 4),
             "draining": round(self.draining, 4),
+            "bandwidth": round(self.bandwidth, 4),
+            "pool": round(self.pool, 4),
             "day_start": self.day_start,
         }
 
@@ -70,27 +84,110 @@ def billed_interval(rec: InstanceRecord, now: float) -> tuple[float, float] | No
     return start, max(start, end)
 
 
+def running_since(rec: InstanceRecord, uptime_mins: float | None, now: float) -> float:
+    """When the instance began to run, seen running at ``now``: ``now`` less its uptime, but
+    never before its creation (vast-api.md's example has ``uptime_mins`` equal to ``duration``,
+    the time since ``start_date``: whether it counts from creation or from running is not
+    documented, and either reading stays within these bounds). No uptime: its creation, the
+    ceiling (a budget must not count low)."""
+    first = rec.created_at if rec.created_at is not None else rec.loading_at
+    if uptime_mins is None:
+        return now if first is None else min(now, first)
+    since = now - uptime_mins * 60.0
+    return min(now, since if first is None else max(first, since))
+
+
 def instance_cost(rec: InstanceRecord, now: float, since: float | None = None) -> float:
     """Dollars this instance cost up to `now` (only the part after `since`, when given)."""
+    return time_cost(rec, now, since) + bandwidth_cost(rec, now, since)
+
+
+def time_cost(rec: InstanceRecord, now: float, since: float | None = None) -> float:
+    """Dollars of GPU and storage time up to `now` (after `since`, when given)."""
     span = billed_interval(rec, now)
     if span is None or not rec.dph_total or rec.dph_total < 0:
         return 0.0
     first, end = span
     start = first if since is None else max(first, since)
     billed = max(0.0, end - start)
+    storage = min(rec.storage_dph if rec.storage_dph is not None else 0.0, rec.dph_total)
     stopped = _stopped_within(rec, first, start, end)
-    storage = rec.storage_dph if rec.storage_dph is not None else 0.0
-    return ((billed - stopped) * rec.dph_total + stopped * min(storage, rec.dph_total)) / 3600.0
+    loading = _loading_within(rec, start, end) if rec.storage_dph is not None else 0.0
+    idle = min(billed, stopped + loading)
+    return ((billed - idle) * rec.dph_total + idle * storage) / 3600.0
+
+
+def _loading_within(rec: InstanceRecord, start: float, end: float) -> float:
+    """Seconds of [start, end] before the instance ran (billed as storage); none when it went
+    past loading with no ``running_at`` (an older row: the ceiling)."""
+    ran = rec.running_at
+    if ran is None:
+        never_ran = rec.stage == "loading" and rec.setup_at is None
+        return max(0.0, end - start) if never_ran else 0.0
+    return max(0.0, min(end, ran) - start)
+
+
+def bandwidth_cost(rec: InstanceRecord, now: float, since: float | None = None) -> float:
+    """Dollars of bandwidth: the parameters and the requests, at the offer's $/GB."""
+    down = rec.inet_down_cost or 0.0
+    up = rec.inet_up_cost or 0.0
+    if down <= 0 and up <= 0:
+        return 0.0
+    end = now
+    if rec.killed:
+        end = rec.killed_at if rec.killed_at is not None else (rec.last_seen_at or now)
+    cost = 0.0
+    fetched = params_gb(rec, end)
+    if fetched > 0 and (since is None or (rec.paramfetch_at or 0.0) >= since):
+        cost += fetched * down
+    requests, proofs = cluster_work(rec)
+    share = 1.0
+    if since is not None and rec.proving_at is not None and end > rec.proving_at:
+        # spread over the proving time: the requests' times are not kept
+        share = max(0.0, end - max(since, rec.proving_at)) / (end - rec.proving_at)
+    return cost + share * (requests * REQUEST_GB * down + proofs * PROOF_UP_GB * up)
+
+
+def params_gb(rec: InstanceRecord, end: float) -> float:
+    """GB of parameters the rental downloaded: all of them once the fetch ended, else what the
+    offer's link carries in the fetch's time so far."""
+    if rec.benchmark_at is not None or rec.proving_at is not None:
+        return PARAMS_GB
+    if rec.paramfetch_at is None or not rec.inet_down or rec.inet_down <= 0:
+        return 0.0
+    carried = max(0.0, end - rec.paramfetch_at) * rec.inet_down / 8.0 / 1000.0
+    return min(PARAMS_GB, carried)
+
+
+def cluster_work(rec: InstanceRecord) -> tuple[int, int]:
+    """(requests it downloaded, proofs it sent) as curio's cluster last counted them for it:
+    every PSProve it ran fetched its request (tasks/proofshare/task_prove.go Do: the request
+    is fetched before the proof is computed), the ones it holds too, the successes sent one."""
+    if not rec.cluster_state:
+        return 0, 0
+    try:
+        state = json.loads(rec.cluster_state)
+    except ValueError:
+        return 0, 0
+    if not isinstance(state, dict):
+        return 0, 0
+    done = _count(state.get("done_total"))
+    held = state.get("held_by_name")
+    holding = _count(held.get("PSProve")) if isinstance(held, dict) else 0
+    return done + _count(state.get("failed_total")) + holding, done
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _stopped_within(rec: InstanceRecord, first: float, start: float, end: float) -> float:
-    """Seconds of [start, end] an outbid bid spent stopped (billing storage only): the open
-    episode exactly, the closed ones (``stopped_s``) spread over the rental in proportion."""
-    if not rec.is_bid:
-        return 0.0
+    """Seconds of [start, end] it spent stopped (an outbid bid, the warm pool: billing storage
+    only): the open episode exactly, the closed ones (``stopped_s``) spread over the rental in
+    proportion."""
     open_s = 0.0
-    if rec.outbid_since is not None:
-        open_s = max(0.0, end - max(start, rec.outbid_since))
+    if rec.stopped_since is not None:
+        open_s = max(0.0, end - max(start, rec.stopped_since))
     whole = max(0.0, end - first)
     closed = rec.stopped_s * ((end - start) / whole) if whole > 0 else 0.0
     return min(max(0.0, end - start), open_s + closed)
@@ -123,7 +220,21 @@ def fleet_spend(records: Iterable[InstanceRecord], now: float, day_start: float)
         rejected=sum(instance_cost(r, now) for r in mine if is_rejected(r)),
         day_start=day_start,
         draining=sum(drain_cost(r, now) for r in mine),
+        bandwidth=sum(bandwidth_cost(r, now) for r in mine),
+        pool=sum(pool_cost(r, now) for r in mine),
     )
+
+
+def pool_cost(rec: InstanceRecord, now: float) -> float:
+    """What a worker cost stopped in the warm pool: storage over its pooled time (the closed
+    episodes and the open one)."""
+    if rec.storage_dph is None or rec.storage_dph <= 0:
+        return 0.0
+    seconds = rec.pooled_s
+    if rec.pooled_since is not None:
+        end = rec.killed_at if rec.killed and rec.killed_at is not None else now
+        seconds += max(0.0, end - rec.pooled_since)
+    return seconds * rec.storage_dph / 3600.0
 
 
 def drain_cost(rec: InstanceRecord, now: float) -> float:

@@ -336,7 +336,23 @@ ALTER TABLE engine_status ADD COLUMN cut_off TEXT;
 ALTER TABLE engine_status ADD COLUMN cut_off_since REAL;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
+# Every cost counted (issue 30): when the instance began to run (Vast bills storage before
+# that, the GPU from then on), the offer's link and its per-GB prices (the parameters, each
+# request's download and each proof's upload are billed at them). The warm pool: stopped on
+# purpose since, its start asked at (queued by Vast), and the seconds it spent pooled.
+_V14 = """
+ALTER TABLE instances ADD COLUMN running_at REAL;
+ALTER TABLE instances ADD COLUMN inet_down REAL;
+ALTER TABLE instances ADD COLUMN inet_down_cost REAL;
+ALTER TABLE instances ADD COLUMN inet_up_cost REAL;
+ALTER TABLE instances ADD COLUMN pooled_since REAL;
+ALTER TABLE instances ADD COLUMN pool_start_at REAL;
+ALTER TABLE instances ADD COLUMN pooled_s REAL NOT NULL DEFAULT 0 CHECK (pooled_s >= 0);
+"""
+
+MIGRATIONS: list[str] = [
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14,
+]  # fmt: skip
 
 SCHEMA_VERSION: int = len(MIGRATIONS)
 

@@ -310,6 +310,36 @@ class Store:
             )  # fmt: skip
         return True
 
+    async def pool_stop(
+        self, intent_id: int, vast_id: int, text: str, *, now: float | None = None
+    ) -> InstanceRecord:
+        """A drained surplus worker stopped into the warm pool (vastui/engine/pool.py): in one
+        transaction it is pooled (its drain over), its destroy intent closed with the reason
+        and one ``pool`` event."""
+        ts = stamp(now)
+        check_positive_int("vast_id", vast_id)
+        check_text("pool event", text)
+        async with self.db.transaction() as conn:
+            row = await self.instances.row(conn, vast_id)
+            if row is None:
+                raise StoreError(f"no instance {vast_id}")
+            await conn.execute(
+                "UPDATE instances SET pooled_since = COALESCE(pooled_since, ?),"
+                " pool_start_at = NULL, drain_started_at = NULL, drain_deadline = NULL"
+                " WHERE vast_id = ?",
+                (ts, vast_id),
+            )
+            await conn.execute(
+                "UPDATE intents SET status = 'done', note = ?, updated_at = ? WHERE id = ?",
+                (text[:300], ts, intent_id),
+            )
+            await insert_event(
+                conn, "pool", text, ts=ts, instance_id=vast_id, machine_id=row["machine_id"]
+            )
+        rec = await self.instances.get(vast_id)
+        assert rec is not None
+        return rec
+
     async def note_released(
         self,
         vast_id: int,

@@ -31,6 +31,7 @@ import httpx
 
 from vastui.numbers import parse_int, parse_number
 from vastui.redact import SecretFilter, redact
+from vastui.sanitize import sanitize_line
 from vastui.vast.errors import (
     CreateAnswerInvalid,
     CreateOutcomeUnknown,
@@ -676,6 +677,31 @@ class VastClient:
             "PUT", f"/instances/bid_price/{int(instance_id)}/", endpoint="manage",
             json_body={"client_id": "me", "price": round(float(price), 4)},
         )  # fmt: skip
+
+    async def stop_instance(self, instance_id: int) -> None:
+        """Stop: the container ends, the disk is kept, storage is still billed (vastai
+        api/instances.py stop_instance: PUT /instances/{id}/ {"state": "stopped"})."""
+        await self._request(
+            "PUT", f"/instances/{int(instance_id)}/", endpoint="manage",
+            json_body={"state": "stopped"},
+        )  # fmt: skip
+
+    async def start_instance(self, instance_id: int) -> bool:
+        """Start a stopped instance (vastai api/instances.py start_instance). False when Vast
+        queued the start: HTTP 200 with ``success`` false and ``resources_unavailable``
+        ("Required resources are currently unavailable, state change queued", vast-api.md
+        §7); another refusal raises."""
+        data = await self._request(
+            "PUT", f"/instances/{int(instance_id)}/", endpoint="manage",
+            json_body={"state": "running"},
+        )  # fmt: skip
+        if isinstance(data, dict) and data.get("success") is False:
+            if data.get("error") == "resources_unavailable":
+                return False
+            raise VastError(
+                sanitize_line(f"start of {instance_id} refused: {data.get('error') or data}", 300)
+            )
+        return True
 
     async def set_label(self, instance_id: int, label: str) -> None:
         await self._request(

@@ -48,6 +48,7 @@ MAX_GPUS = 1024
 # would make a day's proving cost more than its GPU, so anything above is not a price.
 MAX_GB_PRICE = 1.0
 MAX_EPOCH = 1e11  # year ~5100: a start date beyond is not a date
+MAX_UPTIME_MINS = 5e6  # ~10 years: an uptime beyond is not one
 # JSON nesting deeper than this is not a Vast answer (offers are 2-3 levels deep).
 MAX_JSON_DEPTH = 64
 # JSON integers are exact within 64 bits (signed or not), as orjson reads them; beyond, they
@@ -523,6 +524,7 @@ class Instance:
     bid_price: float | None = None
     min_bid: float | None = None
     storage_total_cost: float | None = None
+    uptime_mins: float | None = None  # minutes up (since it ran, or since created: spend.py)
 
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> Instance:
@@ -556,6 +558,7 @@ class Instance:
             bid_price=valid_price(raw.get("dph_base")) if _bool(raw, "is_bid") else None,
             min_bid=valid_price(raw.get("min_bid")),
             storage_total_cost=_qty(raw, "storage_total_cost", upper=MAX_DPH),
+            uptime_mins=_qty(raw, "uptime_mins", upper=MAX_UPTIME_MINS),
         )
 
     @property
