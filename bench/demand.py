@@ -34,6 +34,9 @@ proving again; ``.cold`` a step up in demand to the first new rental proving.
 Not modelled yet: a start Vast queues (resources_unavailable), the fair original at the best
 target, and machines that fail in production.
 
+One file: the market, curio's cluster and the fleet are one world stepped together on one
+clock (a tick moves work between all three), and its figures are read off that world.
+
 Run as part of ``python -m bench --only economics [--quick]`` (its figures are
 ``economics.demand.*``).
 """

@@ -554,6 +554,26 @@ async def test_close_makes_calls_fail(make_conn) -> None:
         await conn.run("workerctl status", timeout=WAIT)
 
 
+async def test_a_close_the_peer_never_answers_is_aborted_not_waited_for(
+    make_conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a peer that reads nothing: the close's wait never ends (an engine's stop must not hang)
+    from vastui.ssh import connection
+
+    monkeypatch.setattr(connection, "_CLOSE_GRACE", 0.01)
+    conn = make_conn()
+    await conn.connect()
+    real = conn._conn
+    assert real is not None
+    never = asyncio.get_running_loop().create_future()
+    aborted: list[bool] = []
+    monkeypatch.setattr(real, "wait_closed", lambda: never)
+    monkeypatch.setattr(real, "abort", lambda: aborted.append(True))
+    await conn.close()
+    assert aborted == [True] and conn.closed and conn.state == ConnState.DISCONNECTED
+    never.cancel()
+
+
 # ---------------------------------------------------------------------------------------------
 # workerctl helpers
 

@@ -502,8 +502,18 @@ class WorkerConnection:
         self._listeners = {}
         if conn is not None:
             conn.close()
-            with contextlib.suppress(Exception):
-                await conn.wait_closed()
+            # A close waits for the socket's buffer to drain: a peer that reads nothing (a host
+            # gone silent, a server whose window is full) would hold an engine's stop forever.
+            # After the grace the connection is aborted: its socket goes at once.
+            try:
+                async with asyncio.timeout(_CLOSE_GRACE):
+                    await conn.wait_closed()
+            except TimeoutError:
+                log.info("instance %s: ssh close not answered in %gs: aborted",
+                         self.instance_id, _CLOSE_GRACE)  # fmt: skip
+                conn.abort()
+            except Exception:
+                conn.abort()
         if self._state != ConnState.BLOCKED:
             self._set_state(ConnState.DISCONNECTED, "closed")
 
