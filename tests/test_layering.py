@@ -310,3 +310,19 @@ def test_the_keys_bench_sorts_by_the_consoles_own_columns() -> None:
 
     keys = [c.key for c in OffersPane.COLUMNS]
     assert [k for k in keys if k in SORT_CYCLE] == list(SORT_CYCLE)
+
+
+def test_no_asyncio_wait_for() -> None:
+    """asyncio.wait_for in Python 3.11 can swallow a cancellation that meets the inner await's
+    end (gh-86296): a task cancelled then waits on for ever (the end-of-run stall of the
+    simulated worker host's monitor). ``async with asyncio.timeout(...)`` does not."""
+    repo = ROOT.parent
+    sources = [*repo.glob("vastui/**/*.py"), *repo.glob("vastsim/**/*.py")]
+    assert len(sources) > 100, "the glob is wrong"
+    offenders = [
+        f"{p.relative_to(repo)}:{n}"
+        for p in sources
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "asyncio.wait_for(" in line
+    ]
+    assert offenders == []

@@ -120,7 +120,8 @@ class FakeLotus:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
             length = 0
             auth = ""
             for line in head.decode("latin-1").split("\r\n")[1:]:
@@ -129,7 +130,10 @@ class FakeLotus:
                     length = int(value.strip() or 0)
                 elif name.strip().lower() == "authorization":
                     auth = value.strip()
-            body = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
+            body = b""
+            if length:
+                async with asyncio.timeout(10):
+                    body = await reader.readexactly(length)
             try:
                 request = json.loads(body or b"{}")
             except json.JSONDecodeError:

@@ -94,7 +94,8 @@ async def serve(
     except asyncio.CancelledError:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, timeout=5)
+            async with asyncio.timeout(5):
+                await task
         raise
     finally:
         sock.close()

@@ -252,7 +252,8 @@ class SandboxSshd:
         # subprocess transport unclosed ("Loop ... that handles pid N is closed").
         for proc in procs:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5.0)
+                async with asyncio.timeout(5.0):
+                    await proc.wait()
 
 
 # -- every sandbox's sshd at once: the controller cut off from its workers -------------------

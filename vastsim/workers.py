@@ -115,6 +115,7 @@ class SimWorkerHost:
         # container's processes must not kill the next start's.
         self._locks: dict[int, asyncio.Lock] = {}
         self._warden: subprocess.Popen[bytes] | None = None
+        self._closing = False
 
     def attach(self) -> None:
         """Hook into the cloud: real free ports for SSH, sandboxes on first `running`."""
@@ -125,6 +126,7 @@ class SimWorkerHost:
         if self._warden is None:  # the sandboxes die with this process, however it ends
             self._warden = start_warden(self.root)
         if self._monitor is None:
+            self._closing = False
             self._monitor = asyncio.create_task(self._watch(), name="sim-worker-monitor")
 
     def net_bytes(self, iid: int) -> tuple[int, int] | None:
@@ -297,7 +299,7 @@ class SimWorkerHost:
 
     async def _watch(self) -> None:
         """Stop sandboxes whose instance is gone, exited or offline; start new runners."""
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.poll_interval)
             try:
                 await self.cloud.tick()
@@ -325,15 +327,18 @@ class SimWorkerHost:
         kill_sandbox_processes(box.root)
         if box.onstart is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(box.onstart.wait(), 5.0)  # reaped, not a zombie
+                async with asyncio.timeout(5.0):  # reaped, not a zombie
+                    await box.onstart.wait()
         log.info("instance %s: sandbox stopped", iid)
 
     async def close(self) -> None:
-        if self._monitor is not None:
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
-            self._monitor = None
+        # A cancel can be lost (an await that swallows it: asyncio.wait_for in Python 3.11,
+        # gh-86296): the monitor also stops at its next look, and is cancelled until it has.
+        self._closing = True
+        monitor, self._monitor = self._monitor, None
+        while monitor is not None and not monitor.done():
+            monitor.cancel()
+            await asyncio.wait({monitor}, timeout=self.poll_interval + 1.0)
         for task in list(self._starting.values()):
             with contextlib.suppress(Exception):
                 await task

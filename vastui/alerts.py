@@ -287,7 +287,8 @@ class Notifier:
             log.warning("alert %s: command %s did not start: %s", alert.key, name, exc.strerror)
             return False
         try:
-            await asyncio.wait_for(proc.communicate(body), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                await proc.communicate(body)
         except asyncio.CancelledError:  # the engine stops: no hook outlives it
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

@@ -469,7 +469,8 @@ class ClusterReader:
                 conn = await self._connect()
                 for attempt in range(SERIALIZATION_RETRIES):
                     try:
-                        result = await asyncio.wait_for(work(conn), READ_TIMEOUT_S)
+                        async with asyncio.timeout(READ_TIMEOUT_S):
+                            result = await work(conn)
                         break
                     except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
                         # a conflict with a node's own write (YugabyteDB reports it as curio's

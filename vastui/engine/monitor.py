@@ -106,7 +106,8 @@ class Monitor:
         """Wait (at most ``timeout`` seconds) for the alerts queued to be sent."""
         if self.notifier is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.notifier.drain(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.notifier.drain()
 
     def stopped(self, line: str, now: float) -> None:
         """The engine stopped itself: its one line, sent whatever the rate limit."""

@@ -560,7 +560,8 @@ class WorkerConnection:
     async def _finish(self, conn: asyncssh.SSHClientConnection, process: Any, command: str) -> Any:
         """After EOF on stdout: wait for the channel to close; raise if the connection died."""
         try:
-            await asyncio.wait_for(process.wait_closed(), _CLOSE_GRACE)
+            async with asyncio.timeout(_CLOSE_GRACE):
+                await process.wait_closed()
         except TimeoutError:
             raise WorkerProtocolError(
                 self.instance_id, f"channel did not close after output ended: {command}"
@@ -695,7 +696,8 @@ class WorkerConnection:
                 yield chunk
             await self._finish(conn, process, command)
             with contextlib.suppress(Exception):  # a timeout; never a cancellation
-                await asyncio.wait_for(drain, _CLOSE_GRACE)
+                async with asyncio.timeout(_CLOSE_GRACE):
+                    await drain
             if process.exit_status != 0:
                 signal = safe_text(process.exit_signal[0], 40) if process.exit_signal else None
                 raise WorkerCommandFailed(

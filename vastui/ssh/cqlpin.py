@@ -504,10 +504,8 @@ class CqlPinProxy:
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]
         try:
             try:
-                upstream = await asyncio.wait_for(
-                    asyncio.open_connection(self.upstream_host, self.upstream_port),
-                    UPSTREAM_CONNECT_TIMEOUT,
-                )
+                async with asyncio.timeout(UPSTREAM_CONNECT_TIMEOUT):
+                    upstream = await asyncio.open_connection(self.upstream_host, self.upstream_port)
             except (OSError, TimeoutError) as exc:
                 self.stats.upstream_failures += 1
                 LOG.warning(

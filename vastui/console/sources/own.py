@@ -77,7 +77,8 @@ class OwnEngineSource:
         self._stop.set()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._task, ENGINE_STOP_S)
+                async with asyncio.timeout(ENGINE_STOP_S):
+                    await self._task
         await self._stack.aclose()
 
     # -- what the console says about it ---------------------------------------------------
