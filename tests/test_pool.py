@@ -98,3 +98,13 @@ def test_pick_starts_the_cheapest_per_proof_not_one_already_asked() -> None:
     assert pool.pick([asked, live]) is None
     assert [r.vast_id for r in pool.ranked([worker(1, pooled_since=NOW - H),
                                             worker(2, pooled_since=NOW)])] == [2, 1]  # fmt: skip
+
+
+def test_the_instances_pane_says_a_worker_is_in_the_warm_pool() -> None:
+    from vastui.console.panes.instances import stage_text
+
+    pooled = stage_text(worker(pooled_since=NOW - 2 * H), now=NOW).plain
+    assert "proving" in pooled and "⏸ warm pool 2.0h" in pooled and "queued" not in pooled
+    queued = stage_text(worker(pooled_since=NOW - H, pool_start_at=NOW), now=NOW).plain
+    assert "warm pool" in queued and "start queued" in queued
+    assert "warm pool" not in stage_text(worker(), now=NOW).plain

@@ -230,8 +230,9 @@ class InstancesPane(TablePane):
 
 
 def stage_text(rec: InstanceRecord, now: float | None = None) -> Text:
-    """The state with a five-step progress bar; for the dead, what killed them; for a bid,
-    whether a higher bid has it stopped (and how long) and how often that happened."""
+    """The state with a five-step progress bar; for the dead, what killed them; stopped in the
+    warm pool (how long, a start queued); for a bid, whether a higher bid has it stopped (and
+    how long) and how often that happened."""
     if rec.killed:
         return Text(sanitize_line(f"✗ {rec.kill_kind} in {rec.failed_stage}", 60), style="red")
     done = STAGES.index(rec.state) if rec.state in STAGES else 0
@@ -244,7 +245,11 @@ def stage_text(rec: InstanceRecord, now: float | None = None) -> Text:
     if rec.drain_started_at is not None:  # cordoned in curio's cluster: destroyed once drained
         since = "" if now is None else f" {age(max(0.0, now - rec.drain_started_at))}"
         text.append(f" ⤓ draining{since}", style="bold magenta")
-    if rec.outbid_since is not None:
+    if rec.pooled_since is not None:  # stopped on purpose, kept warm for the next scale-up
+        since = "" if now is None else f" {age(max(0.0, now - rec.pooled_since))}"
+        starting = ", start queued" if rec.pool_start_at is not None else ""
+        text.append(f" ⏸ warm pool{since}{starting}", style="bold cyan")
+    elif rec.outbid_since is not None:
         since = "" if now is None else f" {age(max(0.0, now - rec.outbid_since))}"
         text.append(f" ⏸ stopped: outbid{since}", style="bold yellow")
     elif rec.is_bid:
