@@ -31,6 +31,9 @@ benchmark on its disk); kept past ``warm_pool_max_h`` it is destroyed. ``scale_u
 is the median over starts from the pool of the minutes from the target's rise to the worker
 proving again; ``.cold`` a step up in demand to the first new rental proving.
 
+A volume-aware figure beside $/paid proof: the margin (paid proofs × ``USD_PER_PAID``, an
+ASSUMPTION, less the spend), auto's against the fixed target that earned the most in hindsight.
+
 Not modelled yet: a start Vast queues (resources_unavailable), the fair original at the best
 target, and machines that fail in production.
 
@@ -62,6 +65,9 @@ from vastui.engine.engine import autoscale_settings
 PREFIX = "economics.demand"
 WALLET = "f1benchdemandwallet"
 PRICE = 5 * 10**15  # 0.005 FIL, curio's suggested ask (Snark-Market.md "Pricing")
+# What a paid proof earns in dollars, for the volume-aware figure: the ask above at $3 per FIL
+# (ASSUMPTION: no FIL price is a fact of this world; the figure's sign turns on it).
+USD_PER_PAID = 0.015
 TICK_S = 20.0  # curio's request loop and the workers' claims
 STEP_S = 60.0  # the engine's step
 MAX_PENDING = 10  # [Cuzk] MaxPending (vastui's default)
@@ -184,6 +190,12 @@ class Run:
     @property
     def cost_per_paid(self) -> float:
         return self.cost / self.paid if self.paid else math.inf
+
+    @property
+    def margin(self) -> float:
+        """Dollars earned less spent, at USD_PER_PAID a paid proof: counts the volume that
+        $/paid proof does not (a request this cluster does not take goes elsewhere)."""
+        return self.paid * USD_PER_PAID - self.cost
 
 
 class World:
@@ -467,7 +479,12 @@ def compare(curve: str, seed: int, hours: float, config: Config) -> dict[str, An
              for n in range(1, MAX_WORKERS + 1)}  # fmt: skip
     best_n = min(fixed, key=lambda n: (fixed[n].cost_per_paid, n))
     best = fixed[best_n]
-    return {"auto": auto, "best": best, "best_n": best_n, "spec": spec}
+    # the operator at their best by the other measure: the fixed target that earned the most
+    margin_n = max(fixed, key=lambda n: (fixed[n].margin, -n))
+    return {
+        "auto": auto, "best": best, "best_n": best_n, "spec": spec,
+        "best_margin": fixed[margin_n], "best_margin_n": margin_n,
+    }  # fmt: skip
 
 
 def _median(values: list[float]) -> float | None:
@@ -483,12 +500,13 @@ def run(quick: bool) -> dict[str, Any]:
     idle: list[float] = []
     cold: list[float] = []
     warm: list[float] = []
+    margins: list[float] = []  # auto's margin ÷ the best fixed target's by margin
     missed_auto = missed_best = 0
     for curve in CURVES:
         for seed in seeds:
             progress(f"demand: {curve}, seed {seed}, {hours:g} h")
             got = compare(curve, seed, hours, config)
-            auto, best = got["auto"], got["best"]
+            auto, best, by_margin = got["auto"], got["best"], got["best_margin"]
             key = f"{PREFIX}.{curve}.seed{seed}"
             ratio = auto.cost_per_paid / best.cost_per_paid if best.paid and auto.paid else None
             figures.update({
@@ -507,7 +525,13 @@ def run(quick: bool) -> dict[str, Any]:
                 f"{key}.auto.scale_up_minutes": _round(auto.scale_up_min),
                 f"{key}.auto.warm_scale_up_minutes": _round(auto.warm_up_min),
                 f"{key}.auto.pool_starts": auto.pool_starts,
+                f"{key}.auto.margin_usd": round(auto.margin, 2),
+                f"{key}.best_fixed.margin_usd": round(best.margin, 2),
+                f"{key}.best_margin_fixed_target": got["best_margin_n"],
+                f"{key}.best_margin_fixed.margin_usd": round(by_margin.margin, 2),
             })  # fmt: skip
+            if by_margin.margin > 0:
+                margins.append(auto.margin / by_margin.margin)
             if ratio is not None:
                 ratios.append(ratio)
             if auto.idle_share is not None:
@@ -527,6 +551,9 @@ def run(quick: bool) -> dict[str, Any]:
         f"{PREFIX}.summary.idle_share.auto.median": _median(idle),
         f"{PREFIX}.summary.scale_up_minutes.cold.median": _median(cold),
         f"{PREFIX}.summary.scale_up_minutes.warm.median": _median(warm),
+        f"{PREFIX}.summary.usd_per_paid_proof_assumed": USD_PER_PAID,
+        f"{PREFIX}.summary.margin.auto_vs_best_fixed.median": _median(margins),
+        f"{PREFIX}.summary.margin.auto_vs_best_fixed.worst": _round(min(margins, default=None)),
     })  # fmt: skip
     return figures
 

@@ -3,7 +3,7 @@ on the simulator's market with finite work and a model of curio's cluster."""
 
 from __future__ import annotations
 
-from bench.demand import WALLET, World, auto_config, auto_policy
+from bench.demand import PARAMS_GB, REQUEST_GB, WALLET, World, auto_config, auto_policy
 
 
 def trace(spec: str, new_wallet: bool, hours: float) -> tuple[list[tuple[float, int, int]], World]:
@@ -44,3 +44,25 @@ def test_an_established_wallet_follows_a_step_up_and_not_before() -> None:
     ups = [h for h, n, _s in changes[1:]]
     assert ups and min(ups) >= 8.0, f"no growth before the step: {changes}"
     assert max(n for _h, n, _s in changes) >= 3, f"grew toward 150/h: {changes}"
+
+
+def test_the_warm_pool_restarts_a_given_up_worker_and_bills_its_storage() -> None:
+    """A daily cycle: the fleet grows, shrinks (the surplus stopped into the pool, the
+    engine's own pool.keep), and grows again from the pool (pool.pick): the restarted worker
+    proves again without a new rental's set-up."""
+    config = auto_config()
+    world = World("daily:70:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config)
+    run = world.run(auto_policy(config))
+    restarted = [w for w in world.rentals if w.restarted_at]
+    assert restarted and run.pool_starts == sum(len(w.restarted_at) for w in restarted)
+    w = restarted[0]
+    assert w.reproved_at and w.reproved_at[0] > w.restarted_at[0] and w.pooled_s > 0
+    assert run.warm_up_min is not None and run.warm_up_min < 60.0, "not a new rental's hours"
+    # its stopped time is billed as storage, not at its $/h
+    until = w.gone_at if w.gone_at is not None else world.end
+    stopped = w.pooled_s + (until - w.pooled_since if w.pooled_since else 0.0)
+    running = (until - w.rented_at - stopped) / 3600.0
+    expected = running * w.dph + w.storage_dph * stopped / 3600.0
+    expected += w.inet_cost * (PARAMS_GB + REQUEST_GB * w.requests)
+    assert abs(w.cost(world.end) - expected) < 1e-9
+    assert run.margin == run.paid * 0.015 - run.cost
