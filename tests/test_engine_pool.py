@@ -49,6 +49,8 @@ async def test_a_surplus_worker_is_stopped_into_the_pool_and_started_before_a_re
     assert not [e for e in await events(store, "destroy") if e.instance_id == rec.vast_id]
     status = await store.status.get()
     assert status.workers == 1, "a pooled worker is not a worker of the target"
+    view = await engine.fleet_view()
+    assert view.pooled == 1 and rec.machine_id in view.busy_machines, "not rented anew"
     world.clock.advance(3600)
     await engine.step()
     cost = spend.pool_cost(await store.instances.get(rec.vast_id), engine.clock())

@@ -239,6 +239,12 @@ BANDWIDTH_CASES = [
      inst(46, cluster_state='{"done_total": -5, "failed_total": true, "held_by_name": []}'),
      None, 0.0),
     ("a broken reading counts nothing", inst(47, cluster_state="{not json"), None, 0.0),
+    ("the work before a restart is carried (curio's count starts again)",
+     inst(48, cluster_state=_work(4), requests_carried=6, proofs_carried=5), None,
+     10 * REQUEST_GB * DOWN + 9 * PROOF_UP_GB * UP),
+    ("killed before the window: nothing today",
+     inst(49, state="killed", killed_at=DAY0 - H, paramfetch_at=DAY0 - 3 * H,
+          proving_at=DAY0 - 2 * H, cluster_state=_work(10)), DAY0, 0.0),
 ]  # fmt: skip
 
 
@@ -255,3 +261,12 @@ def test_instance_cost_is_time_and_bandwidth() -> None:
     rec = inst(50, created_at=NOW - 2 * H, running_at=NOW - H, storage_dph=0.1,
                benchmark_at=NOW - H, inet_down_cost=DOWN, inet_up_cost=UP)  # fmt: skip
     assert instance_cost(rec, NOW) == pytest.approx(0.1 + 0.5 + PARAMS_GB * DOWN)
+
+
+def test_a_restart_carries_the_work_counted_so_far() -> None:
+    from vastui.engine.spend import carried_work, cluster_work
+
+    rec = inst(60, cluster_state=_work(10, 2, 3), requests_carried=4, proofs_carried=1)
+    assert cluster_work(rec) == (19, 11)
+    after = replace(rec, cluster_state=None, **carried_work(rec))  # its count starts again
+    assert cluster_work(after) == (19, 11)

@@ -95,6 +95,9 @@ class InstanceRecord:
     pooled_since: float | None = None
     pool_start_at: float | None = None
     pooled_s: float = 0.0
+    # curio's count of its requests and proofs before its last restart (spend.cluster_work)
+    requests_carried: int = 0
+    proofs_carried: int = 0
 
     @property
     def stopped_since(self) -> float | None:
@@ -182,6 +185,8 @@ class Progress(TypedDict, total=False):
     pooled_since: float | None
     pool_start_at: float | None
     pooled_s: float
+    requests_carried: int
+    proofs_carried: int
     drain_started_at: float | None
     drain_deadline: float | None
 

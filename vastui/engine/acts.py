@@ -30,7 +30,7 @@ from vastui.engine.bidding import BidQuote
 from vastui.engine.cluster import ClusterError, ClusterReader, Worker, worker_of
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
-from vastui.engine.spend import SURPLUS_KIND
+from vastui.engine.spend import SURPLUS_KIND, carried_work
 from vastui.engine.transitions import (
     Effect,
     EnterStage,
@@ -433,11 +433,12 @@ class Acts:
         set-up, the parameters and the benchmark found on its disk), its production measured
         from a new daemon."""
         stopped = max(0.0, now - (rec.pooled_since if rec.pooled_since is not None else now))
-        rec = await self.store.instances.set_stage(
-            rec.vast_id, "loading", now, pooled_since=None, pool_start_at=None,
-            pooled_s=rec.pooled_s + stopped, stopped_s=rec.stopped_s + stopped, prod_state=None,
-            unhealthy_since=None,
-        )  # fmt: skip
+        fields: Progress = {
+            "pooled_since": None, "pool_start_at": None, "pooled_s": rec.pooled_s + stopped,
+            "stopped_s": rec.stopped_s + stopped, "prod_state": None, "unhealthy_since": None,
+        }  # fmt: skip
+        fields.update(carried_work(rec))
+        rec = await self.store.instances.set_stage(rec.vast_id, "loading", now, **fields)
         text = f"started from the warm pool after {stopped / 60:.0f} min stopped"
         await self.store.events.add(
             "pool", text, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now

@@ -593,7 +593,9 @@ class Engine:
         if change is not None:
             fields.update(change.fields)
         if change is not None and change.stage is not None:
-            # the stage with the fields that call for it: never resumed yet still proving
+            # the stage with the fields that call for it: never resumed yet still proving; its
+            # work so far carried (curio's count starts again with its next proving stage)
+            fields.update(spend.carried_work(rec))
             rec = await self.store.instances.set_stage(rec.vast_id, change.stage, now, **fields)
         else:
             rec = await self.store.instances.update(rec.vast_id, **fields)
@@ -1119,7 +1121,7 @@ class Engine:
             identity_collision=self.identity_collision,
             rents_last_hour=await self.store.intents.rents_since(self.clock() - 3600.0),
             target=self._target(),
-            pooled=sum(1 for r in live if r.source == "vastui" and r.pooled_since is not None),
+            pooled=[r.machine_id for r in live if r.source == "vastui" and r.pooled_since],
         )  # fmt: skip
 
     def _target(self) -> int | None:

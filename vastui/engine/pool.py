@@ -39,7 +39,6 @@ from vastui.engine.policy import Kill
 
 EXPIRED_KIND = "pool_expired"  # vastui/domain/stages.py KILL_KINDS
 UNAVAILABLE_KIND = "pool_unavailable"
-KINDS = (EXPIRED_KIND, UNAVAILABLE_KIND)
 
 
 @dataclass(frozen=True, slots=True)

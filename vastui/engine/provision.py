@@ -233,13 +233,15 @@ def build_view(
     rents_last_hour: int = 0,
     target: int | None = None,
     fleet_failure_until: str | None = None,
-    pooled: int = 0,
+    pooled: Sequence[int | None] = (),
 ) -> FleetView:
     """The fleet as a provisioning decision sees it, from what the engine observed. Rents whose
     outcome is still unknown count as workers (and cost); in a dry run the would-be rents of this
     run (``dry_offers``: offer → $/h) stand in for the instances they would make; draining
     workers are on their way out: not workers of the target, still a cost. ``target``: the
-    automatic target of this step (vastui/engine/autoscale.py), else the configured one."""
+    automatic target of this step (vastui/engine/autoscale.py), else the configured one;
+    ``pooled``: the machines of the workers stopped in the warm pool (not workers; their
+    machines are not rented anew: a scale-up starts them)."""
     dry = dict(dry_offers or {}) if dry_run else {}
     live = [w for w in workers if not w.draining]
     stages: dict[str, int] = {}
@@ -257,6 +259,8 @@ def build_view(
         busy_machines=frozenset(
             {w.machine_id for w in workers if w.machine_id is not None}
             | {r.machine_id for r in rents if r.machine_id is not None}
+            # its own stopped worker is started from the pool, not rented anew
+            | {m for m in pooled if m is not None}
         ),
         bad_machines=bad_machines,
         dph_in_use=sum(w.dph for w in workers) + sum(dry.values()) + sum(r.dph for r in rents),
@@ -273,7 +277,7 @@ def build_view(
         spent_today=spent_today,
         identity_collision=identity_collision,
         rents_last_hour=rents_last_hour,
-        pooled=pooled,
+        pooled=len(pooled),
     )
 
 

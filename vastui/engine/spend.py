@@ -40,9 +40,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from functools import lru_cache
 
 from vastui.domain.plan import PARAMS_GB, PROOF_UP_GB, REQUEST_GB
-from vastui.domain.worker import InstanceRecord
+from vastui.domain.worker import InstanceRecord, Progress
 
 GATE_KIND_PREFIXES = ("bench_", "deadline_")
 GATE_FAILED_KINDS = ("setup_failed", "paramfetch_failed", "benchmark_failed")
@@ -136,6 +137,8 @@ def bandwidth_cost(rec: InstanceRecord, now: float, since: float | None = None) 
     end = now
     if rec.killed:
         end = rec.killed_at if rec.killed_at is not None else (rec.last_seen_at or now)
+    if since is not None and end <= since:
+        return 0.0  # all of it before the window (a day's history: no JSON read)
     cost = 0.0
     fetched = params_gb(rec, end)
     if fetched > 0 and (since is None or (rec.paramfetch_at or 0.0) >= since):
@@ -160,13 +163,27 @@ def params_gb(rec: InstanceRecord, end: float) -> float:
 
 
 def cluster_work(rec: InstanceRecord) -> tuple[int, int]:
-    """(requests it downloaded, proofs it sent) as curio's cluster last counted them for it:
-    every PSProve it ran fetched its request (tasks/proofshare/task_prove.go Do: the request
-    is fetched before the proof is computed), the ones it holds too, the successes sent one."""
-    if not rec.cluster_state:
-        return 0, 0
+    """(requests it downloaded, proofs it sent): what curio's cluster last counted for it since
+    its proving began (curio @ e0294b0f tasks/proofshare/task_prove.go:204-215: Do fetches the
+    request with proofsvc.GetProof before it computes the proof, so the ones it holds were
+    fetched too; each success sent a proof), plus what was counted before a restart (the count
+    starts again with each proving stage)."""
+    requests, proofs = _work_of(rec.cluster_state) if rec.cluster_state else (0, 0)
+    return requests + rec.requests_carried, proofs + rec.proofs_carried
+
+
+def carried_work(rec: InstanceRecord) -> Progress:
+    """The record's fields that keep its work counted across a restart (a start from the warm
+    pool, a bid that wins again): its count so far."""
+    requests, proofs = cluster_work(rec)
+    return Progress(requests_carried=requests, proofs_carried=proofs)
+
+
+@lru_cache(maxsize=4096)
+def _work_of(text: str) -> tuple[int, int]:
+    """One reading's (requests, proofs); cached: every spend figure reads every record's."""
     try:
-        state = json.loads(rec.cluster_state)
+        state = json.loads(text)
     except ValueError:
         return 0, 0
     if not isinstance(state, dict):

@@ -339,7 +339,9 @@ ALTER TABLE engine_status ADD COLUMN cut_off_since REAL;
 # Every cost counted (issue 30): when the instance began to run (Vast bills storage before
 # that, the GPU from then on), the offer's link and its per-GB prices (the parameters, each
 # request's download and each proof's upload are billed at them). The warm pool: stopped on
-# purpose since, its start asked at (queued by Vast), and the seconds it spent pooled.
+# purpose since, its start asked at (queued by Vast), and the seconds it spent pooled; the
+# requests and proofs curio counted for it before a restart (its count starts again with its
+# next proving stage: cluster.worker_of).
 _V14 = """
 ALTER TABLE instances ADD COLUMN running_at REAL;
 ALTER TABLE instances ADD COLUMN inet_down REAL;
@@ -348,6 +350,10 @@ ALTER TABLE instances ADD COLUMN inet_up_cost REAL;
 ALTER TABLE instances ADD COLUMN pooled_since REAL;
 ALTER TABLE instances ADD COLUMN pool_start_at REAL;
 ALTER TABLE instances ADD COLUMN pooled_s REAL NOT NULL DEFAULT 0 CHECK (pooled_s >= 0);
+ALTER TABLE instances ADD COLUMN requests_carried INTEGER NOT NULL DEFAULT 0
+    CHECK (requests_carried >= 0);
+ALTER TABLE instances ADD COLUMN proofs_carried INTEGER NOT NULL DEFAULT 0
+    CHECK (proofs_carried >= 0);
 """
 
 MIGRATIONS: list[str] = [
