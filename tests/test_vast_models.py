@@ -102,3 +102,13 @@ def test_country_code():
 def test_a_bandwidth_price_beyond_reason_is_unknown(price) -> None:
     offer = Offer.from_api(dict(FULL, inet_down_cost=price))
     assert offer.inet_down_cost is None and offer.inet_up_cost == 0.004
+
+
+@pytest.mark.parametrize(
+    ("uptime", "read"),
+    [(12.5, 12.5), ("12.5", 12.5), (-3.0, None), (1e9, None), (float("nan"), None), ("x", None),
+     (None, None)],
+)  # fmt: skip
+def test_an_uptime_beyond_reason_is_unknown(uptime: object, read: float | None) -> None:
+    # what spend.running_since moves the running start back by: bounded, or not trusted
+    assert Instance.from_api({"id": 9, "uptime_mins": uptime}).uptime_mins == read
