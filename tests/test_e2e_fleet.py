@@ -74,7 +74,9 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
             samples = ProdState.from_json(rec.prod_state).samples
             window = engine.config.proving.window_min * 60.0
             done, span = world_count(cuzk_log, 13, samples, window)
-            assert span > 0 and done >= 3
+            # (a rare failure beside other jobs, also at a58974b: the daemon busy and no proof
+            # done for thousands of simulated seconds; what it said, for the next look)
+            assert span > 0 and done >= 3, (samples[-8:], cuzk_log.splitlines()[-40:])
             assert rec.prod_rate == pytest.approx(done * 3600 / span, abs=1.01 * 3600 / span)
             exit_file = sandbox / "run" / "cuzk-daemon.exit"
 
