@@ -154,6 +154,12 @@ def test_a_stopped_worker_resumes_without_benchmarking_again(
     # parameters on disk are checked, not fetched again
     fetch = sandbox.log("paramfetch").split("parameter and key-fetching complete")
     assert len(fetch) == 3 and "Fetching " in fetch[0] and "Fetching " not in fetch[1]
+    # ... by their names and sizes against what the first fetch checked: curio trusts the
+    # .params (TRUST_PARAMS=1), SnapDeals' and the rest it hashes again
+    assert "DO NOT USE IN PRODUCTION" not in fetch[0] and "DO NOT USE IN PRODUCTION" in fetch[1]
+    assert "curio trusts the .params files (TRUST_PARAMS=1)" in fetch[1]
+    fetched = [e for e in events(sandbox) if (e["stage"], e["event"]) == ("paramfetch", "ok")]
+    assert [e["trusted"] for e in fetched] == [False, True]
     # a new daemon (it extracts its PCE again), not the process the old pid file names
     details = [e.get("detail") or "" for e in again if e["event"] == "progress"]
     new_daemon = int(sandbox.path("run/cuzk-daemon.pid").read_text())
@@ -202,3 +208,24 @@ def test_a_worker_restarted_on_a_changed_machine_benchmarks_again(
         assert "RTX 5090" in marker["machine"]["gpus"][0]
     else:
         assert marker["min_rate"] == 2.0
+
+
+def test_parameter_files_changed_since_their_check_are_checked_again(
+    sandbox: Sandbox, controller: Controller
+) -> None:
+    proc, _before = first_run(sandbox, controller)
+    stop_container(sandbox, proc)
+    params = sorted(sandbox.path("var/tmp/filecoin-proof-parameters").glob("*.params"))
+    assert params
+    with params[0].open("a") as fh:  # a file whose size is not the one checked
+        fh.write("x")
+    proc = start_entrypoint(sandbox, controller, **ENV)
+    wait_for(lambda: running(sandbox, proc, 2), what="the second run proving")
+    fetched = [e for e in events(sandbox) if (e["stage"], e["event"]) == ("paramfetch", "ok")]
+    assert [e["trusted"] for e in fetched] == [False, False]
+    log = sandbox.log("paramfetch")
+    assert "differ from those an earlier fetch checked: curio checks them all again" in log
+    assert "DO NOT USE IN PRODUCTION" not in log
+    # checked and passed again: the next restart may trust them
+    listing = sandbox.path("var/lib/vastui/params-checked").read_text()
+    assert f"{params[0].name} {params[0].stat().st_size}" in listing.splitlines()

@@ -225,6 +225,7 @@ class SimWorkerHost:
             "cpu_ram_gb": round(float(offer.get("cpu_ram") or 0) / 1000.0, 1),
             "cpu_cores": float(offer.get("cpu_cores_effective") or machine.cpu_cores),
             "inet_down_mbps": float(offer.get("inet_down") or 1000.0),
+            "disk_bw_mbps": float(offer.get("disk_bw") or 2000.0),
             "host_ram_gb": round(machine.ram_gib * GIB / 1e9, 1),
             "rate_per_hour": round(machine.rate_for(num_gpus), 2),
             "driver_version": str(offer.get("driver_version") or "580.82.07"),

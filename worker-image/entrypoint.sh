@@ -37,6 +37,9 @@ RESULT_FILE="$STATE_DIR/bench-result.json"
 # container that Vast stopped and started again (an outbid interruptible instance: every process
 # killed, the filesystem kept, the onstart command run again) skips the benchmark when it holds.
 BENCH_MARKER="$STATE_DIR/benchmark-passed.json"
+# Written when curio's fetch passed: the parameter files it checked, with their sizes
+# (params_trusted: a restart need not hash them again).
+PARAMS_CHECKED="$STATE_DIR/params-checked"
 PARAM_DIR="$R/data/zk/params"
 CUZK_CONFIG="$STATE_DIR/cuzk.toml"
 CURIO_LOG="$LOG_DIR/curio.log"
@@ -308,15 +311,50 @@ stage_setup() {
   ok_stage "\"curio_listen\":$(json_str "$CURIO_LISTEN"),\"cpus\":$CPUS,\"memory_budget_gib\":${MEM_BUDGET_GIB:-null},\"plan_gib\":$PLAN_NEED_GIB,\"driver\":$(json_str "${driver:-}")"
 }
 
+# The parameter files and their sizes, one "name size" line each, sorted: what a fetch that
+# passed left on this container's disk (params_checked_write), compared on a restart.
+params_listing() {
+  local f
+  for f in "$FIL_PROOFS_PARAMETER_CACHE"/*.params "$FIL_PROOFS_PARAMETER_CACHE"/*.vk \
+    "$FIL_PROOFS_PARAMETER_CACHE"/*.srs; do
+    [[ -f $f ]] && printf '%s %s\n' "${f##*/}" "$(file_size "$f")"
+  done | sort
+}
+
+# True on a restart of this container whose earlier fetch passed (each file blake2b-checked by
+# curio, lib/fastparamfetch/paramfetch.go:133-183) and left the same files, of the same sizes.
+# Then curio need not hash the ~100 GiB of .params again (a minute or more of disk reads on
+# every warm-pool start): TRUST_PARAMS=1 skips the check of .params files other than the
+# SnapDeals ones (paramfetch.go:185-199); the .vk, .srs and SnapDeals files are checked as ever.
+# A file spoilt since would fail proofs, which production judges.
+params_trusted() {
+  [[ -s $PARAMS_CHECKED ]] || return 1
+  local now
+  now=$(params_listing)
+  if [[ -z $now || $now != "$(<"$PARAMS_CHECKED")" ]]; then
+    slog paramfetch "the parameter files differ from those an earlier fetch checked: curio checks them all again"
+    rm -f -- "$PARAMS_CHECKED"
+    return 1
+  fi
+  slog paramfetch "the parameter files are those an earlier fetch of this container checked (names and sizes): curio trusts the .params files (TRUST_PARAMS=1) and checks the rest"
+}
+
 stage_paramfetch() {
   start_stage paramfetch
   local log="$LOG_DIR/paramfetch.log" offset pid rc=0 last_emit pct="" last_pct="" started
+  local trust=0
   local -a cmd=()
   read -r -a cmd <<<"$PARAMFETCH_CMD"
   ((${#cmd[@]} > 0)) || fail_plain "paramfetch: PARAMFETCH_CMD is empty"
   offset=$(file_size "$log")
   mkdir -p -- "$FIL_PROOFS_PARAMETER_CACHE"
-  "${cmd[@]}" >>"$log" 2>&1 &
+  params_trusted && trust=1
+  rm -f -- "$PARAMS_CHECKED"
+  if ((trust)); then
+    TRUST_PARAMS=1 "${cmd[@]}" >>"$log" 2>&1 &
+  else
+    "${cmd[@]}" >>"$log" 2>&1 &
+  fi
   pid=$!
   children+=("$pid")
   clock_s
@@ -344,7 +382,8 @@ stage_paramfetch() {
   if ((rc != 0)); then
     fail_plain "paramfetch failed (exit $rc)" "$(error_tail_json "$log" "$offset")"
   fi
-  ok_stage
+  params_listing >"$PARAMS_CHECKED.tmp.$$" && mv -f -- "$PARAMS_CHECKED.tmp.$$" "$PARAMS_CHECKED"
+  ok_stage "\"trusted\":$( ((trust)) && echo true || echo false)"
 }
 
 # ------------------------------------------------------------------ resuming
