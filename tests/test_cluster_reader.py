@@ -291,13 +291,16 @@ async def test_requests_past_the_markets_deadline_not_submitted_are_overdue(
 
 async def test_the_request_tasks_runs_measure_what_the_market_sends(curio_db: CurioDb) -> None:
     """Two runs in the window (one begun before it: counted from the window's start), one
-    before it; requests obtained during a run count, one obtained between runs does not."""
+    before it; requests obtained during a run count, one obtained between runs does not. A
+    run's first poll is a batch of what the market held when it began asking: a backlog, not a
+    rate, left out with the time before it."""
     db = curio_db
     request_run(db, T0 - 0.5 * H, T0 - 0.2 * H)  # ended before the window
     request_run(db, T0 + 0.9 * H, T0 + 1.25 * H)  # began before the window (T0 + H)
     request_run(db, T0 + 1.5 * H, T0 + 1.75 * H)
-    for at in (T0 - 0.3 * H, T0 + 0.95 * H, T0 + 1.1 * H, T0 + 1.2 * H, T0 + 1.4 * H,
-               T0 + 1.6 * H, T0 + 1.7 * H):  # fmt: skip
+    for at in (T0 - 0.3 * H, T0 + 0.95 * H, T0 + 1.05 * H, T0 + 1.1 * H, T0 + 1.2 * H,
+               T0 + 1.4 * H, T0 + 1.55 * H, T0 + 1.55 * H + 0.4, T0 + 1.6 * H,
+               T0 + 1.7 * H):  # fmt: skip
         db.market(1, at)
     reader = db.reader()
     try:
@@ -305,9 +308,10 @@ async def test_the_request_tasks_runs_measure_what_the_market_sends(curio_db: Cu
     finally:
         await reader.close()
     t = view.totals
-    assert t.request_runs_s == pytest.approx(0.5 * H)  # 0.25 h + 0.25 h
-    assert t.request_obtained == 4  # 1.1, 1.2, 1.6, 1.7 h (0.95 h is before the window)
+    # from each run's first batch (1.05 h; 1.55 h, two rows 0.4 s apart) to its end
+    assert t.request_runs_s == pytest.approx(0.2 * H + 0.2 * H)
+    assert t.request_obtained == 4  # 1.1, 1.2; 1.6, 1.7 h (0.95 h is before the window)
     from vastui.engine.autoscale import requested_per_h
 
-    assert requested_per_h(t.request_obtained, t.request_runs_s) == pytest.approx(8.0)
+    assert requested_per_h(t.request_obtained, t.request_runs_s) == pytest.approx(10.0)
     assert requested_per_h(1, 59.0) is None

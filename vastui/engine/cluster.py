@@ -214,7 +214,8 @@ class Totals:
     unclaimed: int = 0
     oldest_unclaimed_at: float | None = None
     # bg:PShareRequest's runs that ended in the window: how long it asked, and the requests
-    # obtained meanwhile (the market's demand for this cluster, vastui/engine/autoscale.py)
+    # obtained meanwhile (the market's demand for this cluster, vastui/engine/autoscale.py),
+    # each run from its first poll's batch on (_REQUEST_RUNS)
     request_runs_s: float = 0.0
     request_obtained: int = 0
     # the payment path: asks and completions whose signature the Lotus API refused in the
@@ -353,17 +354,27 @@ WHERE q.compute_done = FALSE AND (q.compute_task_id IS NULL OR t.owner_id IS NUL
 """
 # The request task's runs that ended in the window (each one from its claim to its record,
 # harmony/harmonytask/task_type_handler.go:484-486: it asks until the queue is refilled,
-# tasks/proofshare/task_request.go:162-380) and the requests it obtained meanwhile.
+# tasks/proofshare/task_request.go:162-380) and the requests it obtained meanwhile. A run's first
+# poll (the rows within a second of its first: one poll's inserts, ProofRequestPollInterval is
+# 3 s apart) is left out, and its time is counted from there: what the market held for this
+# provider when it began asking is a backlog, not a rate, and counted in it would make a short
+# run's demand look larger than it is (a run of three requests whose first is such a batch
+# would read half again the rate).
 _REQUEST_RUNS = """
 WITH runs AS (
-    SELECT greatest(work_start, %(since)s) AS s, work_end AS e
+    SELECT row_number() OVER () AS id, greatest(work_start, %(since)s) AS s, work_end AS e
     FROM harmony_task_history
     WHERE name = %(req)s AND work_end >= %(since)s AND work_end >= work_start
-)
-SELECT coalesce(sum(extract(epoch FROM (e - s))), 0)::float8,
-       (SELECT count(*) FROM proofshare_queue q JOIN runs r
-        ON (q.obtained_at AT TIME ZONE 'UTC') BETWEEN r.s AND r.e)
-FROM runs
+),
+got AS (
+    SELECT r.id, q.obtained_at AT TIME ZONE 'UTC' AS t
+    FROM runs r JOIN proofshare_queue q ON (q.obtained_at AT TIME ZONE 'UTC') BETWEEN r.s AND r.e
+),
+firsts AS (SELECT id, min(t) AS f FROM got GROUP BY id)
+SELECT coalesce(sum(extract(epoch FROM (r.e - coalesce(f.f, r.s)))), 0)::float8,
+       (SELECT count(*) FROM got g JOIN firsts f ON f.id = g.id
+        WHERE g.t >= f.f + INTERVAL '1 second')
+FROM runs r LEFT JOIN firsts f ON f.id = r.id
 """
 _OVERDUE = """
 SELECT count(*) FROM proofshare_queue WHERE NOT submit_done AND obtained_at < %(due)s
