@@ -237,3 +237,61 @@ def test_a_followed_change_says_the_demand_and_the_rate_it_was_made_on() -> None
     )
     one = decide(F, State(3), fed(5, proving=1), 0.0).state.reason
     assert one == "3: the market sends 5 requests/h, 1 worker proves up to 20/h (1 needed)"
+
+
+# Workers of 20/h at $0.10/h each: with max_cost_per_proof $0.01 a worker's min_rate is 10/h.
+M = Settings(min_workers=1, max_workers=10, max_cost_per_proof=0.01)
+
+
+def paid(demand: float, proving: int = 2, err: float = 0.0, **kw) -> Observed:
+    return replace(fed(demand, proving, **kw), dph_per_h=0.10 * proving, requested_err_per_h=err)
+
+
+@pytest.mark.parametrize(
+    ("case", "state", "steps", "after", "direction"),
+    [
+        # the demand beyond the fleet's 40/h keeps one worker more at its 10/h, not two
+        ("a worker more pays", State(2), [(0, paid(55)), (300, paid(55))], 3, "up"),
+        ("two more would not", State(2), [(0, paid(62)), (300, paid(62))], 3, "up"),
+        ("two more do", State(2), [(0, paid(80)), (300, paid(80))], 4, "up"),
+        # the need (utilisation 0.9) wants a third worker, but it would prove 9/h of the work:
+        # $0.011/proof, above the operator's $0.01
+        ("a worker more would not pay", State(2), [(0, paid(49)), (300, paid(49))], 2, None),
+        # a count's error: the demand taken a standard error low for a raise...
+        ("noisy: not enough evidence", State(2), [(0, paid(55, err=8)), (300, paid(55, err=8))],
+         2, None),
+        # ... and high for a cut: the last of 3 workers gets what 2 leave of 42 ± 2: 4/h
+        # (the need alone keeps 3: floor(42 / 18 + 0.8))
+        ("the last worker unpaid", State(3),
+         [(0, paid(42, proving=3, err=2)), (1800, paid(42, proving=3, err=2))], 2, "down"),
+        ("the last worker, no $/h known", State(3),
+         [(0, replace(paid(42, proving=3), dph_per_h=0.0)),
+          (1800, replace(paid(42, proving=3), dph_per_h=0.0))], 3, None),
+        # work waiting past a third of the deadline is served whatever it costs
+        ("urgent pays no heed", State(2),
+         [(0, paid(49, unclaimed=5, oldest_unclaimed_s=16 * 60.0))], 3, "up"),
+        # without the fleet's $/h the gate does not apply (the need alone)
+        ("no $/h known", State(2),
+         [(0, replace(paid(49), dph_per_h=0.0)), (300, replace(paid(49), dph_per_h=0.0))],
+         3, "up"),
+    ],
+)  # fmt: skip
+def test_a_worker_is_added_or_kept_only_where_the_work_pays_its_min_rate(
+    case, state, steps, after, direction
+) -> None:
+    changes = []
+    for now, obs in steps:
+        d = decide(M, state, obs, float(now))
+        state = d.state
+        changes += [d.change] if d.change is not None else []
+    assert state.target == after, (case, state.reason)
+    assert [c.direction for c in changes] == ([direction] if direction else []), case
+
+
+def test_a_raise_held_back_by_money_says_so() -> None:
+    state = decide(M, State(2), paid(49), 0.0).state
+    held = decide(M, state, paid(49), 300.0)
+    assert held.change is None and held.state.reason == (
+        "2: the market sends 49 requests/h, 2 workers prove up to 20/h each: a worker more "
+        "would prove 9/h of it, under the 10/h that keeps it within $0.01/proof"
+    )

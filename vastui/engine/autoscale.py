@@ -15,8 +15,10 @@ What it reads each step (vastui/engine/cluster.py, from curio's cluster database
   rates.
 
 With the demand measured (``_follow``), the target moves toward what it needs when two signals
-agree: more wanted and work left unclaimed for ``up_after_s`` (at most doubling, and only once
-the last rental proves: capacity on its way is waited for), or fewer wanted and utilisation
+agree: more wanted and work left unclaimed for ``up_after_s`` (at most doubling, only once the
+last rental proves: capacity on its way is waited for, and only as many workers as the demand
+beyond the fleet's capacity keeps each at its min_rate: a worker fed less costs more per proof
+than ``max_cost_per_proof``), or fewer wanted and utilisation
 below the aim less ``band`` for ``down_after_s`` and a window after the last change. Up goes to
 floor(need + round_up), down to floor(need + round_up + 0.5): a fleet just shrunk does not want
 to grow back on the same demand. Work waiting a third of the market's deadline (Snark-Market.md
@@ -49,6 +51,9 @@ class Settings:
     growth: float = 1.5
     # workers the demand needs: floor(demand ÷ (a worker's rate × utilisation) + round_up)
     round_up: float = 0.3
+    # $/proof a worker must keep to (the fleet's max_cost_per_proof): a worker more is rented
+    # for measured demand only when the work beyond the fleet's would give it its min_rate
+    max_cost_per_proof: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,9 @@ class Observed:
     # harmony_task_history, the rows it added): the demand sent to this cluster, seen even
     # when the fleet is full (its asks are then filled at once). None: it asked too little.
     requested_per_h: float | None = None
+    dph_per_h: float = 0.0  # the proving workers' $/h, summed (those of capacity_per_h)
+    # requested_per_h's standard error (a count's: √n over the time asked)
+    requested_err_per_h: float = 0.0
 
     @property
     def utilisation(self) -> float | None:
@@ -224,12 +232,47 @@ def requested_per_h(obtained: int, asked_s: float) -> float | None:
     return obtained * 3600.0 / asked_s if asked_s >= 60.0 else None
 
 
+def requested_err_per_h(obtained: int, asked_s: float) -> float:
+    """requested_per_h's standard error: arrivals are a count, √n of them (one at least)."""
+    return math.sqrt(max(1, obtained)) * 3600.0 / asked_s if asked_s >= 60.0 else 0.0
+
+
 def _need(s: Settings, obs: Observed) -> float | None:
     """The workers the market's demand needs at the target utilisation, from the request
     task's measured rate and the proving workers' mean rate (None: not measured)."""
     if obs.requested_per_h is None or obs.proving == 0 or obs.capacity_per_h <= 0:
         return None
     return obs.requested_per_h / (obs.capacity_per_h / obs.proving * s.utilisation)
+
+
+def _min_rate(s: Settings, obs: Observed) -> float:
+    """The proofs/h a worker like those proving must make to keep to max_cost_per_proof."""
+    return obs.dph_per_h / obs.proving / (s.max_cost_per_proof or math.inf)
+
+
+def _paying(s: Settings, obs: Observed) -> int | None:
+    """How many workers more the demand beyond the fleet's capacity keeps each at its min_rate
+    (the mean $/h of those proving ÷ max_cost_per_proof), the demand taken a standard error
+    low (an hour's count is noisy: a worker is rented on evidence); None: not known. A worker
+    fed less than its min_rate costs more per proof than the operator pays at most (an idle
+    share of 1 − u makes $/proof 1/u times its price at full use)."""
+    floor_rate = _min_rate(s, obs) if s.max_cost_per_proof and obs.proving else 0.0
+    if floor_rate <= 0 or obs.requested_per_h is None:
+        return None
+    low = obs.requested_per_h - obs.requested_err_per_h
+    return math.floor(max(0.0, low - obs.capacity_per_h) / floor_rate)
+
+
+def _paid(s: Settings, obs: Observed) -> int | None:
+    """How many of the proving workers the demand keeps at their min_rate, the demand taken a
+    standard error high (a worker is given up on evidence too): the last of n is fed what the
+    first n − 1 leave; None: not known."""
+    floor_rate = _min_rate(s, obs) if s.max_cost_per_proof and obs.proving else 0.0
+    if floor_rate <= 0 or obs.requested_per_h is None:
+        return None
+    high = obs.requested_per_h + obs.requested_err_per_h
+    mean = obs.capacity_per_h / obs.proving
+    return max(1, math.floor(1 + (high - floor_rate) / mean))
 
 
 def _follow(
@@ -242,7 +285,11 @@ def _follow(
     does not want to grow back at once. Up needs requests left unclaimed too, down a fleet
     using less than its target utilisation less ``band``."""
     up_to = clamp(max(1, math.floor(need + s.round_up)), s)
-    down_to = clamp(max(1, math.floor(need + s.round_up + 0.5)), s)
+    down_to = math.floor(need + s.round_up + 0.5)
+    paid = _paid(s, obs)
+    if paid is not None:  # never more than the demand keeps at their min_rate
+        down_to = min(down_to, paid)
+    down_to = clamp(max(1, down_to), s)
     wanted = up_to if up_to > target else down_to if down_to < target else target
     # two signals must agree: more wanted and work left unclaimed (the fleet is full), or
     # fewer wanted and the fleet using too little of what it can do
@@ -266,8 +313,19 @@ def _follow(
         state.changed_at is not None and now - state.changed_at >= s.settle_s
     )
     urgent = (obs.oldest_unclaimed_s or 0.0) > s.deadline_s / 3 and target < s.max_workers
+    paying = _paying(s, obs)
+    if not urgent and up_since is not None and paying is not None and paying < 1:
+        surplus = max(0.0, demand - obs.capacity_per_h)
+        text = (
+            f"{target}: {seen}: a worker more would prove {surplus:.0f}/h of it, under the "
+            f"{_min_rate(s, obs):.0f}/h that keeps it within ${s.max_cost_per_proof:g}/proof"
+        )
+        return Decision(replace(state, pressure_since=None, reason=text), None)
     if settled and (urgent or (up_since is not None and now - up_since >= s.up_after_s)):
-        after = clamp(max(target + 1, min(wanted, 2 * target)), s)
+        grow = max(target + 1, min(wanted, 2 * target))
+        if not urgent and paying is not None:
+            grow = min(grow, target + paying)  # each added worker kept to its min_rate
+        after = clamp(grow, s)
         why = (
             f"work waits {_minutes(obs.oldest_unclaimed_s or 0.0)}"
             if urgent and wanted <= target
@@ -288,5 +346,5 @@ def _follow(
 
 __all__ = [
     "Change", "Decision", "Observed", "Settings", "State", "clamp", "decide", "initial",
-    "requested_per_h",
+    "requested_err_per_h", "requested_per_h",
 ]  # fmt: skip

@@ -1182,7 +1182,8 @@ class Engine:
         ]  # fmt: skip
         proving = [r for r in live if r.state == "proving"]
         # each worker's measured rate while busy (else its benchmark's): its capacity
-        rates = [rate for r in proving if (rate := r.prod_rate or r.bench_rate) and rate > 0]
+        rated = [(rate, r) for r in proving if (rate := r.prod_rate or r.bench_rate) and rate > 0]
+        rates = [rate for rate, _r in rated]
         t = view.totals
         oldest = t.oldest_unclaimed_at
         return autoscale.Observed(
@@ -1191,6 +1192,10 @@ class Engine:
             done_per_h=t.cluster_done * 3600.0 / view.window_s, capacity_per_h=sum(rates),
             proving=len(rates), workers=len(live), window_s=view.window_s,
             requested_per_h=autoscale.requested_per_h(t.request_obtained, t.request_runs_s),
+            dph_per_h=sum(r.dph_total or 0.0 for _rate, r in rated),
+            requested_err_per_h=autoscale.requested_err_per_h(
+                t.request_obtained, t.request_runs_s
+            ),
         )  # fmt: skip
 
     def auto_summary(self) -> dict[str, Any] | None:
@@ -1372,6 +1377,7 @@ def autoscale_settings(config: Config) -> autoscale.Settings:
         min_workers=fleet.min_workers, max_workers=fleet.max_workers,
         utilisation=fleet.target_utilisation, down_after_s=fleet.scale_down_after_min * 60.0,
         deadline_s=config.proving.market_deadline_min * 60.0,
+        max_cost_per_proof=fleet.max_cost_per_proof,
     )  # fmt: skip
 
 
