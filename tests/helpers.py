@@ -351,15 +351,31 @@ def world_count(
 
 
 def _timeline(cuzk_log: str) -> tuple[dict[str, int], dict[str, int]]:
-    """Each proof's first SYNTH_START and last GPU_END in the daemon's TIMELINE lines (ms)."""
+    """Each proof's first SYNTH_START and, once every one of its partitions has a GPU_END, the
+    last of them, in the daemon's TIMELINE lines (ms). A proof the daemon was stopped in the
+    middle of (an early abort, the end of a window) has the GPU_ENDs of some partitions only:
+    it did not finish, and is not counted (counted, its partial ends bunched before the stop
+    would pull a rate's slope up)."""
+    parts = {
+        job: int(n)
+        for job, n in re.findall(
+            r"dispatching per-partition .*?job_id=(\S+) num_partitions=(\d+)", cuzk_log
+        )
+    }
     starts: dict[str, int] = {}
-    ends: dict[str, int] = {}
-    for m in re.finditer(r"^TIMELINE,(\d+),(SYNTH_START|GPU_END),([^,]+),", cuzk_log, re.M):
-        t, event, job = int(m.group(1)), m.group(2), m.group(3)
+    done: dict[str, dict[int, int]] = {}
+    pattern = r"^TIMELINE,(\d+),(SYNTH_START|GPU_END),([^,]+),(?:worker=\d+,)?partition=(\d+)"
+    for m in re.finditer(pattern, cuzk_log, re.M):
+        t, event, job, p = int(m.group(1)), m.group(2), m.group(3), int(m.group(4))
         if event == "SYNTH_START":
             starts.setdefault(job, t)
         else:
-            ends[job] = max(ends.get(job, 0), t)
+            done.setdefault(job, {})[p] = t
+    ends = {
+        job: max(gpu.values())
+        for job, gpu in done.items()
+        if job in parts and len(gpu) >= parts[job]
+    }
     return starts, ends
 
 
