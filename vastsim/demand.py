@@ -193,11 +193,12 @@ class FiniteDemand:
 
     def expire(self, market: Market, provider: str, now: float) -> None:
         account = self._account(provider)
-        for req in market.requests.values():
+        for req in list(market.live.values()):
             if req.ask.provider != provider or req.done or req.expired:
                 continue
             if now - req.matched_at > self.deadline_s:
                 req.expired = True
+                market.live.pop(req.cid, None)
                 account.missed += 1
                 account.balance = max(0, account.balance - MISS_PENALTY)
 
@@ -225,7 +226,7 @@ class FiniteDemand:
 
     def _assigned(self, market: Market, provider: str) -> tuple[int, int]:
         live = [
-            r for r in market.requests.values()
+            r for r in market.live.values()
             if r.ask.provider == provider and not r.done and not r.expired
         ]  # fmt: skip
         challenges = sum(1 for r in live if r.pow)

@@ -194,6 +194,9 @@ class Market:
         self.lock = threading.RLock()
         self.asks: dict[int, Ask] = {}  # open: not yet matched
         self.requests: dict[str, Request] = {}  # by cid
+        # those neither done nor expired, by cid (what a poll and the policy scan: the whole
+        # history grows with the hours a bench runs)
+        self.live: dict[str, Request] = {}
         self.providers: dict[str, Provider] = {}
         self._next_ask = 1
         self._next_request = 1
@@ -227,7 +230,7 @@ class Market:
                     self._new_request(ask, now)
             open_asks = [a.json() for a in sorted(self.asks.values(), key=lambda a: a.id)
                          if a.provider == provider]  # fmt: skip
-            requests = [r.json() for r in self.requests.values()
+            requests = [r.json() for r in self.live.values()
                         if r.ask.provider == provider and not r.done and not r.expired]  # fmt: skip
             return {"requests": requests, "active_asks": open_asks}
 
@@ -246,6 +249,7 @@ class Market:
             if req is None or req.done or req.expired or req.ask.provider != provider:
                 return None
             req.done, req.completed_at, req.proof_len = True, now, len(proof)
+            self.live.pop(cid, None)
             account = self.providers.setdefault(provider, Provider())
             account.completed += 1
             self.policy.completed(self, req, now)
@@ -278,6 +282,7 @@ class Market:
         cid = request_cid(self._seed, rid, data)
         req = Request(rid, ask, cid, kind, miner, sector, pow_, data, now)
         self.requests[cid] = req
+        self.live[cid] = req
         return req
 
     def stats(self) -> dict[str, Any]:
