@@ -34,8 +34,16 @@ proving again; ``.cold`` a step up in demand to the first new rental proving.
 A volume-aware figure beside $/paid proof: the margin (paid proofs × ``USD_PER_PAID``, an
 ASSUMPTION, less the spend), auto's against the fixed target that earned the most in hindsight.
 
-Not modelled yet: a start Vast queues (resources_unavailable), the fair original at the best
-target, and machines that fail in production.
+Machines that fail in production (ASSUMPTION: ``DIE_SHARE`` of rentals, drawn per rental for
+every policy alike, die ``DIE_AFTER_H`` after they start proving): the dead node's curio fails
+its tasks back to the cluster at once (harmony retries them elsewhere), and the instance bills
+until someone destroys it. vastui's engine does within its step (the daemon's death is a
+strike); the fair original (vast-manager has no production check, original-system.md §1.6)
+only when its operator next looks, every 60 or 15 minutes, and rents replacements then (Bulk
+Deploy, all at once), as it does for a failed benchmark. It runs at the best fixed target
+chosen for vastui's fixed runs.
+
+Not modelled yet: a start Vast queues (resources_unavailable).
 
 One file: the market, curio's cluster and the fleet are one world stepped together on one
 clock (a tick moves work between all three), and its figures are read off that world.
@@ -68,7 +76,8 @@ PRICE = 5 * 10**15  # 0.005 FIL, curio's suggested ask (Snark-Market.md "Pricing
 # What a paid proof earns in dollars, for the volume-aware figure: the ask above at $3 per FIL
 # (ASSUMPTION: no FIL price is a fact of this world; the figure's sign turns on it).
 USD_PER_PAID = 0.015
-TICK_S = 20.0  # curio's request loop and the workers' claims
+TICK_S = 20.0  # the workers' claims and completions
+POLL_S = 3.0  # the request task's polls (ProofRequestPollInterval, task_request.go)
 STEP_S = 60.0  # the engine's step
 MAX_PENDING = 10  # [Cuzk] MaxPending (vastui's default)
 LOW_WATER, HIGH_WATER = 5, 8  # task_request.go:27-28
@@ -76,12 +85,21 @@ PARAMS_GB = 135 * 1.073741824  # 135 GiB of parameters per rental (cuzk-verified
 REQUEST_GB = 0.051  # one request's download (cuzk-verified.md, "Where a proofshare worker ...")
 LOAD_S = 10 * 60.0  # the image pulled and started
 BENCH_S = 20 * 60.0
-# A pooled worker's start to proving again: the container, set-up, the parameters checked on its
-# disk, the benchmark skipped, the daemon and curio started. 8.5 min is the simulated world's
-# (tests/test_e2e_autoscale.py, one run at 300x: the target's rise to the worker proving, 505 s:
-# 23 s to the start, 271 s of loading and set-up, 142 s checking the parameters, 68 s to prove).
-RESTART_S = 8.5 * 60.0
+# A pooled worker's start to proving again: Vast's start, the set-up, the parameters checked on
+# its disk (the .params trusted, TRUST_PARAMS=1: SnapDeals' 33 GiB hashed), the benchmark skipped,
+# the daemon and curio started, the engine's steps seeing it. 4 min is the simulated world's,
+# measured end to end (tests/test_e2e_autoscale.py's cycle, the pool start to proving_at) at two
+# speeds and extrapolated to no speed: a run's simulated seconds are the world's own plus the
+# test machine's real overhead × the speed (60x: 319 s, 200x: 503 s → 240 s; 100x: 340 s, 300x:
+# 604 s → 208 s). The larger is taken. Before TRUST_PARAMS, one run at 300x read 505 s to the
+# start, overhead included (8.5 min, this constant's value until 2026-12-05).
+RESTART_S = 4.0 * 60.0
 BENCH_FAIL = 0.15
+# ASSUMPTION: a share of rentals dies in production (a sticky CUDA error, a lost host), some
+# hours into proving: the range of the neutral world's intermittent faults (economics_world.py)
+DIE_SHARE = 0.15
+DIE_AFTER_H = (1.0, 24.0)
+ORIGINAL_LOOKS_MIN = (60, 15)  # the fair operator's look interval (economics_original.py)
 DRAIN_MAX_S = 40 * 60.0  # the market's deadline less the drain margin
 MAX_WORKERS = 10
 HOURS_FULL, HOURS_QUICK = 48.0, 24.0
@@ -135,6 +153,8 @@ class Rental:
     pooled_s: float = 0.0  # closed episodes
     restarted_at: list[float] = field(default_factory=list)  # starts from the pool
     reproved_at: list[float] = field(default_factory=list)  # ... and proving again
+    dies_after_s: float | None = None  # proving time until it dies (None: it does not)
+    dead_at: float | None = None
 
     @property
     def latency_s(self) -> float:
@@ -171,6 +191,8 @@ def draw(world_seed: int, k: int, now: float) -> Rental:
     # drawn after the rest, so the machines stay those of the runs before the pool: ~250 GB
     # at $0.05-0.30/GB/month (the simulated market's storage_cost range)
     rental.storage_dph = 250.0 * rng.uniform(0.05, 0.30) / 730.0
+    dies, after_h = rng.random() < DIE_SHARE, rng.uniform(*DIE_AFTER_H)
+    rental.dies_after_s = after_h * 3600.0 if dies else None
     return rental
 
 
@@ -209,8 +231,11 @@ class World:
         hours: float,
         tick_s: float = TICK_S,
         pool_config: Config | None = None,
+        look_s: float | None = None,
     ) -> None:
         self.pool_config = pool_config  # the engine's warm pool (None: surplus destroyed)
+        # the fair original's operator: acts only every look_s (None: vastui's engine, each step)
+        self.look_s = look_s
         self.tick_s = tick_s
         self.t0 = 1_800_000_000.0
         self.t = self.t0
@@ -226,11 +251,12 @@ class World:
         self.known: set[str] = set()
         self.requesting = False
         self.to_request = 0
-        # the request task's runs: (start, end, requests obtained), as harmony_task_history
-        # records bg:PShareRequest (its work_start, work_end) and proofshare_queue its rows
-        self.request_runs: deque[tuple[float, float, int]] = deque()
+        # the request task's runs: (start, end, when each request was obtained), as
+        # harmony_task_history records bg:PShareRequest (its work_start, work_end) and
+        # proofshare_queue its rows' obtained_at
+        self.request_runs: deque[tuple[float, float, tuple[float, ...]]] = deque()
         self.run_start = 0.0
-        self.run_obtained = 0
+        self.run_times: list[float] = []  # when the run's requests were obtained
         self.rentals: list[Rental] = []
         self.done_times: deque[float] = deque()
         self.paid = self.computed = self.challenges = 0
@@ -241,16 +267,38 @@ class World:
         return [
             w for w in self.rentals
             if w.proving_since is not None and w.gone_at is None and w.pooled_since is None
+            and w.dead_at is None
         ]  # fmt: skip
 
+    def _deaths(self) -> None:
+        """A worker dies after its drawn proving time (counted over its proving episodes): its
+        node's curio fails its tasks back to the cluster, the instance bills on."""
+        for w in self.proving():
+            if w.dies_after_s is not None and w.proving_s >= w.dies_after_s:
+                w.dead_at = self.t
+                self._free(w)
+
     def _request_task(self) -> None:
+        """The request task's polls within this tick, ProofRequestPollInterval apart (3 s,
+        task_request.go: a tick's quantum would add up to a tick to each short run, and make
+        a high demand read low)."""
+        tick_t = self.t
+        try:
+            self._request_poll()
+            while self.requesting and self.t + POLL_S < tick_t + self.tick_s:
+                self.t += POLL_S
+                self._request_poll()
+        finally:
+            self.t = tick_t
+
+    def _request_poll(self) -> None:
         # curio runs on the workers: no node proving, nobody asks (and PShareRequest's
         # CanAccept wants the parameters on the node, task_request.go:124-135)
         if not self.proving():
             return
         if not self.requesting and len(self.queue) <= LOW_WATER:
             self.requesting, self.to_request = True, HIGH_WATER - len(self.queue)
-            self.run_start, self.run_obtained = self.t, 0
+            self.run_start, self.run_times = self.t, []
         if not self.requesting:
             return
         work = self.market.poll(WALLET)
@@ -259,7 +307,7 @@ class World:
             self.known.add(cid)
             self.queue.append((cid, self.t))
         self.to_request -= len(new)
-        self.run_obtained += len(new)
+        self.run_times.extend([self.t] * len(new))
         asks = len(work["active_asks"])
         for _ in range(self.to_request - asks):
             if self.market.create_ask(WALLET, PRICE) is None:
@@ -269,10 +317,11 @@ class World:
             self.requesting = False
             # one poll at least: curio's loop sleeps ProofRequestPollInterval (3 s) between
             # one poll at least: curio's loop sleeps ProofRequestPollInterval (3 s) between
-            self.request_runs.append((self.run_start, max(self.t, self.run_start + 3.0),
-                                      self.run_obtained))  # fmt: skip
+            end = max(self.t, self.run_start + 3.0)
+            self.request_runs.append((self.run_start, end, tuple(self.run_times)))
 
     def _tick(self) -> None:
+        self._deaths()
         for w in self.proving():
             keep = []
             for done_at, cid, obtained in w.in_flight:
@@ -306,10 +355,17 @@ class World:
             self.done_times.popleft()
         while self.request_runs and self.request_runs[0][1] < self.t - 3600.0:
             self.request_runs.popleft()
-        # completed runs only: harmony_task_history has them, a running task has no start
-        runs = list(self.request_runs)
-        open_s = sum(max(0.0, end - max(start, self.t - 3600.0)) for start, end, _n in runs)
-        obtained = sum(n for _s, _e, n in runs)
+        # completed runs only: harmony_task_history has them, a running task has no start;
+        # counted as vastui's reading counts them (cluster.py _REQUEST_RUNS): within the
+        # window, from each run's first poll's batch on, that batch left out
+        since = self.t - 3600.0
+        open_s, obtained = 0.0, 0
+        for start, end, times in self.request_runs:
+            s = max(start, since)
+            rows = [t for t in times if s <= t <= end]
+            first = min(rows, default=s)
+            open_s += end - first
+            obtained += sum(1 for t in rows if t >= first + 1.0)
         serving = [w for w in self.proving() if w.drain_deadline is None]
         live = self._live()
         return autoscale.Observed(
@@ -318,6 +374,8 @@ class World:
             done_per_h=float(len(self.done_times)), capacity_per_h=sum(w.mu for w in serving),
             proving=len(serving), workers=len(live), window_s=3600.0,
             requested_per_h=autoscale.requested_per_h(obtained, open_s),
+            dph_per_h=sum(w.dph for w in serving),
+            requested_err_per_h=autoscale.requested_err_per_h(obtained, open_s),
         )  # fmt: skip
 
     def _live(self) -> list[Rental]:
@@ -378,8 +436,19 @@ class World:
             ):
                 self._gone(w)
 
+    def _looks(self) -> bool:
+        """Whether the fleet's keeper acts now: vastui's engine every step, the fair original's
+        operator every look_s."""
+        if self.look_s is None:
+            return True
+        return (self.t - self.t0) % self.look_s < STEP_S
+
     def _step(self, target: int) -> None:
+        acting = self._looks()
         for w in self.rentals:
+            if w.dead_at is not None and w.gone_at is None and acting:
+                self._gone(w)  # vastui: the daemon's death seen; the original: at a look
+                continue
             if w.pooled_since is not None:
                 continue
             if w.gone_at is None and w.proving_since is None and w.ready_at <= self.t:
@@ -393,10 +462,15 @@ class World:
             if draining and (not w.in_flight or self.t >= (w.drain_deadline or 0.0)):
                 self._drained(w)
         self._expire_pool()
+        if not acting:
+            return
         live = self._live()
         if len(live) < target and self._start_pooled():
             return
-        if len(live) < target:
+        if len(live) < target and self.look_s is not None:
+            for _ in range(target - len(live)):  # Bulk Deploy: the operator rents them at once
+                self.rentals.append(draw(self.world_seed, len(self.rentals), self.t))
+        elif len(live) < target:
             self.rentals.append(draw(self.world_seed, len(self.rentals), self.t))
         elif len(live) > target:
             setting_up = sorted((w for w in live if w.proving_since is None),
@@ -481,9 +555,14 @@ def compare(curve: str, seed: int, hours: float, config: Config) -> dict[str, An
     best = fixed[best_n]
     # the operator at their best by the other measure: the fixed target that earned the most
     margin_n = max(fixed, key=lambda n: (fixed[n].margin, -n))
+    # the fair original at that target: its operator looks every 60 or 15 minutes
+    original = {
+        m: World(spec, new_wallet, seed, hours, look_s=m * 60.0).run(lambda _w: best_n)
+        for m in ORIGINAL_LOOKS_MIN
+    }
     return {
         "auto": auto, "best": best, "best_n": best_n, "spec": spec,
-        "best_margin": fixed[margin_n], "best_margin_n": margin_n,
+        "best_margin": fixed[margin_n], "best_margin_n": margin_n, "original": original,
     }  # fmt: skip
 
 
@@ -502,6 +581,8 @@ def run(quick: bool) -> dict[str, Any]:
     warm: list[float] = []
     margins: list[float] = []  # auto's margin ÷ the best fixed target's by margin
     missed_auto = missed_best = 0
+    vs_original: dict[int, list[float]] = {m: [] for m in ORIGINAL_LOOKS_MIN}
+    missed_original: dict[int, int] = dict.fromkeys(ORIGINAL_LOOKS_MIN, 0)
     for curve in CURVES:
         for seed in seeds:
             progress(f"demand: {curve}, seed {seed}, {hours:g} h")
@@ -530,6 +611,21 @@ def run(quick: bool) -> dict[str, Any]:
                 f"{key}.best_margin_fixed_target": got["best_margin_n"],
                 f"{key}.best_margin_fixed.margin_usd": round(by_margin.margin, 2),
             })  # fmt: skip
+            for m, orig in got["original"].items():
+                o_key = f"{key}.fair_original_{m}min"
+                o_ratio = (
+                    auto.cost_per_paid / orig.cost_per_paid if orig.paid and auto.paid else None
+                )
+                figures.update({
+                    f"{o_key}.usd_per_paid_proof": _round(orig.cost_per_paid),
+                    f"{o_key}.paid": orig.paid, f"{o_key}.missed_deadlines": orig.missed,
+                    f"{o_key}.idle_share": _round(orig.idle_share),
+                    f"{o_key}.margin_usd": round(orig.margin, 2),
+                    f"{key}.auto_vs_fair_original_{m}min_cost_ratio": _round(o_ratio),
+                })  # fmt: skip
+                if o_ratio is not None:
+                    vs_original[m].append(o_ratio)
+                missed_original[m] += orig.missed
             if by_margin.margin > 0:
                 margins.append(auto.margin / by_margin.margin)
             if ratio is not None:
@@ -555,6 +651,13 @@ def run(quick: bool) -> dict[str, Any]:
         f"{PREFIX}.summary.margin.auto_vs_best_fixed.median": _median(margins),
         f"{PREFIX}.summary.margin.auto_vs_best_fixed.worst": _round(min(margins, default=None)),
     })  # fmt: skip
+    for m in ORIGINAL_LOOKS_MIN:
+        o_key = f"{PREFIX}.summary.auto_vs_fair_original_{m}min_cost_ratio"
+        figures.update({
+            f"{o_key}.median": _median(vs_original[m]),
+            f"{o_key}.worst": _round(max(vs_original[m], default=None)),
+            f"{PREFIX}.summary.missed_deadlines.fair_original_{m}min": missed_original[m],
+        })  # fmt: skip
     return figures
 
 

@@ -3,6 +3,11 @@ on the simulator's market with finite work and a model of curio's cluster."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
+from bench import demand
 from bench.demand import PARAMS_GB, REQUEST_GB, WALLET, World, auto_config, auto_policy
 
 
@@ -66,3 +71,31 @@ def test_the_warm_pool_restarts_a_given_up_worker_and_bills_its_storage() -> Non
     expected += w.inet_cost * (PARAMS_GB + REQUEST_GB * w.requests)
     assert abs(w.cost(world.end) - expected) < 1e-9
     assert run.margin == run.paid * 0.015 - run.cost
+
+
+def test_a_worker_dying_in_production_is_replaced_at_the_next_step_or_the_operators_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vastui's engine sees the daemon's death within its step and rents again; the fair
+    original's operator only at their next look, the dead instance billing until then. Its
+    tasks go back to the cluster at once either way (its curio fails them)."""
+    real_draw = demand.draw
+
+    def draw(world_seed: int, k: int, now: float) -> demand.Rental:
+        rental = replace(real_draw(world_seed, k, now), passes=True)
+        rental.dies_after_s = 2 * 3600.0 if k == 0 else None
+        return rental
+
+    monkeypatch.setattr(demand, "draw", draw)
+    gaps = {}
+    for look in (None, 3600.0):
+        world = World("steady:60", False, 1, 12.0, look_s=look)
+        world.run(lambda _w: 1)
+        dead, second = world.rentals[0], world.rentals[1]
+        assert dead.dead_at is not None and dead.in_flight == []
+        assert dead.proving_s == pytest.approx(2 * 3600.0, abs=world.tick_s)
+        assert dead.gone_at is not None and second.rented_at == dead.gone_at
+        gaps[look] = dead.gone_at - dead.dead_at
+        if look is not None:
+            assert (dead.gone_at - world.t0) % look < demand.STEP_S  # at a look
+    assert gaps[None] <= demand.STEP_S < gaps[3600.0] <= 3600.0 + demand.STEP_S
