@@ -43,7 +43,9 @@ only when its operator next looks, every 60 or 15 minutes, and rents replacement
 Deploy, all at once), as it does for a failed benchmark. It runs at the best fixed target
 chosen for vastui's fixed runs.
 
-Not modelled yet: a start Vast queues (resources_unavailable).
+A start from the pool Vast queues (``START_QUEUED``, ASSUMPTION): the worker counts as on its
+way until the engine's ``pool.expired`` destroys it (``warm_pool_start_min``), then the fleet
+rents.
 
 One file: the market, curio's cluster and the fleet are one world stepped together on one
 clock (a tick moves work between all three), and its figures are read off that world.
@@ -95,6 +97,9 @@ BENCH_S = 20 * 60.0
 # start, overhead included (8.5 min, this constant's value until 2026-12-05).
 RESTART_S = 4.0 * 60.0
 BENCH_FAIL = 0.15
+# ASSUMPTION: a start from the warm pool that Vast queues (resources_unavailable: the machine's
+# GPUs were rented while it was stopped); no figure is published
+START_QUEUED = 0.1
 # ASSUMPTION: a share of rentals dies in production (a sticky CUDA error, a lost host), some
 # hours into proving: the range of the neutral world's intermittent faults (economics_world.py)
 DIE_SHARE = 0.15
@@ -153,6 +158,7 @@ class Rental:
     pooled_s: float = 0.0  # closed episodes
     restarted_at: list[float] = field(default_factory=list)  # starts from the pool
     reproved_at: list[float] = field(default_factory=list)  # ... and proving again
+    start_queued_at: float | None = None  # a start from the pool Vast queued, since
     dies_after_s: float | None = None  # proving time until it dies (None: it does not)
     dead_at: float | None = None
 
@@ -173,7 +179,7 @@ class Rental:
             vast_id=self.k + 1, state="proving", dph_total=self.dph,
             storage_dph=self.storage_dph, prod_rate=self.mu, inet_down=self.inet_down,
             inet_down_cost=self.inet_cost, min_rate=math.ceil(self.dph / max_cost_per_proof),
-            pooled_since=self.pooled_since,
+            pooled_since=self.pooled_since, pool_start_at=self.start_queued_at,
         )  # fmt: skip
 
 
@@ -260,6 +266,7 @@ class World:
         self.rentals: list[Rental] = []
         self.done_times: deque[float] = deque()
         self.paid = self.computed = self.challenges = 0
+        self.pool_kills: list[str] = []  # pool.expired's kinds
 
     # -- curio's cluster -----------------------------------------------------------------
 
@@ -379,9 +386,12 @@ class World:
         )  # fmt: skip
 
     def _live(self) -> list[Rental]:
+        """The workers of the target: setting up or proving, or a queued start from the pool
+        (on its way, as the engine counts it)."""
         return [
             w for w in self.rentals
-            if w.gone_at is None and w.drain_deadline is None and w.pooled_since is None
+            if w.gone_at is None and w.drain_deadline is None
+            and (w.pooled_since is None or w.start_queued_at is not None)
         ]  # fmt: skip
 
     def _free(self, w: Rental) -> None:
@@ -407,6 +417,10 @@ class World:
         self._gone(w)
 
     def _start_pooled(self) -> bool:
+        """Ask the engine's pick (pool.pick) to start. Vast may queue the start
+        (``START_QUEUED``, resources_unavailable: its GPUs were rented meanwhile): it then
+        stays stopped, counted as a worker on its way, until pool.expired destroys it
+        (``warm_pool_start_min``) and the fleet rents elsewhere."""
         cfg = self.pool_config
         if cfg is None:
             return False
@@ -416,6 +430,10 @@ class World:
         if pick is None:
             return False
         w = records[pick.vast_id]
+        rng = random.Random(self.world_seed * 1_000_003 + w.k * 7_919 + len(w.restarted_at) + 29)
+        if rng.random() < START_QUEUED:
+            w.start_queued_at = self.t
+            return True
         w.pooled_s += self.t - (w.pooled_since or self.t)
         w.pooled_since = None
         w.proving_since = None
@@ -424,16 +442,19 @@ class World:
         return True
 
     def _expire_pool(self) -> None:
+        """The engine's pool.expired: kept too long, a queued start not come, the pool over
+        its size."""
         cfg = self.pool_config
         if cfg is None:
             return
-        kept_s = cfg.fleet.warm_pool_max_h * 3600.0
-        for w in self.rentals:
-            if (
-                w.pooled_since is not None
-                and w.gone_at is None
-                and self.t - w.pooled_since >= kept_s
-            ):
+        pooled = [w for w in self.rentals if w.pooled_since is not None and w.gone_at is None]
+        records = {w.k + 1: w for w in pooled}
+        ranked = pool.ranked([w.record(cfg.fleet.max_cost_per_proof) for w in pooled])
+        for rank, rec in enumerate(ranked):
+            kill = pool.expired(rec, self.t, rank, cfg)
+            if kill is not None:
+                w = records[rec.vast_id]
+                self.pool_kills.append(kill.kind)
                 self._gone(w)
 
     def _looks(self) -> bool:
@@ -473,12 +494,17 @@ class World:
         elif len(live) < target:
             self.rentals.append(draw(self.world_seed, len(self.rentals), self.t))
         elif len(live) > target:
-            setting_up = sorted((w for w in live if w.proving_since is None),
+            # a queued start from the pool first (it stays stopped), then one setting up,
+            # then the worst $/proof
+            queued = [w for w in live if w.pooled_since is not None]
+            setting_up = sorted((w for w in live if w.proving_since is None and w not in queued),
                                 key=lambda w: -w.rented_at)  # fmt: skip
-            proving = sorted((w for w in live if w.proving_since is not None),
+            proving = sorted((w for w in live if w.proving_since is not None and w not in queued),
                              key=lambda w: -w.dph / w.mu)  # fmt: skip
-            for w in (setting_up + proving)[: len(live) - target]:
-                if w.proving_since is None:
+            for w in (queued + setting_up + proving)[: len(live) - target]:
+                if w.pooled_since is not None:
+                    w.start_queued_at = None
+                elif w.proving_since is None:
                     self._gone(w)
                 else:
                     w.drain_deadline = self.t + DRAIN_MAX_S

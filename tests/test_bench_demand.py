@@ -99,3 +99,30 @@ def test_a_worker_dying_in_production_is_replaced_at_the_next_step_or_the_operat
         if look is not None:
             assert (dead.gone_at - world.t0) % look < demand.STEP_S  # at a look
     assert gaps[None] <= demand.STEP_S < gaps[3600.0] <= 3600.0 + demand.STEP_S
+
+
+def test_a_start_vast_queues_is_on_its_way_until_the_engine_gives_it_up_and_rents(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every start from the pool queued (resources_unavailable): the worker counts as on its
+    way (no rental meanwhile) until pool.expired destroys it after warm_pool_start_min; then
+    the fleet rents."""
+    monkeypatch.setattr(demand, "START_QUEUED", 1.0)
+    config = auto_config()
+    world = World("daily:70:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config)
+    run = world.run(auto_policy(config))
+    queued = [w for w in world.rentals if w.start_queued_at is not None]
+    assert queued and run.pool_starts == 0, "no start ran"
+    assert "pool_unavailable" in world.pool_kills
+    wait = config.fleet.warm_pool_start_min * 60.0
+    for w in queued:
+        assert w.gone_at is not None and w.gone_at - w.start_queued_at >= wait
+        assert w.pooled_since is not None  # never ran again: billed as storage to the end
+        # nobody rented while it was on its way; the rent came once it was given up
+        during = [r for r in world.rentals if w.start_queued_at < r.rented_at < w.gone_at]
+        assert during == []
+    # once given up, within a step: another pooled worker asked to start, or a rental
+    first = min(w.gone_at for w in queued if w.gone_at is not None)
+    nxt = [r.rented_at for r in world.rentals if r.rented_at >= first]
+    nxt += [w.start_queued_at for w in queued if w.start_queued_at >= first]
+    assert nxt and min(nxt) - first <= demand.STEP_S
