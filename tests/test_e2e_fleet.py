@@ -60,7 +60,10 @@ async def test_production_is_measured_and_a_dying_daemon_is_destroyed(demo_state
             # measured, not assumed: cuzk's counters since the benchmark, and a rate
             # (ten proofs at least: over three, one proof more or less is a third of the rate)
             rec = await until_instance(
-                engine, iid, lambda r: (r.prod_completed or 0) >= 10 or r.killed, "a rate"
+                engine,
+                iid,
+                lambda r: ((r.prod_completed or 0) >= 10 and r.prod_rate is not None) or r.killed,
+                "a rate",
             )
             assert rec.prod_rate is not None and rec.prod_failed == 0
             # against what the world did (its clock is the wall's, scaled: a loaded test machine

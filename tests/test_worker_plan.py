@@ -208,7 +208,12 @@ def test_the_cuzk_config_is_one_for_benchmark_and_production(tmp_path) -> None:
     import tomllib
 
     cfg = tomllib.loads((root / "cuzk.toml").read_text())
-    assert cfg["memory"] == {"total_budget": "247GiB", "safety_margin": "9GiB"}
+    # the plan's SRS and PCEs stay resident: nothing is evicted for being idle
+    assert cfg["memory"] == {
+        "total_budget": "247GiB",
+        "safety_margin": "9GiB",
+        "eviction_min_idle": "1000000m",
+    }
     assert cfg["pipeline"] == {"max_parallel_synthesis": 4}
     assert cfg["gpus"] == {"gpu_threads": 5}
     assert cfg["synthesis"] == {"threads": 16}

@@ -513,7 +513,16 @@ write_cuzk_config() {
     printf '[daemon]\nlisten = %s\nstatus_listen = %s\n\n' \
       "$(json_str "$CUZK_LISTEN")" "$(json_str "$CUZK_STATUS_ADDR")"
     printf '[srs]\nparam_cache = %s\n\n' "$(json_str "$param_dir")"
-    printf '[memory]\ntotal_budget = %s\nsafety_margin = "%dGiB"\n\n' "$budget" "$margin"
+    # The plan holds both SRS and both PCEs resident: none is evicted for being idle. cuzk's
+    # default eviction_min_idle (5m, config.rs:70-74) lets any synthesis short of memory evict a
+    # PCE no proof has dispatched for 5 min (no synthesis uses it at e0294b0f, so it is always
+    # idle): the benchmark's own timed run evicts the PCEs its warmup cached, and production
+    # starts cold; every proof curio then sends before the PCE is cached again starts its own
+    # extraction (engine.rs:2268-2290), each holding 14 GiB while insert_blocking polls for the
+    # PCE's room (pipeline.rs:432-492): a burst leaves room for neither, and the daemon proves
+    # nothing again (RELIABILITY.md). config.rs:471-480 reads minutes: ~2 years.
+    printf '[memory]\ntotal_budget = %s\nsafety_margin = "%dGiB"\neviction_min_idle = "1000000m"\n\n' \
+      "$budget" "$margin"
     printf '[gpus]\ngpu_threads = %d\n\n' "$GPU_THREADS"
     printf '[synthesis]\nthreads = %d\n\n' "$SYNTH_THREADS"
     printf '[pipeline]\nmax_parallel_synthesis = %d\n\n' "$MAX_PARALLEL_SYNTH"
