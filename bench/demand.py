@@ -375,6 +375,9 @@ class World:
             obtained += sum(1 for t in rows if t >= first + 1.0)
         serving = [w for w in self.proving() if w.drain_deadline is None]
         live = self._live()
+        # the worker a raise brings first (the engine's pool.pick), the one a cut gives up first
+        pick = self._pool_pick()
+        worst = max(serving, key=lambda w: w.dph / w.mu, default=None)
         return autoscale.Observed(
             read=True, unclaimed=len(self.queue),
             oldest_unclaimed_s=self.t - self.queue[0][1] if self.queue else None,
@@ -383,6 +386,8 @@ class World:
             requested_per_h=autoscale.requested_per_h(obtained, open_s),
             dph_per_h=sum(w.dph for w in serving),
             requested_err_per_h=autoscale.requested_err_per_h(obtained, open_s),
+            next_dph=pick.dph if pick else 0.0, next_rate=pick.mu if pick else 0.0,
+            worst_dph=worst.dph if worst else 0.0, worst_rate=worst.mu if worst else 0.0,
         )  # fmt: skip
 
     def _live(self) -> list[Rental]:
@@ -424,12 +429,9 @@ class World:
         cfg = self.pool_config
         if cfg is None:
             return False
-        pooled = [w for w in self.rentals if w.pooled_since is not None and w.gone_at is None]
-        records = {w.k + 1: w for w in pooled}
-        pick = pool.pick([w.record(cfg.fleet.max_cost_per_proof) for w in pooled])
-        if pick is None:
+        w = self._pool_pick()
+        if w is None:
             return False
-        w = records[pick.vast_id]
         rng = random.Random(self.world_seed * 1_000_003 + w.k * 7_919 + len(w.restarted_at) + 29)
         if rng.random() < START_QUEUED:
             w.start_queued_at = self.t
@@ -440,6 +442,15 @@ class World:
         w.ready_at = self.t + RESTART_S
         w.restarted_at.append(self.t)
         return True
+
+    def _pool_pick(self) -> Rental | None:
+        cfg = self.pool_config
+        if cfg is None:
+            return None
+        pooled = [w for w in self.rentals if w.pooled_since is not None and w.gone_at is None]
+        records = {w.k + 1: w for w in pooled}
+        pick = pool.pick([w.record(cfg.fleet.max_cost_per_proof) for w in pooled])
+        return None if pick is None else records[pick.vast_id]
 
     def _expire_pool(self) -> None:
         """The engine's pool.expired: kept too long, a queued start not come, the pool over

@@ -244,7 +244,10 @@ M = Settings(min_workers=1, max_workers=10, max_cost_per_proof=0.01)
 
 
 def paid(demand: float, proving: int = 2, err: float = 0.0, **kw) -> Observed:
-    return replace(fed(demand, proving, **kw), dph_per_h=0.10 * proving, requested_err_per_h=err)
+    return replace(
+        fed(demand, proving, **kw), dph_per_h=0.10 * proving, requested_err_per_h=err,
+        worst_dph=0.10, worst_rate=20.0,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -265,8 +268,8 @@ def paid(demand: float, proving: int = 2, err: float = 0.0, **kw) -> Observed:
         ("the last worker unpaid", State(3),
          [(0, paid(42, proving=3, err=2)), (1800, paid(42, proving=3, err=2))], 2, "down"),
         ("the last worker, no $/h known", State(3),
-         [(0, replace(paid(42, proving=3), dph_per_h=0.0)),
-          (1800, replace(paid(42, proving=3), dph_per_h=0.0))], 3, None),
+         [(0, replace(paid(42, proving=3), dph_per_h=0.0, worst_dph=0.0)),
+          (1800, replace(paid(42, proving=3), dph_per_h=0.0, worst_dph=0.0))], 3, None),
         # work waiting past a third of the deadline is served whatever it costs
         ("urgent pays no heed", State(2),
          [(0, paid(49, unclaimed=5, oldest_unclaimed_s=16 * 60.0))], 3, "up"),

@@ -56,7 +56,7 @@ def test_the_warm_pool_restarts_a_given_up_worker_and_bills_its_storage() -> Non
     engine's own pool.keep), and grows again from the pool (pool.pick): the restarted worker
     proves again without a new rental's set-up."""
     config = auto_config()
-    world = World("daily:70:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config)
+    world = World("daily:100:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config)
     run = world.run(auto_policy(config))
     restarted = [w for w in world.rentals if w.restarted_at]
     assert restarted and run.pool_starts == sum(len(w.restarted_at) for w in restarted)
@@ -109,7 +109,7 @@ def test_a_start_vast_queues_is_on_its_way_until_the_engine_gives_it_up_and_rent
     the fleet rents."""
     monkeypatch.setattr(demand, "START_QUEUED", 1.0)
     config = auto_config()
-    world = World("daily:70:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config)
+    world = World("daily:100:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config)
     run = world.run(auto_policy(config))
     queued = [w for w in world.rentals if w.start_queued_at is not None]
     assert queued and run.pool_starts == 0, "no start ran"

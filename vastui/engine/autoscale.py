@@ -16,14 +16,18 @@ What it reads each step (vastui/engine/cluster.py, from curio's cluster database
 
 With the demand measured (``_follow``), the target moves toward what it needs when two signals
 agree: more wanted and work left unclaimed for ``up_after_s`` (at most doubling, only once the
-last rental proves: capacity on its way is waited for, and only as many workers as the demand
-beyond the fleet's capacity keeps each at its min_rate: a worker fed less costs more per proof
-than ``max_cost_per_proof``), or fewer wanted and utilisation
-below the aim less ``band`` for ``down_after_s`` and a window after the last change. Up goes to
+last rental proves: capacity on its way is waited for), or fewer wanted and utilisation below
+the aim less ``band`` for ``down_after_s`` and a window after the last change. Up goes to
 floor(need + round_up), down to floor(need + round_up + 0.5): a fleet just shrunk does not want
-to grow back on the same demand. Work waiting a third of the market's deadline (Snark-Market.md
-:169, 45 min) adds a worker at once. Before the demand is measured, unclaimed work raises the
-target by half (at least one) and a fleet using too little lowers it to what its work needs.
+to grow back on the same demand. Money bounds both: a raise brings only as many workers as the
+demand beyond the fleet's capacity (two standard errors low) keeps at their min_rate ($/h of the
+worker it brings, the warm pool's pick or one like those proving, ÷ ``max_cost_per_proof``: a
+worker fed less costs more per proof than the operator pays at most), and the worst worker is
+wanted no longer when what the others leave it of the demand (a standard error high) is below
+its min_rate. Work at risk of the market's deadline (Snark-Market.md:169, 45 min: the oldest
+unclaimed request's wait plus a proof's latency past 90 % of it) adds a worker at
+once, whatever it costs. Before the demand is measured, unclaimed work raises the target by half
+(at least one) and a fleet using too little lowers it to what its work needs.
 Without a fresh reading of the cluster the target holds: no number is invented.
 """
 
@@ -48,6 +52,12 @@ class Settings:
     # (its stage deadlines end it: paramfetch 90 min, the benchmark 45)
     settle_s: float = 3 * 3600.0
     deadline_s: float = 2700.0  # the market's (Snark-Market.md:169)
+    max_pending: int = 10  # [Cuzk] MaxPending: a proof's latency is max_pending ÷ a rate
+    # work is at risk when its wait and a proof's latency pass this share of the deadline
+    risk_share: float = 0.9
+    # a raise for money's sake wants the demand this many standard errors above what pays a
+    # worker more (a rental costs its set-up: stronger evidence than a cut, at one)
+    raise_errors: float = 2.0
     growth: float = 1.5
     # workers the demand needs: floor(demand ÷ (a worker's rate × utilisation) + round_up)
     round_up: float = 0.3
@@ -75,6 +85,13 @@ class Observed:
     dph_per_h: float = 0.0  # the proving workers' $/h, summed (those of capacity_per_h)
     # requested_per_h's standard error (a count's: √n over the time asked)
     requested_err_per_h: float = 0.0
+    # the worker a raise would bring first ($/h, proofs/h): the warm pool's pick; (0, 0): one
+    # like those proving (their mean)
+    next_dph: float = 0.0
+    next_rate: float = 0.0
+    # the proving worker a cut would give up first (the worst $/proof): $/h, proofs/h
+    worst_dph: float = 0.0
+    worst_rate: float = 0.0
 
     @property
     def utilisation(self) -> float | None:
@@ -180,7 +197,7 @@ def decide(s: Settings, state: State, obs: Observed, now: float) -> Decision:
     state = replace(state, pressure_since=pressure_since, slack_since=slack_since)
 
     if pressure:
-        urgent = waited > s.deadline_s / 3
+        urgent = _at_risk(s, obs)
         held = 0.0 if pressure_since is None else now - pressure_since
         # capacity already on its way (a rental setting up) is waited for: it takes longer
         # than any hysteresis, and raising again meanwhile rents twice for one shortage
@@ -245,34 +262,54 @@ def _need(s: Settings, obs: Observed) -> float | None:
     return obs.requested_per_h / (obs.capacity_per_h / obs.proving * s.utilisation)
 
 
-def _min_rate(s: Settings, obs: Observed) -> float:
-    """The proofs/h a worker like those proving must make to keep to max_cost_per_proof."""
-    return obs.dph_per_h / obs.proving / (s.max_cost_per_proof or math.inf)
+def _min_rate(s: Settings, dph: float) -> float:
+    """The proofs/h a worker of ``dph`` $/h must make to keep to max_cost_per_proof."""
+    return dph / (s.max_cost_per_proof or math.inf)
+
+
+def _next_dph(obs: Observed) -> float:
+    """The $/h of the worker a raise brings first: the pool's pick, else the fleet's mean."""
+    return obs.next_dph if obs.next_dph > 0 else obs.dph_per_h / obs.proving
 
 
 def _paying(s: Settings, obs: Observed) -> int | None:
     """How many workers more the demand beyond the fleet's capacity keeps each at its min_rate
-    (the mean $/h of those proving ÷ max_cost_per_proof), the demand taken a standard error
-    low (an hour's count is noisy: a worker is rented on evidence); None: not known. A worker
+    ($/h of the worker a raise brings ÷ max_cost_per_proof), the demand taken ``raise_errors``
+    standard errors low (an hour's count is noisy: a worker is rented on evidence); None: not
+    known. A worker
     fed less than its min_rate costs more per proof than the operator pays at most (an idle
     share of 1 − u makes $/proof 1/u times its price at full use)."""
-    floor_rate = _min_rate(s, obs) if s.max_cost_per_proof and obs.proving else 0.0
+    if not s.max_cost_per_proof or not obs.proving or obs.dph_per_h <= 0:
+        return None
+    floor_rate = _min_rate(s, _next_dph(obs))
     if floor_rate <= 0 or obs.requested_per_h is None:
         return None
-    low = obs.requested_per_h - obs.requested_err_per_h
+    low = obs.requested_per_h - s.raise_errors * obs.requested_err_per_h
     return math.floor(max(0.0, low - obs.capacity_per_h) / floor_rate)
 
 
-def _paid(s: Settings, obs: Observed) -> int | None:
-    """How many of the proving workers the demand keeps at their min_rate, the demand taken a
-    standard error high (a worker is given up on evidence too): the last of n is fed what the
-    first n − 1 leave; None: not known."""
-    floor_rate = _min_rate(s, obs) if s.max_cost_per_proof and obs.proving else 0.0
-    if floor_rate <= 0 or obs.requested_per_h is None:
-        return None
+def _last_unpaid(s: Settings, obs: Observed) -> bool:
+    """Whether the proving worker a cut gives up first (the worst $/proof) gets less than its
+    min_rate of what the others leave of the demand, taken a standard error high (a worker is
+    given up on evidence too)."""
+    if not s.max_cost_per_proof or obs.proving < 2 or obs.requested_per_h is None:
+        return False
+    if obs.worst_dph <= 0 or obs.worst_rate <= 0:
+        return False
     high = obs.requested_per_h + obs.requested_err_per_h
-    mean = obs.capacity_per_h / obs.proving
-    return max(1, math.floor(1 + (high - floor_rate) / mean))
+    left = high - (obs.capacity_per_h - obs.worst_rate)
+    return left < _min_rate(s, obs.worst_dph)
+
+
+def _at_risk(s: Settings, obs: Observed) -> bool:
+    """Work that may miss the market's deadline: the oldest unclaimed request's wait plus a
+    proof's latency at the fleet's mean rate (max_pending in flight) past ``risk_share`` of it;
+    a third of the deadline waited when no rate is known."""
+    waited = obs.oldest_unclaimed_s or 0.0
+    if obs.proving == 0 or obs.capacity_per_h <= 0:
+        return waited > s.deadline_s / 3
+    latency = s.max_pending / (obs.capacity_per_h / obs.proving) * 3600.0
+    return waited > 0 and waited + latency > s.risk_share * s.deadline_s
 
 
 def _follow(
@@ -280,15 +317,14 @@ def _follow(
 ) -> Decision:
     """Toward the workers the measured demand needs: up after ``up_after_s`` of wanting more
     (and once the last growth proves), down after ``down_after_s`` of wanting fewer and a
-    window after the last change; work waiting a third of the deadline adds one at once.
+    window after the last change; work at risk of the deadline adds one at once.
     Up to floor(need + round_up), down to floor(need + round_up + 0.5): a fleet just shrunk
     does not want to grow back at once. Up needs requests left unclaimed too, down a fleet
     using less than its target utilisation less ``band``."""
     up_to = clamp(max(1, math.floor(need + s.round_up)), s)
     down_to = math.floor(need + s.round_up + 0.5)
-    paid = _paid(s, obs)
-    if paid is not None:  # never more than the demand keeps at their min_rate
-        down_to = min(down_to, paid)
+    if _last_unpaid(s, obs):  # the worst worker would not earn its min_rate: one fewer
+        down_to = min(down_to, obs.proving - 1)
     down_to = clamp(max(1, down_to), s)
     wanted = up_to if up_to > target else down_to if down_to < target else target
     # two signals must agree: more wanted and work left unclaimed (the fleet is full), or
@@ -312,13 +348,14 @@ def _follow(
     settled = obs.proving >= obs.workers or (
         state.changed_at is not None and now - state.changed_at >= s.settle_s
     )
-    urgent = (obs.oldest_unclaimed_s or 0.0) > s.deadline_s / 3 and target < s.max_workers
+    urgent = _at_risk(s, obs) and target < s.max_workers
     paying = _paying(s, obs)
     if not urgent and up_since is not None and paying is not None and paying < 1:
         surplus = max(0.0, demand - obs.capacity_per_h)
         text = (
             f"{target}: {seen}: a worker more would prove {surplus:.0f}/h of it, under the "
-            f"{_min_rate(s, obs):.0f}/h that keeps it within ${s.max_cost_per_proof:g}/proof"
+            f"{_min_rate(s, _next_dph(obs)):.0f}/h that keeps it within "
+            f"${s.max_cost_per_proof:g}/proof"
         )
         return Decision(replace(state, pressure_since=None, reason=text), None)
     if settled and (urgent or (up_since is not None and now - up_since >= s.up_after_s)):

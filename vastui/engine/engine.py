@@ -1184,6 +1184,12 @@ class Engine:
         # each worker's measured rate while busy (else its benchmark's): its capacity
         rated = [(rate, r) for r in proving if (rate := r.prod_rate or r.bench_rate) and rate > 0]
         rates = [rate for rate, _r in rated]
+        # the worker a raise brings first (the warm pool's pick), the one a cut gives up first
+        pooled = [r for r in records if r.source == "vastui" and r.pooled_since is not None]
+        pick = pool.pick(pooled)
+        next_rate = (drain.worker_rate(pick) or 0.0) if pick is not None else 0.0
+        next_dph = (pick.dph_total or 0.0) if pick is not None and next_rate > 0 else 0.0
+        worst = max(rated, key=lambda x: (x[1].dph_total or 0.0) / x[0], default=None)
         t = view.totals
         oldest = t.oldest_unclaimed_at
         return autoscale.Observed(
@@ -1196,6 +1202,9 @@ class Engine:
             requested_err_per_h=autoscale.requested_err_per_h(
                 t.request_obtained, t.request_runs_s
             ),
+            next_dph=next_dph, next_rate=next_rate,
+            worst_dph=(worst[1].dph_total or 0.0) if worst else 0.0,
+            worst_rate=worst[0] if worst else 0.0,
         )  # fmt: skip
 
     def auto_summary(self) -> dict[str, Any] | None:
@@ -1377,7 +1386,7 @@ def autoscale_settings(config: Config) -> autoscale.Settings:
         min_workers=fleet.min_workers, max_workers=fleet.max_workers,
         utilisation=fleet.target_utilisation, down_after_s=fleet.scale_down_after_min * 60.0,
         deadline_s=config.proving.market_deadline_min * 60.0,
-        max_cost_per_proof=fleet.max_cost_per_proof,
+        max_cost_per_proof=fleet.max_cost_per_proof, max_pending=config.curio.max_pending,
     )  # fmt: skip
 
 
