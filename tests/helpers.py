@@ -356,10 +356,11 @@ def _timeline(cuzk_log: str) -> tuple[dict[str, int], dict[str, int]]:
     middle of (an early abort, the end of a window) has the GPU_ENDs of some partitions only:
     it did not finish, and is not counted (counted, its partial ends bunched before the stop
     would pull a rate's slope up)."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", cuzk_log)  # tracing's colours (a daemon on a tty)
     parts = {
         job: int(n)
         for job, n in re.findall(
-            r"dispatching per-partition .*?job_id=(\S+) num_partitions=(\d+)", cuzk_log
+            r"dispatching per-partition .*?job_id=(\S+) num_partitions=(\d+)", plain
         )
     }
     starts: dict[str, int] = {}
