@@ -117,6 +117,8 @@ CURVES: dict[str, tuple[Callable[[float], str], bool]] = {
     "step_up": (lambda h: f"step:25:150:{h / 3:g}", False),
     "step_down": (lambda h: f"step:150:25:{h / 3:g}", False),
     "pulse": (lambda h: f"pulse:20:160:{h / 3:g}:{2 * h / 3:g}", False),
+    # 6 h at 20/h, 6 h at 150/h, over and over: work that comes and goes within a day
+    "bursts": (lambda h: "bursts:20:150:12", False),
     "new_wallet": (lambda h: "steady:100", True),
 }
 
@@ -249,6 +251,8 @@ class World:
         self.world_seed = world_seed
         self.curve = parse_curve(spec)
         self.step_at = self.t0 + self.curve.at_h * 3600.0 if self.curve.kind != "steady" else None
+        if self.curve.kind == "bursts":  # the first burst: half a period in
+            self.step_at = self.t0 + self.curve.at_h * 1800.0
         balance = 0 if new_wallet else ESTABLISHED_BALANCE
         self.demand = FiniteDemand(self.curve, seed=world_seed, balance=balance, start=self.t0)
         self.market = Market(clock=lambda: self.t, seed=world_seed, pow_share=0.0,

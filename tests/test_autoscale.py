@@ -263,6 +263,12 @@ def paid(demand: float, proving: int = 2, err: float = 0.0, **kw) -> Observed:
         # a count's error: the demand taken a standard error low for a raise...
         ("noisy: not enough evidence", State(2), [(0, paid(55, err=8)), (300, paid(55, err=8))],
          2, None),
+        # a start from the warm pool (its $/h known: next_dph) asks one standard error
+        ("noisy, a pooled worker starts", State(2),
+         [(0, replace(paid(62, err=8), next_dph=0.10, next_rate=20.0)),
+          (300, replace(paid(62, err=8), next_dph=0.10, next_rate=20.0))], 3, "up"),
+        ("noisy, a new rental waits", State(2), [(0, paid(62, err=8)), (300, paid(62, err=8))],
+         2, None),
         # ... and high for a cut: the last of 3 workers gets what 2 leave of 42 ± 2: 4/h
         # (the need alone keeps 3: floor(42 / 18 + 0.8))
         ("the last worker unpaid", State(3),
@@ -296,5 +302,6 @@ def test_a_raise_held_back_by_money_says_so() -> None:
     held = decide(M, state, paid(49), 300.0)
     assert held.change is None and held.state.reason == (
         "2: the market sends 49 requests/h, 2 workers prove up to 20/h each: a worker more "
-        "would prove 9/h of it, under the 10/h that keeps it within $0.01/proof"
+        "would prove 9/h of it (of 49/h at the least), under the 10/h that keeps it within "
+        "$0.01/proof"
     )

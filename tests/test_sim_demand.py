@@ -49,6 +49,7 @@ def market(spec: str, balance: int = 50 * 64, seed: int = 1) -> tuple[Market, Fi
         ("step:10:40", Curve("step", 10.0, after=40.0, at_h=1.0)),
         ("step:40:5:3.5", Curve("step", 40.0, after=5.0, at_h=3.5)),
         ("pulse:2:300:1:2.5", Curve("pulse", 2.0, after=300.0, at_h=1.0, until_h=2.5)),
+        ("bursts:20:150:12", Curve("bursts", 20.0, after=150.0, at_h=12.0)),
     ],
 )
 def test_a_curve_spec_parses(spec: str, curve: Curve) -> None:
@@ -69,6 +70,8 @@ def test_a_curve_spec_parses(spec: str, curve: Curve) -> None:
         ("steady:1..2", "a number does not parse"),
         ("pulse:1:2:3", "pulse takes 4 to 4 numbers"),
         ("pulse:1:2:3:3", "the pulse must end after it begins"),
+        ("bursts:1:2", "bursts takes 3 to 3 numbers"),
+        ("bursts:1:2:0", "the period must be more than 0 hours"),
     ],
 )
 def test_a_bad_curve_spec_is_one_line_naming_it(spec: str, words: str) -> None:
@@ -83,6 +86,10 @@ def test_a_step_and_a_day_have_the_rate_they_say() -> None:
     pulse = parse_curve("pulse:2:300:1:2.5")
     assert [pulse.at(h) for h in (0, 1, 2.49, 2.5, 9)] == [2, 300, 300, 2, 2]
     assert pulse.peak == 300
+    bursts = parse_curve("bursts:20:150:12")
+    assert [bursts.at(h) for h in (0, 5.99, 6, 11.99, 12, 18, 30.5)] == [20, 20, 150, 150, 20,
+                                                                        150, 150]  # fmt: skip
+    assert bursts.peak == 150 and parse_curve(bursts.spec()) == bursts
     day = parse_curve("daily:20:0.5")
     assert day.at(0) == pytest.approx(20) and day.at(6) == pytest.approx(30)
     assert day.at(18) == pytest.approx(10) and day.peak == 30

@@ -54,7 +54,9 @@ class Curve:
 
     ``steady``: ``rate``; ``daily``: ``rate`` × (1 + ``amplitude`` × sin(2π h / 24)), a day's
     cycle starting at its mean, rising; ``step``: ``rate`` until ``at_h``, then ``after``;
-    ``pulse``: ``after`` from ``at_h`` until ``until_h``, ``rate`` before and after.
+    ``pulse``: ``after`` from ``at_h`` until ``until_h``, ``rate`` before and after;
+    ``bursts``: ``rate`` for the first half of every ``at_h`` hours, ``after`` for the second
+    (work that comes and goes within a day: what a warm pool is for).
     """
 
     kind: str
@@ -69,6 +71,8 @@ class Curve:
             return max(0.0, self.rate * (1.0 + self.amplitude * math.sin(2 * math.pi * hours / 24)))
         if self.kind in ("step", "pulse"):
             return self.after if self.at_h <= hours < self.until_h else self.rate
+        if self.kind == "bursts":
+            return self.after if (hours % self.at_h) >= self.at_h / 2 else self.rate
         return self.rate
 
     @property
@@ -76,7 +80,7 @@ class Curve:
         """The highest rate the curve reaches (the thinning's envelope)."""
         if self.kind == "daily":
             return self.rate * (1.0 + self.amplitude)
-        if self.kind in ("step", "pulse"):
+        if self.kind in ("step", "pulse", "bursts"):
             return max(self.rate, self.after)
         return self.rate
 
@@ -87,17 +91,23 @@ class Curve:
             return f"step:{self.rate:g}:{self.after:g}:{self.at_h:g}"
         if self.kind == "pulse":
             return f"pulse:{self.rate:g}:{self.after:g}:{self.at_h:g}:{self.until_h:g}"
+        if self.kind == "bursts":
+            return f"bursts:{self.rate:g}:{self.after:g}:{self.at_h:g}"
         return f"steady:{self.rate:g}"
 
 
-_SPEC = re.compile(r"(steady|daily|step|pulse)((?::[0-9.eE+-]+)+)")
-_WANT = "want steady:R, daily:R[:A], step:R1:R2[:H] or pulse:R1:R2:H1:H2 (requests per hour)"
+_SPEC = re.compile(r"(steady|daily|step|pulse|bursts)((?::[0-9.eE+-]+)+)")
+_WANT = (
+    "want steady:R, daily:R[:A], step:R1:R2[:H], pulse:R1:R2:H1:H2 or bursts:R1:R2:P "
+    "(requests per hour)"
+)
 
 
 def parse_curve(spec: str) -> Curve:
     """``steady:R``, ``daily:R[:A]`` (A in [0, 1], default 0.5), ``step:R1:R2[:H]`` (R1/h until
     hour H, default 1, then R2/h), ``pulse:R1:R2:H1:H2`` (R2/h from hour H1 until H2, R1/h
-    otherwise); rates in requests per hour."""
+    otherwise), ``bursts:R1:R2:P`` (R1/h for the first half of every P hours, R2/h for the
+    second); rates in requests per hour."""
     m = _SPEC.fullmatch(spec.strip())
     if not m:
         raise DemandError(f"demand {spec!r}: {_WANT}")
@@ -106,7 +116,8 @@ def parse_curve(spec: str) -> Curve:
         nums = [float(x) for x in m.group(2)[1:].split(":")]
     except ValueError:
         raise DemandError(f"demand {spec!r}: a number does not parse") from None
-    arity = {"steady": (1, 1), "daily": (1, 2), "step": (2, 3), "pulse": (4, 4)}[kind]
+    arity = {"steady": (1, 1), "daily": (1, 2), "step": (2, 3), "pulse": (4, 4),
+             "bursts": (3, 3)}[kind]  # fmt: skip
     if not arity[0] <= len(nums) <= arity[1]:
         raise DemandError(f"demand {spec!r}: {kind} takes {arity[0]} to {arity[1]} numbers")
     if not all(math.isfinite(x) and x >= 0 for x in nums):
@@ -121,6 +132,10 @@ def parse_curve(spec: str) -> Curve:
         if nums[3] <= nums[2]:
             raise DemandError(f"demand {spec!r}: the pulse must end after it begins")
         curve = Curve("pulse", nums[0], after=nums[1], at_h=nums[2], until_h=nums[3])
+    elif kind == "bursts":
+        if nums[2] <= 0:
+            raise DemandError(f"demand {spec!r}: the period must be more than 0 hours")
+        curve = Curve("bursts", nums[0], after=nums[1], at_h=nums[2])
     else:
         curve = Curve("steady", nums[0])
     if curve.peak > MAX_RATE_PER_H:

@@ -679,8 +679,9 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument(
         "--demand", default="unlimited", metavar="CURVE",
         help="the proofshare market's work for this cluster: unlimited (every ask filled), "
-        "steady:R, daily:R[:A], step:R1:R2[:H] or pulse:R1:R2:H1:H2 (requests per hour; "
-        "slots, the 45-minute deadline and its penalty as the market documents them)",
+        "steady:R, daily:R[:A], step:R1:R2[:H], pulse:R1:R2:H1:H2 or bursts:R1:R2:P "
+        "(requests per hour; slots, the 45-minute deadline and its penalty as the market "
+        "documents them)",
     )  # fmt: skip
     ss.add_argument(
         "--new-wallet", action="store_true",

@@ -20,7 +20,8 @@ last rental proves: capacity on its way is waited for), or fewer wanted and util
 the aim less ``band`` for ``down_after_s`` and a window after the last change. Up goes to
 floor(need + round_up), down to floor(need + round_up + 0.5): a fleet just shrunk does not want
 to grow back on the same demand. Money bounds both: a raise brings only as many workers as the
-demand beyond the fleet's capacity (two standard errors low) keeps at their min_rate ($/h of the
+demand beyond the fleet's capacity (two standard errors low for a new rental, one for a start
+from the warm pool) keeps at their min_rate ($/h of the
 worker it brings, the warm pool's pick or one like those proving, ÷ ``max_cost_per_proof``: a
 worker fed less costs more per proof than the operator pays at most), and the worst worker is
 wanted no longer when what the others leave it of the demand (a standard error high) is below
@@ -56,8 +57,10 @@ class Settings:
     # work is at risk when its wait and a proof's latency pass this share of the deadline
     risk_share: float = 0.9
     # a raise for money's sake wants the demand this many standard errors above what pays a
-    # worker more (a rental costs its set-up: stronger evidence than a cut, at one)
+    # worker more: a new rental costs its set-up (stronger evidence than a cut, at one); a
+    # start from the warm pool costs a few minutes of its $/h (as much as a cut)
     raise_errors: float = 2.0
+    pool_errors: float = 1.0
     growth: float = 1.5
     # workers the demand needs: floor(demand ÷ (a worker's rate × utilisation) + round_up)
     round_up: float = 0.3
@@ -275,8 +278,9 @@ def _next_dph(obs: Observed) -> float:
 def _paying(s: Settings, obs: Observed) -> int | None:
     """How many workers more the demand beyond the fleet's capacity keeps each at its min_rate
     ($/h of the worker a raise brings ÷ max_cost_per_proof), the demand taken ``raise_errors``
-    standard errors low (an hour's count is noisy: a worker is rented on evidence); None: not
-    known. A worker
+    standard errors low for a new rental, ``pool_errors`` for a start from the warm pool (an
+    hour's count is noisy: a worker is rented on evidence, as much as its set-up costs); None:
+    not known. A worker
     fed less than its min_rate costs more per proof than the operator pays at most (an idle
     share of 1 − u makes $/proof 1/u times its price at full use)."""
     if not s.max_cost_per_proof or not obs.proving or obs.dph_per_h <= 0:
@@ -284,7 +288,8 @@ def _paying(s: Settings, obs: Observed) -> int | None:
     floor_rate = _min_rate(s, _next_dph(obs))
     if floor_rate <= 0 or obs.requested_per_h is None:
         return None
-    low = obs.requested_per_h - s.raise_errors * obs.requested_err_per_h
+    errors = s.pool_errors if obs.next_dph > 0 else s.raise_errors
+    low = obs.requested_per_h - errors * obs.requested_err_per_h
     return math.floor(max(0.0, low - obs.capacity_per_h) / floor_rate)
 
 
@@ -351,11 +356,13 @@ def _follow(
     urgent = _at_risk(s, obs) and target < s.max_workers
     paying = _paying(s, obs)
     if not urgent and up_since is not None and paying is not None and paying < 1:
-        surplus = max(0.0, demand - obs.capacity_per_h)
+        errors = s.pool_errors if obs.next_dph > 0 else s.raise_errors
+        low = demand - errors * obs.requested_err_per_h
+        surplus = max(0.0, low - obs.capacity_per_h)
         text = (
-            f"{target}: {seen}: a worker more would prove {surplus:.0f}/h of it, under the "
-            f"{_min_rate(s, _next_dph(obs)):.0f}/h that keeps it within "
-            f"${s.max_cost_per_proof:g}/proof"
+            f"{target}: {seen}: a worker more would prove {surplus:.0f}/h of it (of "
+            f"{low:.0f}/h at the least), under the {_min_rate(s, _next_dph(obs)):.0f}/h that "
+            f"keeps it within ${s.max_cost_per_proof:g}/proof"
         )
         return Decision(replace(state, pressure_since=None, reason=text), None)
     if settled and (urgent or (up_since is not None and now - up_since >= s.up_after_s)):
