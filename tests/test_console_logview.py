@@ -534,6 +534,56 @@ async def test_the_pane_says_how_many_lines_it_skipped(monkeypatch: pytest.Monke
         assert pane.skipped_total == 1234 + 10
 
 
+async def test_a_search_in_the_merged_log_keeps_its_match_as_lines_arrive() -> None:
+    """The merged "all" log, searched, while batches arrive, older ones after newer ones (the
+    merge is then put back in time order): the counter keeps the match the reader is on, and
+    n steps through the matches in time order (issue 31 item 1: it read 38/51, then 0/58 after
+    Enter, then 1/62 and 0/67 with n)."""
+    from vastui.console.panes.logs import LogsPane
+
+    def stamped(source: str, minutes: range, what: str = "GPU_END") -> list[str]:
+        return [f"2026-12-05T10:{m:02d}:00Z {source} {what} {m}" for m in minutes]
+
+    app = _StreamApp()
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane = app.query_one(LogsPane)
+        pane.source = "all"
+        view = pane.query_one(LogView)
+        pane.queue_lines(pane.token, "cuzk", stamped("cuzk", range(0, 40, 2)))
+        await pilot.pause()
+        view.search("gpu_end")
+        await pilot.pause()
+        total = view.match_count
+        assert total == 20
+        view.next_match(-1)
+        view.next_match(-1)
+        current = view.current_match
+        seq, start, _end = view.buffer.match(current) or (0, 0, 0)
+        line = view.buffer.entry(view.buffer.index_of(seq))
+        assert line is not None and 0 <= current < total
+        for n in range(3):
+            # an older batch of another source (its lines fall between cuzk's), then a newer
+            pane.queue_lines(pane.token, "curio", stamped("curio", range(2 * n + 1, 2 * n + 2)))
+            pane.queue_lines(pane.token, "cuzk", stamped("cuzk", range(40 + n, 41 + n)))
+            await pilot.pause()
+            assert view.match_count == total + 2 * (n + 1)
+            now = view.buffer.match(view.current_match)
+            assert now is not None and now[1] == start
+            assert view.buffer.entry(view.buffer.index_of(now[0]))[1:] == line[1:], n
+        # n goes to the next match in time order
+        view.next_match(1)
+        now = view.buffer.match(view.current_match)
+        assert now is not None
+        after = view.buffer.entry(view.buffer.index_of(now[0]))
+        assert after is not None and after[2] > line[2]
+        times = [
+            (view.buffer.entry(view.buffer.index_of(m[0])) or (0, "", ""))[2][:20]
+            for m in (view.buffer.match(i) for i in range(view.match_count))
+            if m is not None
+        ]
+        assert times == sorted(times)
+
+
 # ---------------------------------------------------------------- hidden (another pane shown)
 
 

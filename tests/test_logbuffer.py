@@ -202,13 +202,18 @@ def test_one_source_has_no_prefix_until_another_arrives() -> None:
     assert buffer.shows_prefix and buffer.epoch != epoch  # drawn lines gain a tag
 
 
-def test_reset_keeps_the_newest_and_their_sources_and_follows() -> None:
+def test_reset_keeps_the_newest_and_their_sources_and_the_readers_pause() -> None:
     buffer = LogBuffer(3)
-    buffer.pause()
     buffer.reset([("engine", "e1"), ("setup", "s1"), ("engine", "e2"), ("curio", "c\t1")])
     assert buffer.lines == ["s1", "e2", "c       1"]
     assert [e[1] for e in (buffer.entry(i) for i in range(3)) if e] == ["setup", "engine", "curio"]
     assert buffer.total_received == 4 and buffer.following
+    # a paused reader stays paused: the merge put back in order is not a jump to the end
+    buffer = LogBuffer(10)
+    buffer.append("engine", ["e1", "e2"])
+    buffer.pause()
+    buffer.reset([("engine", "e1"), ("setup", "s1"), ("engine", "e2"), ("curio", "c1")])
+    assert not buffer.following and buffer.pending_new == 2
     buffer.clear()
     assert buffer.lines == [] and buffer.buffered == 0 == buffer.total_received
 
@@ -362,3 +367,39 @@ def test_the_model_imports_no_textual() -> None:
     code = "import sys, vastui.console.logbuffer; print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_reset_keeps_the_current_match_where_lines_are_put_back_in_order() -> None:
+    """A merged log re-sorted when an older batch arrives (panes/logs.py): the match the reader
+    is on stays current, found again by its line and place, however the lines moved."""
+    buffer = LogBuffer(100)
+    lines = [("cuzk", f"t{i:02d} GPU_END job {i}") for i in range(0, 20, 2)]
+    buffer.reset(lines)
+    buffer.set_query("gpu_end")
+    buffer.select(3)  # "t06 GPU_END job 6"
+    buffer.pause()
+    before = buffer.current()
+    assert before is not None
+    # older lines of another source arrive: the merge puts them in between
+    merged = sorted([*lines, *((("curio", f"t{i:02d} GPU_END curio {i}")) for i in range(1, 9, 2))],
+                    key=lambda x: x[1])  # fmt: skip
+    buffer.reset(merged)
+    assert buffer.match_count == 14 and not buffer.following
+    now = buffer.current()
+    assert now is not None
+    entry = buffer.entry(buffer.index_of(now[0]))
+    assert entry is not None and entry[1:] == ("cuzk", "t06 GPU_END job 6") and now[1:] == (4, 11)
+    assert buffer.current_match == 6  # three of curio's came before it
+    # n from there is the next line in order, not the first of the log
+    step = buffer.step(1)
+    assert step is not None
+    nxt = buffer.match(step)
+    assert nxt is not None and buffer.entry(buffer.index_of(nxt[0]))[2] == "t07 GPU_END curio 7"
+    # equal lines: the same one of them stays current
+    buffer.reset([("a", "x GPU_END"), ("a", "x GPU_END"), ("a", "x GPU_END")])
+    buffer.select(1)
+    buffer.reset([("b", "y GPU_END"), ("a", "x GPU_END"), ("a", "x GPU_END"), ("a", "x GPU_END")])
+    assert buffer.current_match == 2
+    # the line gone (trimmed away): the first match, as a new search starts
+    buffer.reset([("b", "z GPU_END")])
+    assert buffer.current_match == 0

@@ -147,8 +147,12 @@ class LogBuffer:
         return self._ingest(source, texts, width)
 
     def reset(self, lines: Sequence[tuple[str, str]]) -> None:
-        """Replace everything with `(source, text)` lines, oldest first (e.g. a merged log),
-        and follow."""
+        """Replace everything with `(source, text)` lines, oldest first (a merged log put back
+        in time order when an older batch arrived after newer lines). What the reader holds
+        stays: a paused view stays paused (the lines it gained counted as new), and the current
+        match stays the same match, found again by its line and place in it."""
+        following, pending, before = self.following, self.pending_new, self.line_count
+        anchor = self._match_anchor()
         self._clear_lines()
         tail = lines[-self._max_lines :]
         self._seq = len(lines) - len(tail)
@@ -162,7 +166,40 @@ class LogBuffer:
             self._ingest(source, texts, max(map(text_width, texts)))
             start = end
         self._received = len(lines)
-        self.resume()
+        if following:
+            self.resume()
+        else:
+            self.following = False
+            self.pending_new = pending + max(0, self.line_count - before)
+        if anchor is not None:
+            self._current = self._find_anchor(anchor)
+
+    def _match_anchor(self) -> tuple[str, str, int, int] | None:
+        """The current match as (source, text, start, how many equal ones come before it)."""
+        match = self.current()
+        if match is None:
+            return None
+        key = self._match_key(match)
+        if key is None:
+            return None
+        earlier = sum(1 for m in self._matches[: self._current] if self._match_key(m) == key)
+        return (*key, earlier)
+
+    def _match_key(self, match: Match) -> tuple[str, str, int] | None:
+        entry = self.entry(self._shown.index_of(match[0]))
+        return None if entry is None else (entry[1], entry[2], match[1])
+
+    def _find_anchor(self, anchor: tuple[str, str, int, int]) -> int:
+        """The index of the anchored match after a rebuild (the first match when it is gone,
+        as a new search starts)."""
+        key, earlier = anchor[:3], anchor[3]
+        seen = 0
+        for index, match in enumerate(self._matches):
+            if self._match_key(match) == key:
+                if seen == earlier:
+                    return index
+                seen += 1
+        return 0 if self._matches else -1
 
     def clear(self) -> None:
         """Drop every line (the search query and source filter stay), and follow."""

@@ -207,9 +207,12 @@ class LogView(Widget):
         self._owe_frame()
 
     def reset(self, lines: list[tuple[str, str]]) -> None:
-        """Replace everything with `(source, text)` lines, oldest first (e.g. a ring buffer)."""
+        """Replace everything with `(source, text)` lines, oldest first (a merged log put back
+        in time order). A reader on a match stays on it."""
         self._buffer.reset(lines)
         self._changed()
+        if not self.following and self._buffer.current() is not None:
+            self._reveal_match(self._buffer.current_match)
 
     def clear(self) -> None:
         """Drop every line (the search query and source filter stay)."""
