@@ -534,12 +534,17 @@ async def test_the_pane_says_how_many_lines_it_skipped(monkeypatch: pytest.Monke
         assert pane.skipped_total == 1234 + 10
 
 
-async def test_a_search_in_the_merged_log_keeps_its_match_as_lines_arrive() -> None:
+async def test_a_search_in_the_merged_log_keeps_its_match_as_lines_arrive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The merged "all" log, searched, while batches arrive, older ones after newer ones (the
     merge is then put back in time order): the counter keeps the match the reader is on, and
     n steps through the matches in time order (issue 31 item 1: it read 38/51, then 0/58 after
     Enter, then 1/62 and 0/67 with n)."""
+    from vastui.console.panes import logs
     from vastui.console.panes.logs import LogsPane
+
+    monkeypatch.setattr(logs, "RESORT_S", 3600.0)  # the re-sort called by hand below
 
     def stamped(source: str, minutes: range, what: str = "GPU_END") -> list[str]:
         return [f"2026-12-05T10:{m:02d}:00Z {source} {what} {m}" for m in minutes]
@@ -566,6 +571,8 @@ async def test_a_search_in_the_merged_log_keeps_its_match_as_lines_arrive() -> N
             pane.queue_lines(pane.token, "curio", stamped("curio", range(2 * n + 1, 2 * n + 2)))
             pane.queue_lines(pane.token, "cuzk", stamped("cuzk", range(40 + n, 41 + n)))
             await pilot.pause()
+            assert pane._resort_due
+            pane._resort()  # its timer's call (RESORT_S after the first late batch)
             assert view.match_count == total + 2 * (n + 1)
             now = view.buffer.match(view.current_match)
             assert now is not None and now[1] == start
@@ -582,6 +589,38 @@ async def test_a_search_in_the_merged_log_keeps_its_match_as_lines_arrive() -> N
             if m is not None
         ]
         assert times == sorted(times)
+
+
+async def test_the_merged_log_is_put_back_in_order_once_for_many_late_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Late batches from several streams: each is shown at once where it arrives, and the merge
+    is rebuilt in time order once per RESORT_S, not once per batch (a rebuild of 20,000 lines
+    takes ~150 ms: one per batch left the console no time for its keys)."""
+    from vastui.console.panes import logs
+    from vastui.console.panes.logs import LogsPane
+
+    monkeypatch.setattr(logs, "RESORT_S", 3600.0)  # not within this test: called by hand
+    app = _StreamApp()
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane = app.query_one(LogsPane)
+        pane.source = "all"
+        view = pane.query_one(LogView)
+        resets: list[int] = []
+        reset = view.reset
+        view.reset = lambda lines: (resets.append(len(lines)), reset(lines))  # type: ignore[method-assign]
+        pane.queue_lines(
+            pane.token, "cuzk", [f"2026-12-05T10:{m:02d}:00Z cuzk {m}" for m in (10, 20)]
+        )
+        await pilot.pause()
+        for m in (1, 2, 3, 4, 5):  # five late batches, each older than what is shown
+            pane.queue_lines(pane.token, f"s{m}", [f"2026-12-05T10:{m:02d}:00Z s{m}"])
+            await pilot.pause()
+        assert resets == [] and len(view.lines) == 7  # shown where they arrived
+        assert pane._resort_due
+        pane._resort()
+        assert resets == [7] and not pane._resort_due
+        assert view.lines == sorted(view.lines)
 
 
 # ---------------------------------------------------------------- hidden (another pane shown)

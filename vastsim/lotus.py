@@ -195,6 +195,11 @@ class FakeLotus:
             pass
         except ConnectionError:
             pass
+        except asyncio.CancelledError:
+            # the loop's end: this is asyncio's own task for the connection; a cancelled one
+            # makes its done-callback print a traceback (asyncio/streams.py, 3.11), so it ends
+            # normally (as vastsim/ycql.py's does)
+            return
         finally:
             writer.close()
             with contextlib.suppress(Exception):
