@@ -130,7 +130,14 @@ async def test_ignore_then_unignore_machine(tmp_path: Path):
             return app.query_one("#bad-table", RowTable).row_count == 1
 
         await settle(pilot, app, listed)
-        await pilot.press("u", "y")
+        # the same keys as the ignore's prompt: escape cancels, enter confirms
+        await pilot.press("u")
+        await pilot.pause()
+        assert "Unignore machine" in str(app.screen.query_one(".dialog-title").render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert await sim.store.badlist.machine_ids() == {machine}
+        await pilot.press("u", "enter")
 
         async def unbanned() -> bool:
             return await sim.store.badlist.machine_ids() == set()

@@ -16,10 +16,11 @@ from textual.widgets import Button, Input, Label, Static
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """Yes/no for destructive actions. `y`/enter confirms, `n`/escape cancels."""
+    """Yes/no for the actions that change the fleet. Enter confirms and escape cancels, as in
+    every dialog of the console (a prompt submits with enter too); `y`/`n` also answer."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Yes", id="confirm-yes", show=False),
+        Binding("y,enter", "answer(True)", "Yes", id="confirm-yes", show=False),
         Binding("n,escape", "answer(False)", "No", id="confirm-no", show=False),
     ]
 
@@ -34,11 +35,11 @@ class ConfirmScreen(ModalScreen[bool]):
             yield Label(Text(self.title_text, style="bold"), classes="dialog-title")
             yield Static(self.body, classes="dialog-body")
             with Horizontal(classes="dialog-buttons"):
-                yield Button(f"{self.confirm_label} (y)", id="yes", variant="error")
-                yield Button("Cancel (n)", id="no")
+                yield Button(f"{self.confirm_label} (enter)", id="yes", variant="error")
+                yield Button("Cancel (esc)", id="no")
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        self.query_one("#yes", Button).focus()
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
