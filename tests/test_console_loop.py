@@ -24,7 +24,7 @@ from vastsim.console_fixtures import FixedSource, fixed_app, fixed_data
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console import detail
-from vastui.console.app import VastuiApp, check_keymap
+from vastui.console.app import VastuiApp, check_keymap, detached_text
 from vastui.console.detail import DetailScreen
 from vastui.console.dialogs import ConfirmScreen, PromptScreen, QuitScreen
 from vastui.console.help import HelpScreen
@@ -147,6 +147,12 @@ async def test_detached_when_the_engine_exits_and_commands_are_refused(tmp_path:
         await lease.stop(release=True)  # a clean exit releases the lease
         await settle(pilot, app, lambda: "DETACHED" in strip(app))
         assert "ATTACHED" not in strip(app)
+        # said as it was: a clean stop, not a lapse
+        assert source.detached_reason == "it stopped and released its lease"
+        assert detached_text(source.detached_reason) == (
+            "the headless engine is gone: it stopped and released its lease. Nothing "
+            "supervises the fleet, and commands are refused until an engine runs again."
+        )
         await pilot.press("d")
         await pilot.pause()
         assert not app.screen.query(".dialog-title"), "no dialog for a command nobody runs"

@@ -78,14 +78,18 @@ async def test_lease_one_engine_per_database(store: Store):
     assert not await store.lease.renew("b", ttl=30.0, now=T0 + 20)
     holder = await store.lease.holder(now=T0 + 49)
     assert holder is not None and holder.owner == "a"
-    # An expired lease (its engine died) can be taken over.
+    # An expired lease (its engine died) can be taken over; its row is still recorded (a
+    # console tells a lapse from a clean stop, which deletes it).
     assert await store.lease.holder(now=T0 + 51) is None
+    lapsed = await store.lease.recorded()
+    assert lapsed is not None and lapsed.owner == "a"
     taken = await store.lease.acquire("b", now=T0 + 51, **kw)
     assert taken.owner == "b"
     await store.lease.release("a")  # not the owner: nothing happens
     assert (await store.lease.holder(now=T0 + 52)).owner == "b"
     await store.lease.release("b")
     assert await store.lease.holder(now=T0 + 52) is None
+    assert await store.lease.recorded() is None
 
 
 async def test_update_instance_whitelist(store: Store):

@@ -256,8 +256,7 @@ class VastuiApp(App[int]):
         if self.source.detached_reason is not None and not self._detached_told:
             self._detached_told = True
             self.notify(
-                "the headless engine is gone (its lease lapsed): nothing supervises the fleet "
-                "and commands are refused until an engine runs again",
+                detached_text(self.source.detached_reason),
                 title="Detached",
                 severity="error",
                 timeout=15,
@@ -518,6 +517,14 @@ class VastuiApp(App[int]):
                 self.exit()
 
         self.push_screen(QuitScreen(body, can_hand_over=can), done)
+
+
+def detached_text(reason: str) -> str:
+    """What the console says once the engine it attached to is gone, and why."""
+    return (
+        f"the headless engine is gone: {reason}. Nothing supervises the fleet, and commands "
+        "are refused until an engine runs again."
+    )
 
 
 def binding_classes() -> tuple[type[DOMNode], ...]:

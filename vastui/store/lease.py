@@ -102,6 +102,12 @@ class LeaseRepo:
         async with self._db.transaction() as conn:
             await execute(conn, "DELETE FROM lease WHERE name = 'engine' AND owner = ?", (owner,))
 
+    async def recorded(self) -> Lease | None:
+        """The lease row, lapsed or not (None: none, as after a clean stop released it)."""
+        async with self._db.read() as conn:
+            row = await fetch_one(conn, _ROW)
+        return None if row is None else _lease_from_row(row)
+
     async def holder(self, now: float | None = None) -> Lease | None:
         """The live lease, if any (an expired one counts as none)."""
         async with self._db.read() as conn:

@@ -74,13 +74,17 @@ class AttachedSource(Bystander):
 
     async def snapshot(self) -> Snapshot:
         snap = await super().snapshot()
-        self._observe(snap.lease)
+        released = False
+        if snap.lease is None and self.store is not None:
+            released = await self.store.lease.recorded() is None
+        self._observe(snap.lease, released=released)
         return snap
 
-    def _observe(self, lease: Lease | None) -> None:
+    def _observe(self, lease: Lease | None, *, released: bool = False) -> None:
         """The engine we attach to: gone within seconds, not after its lease lapses."""
         if lease is None:
-            self._detach("its lease was released or lapsed")
+            # a clean stop deletes its lease row; a lapsed one stays until another takes it
+            self._detach("it stopped and released its lease" if released else "its lease lapsed")
             return
         if self.attached_to is not None and lease.owner != self.attached_to.owner:
             self.attached_to = lease  # a new engine took over: follow it
