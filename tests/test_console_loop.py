@@ -147,8 +147,11 @@ async def test_detached_when_the_engine_exits_and_commands_are_refused(tmp_path:
         await lease.stop(release=True)  # a clean exit releases the lease
         await settle(pilot, app, lambda: "DETACHED" in strip(app))
         assert "ATTACHED" not in strip(app)
-        # said as it was: a clean stop, not a lapse
+        # said as it was: a clean stop, not a lapse; the strip's state line says no engine
+        # supervises the fleet (what it last published is history)
         assert source.detached_reason == "it stopped and released its lease"
+        await settle(pilot, app, lambda: "no engine (it stopped" in strip(app))
+        assert "nothing supervises the fleet" in strip(app)
         assert detached_text(source.detached_reason) == (
             "the headless engine is gone: it stopped and released its lease. Nothing "
             "supervises the fleet, and commands are refused until an engine runs again."

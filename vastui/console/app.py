@@ -344,6 +344,7 @@ class VastuiApp(App[int]):
             spend=None if spend is None else SpendView(spend.today, spend.total, spend.rejected),
             badges=tuple(badges),
             freshness=None if fresh is None else (fresh.label, fresh.age_s, fresh.warn_s),
+            detached=self.source.detached_reason,
         )
         self.query_one(SummaryStrip).show(state)
 

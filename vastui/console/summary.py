@@ -62,6 +62,8 @@ class StripState:
     spend: SpendView | None
     badges: tuple[tuple[str, str], ...]
     freshness: tuple[str, float, float] | None  # (label, seconds, warn above)
+    # the engine this console attached to is gone, and why (its status is then only history)
+    detached: str | None = None
 
 
 def strip_text(s: StripState) -> Text:
@@ -131,6 +133,15 @@ def strip_text(s: StripState) -> Text:
         label, seconds, warn = s.freshness
         line.append(f"│ {label} {age(seconds)}", style="yellow" if seconds > warn else "dim")
     line.append("\n")
+    if s.detached is not None:
+        # what the gone engine last published is history, not the fleet's state
+        line.append(f"no engine ({sanitize_line(s.detached, 120)}): nothing supervises the fleet",
+                    style="bold red")  # fmt: skip
+        if status is not None and status.reason:
+            line.append(f" · it last said: {sanitize_line(status.reason, 200)}", style="dim")
+        line.no_wrap = True
+        line.overflow = "ellipsis"
+        return line
     line.append_text(reason_text(status))
     cluster = cluster_text(status)
     if cluster is not None:
