@@ -390,7 +390,7 @@ class World:
             requested_per_h=autoscale.requested_per_h(obtained, open_s),
             dph_per_h=sum(w.dph for w in serving),
             requested_err_per_h=autoscale.requested_err_per_h(obtained, open_s),
-            next_dph=pick.dph if pick else 0.0, next_rate=pick.mu if pick else 0.0,
+            next_dph=pick.dph if pick else 0.0,
             worst_dph=worst.dph if worst else 0.0, worst_rate=worst.mu if worst else 0.0,
         )  # fmt: skip
 

@@ -265,8 +265,8 @@ def paid(demand: float, proving: int = 2, err: float = 0.0, **kw) -> Observed:
          2, None),
         # a start from the warm pool (its $/h known: next_dph) asks one standard error
         ("noisy, a pooled worker starts", State(2),
-         [(0, replace(paid(62, err=8), next_dph=0.10, next_rate=20.0)),
-          (300, replace(paid(62, err=8), next_dph=0.10, next_rate=20.0))], 3, "up"),
+         [(0, replace(paid(62, err=8), next_dph=0.10)),
+          (300, replace(paid(62, err=8), next_dph=0.10))], 3, "up"),
         ("noisy, a new rental waits", State(2), [(0, paid(62, err=8)), (300, paid(62, err=8))],
          2, None),
         # ... and high for a cut: the last of 3 workers gets what 2 leave of 42 ± 2: 4/h

@@ -21,14 +21,14 @@ the aim less ``band`` for ``down_after_s`` and a window after the last change. U
 floor(need + round_up), down to floor(need + round_up + 0.5): a fleet just shrunk does not want
 to grow back on the same demand. Money bounds both: a raise brings only as many workers as the
 demand beyond the fleet's capacity (two standard errors low for a new rental, one for a start
-from the warm pool) keeps at their min_rate ($/h of the
-worker it brings, the warm pool's pick or one like those proving, ÷ ``max_cost_per_proof``: a
-worker fed less costs more per proof than the operator pays at most), and the worst worker is
-wanted no longer when what the others leave it of the demand (a standard error high) is below
-its min_rate. Work at risk of the market's deadline (Snark-Market.md:169, 45 min: the oldest
-unclaimed request's wait plus a proof's latency past 90 % of it) adds a worker at
-once, whatever it costs. Before the demand is measured, unclaimed work raises the target by half
-(at least one) and a fleet using too little lowers it to what its work needs.
+from the warm pool) keeps at their min_rate ($/h of the worker it brings, the warm pool's pick
+or one like those proving, ÷ ``max_cost_per_proof``: a worker fed less costs more per proof
+than the operator pays at most), and the worst worker is wanted no longer when what the others
+leave it of the demand (a standard error high) is below its min_rate. Work at risk of the
+market's deadline (Snark-Market.md:169, 45 min: the oldest unclaimed request's wait plus a
+proof's latency past 90 % of it) adds a worker at once, whatever it costs. Before the demand
+is measured, unclaimed work raises the target by half (at least one) and a fleet using too
+little lowers it to what its work needs.
 Without a fresh reading of the cluster the target holds: no number is invented.
 """
 
@@ -88,10 +88,9 @@ class Observed:
     dph_per_h: float = 0.0  # the proving workers' $/h, summed (those of capacity_per_h)
     # requested_per_h's standard error (a count's: √n over the time asked)
     requested_err_per_h: float = 0.0
-    # the worker a raise would bring first ($/h, proofs/h): the warm pool's pick; (0, 0): one
-    # like those proving (their mean)
+    # the $/h of the worker a raise would bring first: the warm pool's pick; 0: a new rental,
+    # one like those proving (their mean)
     next_dph: float = 0.0
-    next_rate: float = 0.0
     # the proving worker a cut would give up first (the worst $/proof): $/h, proofs/h
     worst_dph: float = 0.0
     worst_rate: float = 0.0
@@ -275,21 +274,25 @@ def _next_dph(obs: Observed) -> float:
     return obs.next_dph if obs.next_dph > 0 else obs.dph_per_h / obs.proving
 
 
+def _demand_low(s: Settings, obs: Observed, demand: float) -> float:
+    """The demand taken ``raise_errors`` standard errors low for a new rental, ``pool_errors``
+    for a start from the warm pool (an hour's count is noisy: a worker is rented on evidence,
+    as much as its set-up costs)."""
+    errors = s.pool_errors if obs.next_dph > 0 else s.raise_errors
+    return demand - errors * obs.requested_err_per_h
+
+
 def _paying(s: Settings, obs: Observed) -> int | None:
-    """How many workers more the demand beyond the fleet's capacity keeps each at its min_rate
-    ($/h of the worker a raise brings ÷ max_cost_per_proof), the demand taken ``raise_errors``
-    standard errors low for a new rental, ``pool_errors`` for a start from the warm pool (an
-    hour's count is noisy: a worker is rented on evidence, as much as its set-up costs); None:
-    not known. A worker
-    fed less than its min_rate costs more per proof than the operator pays at most (an idle
-    share of 1 − u makes $/proof 1/u times its price at full use)."""
+    """How many workers more the demand beyond the fleet's capacity (``_demand_low``) keeps
+    each at its min_rate ($/h of the worker a raise brings ÷ max_cost_per_proof); None: not
+    known. A worker fed less than its min_rate costs more per proof than the operator pays at
+    most (an idle share of 1 − u makes $/proof 1/u times its price at full use)."""
     if not s.max_cost_per_proof or not obs.proving or obs.dph_per_h <= 0:
         return None
     floor_rate = _min_rate(s, _next_dph(obs))
     if floor_rate <= 0 or obs.requested_per_h is None:
         return None
-    errors = s.pool_errors if obs.next_dph > 0 else s.raise_errors
-    low = obs.requested_per_h - errors * obs.requested_err_per_h
+    low = _demand_low(s, obs, obs.requested_per_h)
     return math.floor(max(0.0, low - obs.capacity_per_h) / floor_rate)
 
 
@@ -356,8 +359,7 @@ def _follow(
     urgent = _at_risk(s, obs) and target < s.max_workers
     paying = _paying(s, obs)
     if not urgent and up_since is not None and paying is not None and paying < 1:
-        errors = s.pool_errors if obs.next_dph > 0 else s.raise_errors
-        low = demand - errors * obs.requested_err_per_h
+        low = _demand_low(s, obs, demand)
         surplus = max(0.0, low - obs.capacity_per_h)
         text = (
             f"{target}: {seen}: a worker more would prove {surplus:.0f}/h of it (of "

@@ -1182,14 +1182,15 @@ class Engine:
         ]  # fmt: skip
         proving = [r for r in live if r.state == "proving"]
         # each worker's measured rate while busy (else its benchmark's): its capacity
-        rated = [(rate, r) for r in proving if (rate := r.prod_rate or r.bench_rate) and rate > 0]
+        rated = [(rate, r) for r in proving if (rate := drain.worker_rate(r))]
         rates = [rate for rate, _r in rated]
-        # the worker a raise brings first (the warm pool's pick), the one a cut gives up first
-        pooled = [r for r in records if r.source == "vastui" and r.pooled_since is not None]
-        pick = pool.pick(pooled)
-        next_rate = (drain.worker_rate(pick) or 0.0) if pick is not None else 0.0
-        next_dph = (pick.dph_total or 0.0) if pick is not None and next_rate > 0 else 0.0
-        worst = max(rated, key=lambda x: (x[1].dph_total or 0.0) / x[0], default=None)
+        # the worker a raise brings first (the warm pool's pick); the one a cut gives up first,
+        # the worst $/proof as the shrink orders them (provision.surplus; unknown is worst)
+        pick = pool.pick(
+            [r for r in records if r.source == "vastui" and r.pooled_since is not None]
+        )
+        next_dph = (pick.dph_total or 0.0) if pick is not None and drain.worker_rate(pick) else 0.0
+        worst = max(rated, key=lambda x: worker_cost_per_proof(x[1])[0] or math.inf, default=None)
         t = view.totals
         oldest = t.oldest_unclaimed_at
         return autoscale.Observed(
@@ -1202,7 +1203,7 @@ class Engine:
             requested_err_per_h=autoscale.requested_err_per_h(
                 t.request_obtained, t.request_runs_s
             ),
-            next_dph=next_dph, next_rate=next_rate,
+            next_dph=next_dph,
             worst_dph=(worst[1].dph_total or 0.0) if worst else 0.0,
             worst_rate=worst[0] if worst else 0.0,
         )  # fmt: skip

@@ -110,8 +110,5 @@ class LeaseRepo:
 
     async def holder(self, now: float | None = None) -> Lease | None:
         """The live lease, if any (an expired one counts as none)."""
-        async with self._db.read() as conn:
-            row = await fetch_one(conn, _ROW)
-        if row is None or row["expires_at"] <= stamp(now):
-            return None
-        return _lease_from_row(row)
+        lease = await self.recorded()
+        return None if lease is None or lease.expires_at <= stamp(now) else lease
