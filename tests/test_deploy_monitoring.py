@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -82,3 +83,36 @@ def test_the_scrape_job_loads_the_rules() -> None:
     assert "vastui-rules.yml" in doc["rule_files"]
     job = next(j for j in doc["scrape_configs"] if j["job_name"] == "vastui")
     assert job["static_configs"][0]["targets"] == ["127.0.0.1:9464"]
+
+
+def test_every_panel_shows_a_series_with_the_optional_settings_off() -> None:
+    """No daily budget, no $/h cap, curio's cluster not read: each panel still has a series to
+    draw (issue 31 item 7: the daily budget's panel was empty without a budget). The cluster's
+    panels are the exception, and say so in their title."""
+    collector = FleetCollector()
+    bare = replace(
+        sample((W1, W2)), max_daily_spend=None, max_total_dph=None, cluster={"state": "off"}
+    )
+    collector.update(bare)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    there = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert "vastui_daily_budget_dollars" not in there  # the setting is off
+    dash = json.loads((DEPLOY / "grafana" / "vastui-dashboard.json").read_text())
+    empty = []
+    for p in dash["panels"]:
+        names = {n for t in p["targets"] for n in NAME.findall(t["expr"])}
+        if names <= CLUSTER_ONLY:
+            assert p["title"].startswith("curio's cluster: "), p["title"]
+            continue
+        if not names & there:
+            empty.append(p["title"])
+    assert empty == []
+
+
+# what only a read of curio's cluster exports
+CLUSTER_ONLY = {
+    "vastui_cluster_psprove_tasks", "vastui_workers_draining", "vastui_cluster_requests",
+    "vastui_cost_per_computed_proof_dollars", "vastui_cost_per_paid_proof_dollars",
+}  # fmt: skip
