@@ -95,7 +95,7 @@ class FixedSource:
     def badge(self) -> Badge | None:
         return None  # as the console's own engine shows
 
-    def started_notice(self) -> str | None:
+    def started_notice(self) -> tuple[str, str] | None:
         return None
 
     @property

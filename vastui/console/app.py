@@ -210,7 +210,8 @@ class VastuiApp(App[int]):
             return
         notice = self.source.started_notice()
         if notice is not None:
-            self.notify(notice, title="Attached")
+            title, text = notice
+            self.notify(text, title=title, markup=False)
         self.set_interval(1.0, self.refresh_snapshot)
         self.set_interval(5.0, self.refresh_offers)
         self.set_interval(1.0, self._pump_engine_log)

@@ -32,6 +32,7 @@ from vastui.metrics import FleetCollector, MetricsServer
 from vastui.sanitize import sanitize_line
 from vastui.ssh import RemoteForward, SshPool, StorePins
 from vastui.store import LeaseHeld, Store, StoreError
+from vastui.store.archive import archive_finished_run, carry_learning, run_lock
 from vastui.store.errors import StoreFatal
 from vastui.worlds import DemoRequest, load_world
 
@@ -78,6 +79,7 @@ class EngineRuntime:
     store: Store
     demo: Any | None  # the SimWorkerHost in demo mode
     cluster: Any | None = None  # the simulated curio cluster database in demo mode
+    archived: Path | None = None  # demo: where the previous run's database went
 
 
 def run_config(config: Config, run: RunOptions) -> Config:
@@ -121,13 +123,29 @@ async def engine_runtime(
                 max_concurrent_benchmarks=max(2, config.fleet.target_workers, _auto_floor(config)),
             ),
         )
-    store = await Store.open(opts.db_path)
     owner = uuid.uuid4().hex
+    archived = None
+    # A demo's cloud ends with its run: a finished run's database is moved aside, under the
+    # lock that also covers this engine's lease (vastui/store/archive.py).
+    with run_lock(opts.db_path) if opts.demo else contextlib.nullcontext():
+        if opts.demo:
+            archived = await archive_finished_run(opts.db_path)
+        store = await Store.open(opts.db_path)
+        try:
+            await store.lease.acquire(
+                owner, pid=os.getpid(), hostname=socket.gethostname(), mode=run.mode,
+                ttl=LEASE_TTL,
+            )  # fmt: skip
+        except BaseException:
+            await store.close()
+            raise
+    if archived is not None:
+        carried = carry_learning(opts.db_path, archived)
+        learned = ", ".join(f"{n} {table}" for table, n in carried.items()) or "nothing"
+        log.info("the demo starts from a clean fleet; the last run's database is kept at %s "
+                 "(carried over what it learned per machine: %s)", archived, learned)  # fmt: skip
     stack = contextlib.AsyncExitStack()
     try:
-        await store.lease.acquire(
-            owner, pid=os.getpid(), hostname=socket.gethostname(), mode=run.mode, ttl=LEASE_TTL
-        )
         stack.push_async_callback(_release, store, owner)
         key_path, public_key = ensure_ssh_key(config)
         # a bad password file is a one-line error now, not at a rent
@@ -166,7 +184,7 @@ async def engine_runtime(
         engine.monitor = await _monitor(stack, config, run, engine.client.secrets())
         heartbeat = asyncio.create_task(_heartbeat(store, owner, engine))
         try:
-            yield EngineRuntime(engine, store, demo, cluster)
+            yield EngineRuntime(engine, store, demo, cluster, archived)
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -320,7 +338,13 @@ async def demo_history(store: Store) -> tuple[int, float]:
     times = [e.ts for e in events]
     for rec in instances:
         times += [t for t in (rec.created_at, rec.last_seen_at, rec.killed_at) if t is not None]
-    return max((r.vast_id for r in instances), default=0), max(times, default=0.0)
+    # what a new run carried over from the last one (vastui/store/archive.py) is as late
+    strikes = await store.badlist.strikes()
+    times += [s.ts for s in strikes]
+    times += [b.updated_at for b in await store.badlist.all(include_expired=True)]
+    times += [p.measured_at for p in await store.perf.all()]
+    ids = [r.vast_id for r in instances] + [s.instance_id for s in strikes if s.instance_id]
+    return max(ids, default=0), max(times, default=0.0)
 
 
 # What the worker reaches on its own loopback, forwarded from the controller: the Lotus API

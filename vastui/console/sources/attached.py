@@ -52,11 +52,11 @@ class AttachedSource(Bystander):
             return Badge("DETACHED", "bold white on red")
         return Badge("ATTACHED", "black on green")
 
-    def started_notice(self) -> str | None:
+    def started_notice(self) -> tuple[str, str] | None:
         holder = self.attached_to
         if holder is None:
             return None
-        return (
+        return "Attached", (
             f"attached to the headless engine (pid {holder.pid} on "
             f"{sanitize_line(holder.hostname, 60)}); commands go through the store"
         )

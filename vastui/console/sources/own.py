@@ -88,8 +88,14 @@ class OwnEngineSource:
             return Badge("DETACHED", "bold white on red")
         return None
 
-    def started_notice(self) -> str | None:
-        return None
+    def started_notice(self) -> tuple[str, str] | None:
+        archived = self.runtime.archived if self.runtime is not None else None
+        if archived is None:
+            return None
+        return "A new demo", (
+            "this run starts from a clean fleet; the last run's database is kept: "
+            f"vastui --demo --read-only --db {archived}"
+        )
 
     @property
     def detached_reason(self) -> str | None:

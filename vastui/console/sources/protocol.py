@@ -57,8 +57,9 @@ class FleetSource(Protocol):
     def badge(self) -> Badge | None:
         """The strip's badge for this source now (None: nothing to say)."""
 
-    def started_notice(self) -> str | None:
-        """What to tell the operator once it has started (None: nothing)."""
+    def started_notice(self) -> tuple[str, str] | None:
+        """What to tell the operator once it has started, as (title, text); None: nothing.
+        Shown as plain text, never markup."""
 
     @property
     def detached_reason(self) -> str | None:

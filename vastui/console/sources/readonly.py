@@ -26,7 +26,7 @@ class ReadOnlySource(Bystander):
     def badge(self) -> Badge | None:
         return Badge("NO ENGINE", "black on red")
 
-    def started_notice(self) -> str | None:
+    def started_notice(self) -> tuple[str, str] | None:
         return None
 
     @property
