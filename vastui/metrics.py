@@ -212,7 +212,9 @@ def _money(s: FleetSample) -> Iterator[Metric]:
         "vastui_daily_spend_dollars", "Dollars spent this UTC day", value=s.spend_today
     )
     yield from _gauge(
-        "vastui_cost_per_proof_dollars", "Measured $/proof of proving workers", s.cost_per_proof
+        "vastui_cost_per_proof_dollars",
+        "$/proof of the proving workers: their $/h over the proofs/h cuzk measured on them",
+        s.cost_per_proof,
     )
     yield from _gauge("vastui_daily_budget_dollars", "[fleet] max_daily_spend", s.max_daily_spend)
     yield from _gauge("vastui_fleet_dph_cap_dollars", "[fleet] max_total_dph", s.max_total_dph)

@@ -21,7 +21,7 @@ from typing import Any
 from vastui.domain.engine_state import EngineStatus
 from vastui.domain.stages import STATES
 from vastui.domain.timefmt import iso_utc
-from vastui.engine.spend import counted, fleet_spend, local_midnight
+from vastui.engine.spend import counted, fleet_spend, local_midnight, proving_cost
 from vastui.store import Store
 from vastui.store.lease import holder_is_dead
 
@@ -73,6 +73,7 @@ async def gather(
         },
         "stages": {state: stages[state] for state in STATES if stages[state]},
         "spend": fleet_spend(records, now, start).to_json(),
+        "proving": proving_cost(records).to_json(),  # the one $/proof (engine/spend.py)
         # Interruptible workers: how many, how many a higher bid has stopped now.
         "bids": {
             "workers": len(live_bids),
@@ -98,7 +99,11 @@ async def gather(
 def render(report: dict[str, Any]) -> str:
     """A few plain lines: the engine, the workers and the reason, the spend (and other
     controllers' instances on the account, when the engine saw any)."""
-    lines = [_engine_line(report), _workers_line(report), _spend_line(report)]
+    lines = [_engine_line(report), _workers_line(report)]
+    proving = _proving_line(report)
+    if proving:
+        lines.append(proving)
+    lines.append(_spend_line(report))
     engine = report.get("engine") or {}
     if engine.get("cut_off"):
         lines.append(
@@ -168,6 +173,23 @@ def _workers_line(report: dict[str, Any]) -> str:
     line += f"  {_reason_text(status)}"
     if status.get("dry_run"):
         line += "  [dry-run]"
+    return line
+
+
+def _proving_line(report: dict[str, Any]) -> str | None:
+    """The proving workers' measured rate and $/proof, as the strip and the metrics give it."""
+    p = report.get("proving") or {}
+    if not p.get("proving") or not report.get("live"):
+        return None  # nothing proving, or history (the workers line says as of when)
+    rate, cpp = _float(p.get("proofs_per_hour")), _float(p.get("dollars_per_proof"))
+    if rate is None:
+        n = p["proving"]
+        return f"proving: {n} worker{'s' if n != 1 else ''}, no rate measured yet"
+    line = f"proving: {rate:.0f} proofs/h"
+    if cpp is not None:
+        line += f" at ${cpp:.4f}/proof (their ${_float(p.get('dollars_per_hour')) or 0:.2f}/h)"
+    if p.get("measured", 0) < p["proving"]:
+        line += f"; {p['measured']} of {p['proving']} proving workers measured"
     return line
 
 

@@ -29,6 +29,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from vastui.console.cells import age, money, t
+from vastui.console.detailtext import (
+    BEFORE_END,
+    num_text,
+    production_text,
+    render_cuzk,
+    shown,
+    vast_status_text,
+)
 from vastui.console.footer import KeyFooter
 from vastui.domain.reports import parse_stored_result
 from vastui.domain.timefmt import iso_utc
@@ -200,26 +208,25 @@ class DetailScreen(ModalScreen[None]):
         ssh = self.ssh_command(rec) if self.ssh_command is not None else None
         return [
             ("label", rec.label),
-            ("state / stage", f"{_shown(rec.state, 40)} / {_shown(rec.stage, 40)}"),
+            ("state / stage", f"{shown(rec.state, 40)} / {shown(rec.stage, 40)}"),
             (
                 "machine / host",
-                f"{_shown(rec.machine_id, 20)} / {_shown(rec.host_id, 20)} "
-                "(host = operator account)",
+                f"{shown(rec.machine_id, 20)} / {shown(rec.host_id, 20)} (host = operator account)",
             ),
-            ("GPU", f"{_shown(rec.gpu_name, 60)} x{_shown(rec.num_gpus, 4)}"),
+            ("GPU", f"{shown(rec.gpu_name, 60)} x{shown(rec.num_gpus, 4)}"),
             ("RAM", None if rec.cpu_ram_gb is None else f"{rec.cpu_ram_gb:.0f} GB"),
             ("location", rec.geolocation),
             ("$/h", None if rec.dph_total is None else f"{rec.dph_total:.4f}"),
             ("spent", None if spent is None else money(spent)),
             (
                 "bench / min",
-                f"{_num(rec.bench_rate)} / {_num(rec.min_rate)} proofs/h"
+                f"{num_text(rec.bench_rate)} / {num_text(rec.min_rate)} proofs/h"
                 + ("" if rec.bench_failed is None else f", {rec.bench_failed} proofs failed"),
             ),
-            ("production", _production(rec, self._when)),
+            ("production", production_text(rec, self._when)),
             ("image", image),
             ("image digest", rec.image_digest),
-            ("Vast status", f"{rec.vast_status or '-'}: {rec.status_msg or ''}"),
+            ("Vast status", vast_status_text(rec)),
             ("ssh", ssh),
             *self._curio(),
             ("created", self._when(rec.created_at)),
@@ -239,15 +246,15 @@ class DetailScreen(ModalScreen[None]):
             rows.append(("curio identity", f"runner {rec.runner_id}: {listen}"))
         if info:
             node = Text(
-                f"machine {_shown(info.get('machine_id'), 20)} at "
-                f"{_shown(info.get('host_and_port', '?'), 60)}"
+                f"machine {shown(info.get('machine_id'), 20)} at "
+                f"{shown(info.get('host_and_port', '?'), 60)}"
             )
             if info.get("name"):
                 node.append(f" ({sanitize_line(str(info['name']), 80)})")
             rows.append(("curio machine", node))
         pending = rec.max_pending if rec.max_pending is not None else info.get("max_pending")
         if pending is not None:
-            rows.append(("MaxPending", f"{_shown(pending, 12)} (sized to curio's ProveTimeout)"))
+            rows.append(("MaxPending", f"{shown(pending, 12)} (sized to curio's ProveTimeout)"))
         if rec.tunnel_down_since is not None:
             down = Text(f"DOWN {self._when(rec.tunnel_down_since)}: ", style="bold yellow")
             down.append(sanitize_line(rec.tunnel_detail or "", 300))
@@ -279,8 +286,8 @@ class DetailScreen(ModalScreen[None]):
                 where = Text("no machine of its own in the cluster", style="dim")
             else:
                 where = Text(
-                    f"machine {_shown(state.get('machine_id'), 20)} "
-                    f"{_shown(state.get('host_and_port'), 60)}"
+                    f"machine {shown(state.get('machine_id'), 20)} "
+                    f"{shown(state.get('host_and_port'), 60)}"
                 )
                 contact = state.get("last_contact")
                 if isinstance(contact, int | float):
@@ -289,14 +296,14 @@ class DetailScreen(ModalScreen[None]):
                     where.append(" cordoned", style="bold yellow")
             if state.get("foreign"):
                 where.append(
-                    f"; its address is also {_shown(state['foreign'], 80)}'s", style="bold red"
+                    f"; its address is also {shown(state['foreign'], 80)}'s", style="bold red"
                 )
-            where.append(f"  (read {checked})", style="dim")
+            where.append(f"  (read {checked}{BEFORE_END if rec.killed else ''})", style="dim")
             rows.append(("cluster", where))
             raw = state.get("held_by_name")
             held: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            names = ", ".join(f"{_shown(k, 24)} {_shown(v, 8)}" for k, v in sorted(held.items()))
-            count = _shown(state.get("held", 0), 8)
+            names = ", ".join(f"{shown(k, 24)} {shown(v, 8)}" for k, v in sorted(held.items()))
+            count = shown(state.get("held", 0), 8)
             rows.append(("tasks held", f"{count} ({names})" if names else count))
             rows.append(("proofs", self._both_counts(state)))
             error = state.get("last_error")
@@ -308,7 +315,7 @@ class DetailScreen(ModalScreen[None]):
                 rows.append(("curio's last error", line))
         if rec.released_at is not None:
             rows.append(
-                ("tasks released", f"{_shown(rec.released_tasks, 8)} {self._when(rec.released_at)}")
+                ("tasks released", f"{shown(rec.released_tasks, 8)} {self._when(rec.released_at)}")
             )
         return rows
 
@@ -317,7 +324,7 @@ class DetailScreen(ModalScreen[None]):
         proved: they differ when curio fails a proof cuzk finished (or the other way round)."""
         rec = self.rec
         done, failed = state.get("done_total"), state.get("failed_total")
-        text = Text(f"curio {_shown(done, 8)} done, {_shown(failed, 8)} failed")
+        text = Text(f"curio {shown(done, 8)} done, {shown(failed, 8)} failed")
         theirs = state.get("failed_controller")
         if isinstance(theirs, int) and theirs > 0:
             text.append(f" (+{theirs} on the controller's tunnel, not counted)", style="dim")
@@ -332,14 +339,14 @@ class DetailScreen(ModalScreen[None]):
         text = Text()
         if not rec.killed and rec.drain_started_at is not None:
             text.append(
-                f"alive, {_shown(rec.state, 40)}; draining: cordoned in curio's cluster, "
+                f"alive, {shown(rec.state, 40)}; draining: cordoned in curio's cluster, "
                 "destroyed once it holds no task\n", style="magenta",
             )  # fmt: skip
         elif not rec.killed:
-            text.append(f"alive, {_shown(rec.state, 40)}; no failure\n", style="green")
+            text.append(f"alive, {shown(rec.state, 40)}; no failure\n", style="green")
         if rec.killed:
-            text.append(f"killed in stage {_shown(rec.failed_stage, 40)}: ", style="bold")
-            text.append(f"{_shown(rec.kill_kind, 40)}\n", style="bold red")
+            text.append(f"killed in stage {shown(rec.failed_stage, 40)}: ", style="bold")
+            text.append(f"{shown(rec.kill_kind, 40)}\n", style="bold red")
             text.append(sanitize_line(rec.kill_reason or "", 500) + "\n")
         result = parse_stored_result(rec.bench_result)  # damaged: None
         if result is not None:
@@ -351,16 +358,16 @@ class DetailScreen(ModalScreen[None]):
             rate = policy.bench_rate(result)
             partial = policy.bench_partial_rate(result)
             measured = (
-                f"{_num(rate)} proofs/h"
+                f"{num_text(rate)} proofs/h"
                 if rate is not None or partial is None
-                else f"no rate (partial {_num(partial)} proofs/h before it ended)"
+                else f"no rate (partial {num_text(partial)} proofs/h before it ended)"
             )
             text.append(
-                f"benchmark: {_shown(result.outcome, 40)} ({kind}) at stage "
-                f"{_shown(result.stage, 40)}, {measured}, "
-                f"{_shown(result.proofs_completed or 0, 12)} done / "
-                f"{_shown(result.proofs_failed or 0, 12)} failed, "
-                f"exit {_shown(result.exit_code, 12)}\n"
+                f"benchmark: {shown(result.outcome, 40)} ({kind}) at stage "
+                f"{shown(result.stage, 40)}, {measured}, "
+                f"{shown(result.proofs_completed or 0, 12)} done / "
+                f"{shown(result.proofs_failed or 0, 12)} failed, "
+                f"exit {shown(result.exit_code, 12)}\n"
             )
         image = rec.image or "?"
         text.append(f"image: {sanitize_line(image, 200)}", style="dim")
@@ -416,83 +423,3 @@ class DetailScreen(ModalScreen[None]):
         with contextlib.suppress(Exception):  # its failure is shown by _cuzk_text
             await read
         self._show_cuzk(self._cuzk_text(read))
-
-
-def render_cuzk(status: dict[str, Any]) -> Text:
-    """Memory budget, pipelines and partitions, GPU workers (original-system.md §4). Every
-    value is the daemon's (untrusted): a missing one reads "?", a null one "-", never None."""
-    status = _dict(status)
-    out = Text()
-    mem = _dict(status.get("memory"))
-    total, used = _f(mem.get("total_bytes")), _f(mem.get("used_bytes"))
-    if total:
-        frac = max(0.0, min(1.0, used / total))
-        bar = "█" * int(frac * 30) + "░" * (30 - int(frac * 30))
-        out.append(f"memory  {bar} {used / 2**30:.0f}/{total / 2**30:.0f} GiB\n")
-    synth = _dict(status.get("synthesis"))
-    out.append(
-        f"synthesis {_shown(synth.get('active', '?'), 6)}/"
-        f"{_shown(synth.get('max_concurrent', '?'), 6)} active\n"
-    )
-    counters = _dict(status.get("counters"))
-    out.append(
-        f"proofs done {_shown(counters.get('total_completed', '?'), 12)}, failed "
-        f"{_shown(counters.get('total_failed', '?'), 12)}, queue "
-        f"{_shown(counters.get('queue_depth', '?'), 12)}\n"
-    )
-    styles = {"done": "green", "gpu": "bold magenta", "synthesizing": "cyan", "failed": "red"}
-    for pipe in map(_dict, _list(status.get("pipelines"))[:6]):
-        out.append(
-            f"job {_shown(pipe.get('job_id'), 12)} "
-            f"{_shown(pipe.get('partitions_done', 0), 6)}/"
-            f"{_shown(pipe.get('total_partitions', 0), 6)} "
-        )
-        for part in map(_dict, _list(pipe.get("partitions"))[:16]):
-            state = str(part.get("state"))
-            out.append("■", style=styles.get(state, "dim"))
-        out.append("\n")
-    for worker in map(_dict, _list(status.get("gpu_workers"))[:8]):
-        job = worker.get("current_job")
-        out.append(
-            f"gpu{_shown(worker.get('gpu_ordinal'), 4)} worker "
-            f"{_shown(worker.get('worker_id'), 6)}: {_shown(worker.get('state'), 20)}"
-            + ("" if job is None else f" job {_shown(job, 12)}")
-            + "\n"
-        )
-    return out
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _shown(value: object, width: int) -> str:
-    """A value from cuzk's status (untrusted): "-" for none, else one sanitized short line."""
-    return "-" if value is None else sanitize_line(str(value), width)
-
-
-def _production(rec: InstanceRecord, when: Callable[[float | None], str | None]) -> Text | None:
-    """Measured, not assumed: cuzk's counters since the benchmark."""
-    if rec.prod_completed is None:
-        return None if rec.state != "proving" else Text("not measured yet", style="dim")
-    text = Text(f"{rec.prod_completed} proofs, {rec.prod_failed or 0} failed")
-    if rec.prod_rate is None:
-        text.append(", measuring the rate (10 min of proving)", style="dim")
-    else:
-        low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
-        text.append(f", measured {rec.prod_rate:.1f} proofs/h", style="bold red" if low else "bold")
-    if rec.prod_checked_at is not None:
-        text.append(f" (read {when(rec.prod_checked_at)})", style="dim")
-    return text
-
-
-def _f(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
-
-
-def _num(value: Any) -> str:
-    return f"{value:.1f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"

@@ -9,7 +9,7 @@ from vastui.domain.engine_state import EngineStatus, Lease
 from vastui.domain.journal import Event
 from vastui.domain.machines import BadEntry, LegacyReviewEntry, PerfRecord
 from vastui.domain.worker import ForeignInstance, InstanceRecord
-from vastui.engine.spend import Spend
+from vastui.engine.spend import Spend, proving_cost
 
 
 @dataclass
@@ -43,17 +43,15 @@ class Snapshot:
         (from the benchmarks) where they do not yet."""
         live = [r for r in self.instances if not r.killed]
         proving = [r for r in live if r.state == "proving"]
-        measured = [r for r in proving if r.prod_rate is not None]
-        rate = sum(r.prod_rate or 0.0 for r in measured)
-        measured_dph = sum(r.dph_total or 0.0 for r in measured)
+        cost = proving_cost(live)  # the one $/proof (vastui/engine/spend.py)
         est = sum(r.bench_rate or 0.0 for r in proving)
         proving_dph = sum(r.dph_total or 0.0 for r in proving)
         return FleetEconomics(
             dph=sum(r.dph_total or 0.0 for r in live),
-            measured_rate=rate if measured else None,
-            measured_cpp=measured_dph / rate if rate > 0 else None,
-            measured_workers=len(measured),
-            proving_workers=len(proving),
+            measured_rate=cost.rate,
+            measured_cpp=cost.per_proof,
+            measured_workers=cost.measured,
+            proving_workers=cost.proving,
             est_rate=est,
             est_cpp=proving_dph / est if est > 0 else None,
             proofs=sum(r.prod_completed or 0 for r in live),

@@ -22,8 +22,10 @@ STRIP_HELP = (
     ("prove 2 bench 1 …", "workers per stage (stages with none are left out): proving, "
      "benchmark, fetch (setup and paramfetch), load (Vast still starting it); ✗ destroyed"),
     ("$1.70/h of $5", "what the live fleet costs per hour, of its cap (fleet.max_total_dph)"),
-    ("90 p/h $0.0189/p", "proofs/h and $/proof measured from cuzk's counters on the proving "
-     "workers; 'est' marks the benchmarks' estimate while production is not measured yet"),
+    ("90 p/h $0.0189/p proving", "proofs/h measured from cuzk's counters on the proving "
+     "workers, and their $/h over it: the $/proof of `vastui status` and of the metric "
+     "vastui_cost_per_proof_dollars; 'est' marks the benchmarks' estimate while production is "
+     "not measured yet"),
     ("spent $4.10 today", "billed time × $/h today (UTC); all time; on rejected workers "
      "(destroyed before they proved)"),
     ("spent $4.10/$50 today", "with a daily budget (fleet.max_daily_spend): yellow from 80 %, "
@@ -103,7 +105,7 @@ def strip_text(s: StripState) -> Text:
     if eco.measured_rate is not None:
         line.append(f"{eco.measured_rate:.0f} p/h ", style="bold")
         cpp = "-" if eco.measured_cpp is None else f"${eco.measured_cpp:.4f}"
-        line.append(f"{cpp}/p ")
+        line.append(f"{cpp}/p proving ")
         if eco.measured_workers < eco.proving_workers:
             line.append(f"({eco.measured_workers}/{eco.proving_workers} meas) ", style="dim")
     elif eco.proving_workers:

@@ -21,7 +21,7 @@ from vastui.domain.worker import InstanceRecord
 from vastui.engine.cluster import cluster_held
 from vastui.engine.provision import REASON_KINDS
 from vastui.engine.ranking import RankedOffer
-from vastui.engine.spend import counted, fleet_spend, instance_cost, local_midnight
+from vastui.engine.spend import counted, fleet_spend, local_midnight, proving_cost
 from vastui.metrics import FleetCollector, FleetSample, MetricsServer, WorkerSample
 from vastui.sanitize import sanitize_line
 from vastui.store import Store
@@ -119,9 +119,6 @@ class Monitor:
         status, now = facts.status, facts.now
         live = [r for r in mine if not r.killed]
         spend = fleet_spend(mine, now, local_midnight(now, UTC))
-        proved = [r for r in mine if r.proving_at is not None and (r.prod_completed or 0) > 0]
-        proofs = sum(r.prod_completed or 0 for r in proved)
-        cost = sum(instance_cost(r, now, since=r.proving_at) for r in proved)
         market: dict[str, list[float]] = {}
         for ranked in facts.offers:
             if not ranked.bad:
@@ -138,7 +135,7 @@ class Monitor:
             spend_rejected=spend.rejected,
             spend_bandwidth=spend.bandwidth,
             spend_today=spend.today,
-            cost_per_proof=cost / proofs if proofs else None,
+            cost_per_proof=proving_cost(live).per_proof,  # the one $/proof (engine/spend.py)
             kills=Counter(r.kill_kind or "unknown" for r in mine if r.killed),
             bans=bans,
             rents=len(mine),

@@ -300,6 +300,40 @@ def local_midnight(now: float, tz: tzinfo | None = None) -> float:
     return midnight.timestamp()
 
 
+@dataclass(frozen=True, slots=True)
+class ProvingCost:
+    """The fleet's $/proof, one definition wherever it is shown (the strip, `vastui status`,
+    the metric ``vastui_cost_per_proof_dollars``, README): the $/h of the live proving workers
+    whose rate cuzk's counters measured, over that measured rate. A worker's own $/proof
+    (:func:`worker_cost_per_proof`) is the same over one worker. Workers still loading or
+    benchmarking are not in it (the fleet's $/h is); curio's cluster's figures per computed and
+    per paid proof are others, named so (:class:`ProofCosts`)."""
+
+    rate: float | None  # proofs/h measured (None: no proving worker measured yet)
+    dph: float  # $/h of the measured workers
+    per_proof: float | None
+    measured: int  # proving workers with a measured rate
+    proving: int  # live proving workers
+
+    def to_json(self) -> dict[str, float | int | None]:
+        return {
+            "proofs_per_hour": self.rate, "dollars_per_hour": self.dph,
+            "dollars_per_proof": self.per_proof, "measured": self.measured,
+            "proving": self.proving,
+        }  # fmt: skip
+
+
+def proving_cost(records: Iterable[InstanceRecord]) -> ProvingCost:
+    proving = [r for r in records if not r.killed and r.state == "proving"]
+    measured = [r for r in proving if r.prod_rate is not None and r.prod_rate >= 0]
+    rate = sum(r.prod_rate or 0.0 for r in measured)
+    dph = sum(r.dph_total or 0.0 for r in measured)
+    return ProvingCost(
+        rate=rate if measured else None, dph=dph, per_proof=dph / rate if rate > 0 else None,
+        measured=len(measured), proving=len(proving),
+    )  # fmt: skip
+
+
 def worker_cost_per_proof(rec: InstanceRecord) -> tuple[float | None, bool]:
     """What a worker's proofs cost: $/h over its production rate measured, else over its
     benchmark's (then ``True``: an estimate); None when neither is known."""

@@ -1,0 +1,111 @@
+"""The detail view's texts, made from a record and from cuzk's answer (no widgets): the
+production line with the worker's $/proof, Vast's word on it, the cuzk status panel. Every value
+from outside is untrusted: sanitized, short, never markup."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+
+from vastui.domain.worker import InstanceRecord
+from vastui.engine.spend import worker_cost_per_proof
+from vastui.sanitize import sanitize_line
+
+
+def render_cuzk(status: dict[str, Any]) -> Text:
+    """Memory budget, pipelines and partitions, GPU workers (original-system.md §4). Every
+    value is the daemon's (untrusted): a missing one reads "?", a null one "-", never None."""
+    status = as_dict(status)
+    out = Text()
+    mem = as_dict(status.get("memory"))
+    total, used = as_float(mem.get("total_bytes")), as_float(mem.get("used_bytes"))
+    if total:
+        frac = max(0.0, min(1.0, used / total))
+        bar = "█" * int(frac * 30) + "░" * (30 - int(frac * 30))
+        out.append(f"memory  {bar} {used / 2**30:.0f}/{total / 2**30:.0f} GiB\n")
+    synth = as_dict(status.get("synthesis"))
+    out.append(
+        f"synthesis {shown(synth.get('active', '?'), 6)}/"
+        f"{shown(synth.get('max_concurrent', '?'), 6)} active\n"
+    )
+    counters = as_dict(status.get("counters"))
+    out.append(
+        f"proofs since the daemon started (the benchmark's too): "
+        f"{shown(counters.get('total_completed', '?'), 12)} done, "
+        f"{shown(counters.get('total_failed', '?'), 12)} failed; queue "
+        f"{shown(counters.get('queue_depth', '?'), 12)}\n"
+    )
+    styles = {"done": "green", "gpu": "bold magenta", "synthesizing": "cyan", "failed": "red"}
+    for pipe in map(as_dict, as_list(status.get("pipelines"))[:6]):
+        out.append(
+            f"job {shown(pipe.get('job_id'), 12)} "
+            f"{shown(pipe.get('partitions_done', 0), 6)}/"
+            f"{shown(pipe.get('total_partitions', 0), 6)} "
+        )
+        for part in map(as_dict, as_list(pipe.get("partitions"))[:16]):
+            state = str(part.get("state"))
+            out.append("■", style=styles.get(state, "dim"))
+        out.append("\n")
+    for worker in map(as_dict, as_list(status.get("gpu_workers"))[:8]):
+        job = worker.get("current_job")
+        out.append(
+            f"gpu{shown(worker.get('gpu_ordinal'), 4)} worker "
+            f"{shown(worker.get('worker_id'), 6)}: {shown(worker.get('state'), 20)}"
+            + ("" if job is None else f" job {shown(job, 12)}")
+            + "\n"
+        )
+    return out
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def shown(value: object, width: int) -> str:
+    """A value from cuzk's status (untrusted): "-" for none, else one sanitized short line."""
+    return "-" if value is None else sanitize_line(str(value), width)
+
+
+BEFORE_END = ", before it ended"  # a killed worker's readings are its last, not now's
+
+
+def vast_status_text(rec: InstanceRecord) -> Text:
+    """Vast's word on the instance; a killed one's is what Vast last listed (issue 31 item 3:
+    a destroyed worker read "running")."""
+    text = Text(f"{shown(rec.vast_status or '-', 40)}: {sanitize_line(rec.status_msg or '', 200)}")
+    if rec.killed:
+        text.stylize("dim")
+        text.append(f"  (as Vast last listed it{BEFORE_END})", style="dim")
+    return text
+
+
+def production_text(rec: InstanceRecord, when: Callable[[float | None], str | None]) -> Text | None:
+    """Measured, not assumed: cuzk's counters since the benchmark."""
+    if rec.prod_completed is None:
+        return None if rec.state != "proving" else Text("not measured yet", style="dim")
+    text = Text(f"{rec.prod_completed} proofs since the benchmark, {rec.prod_failed or 0} failed")
+    if rec.prod_rate is None:
+        text.append(", measuring the rate (10 min of proving)", style="dim")
+    else:
+        low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
+        text.append(f", measured {rec.prod_rate:.1f} proofs/h", style="bold red" if low else "bold")
+        cpp, _estimate = worker_cost_per_proof(rec)
+        if cpp is not None:
+            text.append(f" at ${cpp:.4f}/proof")  # its $/h over that rate (engine/spend.py)
+    if rec.prod_checked_at is not None:
+        text.append(f" (read {when(rec.prod_checked_at)})", style="dim")
+    return text
+
+
+def as_float(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def num_text(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
