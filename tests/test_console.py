@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static
+from textual.widgets import Static, TabbedContent, Tabs
+from textual.widgets._tabs import Underline
 
 from tests.helpers import settle
 from vastsim import ManualClock, SimCloud
@@ -208,12 +209,41 @@ async def test_bad_filter_is_shown_inline_not_applied(tmp_path: Path):
 
 
 async def _wait_loaded(pilot) -> None:
+    """Until the fixed data is shown and the tab bar has settled: each tab's label says its
+    count, and the underline sits under the active tab as that label lays it out (a label set
+    after the tabs were laid out moves the tab bar; the underline follows a refresh later: a
+    snapshot taken between the two caught it half-way, under load)."""
     app = pilot.app
     for _ in range(50):
         await pilot.pause()
-        if app.query_one("#offers-table", RowTable).row_count and app.snapshot.instances:
+        if (
+            app.query_one("#offers-table", RowTable).row_count
+            and app.snapshot.instances
+            and _titles_shown(app)
+            and _underline_settled(app)
+        ):
             return
     raise AssertionError("fixed data never loaded")
+
+
+def _titles_shown(app) -> bool:
+    tabs = app.query_one("#panes", TabbedContent)
+    return all(
+        str(tabs.get_tab(app.pane(name).PANE).label) == app.pane(name).title()
+        for name in ("offers", "instances", "bad")
+    )
+
+
+def _underline_settled(app) -> bool:
+    for tabs in app.query(Tabs):
+        active = tabs.active_tab
+        if active is None:
+            continue
+        start, end = active.virtual_region.shrink(active.styles.gutter).column_span
+        underline = tabs.query_one(Underline)
+        if (underline.highlight_start, underline.highlight_end) != (start, end):
+            return False
+    return True
 
 
 SIZES = [(80, 24), (200, 50)]  # the smallest terminal we support, and a roomy one
@@ -303,6 +333,17 @@ def test_snapshot_bad_list(snap_compare, tmp_path: Path, size):
         await pilot.press("4")
 
     assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize(("key", "text"), [("1", "4090"), ("2", "proving"), ("4", "manual")])
+def test_snapshot_find(snap_compare, tmp_path: Path, key: str, text: str):
+    """Every table pane's find looks the same: its bar under the rows it kept, their count."""
+
+    async def before(pilot) -> None:
+        await _wait_loaded(pilot)
+        await pilot.press(key, "slash", *text)
+
+    assert snap_compare(fixed_app(tmp_path), terminal_size=(200, 50), run_before=before)
 
 
 def test_snapshot_deploy_confirm(snap_compare, tmp_path: Path):

@@ -9,12 +9,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+from textual.widgets import Static
+
 from tests.helpers import settle
 from vastsim.console_fixtures import FixedSource, fixed_app
 from vastui.console.app import VastuiApp
 from vastui.console.heap import GC_THRESHOLDS, settle_heap
 from vastui.console.messages import OffersLoaded, SnapshotLoaded
-from vastui.console.panes.offers import FindInput, _haystack
+from vastui.console.panes.base import FindInput, column_widths
+from vastui.console.panes.offers import _haystack
 from vastui.console.rowtable import RowTable
 
 
@@ -249,3 +253,62 @@ def test_the_tasks_cell_says_what_became_of_a_destroyed_workers_tasks() -> None:
     for rec, text, style in cases:
         cell = _tasks(rec)
         assert (cell.plain, str(cell.style)) == (text, style), rec
+
+
+async def test_the_instances_tab_counts_the_live_workers(tmp_path: Path) -> None:
+    """Offers and the bad list showed a count in their tabs, Instances none (issue 31 item 5)."""
+    from textual.widgets import TabbedContent
+
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        live = sum(1 for r in app.snapshot.instances if not r.killed)
+        assert 0 < live < len(app.snapshot.instances)  # the fixture has ended ones too
+        tab = app.query_one("#panes", TabbedContent).get_tab("instances")
+        assert str(tab.label) == f"2 Instances ({live})"
+
+
+@pytest.mark.parametrize(("key", "pane"), [("2", "instances"), ("4", "bad")])
+async def test_every_table_pane_finds_with_the_same_keys(tmp_path: Path, key, pane) -> None:
+    """`/` opens the find in Instances and the bad list as in Offers (issue 31 item 5): the
+    rows whose cells contain the text, in the order shown; its bar counts them; esc shows all."""
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, app, lambda: bool(app.snapshot.instances and app.snapshot.bad))
+        await pilot.press(key)
+        target = app.pane(pane)  # type: ignore[call-overload]
+        every = shown(app, pane)
+        table = app.query_one(f"#{pane}-table", RowTable)
+        texts = {
+            k: " ".join(c.plain for c in target._cells(table.record_at(i))).lower()
+            for i, k in enumerate(every)
+        }
+        # a word some rows have and some do not
+        needle = next(
+            w for k in every for w in texts[k].split() if 0 < sum(w in v for v in texts.values())
+            < len(every)
+        )  # fmt: skip
+        await pilot.press("slash", *needle)
+        find = target.query_one("#row-filter", FindInput)
+        assert find.has_focus and find.value == needle
+        assert shown(app, pane) == [k for k in every if needle in texts[k]]
+        label = target.query_one("#row-filter-label", Static)
+        assert str(label.render()) == f"find ({len(shown(app, pane))} of {len(every)}):"
+        await pilot.press("escape")
+        assert shown(app, pane) == every and not find.has_focus
+
+
+@pytest.mark.parametrize(
+    ("room", "want"),
+    [
+        (20, {"a": 10, "b": 6, "c": 8}),  # no room: each its own width (the table cuts)
+        (30, {"a": 10, "b": 6, "c": 8}),  # the widths with their padding exactly
+        (35, {"a": 10, "b": 6, "c": 13}),  # c first (GROW's order), up to what is spare
+        (45, {"a": 10, "b": 10, "c": 18}),  # c to its cap, then b to its
+        (100, {"a": 10, "b": 10, "c": 18}),  # never past a cap; a never grows
+    ],
+)  # fmt: skip
+def test_columns_grow_into_the_room_in_order(room: int, want: dict[str, int]) -> None:
+    columns = [("a", 10, 0), ("b", 6, 4), ("c", 8, 10)]
+    assert column_widths(columns, room, 1, ("c", "b")) == want

@@ -279,7 +279,7 @@ class VastuiApp(App[int]):
 
     def refresh_titles(self) -> None:
         tabs = self.query_one("#panes", TabbedContent)
-        for pane in (self.pane("offers"), self.pane("bad")):
+        for pane in (self.pane("offers"), self.pane("instances"), self.pane("bad")):
             tab, title = tabs.get_tab(pane.PANE), pane.title()
             if str(tab.label) != title:  # a new label lays the tab bar out again
                 tab.label = title

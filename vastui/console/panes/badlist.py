@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from vastui.console.cells import t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
 from vastui.console.messages import SendCommand
-from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
+from vastui.console.panes.base import FIND_BINDING, SORT_BINDINGS, Column, Row, TablePane
 from vastui.domain.machines import BadEntry
 from vastui.domain.timefmt import iso_utc
 
@@ -23,11 +23,12 @@ from vastui.domain.timefmt import iso_utc
 class BadListPane(TablePane):
     PANE = "bad"
     DEFAULT_SORT = None  # newest first, as the store lists them
+    GROW = ("reason",)
     COLUMNS: ClassVar[tuple[Column, ...]] = (
         Column("machine", "Machine", 8, "machine_id: the physical machine (what is banned)"),
         Column("host", "Host (acct)", 11, "host_id: the operator's account, for information"),
         Column("gpu", "GPU", 14, "GPU model when it was banned"),
-        Column("reason", "Reason", 36, "why: the kill or strike that banned it, or yours"),
+        Column("reason", "Reason", 36, "why: the kill or strike that banned it, or yours", grow=80),
         Column("source", "Source", 9, "manual (you), automatic (the engine), legacy (import)"),
         Column("when", "When", 20, "when it was banned (UTC)"),
         Column("bans", "Bans", 4, "times the machine was banned (a repeat ban adds one)"),
@@ -37,6 +38,7 @@ class BadListPane(TablePane):
         Binding("u", "unignore", "Unignore", id="bad-unignore",
                 tooltip="Take the machine off the bad list"),
         Binding("a", "add_bad", "Add", id="bad-add", tooltip="Add a machine by its machine_id"),
+        FIND_BINDING,
         *SORT_BINDINGS,
     ]  # fmt: skip
     SORT_VALUES: ClassVar[dict[str, Callable[[Any], Any]]] = {

@@ -1,6 +1,7 @@
 """What every table pane shares: its columns (with what each means, for help), a table it owns,
-sorting by any column with the sorted header marked ▲/▼ (a new order shown from its top), and a
-cursor that stays on its row across refreshes.
+sorting by any column with the sorted header marked ▲/▼ (a new order shown from its top), a
+find (`/`: only the rows with a text, the same keys and look in every pane), and a cursor that
+stays on its row across refreshes.
 
 A pane owns its bindings and actions; the app only composes panes and routes messages to them.
 Panes reach the rest of the console only through the `ConsoleHost` they are given (what they
@@ -15,10 +16,14 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
+from textual.events import Key
+from textual.widgets import Input, Static
 
+from vastui.console.messages import TitleChanged
 from vastui.console.rowtable import RowDoesNotExist, RowTable
 
 if TYPE_CHECKING:
@@ -39,6 +44,25 @@ class Column:
     label: str
     width: int
     doc: str  # what the column means: help lists it
+    grow: int = 0  # cells more it takes when the terminal has room (GROW says in what order)
+
+
+def column_widths(
+    columns: Sequence[tuple[str, int, int]], room: int, pad: int, order: Sequence[str]
+) -> dict[str, int]:
+    """Each column's width: its own, then the room left over (``room`` cells, each column
+    taking ``2 * pad`` more) given to the columns that grow, in ``order`` (what matters most is
+    cut least), each up to its ``grow``. ``columns``: (key, width, grow)."""
+    widths = {key: width for key, width, _grow in columns}
+    spare = room - sum(w + 2 * pad for w in widths.values())
+    grows = {key: grow for key, _width, grow in columns}
+    for key in order:
+        if spare <= 0:
+            break
+        extra = min(spare, grows.get(key, 0))
+        widths[key] += extra
+        spare -= extra
+    return widths
 
 
 _R = TypeVar("_R")
@@ -81,6 +105,12 @@ SORT_BINDINGS = [
     Binding("S", "sort_reverse", "Reverse", id="sort-reverse", tooltip="Reverse the sort order"),
 ]
 
+# Every table pane's find: the same key, id (one keymap entry remaps it everywhere) and look.
+FIND_BINDING = Binding(
+    "slash", "filter_rows", "Find", id="filter-rows",
+    tooltip="Show only the rows containing a text (esc clears)",
+)  # fmt: skip
+
 # key, cells (None: made when the row is drawn, by `row_cells`), the record behind them
 Row = tuple[str, Sequence[Text] | None, Any]
 T = TypeVar("T")
@@ -93,6 +123,8 @@ class TablePane(Vertical):
     COLUMNS: ClassVar[tuple[Column, ...]] = ()
     PANE: ClassVar[str] = ""
     DEFAULT_SORT: ClassVar[str | None] = None  # None: the order rows are built in
+    FINDS_ITSELF: ClassVar[bool] = False  # its build_rows applies `row_filter` (10,000 offers)
+    GROW: ClassVar[tuple[str, ...]] = ()  # the columns given spare width, the first first
 
     def __init__(self, host: ConsoleHost, **kw: Any) -> None:
         super().__init__(**kw)
@@ -103,13 +135,58 @@ class TablePane(Vertical):
         self._rows: list[Row] = []
         self._shown: list[Row] = []
         self._shown_version: Any = None
-        self._headers: tuple[str | None, bool] | None = None
+        self._headers: tuple[str | None, bool, int] | None = None
+        self.row_filter = ""  # the find's text, lower case ("" shows every row)
 
     def compose(self) -> ComposeResult:
         yield self.table
+        with Horizontal(id="row-filter-bar"):
+            yield Static("find:", id="row-filter-label")
+            yield FindInput(
+                self._find, placeholder="text in any column; esc clears", id="row-filter"
+            )
 
     def on_mount(self) -> None:
         self._set_headers()
+        self.query_one("#row-filter-bar").display = False
+
+    # -- find ------------------------------------------------------------------------------
+
+    def action_filter_rows(self) -> None:
+        self.query_one("#row-filter-bar").display = True
+        self.query_one("#row-filter", Input).focus()
+
+    def _find(self, value: str) -> None:
+        """The find input changed: show the rows that contain its text."""
+        needle = value.strip().lower()
+        if needle == self.row_filter:
+            return
+        self.row_filter = needle
+        self.refill()
+        self.post_message(TitleChanged())
+
+    @on(Input.Submitted, "#row-filter")
+    def _row_filter_done(self) -> None:
+        self.focus_table()
+
+    def on_key(self, event: Key) -> None:
+        if event.key == "escape" and self.query_one("#row-filter", Input).has_focus:
+            event.stop()
+            self.query_one("#row-filter", Input).value = ""
+            self.query_one("#row-filter-bar").display = False
+            self.focus_table()
+
+    def found(self, rows: list[Row]) -> list[Row]:
+        """The rows whose cells contain the find's text (as shown, in any column)."""
+        needle = self.row_filter
+        if not needle or self.FINDS_ITSELF:
+            return rows
+        return [r for r in rows if needle in " ".join(c.plain for c in self._cells(r)).lower()]
+
+    def _show_found(self, shown: int, of: int) -> None:
+        """The find bar says how many rows its text kept."""
+        label = self.query_one("#row-filter-label", Static)
+        label.update(f"find ({shown} of {of}):" if self.row_filter else "find:")
 
     # -- sorting ---------------------------------------------------------------------------
 
@@ -171,19 +248,28 @@ class TablePane(Vertical):
         present.sort(key=itemgetter(0), reverse=self.sort_reverse)
         return [item for _, item in present] + [item for v, item in valued if v is None]
 
+    def on_resize(self) -> None:
+        self._set_headers()  # the room for the columns that grow
+
     def _set_headers(self) -> None:
-        """Columns with the sorted one marked ▲ (ascending) or ▼ (descending)."""
-        state = (self.sort_key, self.sort_reverse)
+        """Columns with the sorted one marked ▲ (ascending) or ▼ (descending), as wide as the
+        table's room lets the growing ones be."""
+        room = self.table.scrollable_content_region.width
+        state = (self.sort_key, self.sort_reverse, room)
         if state == self._headers:
             return
         self._headers = state
-        columns = []
+        labels = []
         for col in self.COLUMNS:
             label = col.label
             if col.key == self.sort_key:
                 label += " ▼" if self.sort_reverse else " ▲"
-            columns.append((col.key, label, max(col.width, len(label))))
-        self.table.set_columns(columns)
+            labels.append((col.key, label, max(col.width, len(label)), col.grow))
+        widths = column_widths(
+            [(key, width, grow) for key, _label, width, grow in labels], room,
+            self.table.cell_padding, self.GROW,
+        )  # fmt: skip
+        self.table.set_columns([(key, label, widths[key]) for key, label, _w, _g in labels])
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -203,10 +289,17 @@ class TablePane(Vertical):
         return row[1] if row[1] is not None else self.row_cells(row[2])
 
     def refill(self) -> None:
-        """Rebuild the rows from the app's data and show them."""
-        self._rows = self.build_rows()
+        """Rebuild the rows from the app's data and show them (those the find keeps)."""
+        built = self.build_rows()
+        self._rows = self.found(built)
+        if self.is_mounted:
+            self._show_found(len(self._rows), self.total_rows(built))
         self._set_headers()
         self._fill(self._rows, self.cursor_key())
+
+    def total_rows(self, built: list[Row]) -> int:
+        """What the find searched (the offers pane's build_rows has already found)."""
+        return len(built)
 
     def _fill(self, rows: list[Row], keep: str | None) -> None:
         """Show the rows sorted, keeping the cursor on the same key; skip if nothing changed
@@ -245,3 +338,16 @@ def _same_rows(a: list[Row], b: list[Row]) -> bool:
     return len(a) == len(b) and all(
         x[0] == y[0] and x[2] is y[2] and x[1] == y[1] for x, y in zip(a, b, strict=True)
     )
+
+
+class FindInput(Input):
+    """The find input, which filters the rows in the keystroke's own step: its Changed
+    message would hop three message queues (input, bar, pane) first, and a frame drawn in
+    between (the typed character, the old rows) made the new rows wait for the next one."""
+
+    def __init__(self, on_change: Callable[[str], None], **kw: Any) -> None:
+        super().__init__(**kw)
+        self._on_change = on_change
+
+    def watch_value(self, value: str) -> None:
+        self._on_change(value)

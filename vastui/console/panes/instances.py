@@ -17,7 +17,7 @@ from textual.widgets import DataTable
 from vastui.console.cells import age, fmt, money, t
 from vastui.console.dialogs import ConfirmScreen
 from vastui.console.messages import CopyText, SendCommand
-from vastui.console.panes.base import SORT_BINDINGS, Column, Row, TablePane
+from vastui.console.panes.base import FIND_BINDING, SORT_BINDINGS, Column, Row, TablePane
 from vastui.console.panes.offers import ask_ignore
 from vastui.domain.worker import ForeignInstance, InstanceRecord
 from vastui.engine.cluster import cluster_held
@@ -43,9 +43,10 @@ class InstancesPane(TablePane):
     DEFAULT_SORT = None  # live first, newest first
     COLUMNS: ClassVar[tuple[Column, ...]] = (
         Column("id", "Id", 8, "Vast instance id"),
-        Column("stage", "State / progress", 32, "stage, with loading → setup → paramfetch → "
-               "benchmark → proving as ■ (⚠ tunnel down: it waits for the controller's tunnel); "
-               "for a destroyed worker ✗ the kill kind and stage"),
+        Column("stage", "State / progress", 32,
+               "stage, with loading → setup → paramfetch → benchmark → proving as ■ (⚠ tunnel "
+               "down: it waits for the controller's tunnel); for a destroyed worker ✗ the kill "
+               "kind and stage", grow=16),
         Column("gpu", "GPU", 16, "GPU model and count"),
         Column("bench", "Bench", 5, "proofs/h its benchmark measured"),
         Column("meas", "Meas", 5, "proofs/h measured in production from cuzk's counters "
@@ -58,9 +59,13 @@ class InstancesPane(TablePane):
         Column("cpp", "$/proof", 8, "$/h ÷ measured proofs/h; ~ marks the benchmark's estimate"),
         Column("spent", "Spent", 7, "dollars billed so far: billed time × $/h"),
         Column("up", "Uptime", 6, "time since it was rented (to its destroy, once destroyed)"),
-        Column("label", "Label", 24, "vastui-<fleet>-<id>: how vastui knows its own instances"),
-        Column("image", "Image", 24, "the image it runs; 'old' if not the configured one"),
+        Column("machine", "Machine", 7, "machine_id: the physical machine (what a ban is of)"),
+        Column("label", "Label", 24, "vastui-<fleet>-<id>: how vastui knows its own instances",
+               grow=10),
+        Column("image", "Image", 24, "the image it runs; 'old' if not the configured one",
+               grow=24),
     )  # fmt: skip
+    GROW = ("label", "stage", "image")  # the label whole first: it is how vastui knows its own
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "destroy", "Destroy", id="instances-destroy",
                 tooltip="Destroy the selected instance"),
@@ -69,6 +74,7 @@ class InstancesPane(TablePane):
         Binding("i", "ignore", "Ignore", id="ignore",
                 tooltip="Put the instance's machine on the bad list"),
         Binding("l", "logs", "Logs", id="instances-logs", tooltip="Stream the instance's logs"),
+        FIND_BINDING,
         *SORT_BINDINGS,
     ]  # fmt: skip
 
@@ -97,6 +103,7 @@ class InstancesPane(TablePane):
         "dph": lambda r: r.dph_total,
         "cpp": lambda r: worker_cost_per_proof(r)[0],
         "up": lambda r: r.created_at,
+        "machine": lambda r: r.machine_id,
         "label": lambda r: r.label,
         "image": lambda r: r.image,
     }
@@ -118,6 +125,11 @@ class InstancesPane(TablePane):
 
     def rows_version(self) -> Any:
         return self.host.clock()  # uptime and spend move with it
+
+    def title(self) -> str:
+        """The tab's label: the live workers (the ended and other controllers' are rows below;
+        the label stays short enough for the tab bar at 80 columns)."""
+        return f"2 Instances ({sum(1 for r in self.host.snapshot.instances if not r.killed)})"
 
     def row_cells(self, record: Any) -> list[Text]:
         if isinstance(record, ForeignInstance):
@@ -141,6 +153,7 @@ class InstancesPane(TablePane):
             t(f"~{cpp:.4f}", "dim") if estimated else t(f"{cpp:.4f}", "bold"),
             t(money(host.spent(rec))),
             t(_uptime(rec, host.clock())),
+            t(rec.machine_id, "dim"),
             t(rec.label),
             image,
         ]  # fmt: skip
@@ -327,6 +340,7 @@ def foreign_cells(f: ForeignInstance, now: float) -> list[Text]:
         t("-", "dim"),
         t("-", "dim"),
         t(age(max(0.0, now - f.first_seen_at)) if f.first_seen_at else "-", "dim"),
+        t(f.machine_id, "dim"),
         t(sanitize_line(f.label, 60), "dim"),
         t("-", "dim"),
     ]

@@ -6,22 +6,25 @@ with the configured filter), find rows, show bad machines, sort.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on
-from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
-from textual.events import Key
 from textual.message import Message
-from textual.widgets import Input, Static
 
 from vastui.console.cells import fmt, t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
 from vastui.console.messages import SendCommand, TitleChanged
-from vastui.console.panes.base import SORT_BINDINGS, Column, ConsoleHost, Row, TablePane
+from vastui.console.panes.base import (
+    FIND_BINDING,
+    SORT_BINDINGS,
+    Column,
+    ConsoleHost,
+    Row,
+    TablePane,
+)
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
 from vastui.vast.query import QueryError, build_search_body
@@ -32,6 +35,7 @@ CELL_CACHE = 2_000  # offers whose cells are kept (made when drawn; 10,000 offer
 class OffersPane(TablePane):
     PANE = "offers"
     DEFAULT_SORT = "cpp"
+    FINDS_ITSELF = True  # build_rows narrows the last find's rows as a find grows
     COLUMNS: ClassVar[tuple[Column, ...]] = (
         # Most telling first: at 80 columns the price, the expected $/proof and the rates show.
         Column("gpu", "GPU", 16, "GPU model (green: fast for PoRep C2, red: slow)"),
@@ -50,20 +54,22 @@ class OffersPane(TablePane):
         Column("bad", "Bad", 3, "BAD: the machine is on the bad list (shown with b)"),
         Column("vram", "VRAM", 4, "GPU memory, GB"),
         Column("cores", "Cores", 5, "CPU cores of the offer"),
-        Column("cpu", "CPU", 14, "CPU model"),
+        Column("cpu", "CPU", 14, "CPU model", grow=16),
         Column("pcie", "PCIe", 5, "PCIe bandwidth, GB/s"),
         Column("dl", "DL Mb/s", 7, "download speed (parameters are ~100 GB)"),
         Column("rel", "Rel%", 5, "Vast's reliability score"),
-        Column("loc", "Location", 16, "where the machine is"),
+        Column("loc", "Location", 16, "where the machine is", grow=14),
+        Column("machine", "Machine", 7, "machine_id: the physical machine (what a ban is of)"),
+        Column("offer", "Offer", 9, "the offer's id (vastai create instance takes it)"),
     )  # fmt: skip
+    GROW = ("cpu", "loc")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "deploy", "Deploy", id="offers-deploy", tooltip="Rent the selected offer"),
         Binding("i", "ignore", "Ignore", id="ignore",
                 tooltip="Put the offer's machine on the bad list"),
         Binding("e", "edit_filter", "Vast filter", id="offers-filter",
                 tooltip="Edit this view's Vast filter (vastai query syntax)"),
-        Binding("slash", "filter_rows", "Find", id="filter-rows",
-                tooltip="Show only rows containing a text"),
+        FIND_BINDING,
         Binding("b", "toggle_bad", "Bad", id="offers-bad", tooltip="Show/hide bad machines"),
         *SORT_BINDINGS,
     ]  # fmt: skip
@@ -85,6 +91,8 @@ class OffersPane(TablePane):
         "dl": lambda r: r.offer.inet_down,
         "rel": lambda r: r.offer.reliability,
         "loc": lambda r: r.offer.geolocation,
+        "machine": lambda r: r.offer.machine_id,
+        "offer": lambda r: r.offer.id,
     }
 
     class FilterChosen(Message):
@@ -97,7 +105,6 @@ class OffersPane(TablePane):
     def __init__(self, host: ConsoleHost, **kw: Any) -> None:
         super().__init__(host, **kw)
         self.show_bad = False
-        self.row_filter = ""
         # Made once per offers list, not per keystroke: each offer's row and the text a find
         # searches, the rows in the sort order, each row's cells (only for rows drawn).
         self._base_of: list[RankedOffer] | None = None
@@ -109,18 +116,6 @@ class OffersPane(TablePane):
         self._found: tuple[list[tuple[Row, str]], bool, str, list[tuple[Row, str]]] | None = None
         self._cells_of: list[RankedOffer] | None = None
         self._cell_cache: dict[int, tuple[RankedOffer, list[Text]]] = {}
-
-    def compose(self) -> ComposeResult:
-        yield self.table
-        with Horizontal(id="row-filter-bar"):
-            yield Static("find:", id="row-filter-label")
-            yield FindInput(
-                self._find, placeholder="text in any column; esc clears", id="row-filter"
-            )
-
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.query_one("#row-filter-bar").display = False
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -155,6 +150,10 @@ class OffersPane(TablePane):
 
     def _sorted(self, rows: list[Row]) -> list[Row]:
         return rows  # build_rows made them in order
+
+    def total_rows(self, built: list[Row]) -> int:
+        show_bad = self.show_bad
+        return sum(1 for pair in self._ordered() if show_bad or not pair[0][2].bad)
 
     def row_cells(self, record: Any) -> list[Text]:
         offers = self.host.offers
@@ -232,47 +231,10 @@ class OffersPane(TablePane):
             done,
         )  # fmt: skip
 
-    def action_filter_rows(self) -> None:
-        self.query_one("#row-filter-bar").display = True
-        self.query_one("#row-filter", Input).focus()
-
     def action_toggle_bad(self) -> None:
         self.show_bad = not self.show_bad
         self.refill()
         self.post_message(TitleChanged())
-
-    def _find(self, value: str) -> None:
-        """The find input changed: show the rows that contain its text."""
-        needle = value.strip()
-        if needle == self.row_filter:
-            return
-        self.row_filter = needle
-        self.refill()
-        self.post_message(TitleChanged())
-
-    @on(Input.Submitted, "#row-filter")
-    def _row_filter_done(self) -> None:
-        self.focus_table()
-
-    def on_key(self, event: Key) -> None:
-        if event.key == "escape" and self.query_one("#row-filter", Input).has_focus:
-            event.stop()
-            self.query_one("#row-filter", Input).value = ""
-            self.query_one("#row-filter-bar").display = False
-            self.focus_table()
-
-
-class FindInput(Input):
-    """The find input, which filters the rows in the keystroke's own step: its Changed
-    message would hop three message queues (input, bar, pane) first, and a frame drawn in
-    between (the typed character, the old rows) made the new rows wait for the next one."""
-
-    def __init__(self, on_change: Callable[[str], None], **kw: Any) -> None:
-        super().__init__(**kw)
-        self._on_change = on_change
-
-    def watch_value(self, value: str) -> None:
-        self._on_change(value)
 
 
 def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None) -> None:
@@ -325,6 +287,8 @@ def offer_cells(ranked: RankedOffer) -> list[Text]:
         t(fmt(o.inet_down, ".0f")),
         t(fmt(None if o.reliability is None else o.reliability * 100, ".1f")),
         t(o.geolocation),
+        t(o.machine_id, "dim"),
+        t(o.id, "dim"),
     ]
 
 
@@ -360,6 +324,7 @@ def ram_style(ram_gb: float | None, n: int) -> str:
 def short_cpu(name: str | None) -> str:
     if not name:
         return "-"
+    name = re.sub(r"\b\d+-Core\b", "", name)  # the Cores column says how many
     for word in ("Processor", "CPU", "(R)", "(TM)", "Core"):
         name = name.replace(word, "")
-    return " ".join(name.split())[:14]
+    return " ".join(name.split())  # the column cuts it, as wide as the terminal lets it be
