@@ -52,6 +52,9 @@ import contextlib
 import json
 import os
 import random
+import select
+import signal
+import socket
 import sys
 import threading
 import time
@@ -317,8 +320,24 @@ class Pace:
 
 
 def sleep_forever() -> None:
+    """Block this thread for good; in the main thread, stay woken by every signal.
+
+    The kernel gives a process's signal to any of its threads that does not block it, often a
+    busy one. Python runs the handler in the main thread only, and only once that thread is back
+    in the interpreter: a main thread in time.sleep(3600) ran a SIGTERM that landed on another
+    thread up to an hour late (`curio run` outlived its SIGTERM by over 60 s under load). The
+    C handler also writes the signal to the wakeup fd, which the main thread waits on here."""
+    if threading.current_thread() is not threading.main_thread():
+        while True:
+            time.sleep(3600)
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
     while True:
-        time.sleep(3600)
+        select.select([wake_r], [], [])
+        with contextlib.suppress(BlockingIOError):
+            wake_r.recv(256)  # the handler itself has run by now, back in the interpreter
 
 
 class SimStopwatch:
