@@ -493,7 +493,7 @@ async def test_the_pane_appends_queued_batches_in_one_go_in_order() -> None:
     app = _StreamApp()
     async with app.run_test(size=(80, 12)) as pilot:
         pane = app.query_one(LogsPane)
-        pane.source = "cuzk"
+        pane.source, pane.instance = "cuzk", 3000001
         view = pane.query_one(LogView)
         appends: list[int] = []
         append = view.append
@@ -504,6 +504,9 @@ async def test_the_pane_appends_queued_batches_in_one_go_in_order() -> None:
         await pilot.pause()
         assert appends == [15]  # one append for the five batches; the stale one never shown
         assert view.lines == [line for n in range(5) for line in _numbered(f"b{n}", 3)]
+        # the pane's count, in its header as the tables have theirs in their tabs
+        header = str(pane.query_one("#logs-header", Static).render())
+        assert "instance 3000001  15 lines" in header
 
 
 async def test_the_pane_says_how_many_lines_it_skipped(monkeypatch: pytest.MonkeyPatch) -> None:

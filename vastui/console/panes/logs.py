@@ -143,6 +143,12 @@ class LogsPane(Vertical):
         else:
             target = "engine" if self.source == "engine" else f"instance {self.instance}"
             text.append(f"{target}  ", style="bold")
+            received, kept = self.view.total_received, self.view.buffered
+            if received:  # the pane's count, as the tables' tabs have theirs
+                count = f"{received:,} lines" + (
+                    f", the last {kept:,} kept" if kept < received else ""
+                )
+                text.append(f"{count}  ", style="dim")
         for choice in LOG_CHOICES:
             style = "reverse bold" if choice == self.source else "dim"
             text.append(f" {choice} ", style=style)
@@ -254,6 +260,7 @@ class LogsPane(Vertical):
         for token, source, lines in batches:
             if token == self.token:
                 self._show(source, lines)
+        self.render_header()
 
     def _show(self, source: str, lines: list[str]) -> None:
         if self.source != "all" or self.merged.add(source, lines):
@@ -279,3 +286,4 @@ class LogsPane(Vertical):
     def _show_engine_log(self, fresh: list[str]) -> None:
         if fresh:
             self.view.append("engine", fresh)
+            self.render_header()
