@@ -218,15 +218,22 @@ def test_no_series_uses_a_label_prometheus_reserves() -> None:
     assert wrong == []
 
 
+AUTO = {
+    "target": 3, "min_workers": 1, "max_workers": 8, "unclaimed": 5,
+    "oldest_unclaimed_s": 420.0, "utilisation": 0.62, "done_per_h": 37.2,
+    "capacity_per_h": 60.0, "changed_at": 1_700_000_000.0, "reason": "x",
+}  # fmt: skip
+
+
+def with_auto(base: FleetSample) -> FleetSample:
+    """The sample with an automatic target and overdue requests in its cluster reading."""
+    return replace(base, cluster={**(base.cluster or {}), "autoscale": AUTO, "overdue": 3})
+
+
 def test_the_automatic_target_in_the_scrape() -> None:
     c = FleetCollector()
     base = sample((W1,))
-    auto = {
-        "target": 3, "min_workers": 1, "max_workers": 8, "unclaimed": 5,
-        "oldest_unclaimed_s": 420.0, "utilisation": 0.62, "done_per_h": 37.2,
-        "capacity_per_h": 60.0, "changed_at": 1_700_000_000.0, "reason": "x",
-    }  # fmt: skip
-    c.update(replace(base, cluster={**(base.cluster or {}), "autoscale": auto, "overdue": 3}))
+    c.update(with_auto(base))
     got = scrape(c)
     assert got["vastui_cluster_requests_overdue"] == [({}, 3.0)]
     assert got["vastui_cluster_unclaimed_requests"] == [({}, 5.0)]

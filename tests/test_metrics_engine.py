@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -16,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from tests.helpers import e2e_config
-from tests.test_metrics import W1, W2, sample
+from tests.test_metrics import W1, W2, sample, with_auto
 from vastui.backend import Options
 from vastui.engine.runtime import RunOptions, engine_runtime
 from vastui.metrics import FleetCollector
@@ -79,13 +78,7 @@ def test_promtool_passes_every_series_the_engine_can_export() -> None:
     """Every series of the fixture fleet (the cluster's and the automatic target's too, which a
     dry-run demo does not export) passes promtool; a gauge with a quantile label does not."""
     c = FleetCollector()
-    base = sample((W1, W2))
-    auto = {
-        "target": 3, "min_workers": 1, "max_workers": 8, "unclaimed": 5,
-        "oldest_unclaimed_s": 420.0, "utilisation": 0.62, "done_per_h": 37.2,
-        "capacity_per_h": 60.0, "changed_at": 1_700_000_000.0, "reason": "x",
-    }  # fmt: skip
-    c.update(replace(base, cluster={**(base.cluster or {}), "autoscale": auto, "overdue": 3}))
+    c.update(with_auto(sample((W1, W2))))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(c)
     text = generate_latest(registry).decode()
