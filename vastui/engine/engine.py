@@ -597,7 +597,7 @@ class Engine:
             # work so far carried (curio's count starts again with its next proving stage)
             fields.update(spend.carried_work(rec))
             rec = await self.store.instances.set_stage(rec.vast_id, change.stage, now, **fields)
-        else:
+        elif not _only_seen(rec, fields, now):
             rec = await self.store.instances.update(rec.vast_id, **fields)
         if change is not None:
             await self.store.events.add(
@@ -1395,6 +1395,18 @@ def _seconds(value: str | None) -> int | None:
     """Whole seconds from an instance's environment (untrusted), as the worker reads them."""
     n = parse_number(value)
     return int(n) if n is not None and n == int(n) and 0 < n < 2**31 else None
+
+
+LAST_SEEN_EVERY_S = 60.0  # an unchanged row's last_seen_at is rewritten at most this often
+
+
+def _only_seen(rec: InstanceRecord, fields: Progress, now: float) -> bool:
+    """Nothing but the time it was listed changed, and that was written within the last
+    minute: no row to rewrite (issue 32: each worker's row was written every step). Only
+    spend reads last_seen_at, and only for a destroyed worker with no kill time."""
+    if rec.last_seen_at is None or now - rec.last_seen_at >= LAST_SEEN_EVERY_S:
+        return False
+    return all(getattr(rec, key) == value for key, value in fields.items() if key != "last_seen_at")
 
 
 def _float(value: str | None) -> float | None:
