@@ -19,6 +19,7 @@ from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
 from vastui.console.logview import LogView
+from vastui.console.logviewport import LogViewport
 from vastui.console.rowtable import RowTable
 from vastui.console.sources import OwnEngineSource, ReadOnlySource
 from vastui.console.sources.own import RuntimeFactory
@@ -226,6 +227,12 @@ async def _wait_loaded(pilot) -> None:
     raise AssertionError("fixed data never loaded")
 
 
+def _scrollbar_follows(view: LogViewport) -> bool:
+    """The horizontal scrollbar is sized for the lines' width as last laid out."""
+    bar = view.horizontal_scrollbar
+    return bar.window_virtual_size == view.virtual_size.width
+
+
 def _titles_shown(app) -> bool:
     tabs = app.query_one("#panes", TabbedContent)
     return all(
@@ -320,8 +327,14 @@ def test_snapshot_logs(snap_compare, tmp_path: Path, size):
         table.move_cursor(row=table.get_row_index("3000001"))
         await pilot.press("l")
         # every line in, whatever the load (a bounded loop of pauses let a loaded run take its
-        # snapshot with the longest line still out, and the log's scrollbar sized without it)
-        await settle(pilot, pilot.app, lambda: pilot.app.query_one(LogView).line_count >= len(LOGS))
+        # snapshot with the longest line still out, and the log's scrollbar sized without it),
+        # and the scrollbar laid out for them: the count moves at the append, the geometry a
+        # frame later, the scrollbar at the layout after (a loaded run caught it a cell short)
+        await settle(
+            pilot, pilot.app,
+            lambda: pilot.app.query_one(LogView).line_count >= len(LOGS)
+            and _scrollbar_follows(pilot.app.query_one(LogViewport)),
+        )  # fmt: skip
 
     assert snap_compare(fixed_app(tmp_path, LOGS), terminal_size=size, run_before=before)
 

@@ -83,13 +83,17 @@ class LogViewport(ScrollView, can_focus=True, inherit_bindings=False):
         Binding("home", "scroll_home", "Top", id="logs-top", show=False),
     ]
 
+    # No `scrollbar-gutter: stable`: with it Textual 8.2.8 sized the horizontal scrollbar
+    # from the gutter-less width when it laid the scrollbars out (widget.py
+    # _arrange_scrollbars) and from the width less the gutter when the content changed
+    # (_scroll_update), whichever ran last: the thumb was a cell longer or shorter from run to
+    # run (test_snapshot_logs[size0], 1 run in 4).
     DEFAULT_CSS = """
     LogViewport {
         height: 1fr;
         background: $surface;
         color: $foreground;
         overflow: auto auto;
-        scrollbar-gutter: stable;
         &:focus { background-tint: $foreground 5%; }
         &.-wrap { overflow-x: hidden; }
     }
