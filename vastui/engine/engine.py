@@ -612,7 +612,8 @@ class Engine:
     async def _adopt(self, inst: Instance, now: float) -> InstanceRecord:
         # Its identity in curio's cluster was fixed at its create (its environment): recorded as
         # it is, unless another instance holds it (then it is one curio machine with that one).
-        runner_id = identity.parse_runner_id(inst.env.get("VASTUI_RUNNER_ID"))
+        env = inst.env  # decoded once, here (vast/models.py Instance.env)
+        runner_id = identity.parse_runner_id(env.get("VASTUI_RUNNER_ID"))
         if runner_id is not None:
             holders = [r for r in await self.store.instances.all() if r.runner_id == runner_id]
             if holders:
@@ -635,11 +636,11 @@ class Engine:
             geolocation=inst.geolocation,
             image=inst.image,
             state="loading",
-            min_rate=_float(inst.env.get("MIN_RATE")),
+            min_rate=_float(env.get("MIN_RATE")),
             created_at=inst.start_date or now,
             loading_at=now,
             runner_id=runner_id,
-            paramfetch_timeout=_seconds(inst.env.get("PARAMFETCH_TIMEOUT")),
+            paramfetch_timeout=_seconds(env.get("PARAMFETCH_TIMEOUT")),
         )
         rec = await self.store.instances.upsert(rec, now=now)
         await self.store.events.add(

@@ -137,6 +137,7 @@ class TablePane(Vertical):
         self._shown_version: Any = None
         self._headers: tuple[str | None, bool, int] | None = None
         self.row_filter = ""  # the find's text, lower case ("" shows every row)
+        self._found_text = "find:"  # what the find bar's label says
 
     def compose(self) -> ComposeResult:
         yield self.table
@@ -183,10 +184,15 @@ class TablePane(Vertical):
             return rows
         return [r for r in rows if needle in " ".join(c.plain for c in self._cells(r)).lower()]
 
-    def _show_found(self, shown: int, of: int) -> None:
-        """The find bar says how many rows its text kept."""
-        label = self.query_one("#row-filter-label", Static)
-        label.update(f"find ({shown} of {of}):" if self.row_filter else "find:")
+    def _show_found(self, built: list[Row]) -> None:
+        """The find bar says how many rows its text kept (counted only while it finds; the
+        label redrawn only when its text changes: rows refill every second)."""
+        text = "find:"
+        if self.row_filter:
+            text = f"find ({len(self._rows)} of {self.total_rows(built)}):"
+        if text != self._found_text:
+            self._found_text = text
+            self.query_one("#row-filter-label", Static).update(text)
 
     # -- sorting ---------------------------------------------------------------------------
 
@@ -293,7 +299,7 @@ class TablePane(Vertical):
         built = self.build_rows()
         self._rows = self.found(built)
         if self.is_mounted:
-            self._show_found(len(self._rows), self.total_rows(built))
+            self._show_found(built)
         self._set_headers()
         self._fill(self._rows, self.cursor_key())
 
