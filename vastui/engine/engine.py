@@ -23,7 +23,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import Any
@@ -135,6 +135,11 @@ class Engine:
         self.settings = settings or EngineSettings()
         self.on_change = on_change
         self._lock = asyncio.Lock()  # one decision at a time: steps, events, commands
+        # What decisions since a reconcile read the store changed (issue 32: the reconcile holds
+        # the lock one worker at a time, so events are decided between): the workers a
+        # follower's decision touched, and a count of decisions that may have touched any.
+        self._touched: set[int] = set()
+        self._epoch = 0
         self._offers: list[RankedOffer] = []
         self._foreign_seen: list[tuple[int, str, float]] | None = None  # as last written
         self._ssh_reached: dict[int, float] = {}  # proving worker -> last counters read (clock)
@@ -240,6 +245,19 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await commands
 
+    @contextlib.asynccontextmanager
+    async def _deciding(self, vast_id: int | None = None) -> AsyncIterator[None]:
+        """The engine's lock for one decision, noting what it may have changed for a reconcile
+        in progress: one worker (a follower's event, reading, status) or any (``None``)."""
+        async with self._lock:
+            try:
+                yield
+            finally:
+                if vast_id is None:
+                    self._epoch += 1
+                else:
+                    self._touched.add(vast_id)
+
     async def _guard(self, work: Awaitable[Any]) -> None:
         """Run store work outside a step: a fatal store error stops the engine."""
         try:
@@ -308,8 +326,7 @@ class Engine:
             observed_at = self.clock()
             vast = await self._observe_vast()
             if vast is not None:
-                async with self._lock:
-                    await self._reconcile(vast, observed_at)
+                await self._reconcile(vast, observed_at)
         except Exception as exc:
             self._step_failed(exc)
         # curio's cluster after Vast: drains end, destroyed workers' tasks are freed, curio's
@@ -360,7 +377,7 @@ class Engine:
     async def run_commands(self) -> None:
         """The operator's commands waiting in the store, carried out under the lock: the
         console's and the CLI's only way in (each step starts with it)."""
-        async with self._lock:
+        async with self._deciding():
             await self.commands.run_pending()
 
     # -- observe ------------------------------------------------------------------------
@@ -395,8 +412,39 @@ class Engine:
 
     async def _reconcile(self, vast: dict[int, Instance], observed_at: float) -> None:
         """Reconcile the store with Vast's list, read at ``observed_at`` (engine clock): what
-        the engine did after that (a kill on an event, a rent by hand) the list cannot show."""
-        now = self.clock()
+        the engine did after that (a kill on an event, a rent by hand) the list cannot show.
+
+        The engine's lock is held for the fleet-wide part, then for one worker at a time: a
+        worker's event waits for one worker's reconcile, not a thousand (issue 32). A worker a
+        decision touched meanwhile is read again before it is judged. What the list changed
+        on workers that need nothing else is written at the end, in one transaction."""
+        async with self._lock:
+            now = self.clock()
+            known, bad = await self._reconcile_fleet(vast, observed_at, now)
+            self._touched.clear()
+            epoch = self._epoch
+        observed: dict[int, Progress] = {}
+        try:
+            for rec in known:
+                async with self._lock:
+                    if self._epoch != epoch or rec.vast_id in self._touched:
+                        fresh = await self.store.instances.get(rec.vast_id)
+                        if fresh is None or fresh.killed:
+                            continue
+                        rec = fresh
+                    await self._isolated(
+                        rec.vast_id, self._reconcile_one(rec, vast, bad, now, observed)
+                    )
+        finally:
+            if observed:
+                async with self._lock:
+                    await self.store.instances.update_observed(observed.items())
+
+    async def _reconcile_fleet(
+        self, vast: dict[int, Instance], observed_at: float, now: float
+    ) -> tuple[list[InstanceRecord], dict[int, str]]:
+        """The fleet-wide part, under the lock: intents, adoptions, destroys that did not take,
+        other controllers' instances. Returns the live workers to reconcile and the bad list."""
         by_label = {inst.label: inst for inst in vast.values() if inst.label}
         # A rent by hand while the list was read is done (or, its answer lost, one miss of the
         # RENT_MISSES it takes to give up on it) by now: intents need no guard.
@@ -434,9 +482,7 @@ class Engine:
         # misses of instances no longer live (destroyed meanwhile) are forgotten
         live = {r.vast_id for r in known.values() if not r.killed}
         self._unseen = {k: v for k, v in self._unseen.items() if k in live}
-        for rec in list(known.values()):
-            if not rec.killed and rec.source == "vastui":
-                await self._isolated(rec.vast_id, self._reconcile_one(rec, vast, bad, now))
+        return [r for r in known.values() if not r.killed and r.source == "vastui"], bad
 
     async def _note_foreign(self, foreign: list[ForeignInstance], now: float) -> None:
         """Keep the other controllers' instances as last listed, and warn once per fleet. Written
@@ -475,8 +521,16 @@ class Engine:
             return None
 
     async def _reconcile_one(
-        self, rec: InstanceRecord, vast: dict[int, Instance], bad: dict[int, str], now: float
+        self,
+        rec: InstanceRecord,
+        vast: dict[int, Instance],
+        bad: dict[int, str],
+        now: float,
+        observed: dict[int, Progress],
     ) -> None:
+        """One worker against its listing. What the listing changed of it alone (its status,
+        price, endpoint, when it was seen) goes into ``observed``, written after the whole
+        reconcile; it is written first, here, if the worker is acted on."""
         inst = vast.get(rec.vast_id)
         if inst is None:
             # One list that misses a row is not proof: ask for the instance itself, and even
@@ -487,20 +541,33 @@ class Engine:
                 self._seen(rec.vast_id)
             return
         self._seen(rec.vast_id)
-        rec = await self._refresh(rec, inst, now)
+        rec = await self._refresh(rec, inst, now, observed)
         if rec.pooled_since is not None:
+            await self._write_observed(rec.vast_id, observed)
             await self._pooled(rec, inst, now)
             return
-        if rec.outbid_since is not None and await self._outbid(rec, inst, now):
-            return
+        if rec.outbid_since is not None:
+            await self._write_observed(rec.vast_id, observed)
+            if await self._outbid(rec, inst, now):
+                return
         if rec.is_bid and inst.is_running:
-            await self._rebid(rec, bidding.lower(rec, inst.min_bid, self.config.bids), inst, now)
+            lower = bidding.lower(rec, inst.min_bid, self.config.bids)
+            if lower is not None:
+                await self._write_observed(rec.vast_id, observed)
+                await self._rebid(rec, lower, inst, now)
         bad_reason = bad.get(rec.machine_id) if rec.machine_id is not None else None
         kill = policy.reconcile_kill(rec, now, self.config, bad_reason)
         if kill is not None:
+            await self._write_observed(rec.vast_id, observed)
             await self.acts.kill(rec, kill)
             return
         self.follow.ensure(rec)
+
+    async def _write_observed(self, vast_id: int, observed: dict[int, Progress]) -> None:
+        """Write what the listing changed of a worker now, before it is acted on."""
+        fields = observed.pop(vast_id, None)
+        if fields:
+            await self.store.instances.update(vast_id, **fields)
 
     async def _pooled(self, rec: InstanceRecord, inst: Instance, now: float) -> None:
         """A worker in the warm pool: its queued start went ahead (Vast runs it), or it is
@@ -569,7 +636,12 @@ class Engine:
             instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
         )  # fmt: skip
 
-    async def _refresh(self, rec: InstanceRecord, inst: Instance, now: float) -> InstanceRecord:
+    async def _refresh(
+        self, rec: InstanceRecord, inst: Instance, now: float, observed: dict[int, Progress]
+    ) -> InstanceRecord:
+        """The record with what Vast's listing says of the instance. A change of the listing's
+        own fields alone is put in ``observed`` (the record returned has it); one that moves
+        the worker (a stage, its running or unhealthy time, a bid's state) is written now."""
         status = inst.actual_status
         endpoint = inst.ssh_endpoint()
         fields: Progress = {
@@ -597,14 +669,19 @@ class Engine:
             # work so far carried (curio's count starts again with its next proving stage)
             fields.update(spend.carried_work(rec))
             rec = await self.store.instances.set_stage(rec.vast_id, change.stage, now, **fields)
-        elif not _only_seen(rec, fields, now):
+        elif _only_seen(rec, fields, now):
+            pass
+        elif _observed_only(rec, fields) and not _starts_setup(rec, status, endpoint):
+            observed[rec.vast_id] = fields
+            rec = replace(rec, **fields)
+        else:
             rec = await self.store.instances.update(rec.vast_id, **fields)
         if change is not None:
             await self.store.events.add(
                 "bid", change.note, instance_id=rec.vast_id, machine_id=rec.machine_id, now=now
             )
             log.info("instance %s: %s", rec.vast_id, change.note)
-        if rec.state == "loading" and status == "running" and endpoint is not None:
+        if _starts_setup(rec, status, endpoint):
             rec = await self.store.instances.set_stage(rec.vast_id, "setup", now=now)
             log.info("instance %s running on machine %s: setup", rec.vast_id, rec.machine_id)
         return rec
@@ -765,7 +842,7 @@ class Engine:
                 [*records, *killed], now, window, fleet_done, read.totals.cluster_done,
                 read.totals.paid,
             )  # fmt: skip
-        async with self._lock:
+        async with self._deciding():
             if view is not None:
                 for vast_id, state in view.workers.items():
                     await self._isolated(vast_id, self._note_cluster(vast_id, state, now))
@@ -979,7 +1056,7 @@ class Engine:
     ) -> bool:
         """Fold one counters reading (None: unreadable; ``unreachable``: no SSH connection at
         all; ``read_at``: when it was read, default now) and decide. False once not proving."""
-        async with self._lock:
+        async with self._deciding(vast_id):
             rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
@@ -1008,7 +1085,7 @@ class Engine:
         digest = image.get("digest") if isinstance(image, dict) else None
         if not isinstance(digest, str) or not digest:
             return
-        async with self._lock:
+        async with self._deciding(vast_id):
             rec = await self.store.instances.get(vast_id)
             if rec is not None and not rec.killed:
                 await self.store.instances.update(vast_id, image_digest=sanitize_line(digest, 200))
@@ -1027,7 +1104,7 @@ class Engine:
 
         `position` is the event's line number in the worker's log (what `--after` counts).
         """
-        async with self._lock:
+        async with self._deciding(vast_id):
             rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed:
                 return False
@@ -1232,7 +1309,7 @@ class Engine:
 
     async def _provision(self) -> None:
         """Rent at most one worker towards the target, then publish the status and its reason."""
-        async with self._lock:
+        async with self._deciding():
             await self._autoscale()
             view = await self.fleet_view()
             if view.workers > view.target > 0 and not view.api_error:
@@ -1247,7 +1324,7 @@ class Engine:
             except VastError as exc:
                 search_error = self._cycle_error = sanitize_line(f"offer search: {exc}", 300)
                 log.warning("%s", self._cycle_error)
-        async with self._lock:
+        async with self._deciding():
             view = await self.fleet_view()
             if search_error is not None:
                 view = replace(view, api_error=search_error)
@@ -1408,6 +1485,24 @@ def _only_seen(rec: InstanceRecord, fields: Progress, now: float) -> bool:
     if rec.last_seen_at is None or now - rec.last_seen_at >= LAST_SEEN_EVERY_S:
         return False
     return all(getattr(rec, key) == value for key, value in fields.items() if key != "last_seen_at")
+
+
+# The listing's own fields: a change of these alone moves nothing (its stage, its clocks)
+OBSERVED_FIELDS = frozenset(
+    ("vast_status", "dph_total", "status_msg", "last_seen_at", "ssh_host", "ssh_port")
+)
+
+
+def _observed_only(rec: InstanceRecord, fields: Progress) -> bool:
+    """Only the listing's own fields changed: the write can wait for the reconcile's end."""
+    return all(
+        key in OBSERVED_FIELDS or getattr(rec, key) == value for key, value in fields.items()
+    )
+
+
+def _starts_setup(rec: InstanceRecord, status: str | None, endpoint: object) -> bool:
+    """A loading instance Vast now runs, reachable: its setup starts."""
+    return rec.state == "loading" and status == "running" and endpoint is not None
 
 
 def _float(value: str | None) -> float | None:

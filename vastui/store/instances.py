@@ -182,6 +182,33 @@ class InstanceRepo:
             raise StoreError(f"no instance {vast_id}")
         return self.decode(row)
 
+    async def update_observed(self, rows: Iterable[tuple[int, Progress]]) -> int:
+        """Progress fields of many live instances in one transaction (what one reconcile saw of
+        each on Vast's list: issue 32, a transaction per worker per step was the largest share
+        of a big fleet's engine CPU). A killed row is left as its kill wrote it. Returns the
+        number of rows written."""
+        groups: dict[tuple[str, ...], list[dict[str, object]]] = {}
+        for vast_id, fields_ in rows:
+            unknown = set(fields_) - PROGRESS_COLUMNS
+            if unknown:
+                raise ValueError(f"not updatable piecemeal: {sorted(unknown)}")
+            if fields_:
+                groups.setdefault(tuple(sorted(fields_)), []).append(
+                    {**fields_, "vast_id": vast_id}
+                )
+        if not groups:
+            return 0
+        written = 0
+        async with self._db.transaction() as conn:
+            for keys, params in groups.items():
+                sets = ", ".join(f"{k} = :{k}" for k in keys)
+                cursor = await conn.executemany(
+                    f"UPDATE instances SET {sets} WHERE vast_id = :vast_id AND state != 'killed'",
+                    params,
+                )
+                written += max(cursor.rowcount, 0)
+        return written
+
     async def kill_row(
         self,
         conn: aiosqlite.Connection,
