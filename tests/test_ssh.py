@@ -72,6 +72,9 @@ class FakeWorker:
         self.channels_closed: list[str] = []  # commands whose channel the client closed
         self.channel_closed = asyncio.Event()
         self.forward_requests: list[tuple[str, int]] = []
+        self.session = True  # answers `workerctl session` (False: an image from before it)
+        self.asked: list[str] = []  # questions asked on sessions
+        self.session_raw: bytes | None = None  # what a session answers instead, when set
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -149,6 +152,9 @@ class FakeWorker:
                 process.stdout.write(json.dumps(self.status).encode() + b"\n")
             elif argv == ["workerctl", "cuzk-status"]:
                 process.stdout.write(json.dumps(self.cuzk).encode() + b"\n")
+            elif argv == ["workerctl", "session"] and self.session:
+                await self._session(process)
+                return
             elif argv[:2] == ["workerctl", "events"]:
                 await self._events(process, argv[2:])
                 return
@@ -182,6 +188,22 @@ class FakeWorker:
             process.exit(0)
         except (asyncssh.Error, OSError, BrokenPipeError):
             pass
+
+    async def _session(self, process: asyncssh.SSHServerProcess) -> None:
+        """worker-image/workerctl's `session`: a read per line in, `STATUS JSON` per line out."""
+        answers = {"status": self.status, "cuzk-status": self.cuzk}
+        while True:
+            line = await process.stdin.readline()
+            if not line:
+                return
+            name = line.decode().strip()
+            self.asked.append(name)
+            if self.session_raw is not None:
+                process.stdout.write(self.session_raw)
+            elif name in answers:
+                process.stdout.write(b"0 " + json.dumps(answers[name]).encode() + b"\n")
+            else:
+                process.stdout.write(b"2 null\n")
 
     async def _until_closed(self, process: asyncssh.SSHServerProcess, command: str) -> None:
         await process.channel.wait_closed()
@@ -579,11 +601,53 @@ async def test_a_close_the_peer_never_answers_is_aborted_not_waited_for(
 
 
 async def test_worker_status_and_cuzk_status(fake, make_conn) -> None:
-    worker = Worker(make_conn())
+    """The reads share one `workerctl session` channel (issue 32: not a channel each)."""
+    conn = make_conn()
+    worker = Worker(conn)
     status = await worker.status()
     assert status == {"stage": "proving", "rate": 31.4, "msg": "ok"}
     assert await worker.cuzk_status() == fake.cuzk
-    assert fake.commands == ["workerctl status", "workerctl cuzk-status"]
+    assert await Worker(conn).status() == status  # another Worker on the same connection
+    assert fake.commands == ["workerctl session"]
+    assert fake.asked == ["status", "cuzk-status", "status"]
+    assert conn.reads.opened == 1
+
+
+async def test_an_image_without_session_is_asked_command_by_command(fake, make_conn) -> None:
+    fake.session = False
+    conn = make_conn()
+    worker = Worker(conn)
+    assert (await worker.status())["stage"] == "proving"
+    assert await worker.cuzk_status() == fake.cuzk
+    assert fake.commands == ["workerctl session", "workerctl status", "workerctl cuzk-status"]
+    assert conn.reads.supported is False
+
+
+async def test_a_dropped_session_is_reopened_for_the_next_read(fake, make_conn) -> None:
+    conn = make_conn()
+    worker = Worker(conn)
+    await worker.status()
+    fake.drop_connections()  # the connection, and the session on it, gone
+    assert (await worker.cuzk_status()) == fake.cuzk
+    assert fake.commands == ["workerctl session", "workerctl session"]
+    assert conn.reads.opened == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "error", "match"),
+    [
+        (b'1 {"error":"cuzk status unavailable"}\n', WorkerCommandFailed, "status 1"),
+        (b"0 this is \x1b[31mnot json\n", WorkerProtocolError, "bad JSON"),
+        (b"\x1b]0;owned\x07 junk\n", WorkerProtocolError, "bad session answer"),
+    ],
+)
+async def test_a_bad_session_answer_is_the_commands_error(
+    fake, make_conn, raw: bytes, error: type[Exception], match: str
+) -> None:
+    fake.session_raw = raw
+    with pytest.raises(error, match=match) as caught:
+        await Worker(make_conn()).cuzk_status()
+    assert "\x1b" not in str(caught.value) and "\x07" not in str(caught.value)
 
 
 async def test_worker_rejects_non_object_json(fake, make_conn) -> None:

@@ -1064,6 +1064,36 @@ def test_workerctl_without_state(sandbox: Sandbox) -> None:
     }
 
 
+def test_workerctl_session_answers_as_each_command_does(sandbox: Sandbox) -> None:
+    """`workerctl session` (the controller's one channel for its reads): a line in, a line
+    out, `STATUS JSON` as the command alone would print and exit; anything else `2 null`,
+    and the session goes on."""
+    asked = ["status", "cuzk-status", "logs setup", "cuzk-counters", "--help", "status"]
+    res = subprocess.run(
+        [sandbox.script("workerctl"), "session"], input="".join(f"{a}\n" for a in asked),
+        env=sandbox.env, capture_output=True, text=True, timeout=20, start_new_session=True,
+    )  # fmt: skip
+    assert res.returncode == 0
+    lines = res.stdout.splitlines()
+    assert len(lines) == len(asked)
+
+    def answer(line: str) -> tuple[int, object]:
+        status, _, text = line.partition(" ")
+        value = json.loads(text)
+        if isinstance(value, dict):
+            value.pop("now", None)
+        return int(status), value
+
+    for name, line in zip(asked, lines, strict=True):
+        if name in ("logs setup", "--help"):
+            assert answer(line) == (2, None)
+            continue
+        alone = sandbox.ctl(name)
+        expected = json.loads(alone.stdout)
+        expected.pop("now", None)
+        assert answer(line) == (alone.returncode, expected), name
+
+
 def test_workerctl_events_follow_waits_for_file(sandbox: Sandbox) -> None:
     out = sandbox.tmp / "follow.out"
     sandbox.start([sandbox.script("workerctl"), "events", "--follow", "--after", "1"], out=out)

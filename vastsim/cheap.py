@@ -5,8 +5,8 @@ sandbox per instance: true to the worker, but a few processes each. A fleet of h
 cores needs less: `CheapWorkerHost` gives each running instance a real SSH server (the same
 `SandboxSshd`: the account's keys, a host key of its own) whose `workerctl` is answered in
 this process, from a scripted timeline that speaks the worker's protocol
-(worker-image/README.md): `status`, `events [--follow] [--after N]` (JSON lines with a wall
-`ts`), `cuzk-counters`, `cuzk-status`, `logs SOURCE [--tail N] [--follow]`.
+(worker-image/README.md): `status`, `session`, `events [--follow] [--after N]` (JSON lines
+with a wall `ts`), `cuzk-counters`, `cuzk-status`, `logs SOURCE [--tail N] [--follow]`.
 
 What the engine sees over SSH is what a real worker sends; what it costs the simulator is a
 coroutine per instance and an SSH channel per command.
@@ -242,6 +242,9 @@ class CheapSshd(SandboxSshd):
             answer = worker.status() if command == "status" else worker.counters()
             process.stdout.write(json.dumps(answer).encode() + b"\n")
             return 0
+        if command == "session":  # worker-image/workerctl's cmd_session
+            await _until_closed(process, self._session(process))
+            return 0
         if command == "events":
             await _until_closed(process, self._events(process, args))
             return 0
@@ -250,6 +253,16 @@ class CheapSshd(SandboxSshd):
             return 0
         process.stderr.write(f"workerctl: unknown command {command!r}\n".encode())
         return 2
+
+    async def _session(self, process: asyncssh.SSHServerProcess[Any]) -> None:
+        """A read per line in, `STATUS JSON` per line out, until the client closes it."""
+        while line := await process.stdin.readline():
+            name = line.decode(errors="replace").strip()
+            if name in ("status", "cuzk-counters", "cuzk-status"):
+                answer = self.worker.status() if name == "status" else self.worker.counters()
+                process.stdout.write(b"0 " + json.dumps(answer).encode() + b"\n")
+            else:
+                process.stdout.write(b"2 null\n")
 
     async def _events(self, process: asyncssh.SSHServerProcess[Any], args: list[str]) -> None:
         after = int(args[args.index("--after") + 1]) if "--after" in args else 0

@@ -59,6 +59,7 @@ from .lines import (
     split_output,
 )
 from .pins import HostKeyPins, ssh_key
+from .session import ReadSession
 
 log = logging.getLogger("vastui.ssh")
 
@@ -196,6 +197,8 @@ class WorkerConnection:
         self._blocked: HostKeyChanged | None = None
         self._closed = False
         self._listeners: dict[RemoteForward, asyncssh.SSHListener] = {}
+        # the worker's reads (status, cuzk-counters) on one long-lived channel (issue 32)
+        self.reads = ReadSession(self)
         self.forward_errors: dict[RemoteForward, str] = {}
         self.connect_attempts = 0  # network connection attempts made, ever
 
@@ -498,6 +501,7 @@ class WorkerConnection:
     async def close(self) -> None:
         """Close for good; later calls raise :class:`SshClosed`."""
         self._closed = True
+        self.reads.drop()
         conn, self._conn = self._conn, None
         self._listeners = {}
         if conn is not None:
@@ -525,7 +529,16 @@ class WorkerConnection:
             return SshClosed(self.instance_id, f"connection closed while running: {command}")
         return SshConnectionLost(self.instance_id, f"connection lost while running: {command}")
 
-    async def _open(self, command: str) -> tuple[asyncssh.SSHClientConnection, Any]:
+    async def open_process(
+        self, command: str, *, stdin_eof: bool = True
+    ) -> tuple[asyncssh.SSHClientConnection, Any]:
+        """Start ``command`` (bytes in and out); ``stdin_eof=False`` keeps its stdin open (a
+        `workerctl session`). A connection found dead at this point is re-established once."""
+        return await self._open(command, stdin_eof=stdin_eof)
+
+    async def _open(
+        self, command: str, *, stdin_eof: bool = True
+    ) -> tuple[asyncssh.SSHClientConnection, Any]:
         """Start ``command``; a connection found dead at this point is re-established once."""
         for retry in (False, True):
             conn = await self._ensure()
@@ -540,7 +553,8 @@ class WorkerConnection:
             except (asyncssh.Error, OSError) as e:
                 err = e
             else:
-                process.stdin.write_eof()
+                if stdin_eof:
+                    process.stdin.write_eof()
                 return conn, process
             self.connection_gone(conn, None)
             if retry:

@@ -62,9 +62,10 @@ class Worker:
     def instance_id(self) -> int:
         return self.conn.instance_id
 
-    async def _json_object(self, *args: object) -> dict[str, Any]:
-        command = workerctl(*args)
-        value = await self.conn.run_json(command, timeout=self.timeout)
+    async def _json_object(self, name: str) -> dict[str, Any]:
+        """One read, on the worker's session channel (vastui/ssh/session.py)."""
+        command = workerctl(name)
+        value = await self.conn.reads.ask(name, timeout=self.timeout)
         if not isinstance(value, dict):
             raise WorkerProtocolError(
                 self.instance_id,
