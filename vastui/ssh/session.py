@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import asyncssh
 
 from .errors import SshConnectionLost, SshTimeout, WorkerCommandFailed, WorkerProtocolError
 
-if TYPE_CHECKING:
-    from .connection import WorkerConnection
+
+class WorkerConnection(Protocol):
+    """What a session needs of its connection (connection.py's WorkerConnection)."""
+
+    instance_id: int
+
+    async def open_process(self, command: str, *, stdin_eof: bool = True) -> tuple[Any, Any]: ...
+
+    async def run_json(self, command: str, *, timeout: float) -> Any: ...
+
+    def parse_json(self, text: str, what: str) -> Any: ...
+
 
 READS = frozenset({"status", "cuzk-status", "cuzk-counters"})
 SESSION_COMMAND = "workerctl session"
