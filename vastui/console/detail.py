@@ -25,9 +25,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from vastui.console.backdrop import Dialog
 from vastui.console.cells import age, money, t
 from vastui.console.detailtext import (
     BEFORE_END,
@@ -103,7 +103,7 @@ class _DrawnOnce:
         return Measurement.get(console, options, self.table)
 
 
-class DetailScreen(ModalScreen[None]):
+class DetailScreen(Dialog[None]):
     """Everything about one instance, kept current while open."""
 
     BINDINGS: ClassVar[list[BindingType]] = [

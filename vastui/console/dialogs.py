@@ -11,11 +11,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from vastui.console.backdrop import Dialog
 
-class ConfirmScreen(ModalScreen[bool]):
+
+class ConfirmScreen(Dialog[bool]):
     """Yes/no for the actions that change the fleet. Enter confirms and escape cancels, as in
     every dialog of the console (a prompt submits with enter too); `y`/`n` also answer."""
 
@@ -49,7 +50,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(value)
 
 
-class PromptScreen(ModalScreen[str | None]):
+class PromptScreen(Dialog[str | None]):
     """One line of input (a reason, a machine id, a filter). Escape cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -110,7 +111,7 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class QuitScreen(ModalScreen[str | None]):
+class QuitScreen(Dialog[str | None]):
     """Quitting while this console's own engine has live instances: they keep billing, and
     nothing supervises them once the engine stops. `h` hands them over to a headless engine,
     `q` quits anyway, `n`/escape stays."""

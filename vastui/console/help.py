@@ -12,9 +12,9 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap, BindingType
 from textual.containers import VerticalScroll
 from textual.dom import DOMNode
-from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from vastui.console.backdrop import Dialog
 from vastui.console.panes.base import Column
 
 Section = tuple[str, type[DOMNode], tuple[Column, ...]]
@@ -71,7 +71,7 @@ def strip_table(rows: Iterable[tuple[str, str]]) -> Table:
     return table
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Dialog[None]):
     """Keys per pane (as remapped), columns, the strip. Built when opened."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
