@@ -507,6 +507,22 @@ async def test_the_pane_appends_queued_batches_in_one_go_in_order() -> None:
         # the pane's count, in its header as the tables have theirs in their tabs
         header = str(pane.query_one("#logs-header", Static).render())
         assert "instance 3000001  15 lines" in header
+        # ... redrawn without laying the screen out (issue 32: a fast stream laid out the whole
+        # screen with every batch, whichever pane showed), and only when it changed
+        layouts: list[bool] = []
+        static = pane.query_one("#logs-header", Static)
+        refresh = static.refresh
+
+        def recorded(*regions: Any, **kw: Any) -> Any:
+            layouts.append(kw.get("layout", False))
+            return refresh(*regions, **kw)
+
+        static.refresh = recorded  # type: ignore[method-assign]
+        pane.queue_lines(pane.token, "cuzk", _numbered("b5", 3))
+        await pilot.pause()
+        pane.render_header()  # nothing new: not redrawn
+        assert layouts == [False]
+        assert "18 lines" in str(static.render())
 
 
 async def test_the_pane_says_how_many_lines_it_skipped(monkeypatch: pytest.MonkeyPatch) -> None:

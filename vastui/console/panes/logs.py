@@ -119,6 +119,7 @@ class LogsPane(Vertical):
         self._pending_lines = 0
         self._skipped = 0  # lines dropped from a backlog the pane could not keep up with
         self.skipped_total = 0  # lines skipped unshown since the pane opened (each said so)
+        self._header: Text | None = None  # the header as last drawn
         self._flush_posted = False
         self._resort_due = False  # the merged log waits to be put back in time order
 
@@ -152,7 +153,13 @@ class LogsPane(Vertical):
         for choice in LOG_CHOICES:
             style = "reverse bold" if choice == self.source else "dim"
             text.append(f" {choice} ", style=style)
-        self.query_one("#logs-header", Static).update(text)
+        if text == self._header:
+            return
+        self._header = text
+        # One line high whatever it says (vastui.tcss): no layout. With one, every batch of a
+        # fast stream laid the whole screen out again, whichever pane showed (issue 32: a row
+        # move in the offers took 19 ms against the minimal app's 7 while a log streamed).
+        self.query_one("#logs-header", Static).update(text, layout=False)
 
     # -- choosing what to show --------------------------------------------------------------
 
