@@ -42,7 +42,12 @@ MODULES: dict[str, tuple[str, int, int]] = {
     "startup": ("`vastui offers --json` process vs `vastai search offers --raw`", 25, 45),
     "keys": ("key to screen in a real terminal vs a minimal Textual app", 45, 180),
     "detail": ("the detail view opening, drawn and settled, vs a minimal app's modal", 45, 150),
-    "fleet": ("engine following 200 workers: CPU, RSS, tick, event-to-decision", 35, 120),
+    "fleet": (
+        "engine following 200 workers: CPU, RSS, tick, event-to-decision; the scale curve to "
+        "1,000 workers",
+        150,
+        1500,
+    ),
     "logstream": ("log lines/s into the log pane vs a bare asyncssh reader", 20, 90),
     "economics": (
         "vastui's policy vs the original's over a simulated week; the automatic target vs the "

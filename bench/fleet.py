@@ -1,7 +1,7 @@
 """Engine at fleet scale: one engine following hundreds of simulated workers over real SSH on
-loopback, with 10,000 offers in the market.
+loopback, with 10,000 offers in the market; and the scale curve to a thousand workers.
 
-    .venv/bin/python -m bench.fleet [--quick] [--profile]
+    .venv/bin/python -m bench.fleet [--quick] [--profile] [--workers N] [--scale]
 
 The simulated cloud runs in a process of its own (`--serve`: a `SimCloud` of ~10,000 offers
 served over HTTP by uvicorn, with `vastsim.cheap` workers: a real SSH server per instance
@@ -9,22 +9,28 @@ whose `workerctl` is answered from a scripted timeline), so this process holds t
 alone and its CPU time and peak RSS are the engine's (plus this harness, which only waits).
 
 The engine (the real `Engine`, `SshPool`, `VastClient` over HTTP with its production pacing,
-SQLite store in a temporary directory) rents the workers itself (`deploy`, manual mode), then
-follows them: events over `workerctl events --follow`, cuzk counters on a cadence, a reconcile
-step on a cadence. Its target is one above the fleet and the fleet $/h cap is tiny, so every
-step that finds its offers stale searches and ranks the market and then declines to rent
-(`fleet_dph_cap`): the heaviest step the engine takes. Measured:
+SQLite store in a temporary directory) rents the workers itself (`deploy`, manual mode; the
+machines picked from a search of the whole market), then follows them: events over `workerctl
+events --follow`, cuzk counters on a cadence (on each worker's `workerctl session`), a
+reconcile step on a cadence. Its target is one above the fleet and the fleet $/h cap is tiny,
+so every step that finds its offers stale searches and ranks the market and then declines to
+rent (`fleet_dph_cap`): the heaviest step the engine takes. Measured:
 
 - ramp: every worker from rent to proving (~10 events each in a few seconds); its event delays
   include discovery (a worker is followed from the first step that sees it running);
 - steady window, the engine as shipped (the default filter, at most 500 offers a search): CPU
   share (process CPU time / wall), each event's delay from its `ts` (the worker's wall clock
   when it wrote it) to the engine's decision (`handle_worker_event` returning, the store row
-  written), peak RSS (`fleet.peak_rss_mb`);
+  written), peak RSS (`fleet.peak_rss_mb`, VmHWM);
 - ticks: `engine.step()` with a forced offer refresh (search + parse + rank + publish + the
-  reconcile of every worker), wall and CPU, as a ratio to `json.loads` of the same payload:
-  `fleet.default.*` for the default query, `fleet.*` with every one of the 10,000 offers
-  returned (then `fleet.peak_rss_10k_mb`); and steps at target (no search).
+  reconcile of every worker), wall and the step's own CPU (bench/owncpu.py: its own resumes
+  and its queries' SQL, not the followers' work meanwhile; `*_process_cpu_ms` is the whole
+  process's), as a ratio to `json.loads` of the same answer timed in a process of its own just
+  before each step (the median of the per-step ratios): `fleet.default.*` for the default
+  query, `fleet.*` with every one of the 10,000 offers returned (then `fleet.peak_rss_10k_mb`);
+  and steps at target (no search): `step_cpu_ms_per_worker`;
+- the scale curve (issue 32): the same at 50, 200, 500 and 1,000 workers, each in a process of
+  its own (its own peak RSS), as `fleet.scale.<workers>.<figure>`.
 
 Load is harsher than production on purpose (see `Plan`): events ~25x a real fleet's rate,
 counters read 3x as often, steps 6x as often.
@@ -50,6 +56,7 @@ import asyncssh
 import httpx
 
 from bench.common import Goal, peak_rss_mb, percentile, progress, ratio, rss_mb
+from bench.owncpu import Meter, install_sql_meter, measured
 from vastui.config import Config
 from vastui.domain.reports import WorkerEvent
 from vastui.engine.engine import Engine, EngineSettings
@@ -63,12 +70,19 @@ WIDE = "verified=any external=any"  # every offer of the market comes back
 OFFERS_LIMIT = 10_000
 
 GOALS = [
-    Goal("fleet.tick_cpu_ratio_vs_json", "<=", 3.0, "one step searching all 10,000 offers"),
+    Goal("fleet.tick_cpu_ratio_vs_json", "<=", 2.0, "the step's own CPU searching all 10,000 "
+         "offers with 200 workers, ÷ json.loads of the answer timed just before each step"),
     Goal("fleet.peak_rss_mb", "<=", 200.0, "engine process, default offers query"),
     Goal("fleet.peak_rss_10k_mb", "<=", 200.0, "engine process, 10,000 offers per search"),
     Goal("fleet.event_to_decision_p95_s", "<=", 1.0, "steady window"),
     Goal("fleet.cpu_share", "<=", 1.0, "cores used by the engine process, steady window"),
-]
+    Goal("fleet.scale.1000.event_to_decision_p95_s", "<=", 1.0, "1,000 workers, steady window"),
+    Goal("fleet.scale.1000.event_to_decision_max_s", "<=", 2.0, "1,000 workers, steady window"),
+    Goal("fleet.scale.1000.cpu_share", "<=", 0.5, "1,000 workers: cores, steady window"),
+    Goal("fleet.scale.1000.peak_rss_mb", "<=", 300.0, "1,000 workers: the engine process"),
+    Goal("fleet.scale.step_cpu_per_worker_1000_vs_50", "<=", 1.3,
+         "a step's own CPU per worker at 1,000 ÷ at 50"),
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -98,7 +112,12 @@ class Probe:
 
     delays: list[tuple[float, float]] = field(default_factory=list)  # (decided at, delay s)
     proving: set[int] = field(default_factory=set)  # workers whose prove start was decided
-    steps: list[tuple[float, float, float, bool]] = field(default_factory=list)  # at, wall, cpu
+    late: list[tuple[float, int, str]] = field(default_factory=list)  # delay, worker, event
+    # at, wall, the step's own CPU (bench/owncpu.py), searched, the process's CPU meanwhile
+    steps: list[tuple[float, float, float, bool, float]] = field(default_factory=list)
+
+
+install_sql_meter()  # the step's queries are its own CPU too (bench/owncpu.py)
 
 
 class TimedEngine(Engine):
@@ -113,18 +132,22 @@ class TimedEngine(Engine):
         if event.ts is not None:
             now = time.time()
             self.probe.delays.append((now, now - event.ts))
+            if now - event.ts > 2.0:  # what a late decision was, for the person reading
+                self.probe.late.append((now - event.ts, vast_id, f"{event.stage}/{event.event}"))
         if (event.stage, event.event) == ("prove", "start") and live:
             self.probe.proving.add(vast_id)
         return live
 
     async def step(self) -> None:
         before = self._offers_at
+        meter = Meter()
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        await super().step()
+        await measured(super().step(), meter)
         searched = self._offers_at is not None and self._offers_at != before
-        self.probe.steps.append(
-            (wall0, time.perf_counter() - wall0, time.process_time() - cpu0, searched)
-        )
+        self.probe.steps.append((
+            wall0, time.perf_counter() - wall0, meter.total, searched,
+            time.process_time() - cpu0,
+        ))  # fmt: skip
 
 
 # -- the simulated cloud, in its own process -----------------------------------------------
@@ -219,7 +242,9 @@ def _cpu() -> float:
     return time.process_time()
 
 
-async def _engine(cloud: Cloud, plan: Plan, tmp: Path, profile: bool) -> dict[str, Any]:
+async def _engine(
+    cloud: Cloud, plan: Plan, tmp: Path, profile: bool, full: bool = True
+) -> dict[str, Any]:
     key = asyncssh.generate_private_key("ssh-ed25519")
     public_key = key.export_public_key().decode().strip()
     store = await Store.open(tmp / "fleet.db")
@@ -239,22 +264,36 @@ async def _engine(cloud: Cloud, plan: Plan, tmp: Path, profile: bool) -> dict[st
     engine = TimedEngine(config, store, client, ssh=pool, public_key=public_key, settings=settings)
     engine.probe = probe = Probe()
     figures: dict[str, Any] = {"fleet.workers": plan.workers}
+    baseline: JsonBaseline | None = None
     try:
         # The engine as shipped: the default filter, at most 500 offers per search.
         figures |= await _follow(engine, cloud, plan, profile, pacing)
-        figures |= await _ticks(engine, probe, plan, "fleet.default", at_target=True)
+        if not full:  # a point of the scale curve: the steady window and steps at target
+            figures |= await _ticks(engine, probe, plan, "fleet", at_target=True)
+            figures["fleet.peak_rss_mb"] = peak_rss_mb()
+            return figures
+        baseline = JsonBaseline(cloud.url, engine.config)
+        figures |= await _ticks(
+            engine, probe, plan, "fleet.default", at_target=True, baseline=baseline
+        )
+        figures["fleet.default.offers_returned"] = baseline.offers
+        figures["fleet.default.payload_mb"] = baseline.payload_mb
+        baseline.close()
         figures["fleet.peak_rss_mb"] = peak_rss_mb()
-        figures |= await _json_baseline(cloud.url, engine.config, "fleet.default", figures)
         # Every one of the market's 10,000 offers returned by each search.
         engine.config = replace(
             engine.config, offers=replace(engine.config.offers, filter=WIDE, limit=OFFERS_LIMIT)
         )
+        baseline = JsonBaseline(cloud.url, engine.config)
         profiler = _profiler(profile)
-        figures |= await _ticks(engine, probe, plan, "fleet", at_target=False)
+        figures |= await _ticks(engine, probe, plan, "fleet", at_target=False, baseline=baseline)
         _profile_report(profiler, "ticks searching all 10,000 offers")
+        figures["fleet.offers_returned"] = baseline.offers
+        figures["fleet.payload_mb"] = baseline.payload_mb
         figures["fleet.peak_rss_10k_mb"] = peak_rss_mb()
-        figures |= await _json_baseline(cloud.url, engine.config, "fleet", figures)
     finally:
+        if baseline is not None:
+            baseline.close()
         await engine.close()
         await client.aclose()
         await store.close()
@@ -262,10 +301,17 @@ async def _engine(cloud: Cloud, plan: Plan, tmp: Path, profile: bool) -> dict[st
 
 
 async def _rent(engine: Engine, plan: Plan) -> dict[str, Any]:
-    """The engine rents the fleet itself, by hand (target 0), while its loop runs."""
+    """The engine rents the fleet itself, by hand (target 0), while its loop runs. The search
+    that picks the machines returns the whole market (the default returns 500 offers: fewer
+    distinct machines than a large fleet needs); the engine's own filter is put back after."""
+    shipped = engine.config
+    engine.config = replace(
+        shipped, offers=replace(shipped.offers, filter=WIDE, limit=OFFERS_LIMIT)
+    )
     started = time.perf_counter()
     offers = await engine.refresh_offers(force=True)
     first_search = time.perf_counter() - started
+    engine.config = replace(engine.config, offers=shipped.offers)
     picks, machines = [], set()
     for ranked in offers:
         if ranked.offer.machine_id not in machines:
@@ -273,14 +319,17 @@ async def _rent(engine: Engine, plan: Plan) -> dict[str, Any]:
             picks.append(ranked.offer.id)
         if len(picks) == plan.workers:
             break
+    if len(picks) < plan.workers:
+        raise RuntimeError(f"the market has {len(picks)} distinct machines, not {plan.workers}")
     progress(f"fleet: {len(offers):,} offers ranked; renting {len(picks)} workers")
     started = time.perf_counter()
     for offer_id in picks:  # as the console rents: a command, carried out by the engine
         await engine.store.commands.submit("deploy", {"offer_id": offer_id}, source="bench")
         await engine.run_commands()
+    engine._offers_changed(None)  # the next search is the engine's own, with its filter
     return {
-        "fleet.offers": len(offers),
-        "fleet.first_search_ms": round(first_search * 1000, 1),
+        "fleet.rent_search_offers": len(offers),
+        "fleet.rent_search_ms": round(first_search * 1000, 1),
         "fleet.rent_each_ms": round((time.perf_counter() - started) / len(picks) * 1000, 2),
     }
 
@@ -324,6 +373,10 @@ async def _follow(
     stop.set()
     await runner
     delays = [d for at, d in probe.delays if at >= wall0]
+    late = sorted(probe.late, reverse=True)[:8]
+    if late:
+        shown = ", ".join(f"{w} {what} {d:.1f}s" for d, w, what in late)
+        progress(f"fleet: the latest decisions (ramp and steady): {shown}")
     figures |= {
         "fleet.proving": len(probe.proving),
         "fleet.ramp_s": round(ramp, 1),
@@ -349,10 +402,13 @@ def _delays(prefix: str, delays: list[float]) -> dict[str, Any]:
 
 
 async def _ticks(
-    engine: Engine, probe: Probe, plan: Plan, prefix: str, at_target: bool
-) -> dict[str, Any]:
+    engine: Engine, probe: Probe, plan: Plan, prefix: str, at_target: bool,
+    baseline: JsonBaseline | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Steps with a forced offer refresh (below target, nothing rentable), then, if asked,
-    steps at target (no search); the followers keep running meanwhile."""
+    steps at target (no search); the followers keep running meanwhile. Each step's CPU is its
+    own (bench/owncpu.py), each search step's ratio to a `json.loads` of the same answer timed
+    just before it (``baseline``): the machine's pace at that moment, not at another."""
     runs = [("tick", plan.workers + 1, 0.0)]
     if at_target:
         runs.append(("tick_at_target", plan.workers, 1e9))
@@ -363,41 +419,84 @@ async def _ticks(
         )
         engine.settings.offers_refresh = refresh
         first = len(probe.steps)
+        loads: list[float] = []
         for _ in range(plan.ticks):
+            if baseline is not None and label == "tick":
+                loads.append(await baseline.loads_s())
             await engine.step()
-        walls = [s[1] for s in probe.steps[first:]]
-        cpus = [s[2] for s in probe.steps[first:]]
+        steps = probe.steps[first:]
+        walls, cpus, process = [s[1] for s in steps], [s[2] for s in steps], [s[4] for s in steps]
         out[f"{prefix}.{label}_wall_ms"] = round(statistics.median(walls) * 1000, 1)
         out[f"{prefix}.{label}_cpu_ms"] = round(statistics.median(cpus) * 1000, 1)
+        out[f"{prefix}.{label}_process_cpu_ms"] = round(statistics.median(process) * 1000, 1)
+        if label == "tick_at_target":
+            out[f"{prefix}.step_cpu_ms_per_worker"] = round(
+                statistics.median(cpus) * 1000 / plan.workers, 3
+            )
+        if loads:
+            ratios = [cpu / base for cpu, base in zip(cpus, loads, strict=True)]
+            out[f"{prefix}.json_loads_ms"] = round(statistics.median(loads) * 1000, 2)
+            out[f"{prefix}.tick_cpu_ratio_vs_json"] = round(statistics.median(ratios), 3)
+            out[f"{prefix}.tick_cpu_ratio_vs_json_max"] = round(max(ratios), 3)
+            out[f"{prefix}.tick_wall_ratio_vs_json"] = ratio(
+                statistics.median(walls), statistics.median(loads)
+            )
     return out
 
 
-async def _json_baseline(
-    url: str, config: Config, prefix: str, figures: dict[str, Any]
-) -> dict[str, Any]:
-    """json.loads of the very payload the engine's search receives; the ticks as ratios."""
-    body = build_search_body(
-        config.offers.filter, order=config.offers.order, limit=config.offers.limit,
-        allocated_storage=config.fleet.disk_gb,
-    )  # fmt: skip
-    async with httpx.AsyncClient(timeout=120.0) as http:
-        answer = await http.post(
-            f"{url}/api/v0/bundles/", json=body, headers={"Authorization": f"Bearer {API_KEY}"}
+class JsonBaseline:
+    """`json.loads` of the very answer the engine's search receives, timed in a process of its
+    own (its 100+ MB of objects would be the engine's peak RSS here) when asked: interleaved
+    with the ticks, so that each step is compared with the machine's pace at its moment."""
+
+    def __init__(self, url: str, config: Config) -> None:
+        body = build_search_body(
+            config.offers.filter, order=config.offers.order, limit=config.offers.limit,
+            allocated_storage=config.fleet.disk_gb,
+        )  # fmt: skip
+        argv = [sys.executable, "-m", "bench.fleet", "--json-baseline", url, json.dumps(body)]
+        root = Path(__file__).resolve().parent.parent
+        self.proc = subprocess.Popen(
+            argv, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline().split()
+        if not ready or ready[0] != "READY":
+            self.close()
+            raise RuntimeError(f"the json.loads baseline did not start: {ready!r}")
+        self.offers, self.payload_mb = int(ready[1]), float(ready[2])
+
+    async def loads_s(self) -> float:
+        """The median of three `json.loads` of the answer, now (seconds)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        line = await asyncio.to_thread(self.proc.stdout.readline)
+        return float(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _baseline_child(url: str, body: str) -> None:
+    """`--json-baseline URL BODY`: fetch the answer once, then time `json.loads` of it for each
+    line read from stdin."""
+    answer = httpx.post(
+        f"{url}/api/v0/bundles/", json=json.loads(body),
+        headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120.0,
+    )  # fmt: skip
     payload = answer.content
-    samples = []
-    for _ in range(7):
-        started = time.perf_counter()
-        json.loads(payload)
-        samples.append(time.perf_counter() - started)
-    loads = statistics.median(samples)
-    return {
-        f"{prefix}.offers_returned": len(json.loads(payload)["offers"]),
-        f"{prefix}.payload_mb": round(len(payload) / 1e6, 2),
-        f"{prefix}.json_loads_ms": round(loads * 1000, 2),
-        f"{prefix}.tick_cpu_ratio_vs_json": ratio(figures[f"{prefix}.tick_cpu_ms"] / 1000, loads),
-        f"{prefix}.tick_wall_ratio_vs_json": ratio(figures[f"{prefix}.tick_wall_ms"] / 1000, loads),
-    }
+    offers = len(json.loads(payload)["offers"])
+    print(f"READY {offers} {len(payload) / 1e6:.2f}", flush=True)
+    for _ in sys.stdin:
+        samples = []
+        for _ in range(3):
+            started = time.perf_counter()
+            json.loads(payload)
+            samples.append(time.perf_counter() - started)
+        print(f"{statistics.median(samples):.6f}", flush=True)
 
 
 def _profiler(enabled: bool) -> Any:
@@ -418,18 +517,71 @@ def _profile_report(profiler: Any, what: str) -> None:
     print(profiler.output_text(unicode=True, color=False, show_all=False), file=sys.stderr)
 
 
-async def _measure(plan: Plan, profile: bool) -> dict[str, Any]:
+async def _measure(plan: Plan, profile: bool, full: bool = True) -> dict[str, Any]:
     progress(f"fleet: starting a cloud of ~{plan.hosts * 5.8:,.0f} offers")
     cloud = Cloud(plan.hosts, progress_every=plan.progress_every, stage_gap=plan.stage_gap)
     try:
         with tempfile.TemporaryDirectory(prefix="vastui-bench-engine-") as tmp:
-            return await _engine(cloud, plan, Path(tmp), profile)
+            return await _engine(cloud, plan, Path(tmp), profile, full)
     finally:
         cloud.stop()
 
 
+# The scale curve (issue 32): one engine process per fleet size, so that each peak RSS is
+# its own; these figures of each point go to results.json as fleet.scale.<workers>.<figure>.
+SCALE = (50, 200, 500, 1000)
+SCALE_QUICK = (20, 40)
+SCALE_FIGURES = (
+    "event_to_decision_p95_s", "event_to_decision_max_s", "event_to_decision_median_s",
+    "cpu_share", "cloud_cpu_share", "peak_rss_mb", "step_cpu_ms_per_worker",
+    "tick_at_target_cpu_ms", "tick_at_target_wall_ms", "tick_at_target_process_cpu_ms",
+    "events_per_s", "ramp_s", "proving",
+)  # fmt: skip
+
+
+def _point(workers: int, quick: bool) -> dict[str, Any]:
+    """One point of the scale curve, measured in a process of its own."""
+    argv = [sys.executable, "-m", "bench.fleet", "--point", "--workers", str(workers)]
+    if quick:
+        argv.append("--quick")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(argv, cwd=root, stdout=subprocess.PIPE, text=True, check=True)
+    line = done.stdout.strip().splitlines()[-1]
+    if not line.startswith("POINT "):
+        raise RuntimeError(f"scale point {workers}: no figures ({line[:200]!r})")
+    measured_ = json.loads(line[len("POINT ") :])
+    return {
+        f"fleet.scale.{workers}.{name}": measured_[f"fleet.{name}"]
+        for name in SCALE_FIGURES
+        if f"fleet.{name}" in measured_
+    }
+
+
+def _scale(quick: bool) -> dict[str, Any]:
+    sizes = SCALE_QUICK if quick else SCALE
+    out: dict[str, Any] = {}
+    for workers in sizes:
+        progress(f"fleet: scale point, {workers} workers")
+        out |= _point(workers, quick)
+    low, high = sizes[0], sizes[-1]
+    per_worker = [out.get(f"fleet.scale.{n}.step_cpu_ms_per_worker") for n in (low, high)]
+    if all(isinstance(v, int | float) and v > 0 for v in per_worker):
+        out[f"fleet.scale.step_cpu_per_worker_{high}_vs_{low}"] = ratio(
+            per_worker[1], per_worker[0]
+        )
+    return out
+
+
+def _point_plan(workers: int, quick: bool) -> Plan:
+    base = Plan.quick() if quick else Plan()
+    # Renting and ramping a thousand workers takes minutes: the ramp's limit grows with them.
+    ramp = base.ramp_timeout_s + 0.3 * workers
+    return replace(base, workers=workers, ticks=3, ramp_timeout_s=ramp)
+
+
 def run(quick: bool) -> dict[str, Any]:
-    return asyncio.run(_measure(Plan.quick() if quick else Plan(), profile=False))
+    figures = asyncio.run(_measure(Plan.quick() if quick else Plan(), profile=False))
+    return figures | _scale(quick)
 
 
 def main() -> None:
@@ -441,7 +593,12 @@ def main() -> None:
         help="pyinstrument the ramp, the steady window and the 10,000-offer ticks",
     )
     parser.add_argument("--workers", type=int)
+    parser.add_argument(
+        "--scale", action="store_true", help=f"only the scale curve ({', '.join(map(str, SCALE))})"
+    )
+    parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json-baseline", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--hosts", type=int, default=Plan.hosts, help=argparse.SUPPRESS)
     parser.add_argument("--progress-every", type=float, default=10.0, help=argparse.SUPPRESS)
     parser.add_argument("--stage-gap", type=float, default=1.0, help=argparse.SUPPRESS)
@@ -451,10 +608,21 @@ def main() -> None:
     if args.serve:
         asyncio.run(_serve(args))
         return
-    plan = Plan.quick() if args.quick else Plan()
-    if args.workers:
-        plan = replace(plan, workers=args.workers)
-    figures = asyncio.run(_measure(plan, args.profile))
+    if args.json_baseline:
+        _baseline_child(*args.json_baseline)
+        return
+    if args.point:
+        plan = _point_plan(args.workers or Plan.workers, args.quick)
+        figures = asyncio.run(_measure(plan, args.profile, full=False))
+        print("POINT " + json.dumps(figures), flush=True)
+        return
+    if args.scale:
+        figures = _scale(args.quick)
+    else:
+        plan = Plan.quick() if args.quick else Plan()
+        if args.workers:
+            plan = replace(plan, workers=args.workers)
+        figures = asyncio.run(_measure(plan, args.profile))
     for key, value in figures.items():
         print(f"{key:40} {value}")
 

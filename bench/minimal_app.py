@@ -52,6 +52,8 @@ class Detail(ModalScreen[None]):
             yield Static(Text("\n").join(self.cells))
             yield Label(Text("Diagnosis", style="bold"))
             yield Static(Text("alive; no failure"))
+            yield Label(Text("cuzk status", style="bold"))
+            yield Static(Text("synthesis 10/25 active"))  # bench/keys.py SETTLED
 
 
 class MinimalApp(App[None]):
