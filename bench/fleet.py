@@ -34,6 +34,10 @@ rent (`fleet_dph_cap`): the heaviest step the engine takes. Measured:
 
 Load is harsher than production on purpose (see `Plan`): events ~25x a real fleet's rate,
 counters read 3x as often, steps 6x as often.
+
+One file: the cloud's process, the instrumented engine, the json.loads baseline's process and
+the scale curve's are one measurement, each started by this module as `--serve`, `--point` or
+`--json-baseline`.
 """
 
 from __future__ import annotations
