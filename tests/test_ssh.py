@@ -838,3 +838,34 @@ async def test_a_new_endpoint_keeps_a_live_connection_and_its_tunnels(fake, make
     fresh = make_conn()
     fresh.set_endpoint("127.0.0.1", other)  # not connected: the next connect goes there
     assert fresh._alive() is None and fresh.port == other
+
+
+async def test_a_read_cancelled_before_its_answer_leaves_no_answer_behind(fake, make_conn) -> None:
+    """A follower stopped while its read waits: the next read must not get that answer."""
+    conn = make_conn()
+    worker = Worker(conn)
+    assert (await worker.status())["stage"] == "proving"
+    slow = asyncio.Event()
+    answer_status = fake._session
+
+    async def late(process: asyncssh.SSHServerProcess) -> None:
+        line = await process.stdin.readline()  # the cancelled question, answered late
+        await slow.wait()
+        fake.asked.append(line.decode().strip())
+        process.stdout.write(b"0 " + json.dumps(fake.status).encode() + b"\n")
+        await answer_status(process)
+
+    fake._session = late  # the next session opened answers its first question late
+    conn.reads.drop()
+    task = asyncio.create_task(worker.status())
+    for _ in range(200):  # until the question is on its way
+        await asyncio.sleep(0)
+        if conn.reads.opened == 2:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    slow.set()
+    fake._session = answer_status
+    assert await worker.cuzk_status() == fake.cuzk  # not the status asked before
+    assert conn.reads.opened == 3

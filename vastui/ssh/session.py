@@ -63,6 +63,11 @@ class ReadSession:
             except TimeoutError:
                 self.drop()
                 raise SshTimeout(self.conn.instance_id, command, timeout) from None
+            except BaseException:
+                # Cancelled (the follower stopped) or failed with a question asked and its
+                # answer not read: the next question on this session would read that answer.
+                self.drop()
+                raise
         if line is None:  # no session on this worker: command by command from now on
             return await self.conn.run_json(command, timeout=timeout)
         return self._answer(line, command)
