@@ -116,7 +116,8 @@ class Probe:
 
     delays: list[tuple[float, float]] = field(default_factory=list)  # (decided at, delay s)
     proving: set[int] = field(default_factory=set)  # workers whose prove start was decided
-    late: list[tuple[float, int, str]] = field(default_factory=list)  # delay, worker, event
+    late: list[tuple[float, int, str, float]] = field(default_factory=list)  # delay, worker,
+    # event, decided at
     # at, wall, the step's own CPU (bench/owncpu.py), searched, the process's CPU meanwhile
     steps: list[tuple[float, float, float, bool, float]] = field(default_factory=list)
 
@@ -137,7 +138,8 @@ class TimedEngine(Engine):
             now = time.time()
             self.probe.delays.append((now, now - event.ts))
             if now - event.ts > 2.0:  # what a late decision was, for the person reading
-                self.probe.late.append((now - event.ts, vast_id, f"{event.stage}/{event.event}"))
+                what = f"{event.stage}/{event.event}#{position}"
+                self.probe.late.append((now - event.ts, vast_id, what, now))
         if (event.stage, event.event) == ("prove", "start") and live:
             self.probe.proving.add(vast_id)
         return live
@@ -377,10 +379,13 @@ async def _follow(
     stop.set()
     await runner
     delays = [d for at, d in probe.delays if at >= wall0]
-    late = sorted(probe.late, reverse=True)[:8]
-    if late:
-        shown = ", ".join(f"{w} {what} {d:.1f}s" for d, w, what in late)
-        progress(f"fleet: the latest decisions (ramp and steady): {shown}")
+    for window, late in (
+        ("ramp", [x for x in probe.late if x[3] < wall0]),
+        ("steady window", [x for x in probe.late if x[3] >= wall0]),
+    ):
+        if late:
+            shown = ", ".join(f"{w} {what} {d:.1f}s" for d, w, what, _ in sorted(late)[-8:])
+            progress(f"fleet: {len(late)} decisions over 2 s late in the {window}: {shown}")
     figures |= {
         "fleet.proving": len(probe.proving),
         "fleet.ramp_s": round(ramp, 1),
