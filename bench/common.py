@@ -180,27 +180,29 @@ def time_process(
     return timeit(lambda: run_process(argv, env), repeat=repeat, warmup=warmup, collect=False)
 
 
-def rss_mb() -> float:
-    """This process's resident set now, in MB (from /proc; 0 where there is none)."""
+def _status_mb(field: str) -> float | None:
+    """A memory figure of this process from /proc/self/status, in MB (None where there is none)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
-    return 0.0
+    return None
+
+
+def rss_mb() -> float:
+    """This process's resident set now, in MB (0 where /proc has none)."""
+    return _status_mb("VmRSS") or 0.0
 
 
 def peak_rss_mb() -> float:
     """This process's peak resident set so far, in MB: VmHWM, its own memory's high-water
     mark. (getrusage's ru_maxrss carries across exec: a child started by a process of 150 MB
     reported 150 MB at once.)"""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
+    peak = _status_mb("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
