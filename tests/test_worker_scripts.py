@@ -1107,6 +1107,38 @@ def test_workerctl_events_follow_waits_for_file(sandbox: Sandbox) -> None:
     wait_for(lambda: out.read_text().splitlines() == lines[1:], what="appended line")
 
 
+def test_workerctl_events_follow_after_n_waits_for_the_lines_it_skips(sandbox: Sandbox) -> None:
+    """A file that exists but does not hold the lines --after skips yet (created, its first
+    write not done): the follow waits for them instead of printing them as they come (the
+    race a loaded CI run hit in the test above). Observed, not timed: the follow has either
+    begun tailing (its process is tail) or is waiting (its child is a sleep) before the lines
+    are written."""
+    events = sandbox.path("var/lib/vastui/events.jsonl")
+    events.parent.mkdir(parents=True)
+    events.touch()
+    out = sandbox.tmp / "follow.out"
+    proc = sandbox.start(
+        [sandbox.script("workerctl"), "events", "--follow", "--after", "1"], out=out
+    )
+
+    def settled() -> bool:
+        comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        waiting = any(
+            Path(f"/proc/{c}/comm").read_text().strip() == "sleep"
+            for c in children
+            if Path(f"/proc/{c}/comm").exists()
+        )
+        return comm == "tail" or waiting
+
+    wait_for(settled, what="the follow tailing or waiting")
+    lines = [json.dumps({"ts": float(i), "stage": "setup", "event": "start"}) for i in range(3)]
+    with events.open("a") as fh:
+        fh.write("\n".join(lines) + "\n")
+    wait_for(lambda: len(out.read_text().splitlines()) >= 2, what="the followed lines")
+    assert out.read_text().splitlines() == lines[1:]
+
+
 # =============================================================== lint
 
 
