@@ -43,7 +43,7 @@ class ReadSession:
         self._process: Any = None
         self._lock = asyncio.Lock()  # one question at a time: answers come in order
         self.supported = True  # False once the worker's workerctl has no `session`
-        self.opened = 0  # sessions opened (a test's and a bench's count)
+        self.opened = 0  # sessions opened (what the tests count)
 
     async def ask(self, name: str, timeout: float) -> Any:
         """`workerctl NAME` answered on the session: its JSON (strings sanitised).
