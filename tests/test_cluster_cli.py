@@ -134,11 +134,12 @@ def test_cluster_errors_are_one_line_without_the_password(
         ({"state": "error", "error": "refused"}, "cluster: cannot be read: refused"),
         (
             {"state": "ok", "psprove_waiting": 3, "psprove_claimed": 5, "window_s": 3600,
-             "computed": 12, "submitted": 9, "challenges": 2, "paid": 7,
-             "cost_per_computed": 0.0123, "cost_per_paid": 0.02, "draining": 1, "overdue": 2},
-            "cluster: PSProve 3 waiting, 5 claimed; last 60 min: 12 computed, 9 submitted "
-            "(2 challenges), 7 paid; $0.0123/proof computed, $0.0200/proof paid; 1 draining; "
-            "2 past the market's deadline",
+             "cluster_done": 36, "cluster_failed": 1, "fleet_done": 36, "paid_recent": 30,
+             "taken": 25, "computed": 19, "submitted": 17, "challenges": 2, "paid": 12,
+             "draining": 1, "overdue": 2},
+            "cluster: PSProve 3 waiting, 5 claimed; last 60 min: PSProve 36 done, 1 failed; "
+            "30 payments; of the 25 requests taken in it: 19 computed, 17 submitted (2 unpaid "
+            "challenges), 12 paid so far; 1 draining; 2 past the market's deadline",
         ),
     ],
 )  # fmt: skip

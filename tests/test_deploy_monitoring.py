@@ -47,7 +47,8 @@ def test_the_dashboard_is_provisioning_ready_and_names_only_exported_metrics() -
     assert not missing, f"the dashboard names metrics vastui does not export: {missing}"
     # what the issue asks to see
     for wanted in ("vastui_target_workers", "vastui_workers", "vastui_worker_proofs_per_hour",
-                   "vastui_fleet_dollars_per_hour", "vastui_cost_per_proof_dollars",
+                   "vastui_fleet_dollars_per_hour", "vastui_cost_per_paid_proof_dollars",
+                   "vastui_delivered_proofs_per_hour", "vastui_capacity_proofs_per_hour",
                    "vastui_daily_spend_dollars", "vastui_kills_total", "vastui_bans_total",
                    "vastui_market_dollars_per_hour"):  # fmt: skip
         assert wanted in used, wanted
@@ -114,5 +115,4 @@ def test_every_panel_shows_a_series_with_the_optional_settings_off() -> None:
 # what only a read of curio's cluster exports
 CLUSTER_ONLY = {
     "vastui_cluster_psprove_tasks", "vastui_workers_draining", "vastui_cluster_requests",
-    "vastui_cost_per_computed_proof_dollars", "vastui_cost_per_paid_proof_dollars",
 }  # fmt: skip

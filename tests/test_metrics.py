@@ -11,6 +11,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from vastui.domain.delivery import CLUSTER as CLUSTER_SOURCE
+from vastui.domain.delivery import Delivery
 from vastui.metrics import (
     FleetCollector,
     FleetSample,
@@ -22,13 +24,18 @@ from vastui.metrics import (
     quantiles,
 )
 
+DELIVERY = Delivery(
+    at=1_800_000_000.0, window_s=3600.0, source=CLUSTER_SOURCE, computed=17, paid=12.0, cost=0.24,
+    capacity=40.5, capacity_measured=1, proving=1, dph=0.9, stopped=1, stopped_dph=0.02,
+)  # fmt: skip
+
 
 def sample(workers: tuple[WorkerSample, ...] = ()) -> FleetSample:
     return FleetSample(
         heartbeat=1_800_000_000.0, target=2, by_stage={"proving": 1, "benchmark": 1},
         workers=workers, fleet_dollars_per_hour=0.9, spend_all=12.5, spend_rejected=1.5,
         spend_bandwidth=0.75,
-        spend_today=3.0, cost_per_proof=0.0051, kills={"bench_below_min": 2, "surplus": 1},
+        spend_today=3.0, delivery=DELIVERY, kills={"bench_below_min": 2, "surplus": 1},
         bans=1, rents=5, api_errors={"429": 3}, blocked_reason="at_target",
         reason_kinds=("at_target", "daily_budget", "no_credit"),
         market={"RTX 4090": [0.3, 0.35, 0.4, 0.5], "RTX 5090": [0.7]}, credit=42.0,
@@ -38,8 +45,7 @@ def sample(workers: tuple[WorkerSample, ...] = ()) -> FleetSample:
 
 CLUSTER = {
     "state": "ok", "psprove_waiting": 4, "psprove_claimed": 9, "taken": 20, "computed": 17,
-    "submitted": 15, "challenges": 3, "paid": 12, "cost_per_computed": 0.011,
-    "cost_per_paid": 0.016, "draining": 1,
+    "submitted": 15, "challenges": 3, "paid": 12, "draining": 1,
 }  # fmt: skip
 W1 = WorkerSample(
     "vastui-main.f-aa", 10001, "RTX 4090", "proving", 40, 1, 30.5, 0.42, tasks_held=3,
@@ -77,7 +83,16 @@ def test_the_series_are_there_and_parse() -> None:
     assert dict((d["kind"], v) for d, v in got["vastui_spend_dollars_total"]) == {
         "all": 12.5, "rejected": 1.5, "bandwidth": 0.75,
     }  # fmt: skip
-    assert got["vastui_cost_per_proof_dollars"] == [({}, 0.0051)]
+    # the headline, the same record the strip and `vastui status` show
+    assert dict((d["kind"], v) for d, v in got["vastui_delivered_proofs"]) == {
+        "computed": 17.0, "paid": 12.0,
+    }  # fmt: skip
+    assert got["vastui_delivered_proofs_per_hour"] == [({}, 17.0)]
+    assert got["vastui_cost_per_paid_proof_dollars"] == [({}, 0.02)]
+    assert got["vastui_cost_per_computed_proof_dollars"] == [({}, pytest.approx(0.24 / 17))]
+    assert got["vastui_capacity_proofs_per_hour"] == [({}, 40.5)]
+    assert got["vastui_stopped_workers"] == [({}, 1.0)]
+    assert got["vastui_window_cost_dollars"] == [({}, 0.24)]
     assert dict((d["kind"], v) for d, v in got["vastui_kills_total"]) == {
         "bench_below_min": 2.0, "surplus": 1.0,
     }  # fmt: skip
@@ -105,10 +120,10 @@ def test_a_destroyed_workers_series_disappear() -> None:
 
 def test_unknown_numbers_are_left_out_not_invented() -> None:
     c = FleetCollector()
-    c.update(FleetSample(heartbeat=1.0, target=0, by_stage={}, cost_per_proof=None,
+    c.update(FleetSample(heartbeat=1.0, target=0, by_stage={}, delivery=None,
                          credit=None, max_daily_spend=float("inf")))  # fmt: skip
     got = scrape(c)
-    for name in ("vastui_cost_per_proof_dollars", "vastui_account_credit_dollars",
+    for name in ("vastui_cost_per_paid_proof_dollars", "vastui_account_credit_dollars",
                  "vastui_daily_budget_dollars"):  # fmt: skip
         assert name not in got
 
@@ -181,8 +196,6 @@ def test_curios_cluster_in_the_scrape() -> None:
     assert dict((d["stage"], v) for d, v in got["vastui_cluster_requests"]) == {
         "taken": 20.0, "computed": 17.0, "submitted": 15.0, "challenges": 3.0, "paid": 12.0,
     }  # fmt: skip
-    assert got["vastui_cost_per_paid_proof_dollars"] == [({}, 0.016)]
-    assert got["vastui_cost_per_computed_proof_dollars"] == [({}, 0.011)]
     assert got["vastui_workers_draining"] == [({}, 1.0)]
     key = {"label": W1.label, "machine_id": "10001", "gpu_name": "RTX 4090", "draining": "1"}
     assert got["vastui_worker_cluster_tasks"] == [(key, 3.0)]  # W2 was never read: no series

@@ -148,20 +148,13 @@ def test_a_workers_cost_per_proof_is_measured_else_estimated():
 def test_a_drain_is_counted_from_its_cordon_to_its_destroy():
     from dataclasses import replace
 
-    from vastui.engine.spend import drain_cost, proof_costs
+    from vastui.engine.spend import drain_cost
 
     rec = killed(7, DAY0, DAY0 + 3 * H, "surplus")  # $0.50/h
     assert drain_cost(rec, DAY0 + 4 * H) == 0.0
     rec = replace(rec, drain_started_at=DAY0 + 2.5 * H, proving_at=DAY0 + H)
     assert drain_cost(rec, DAY0 + 4 * H) == pytest.approx(0.25)
     assert fleet_spend([rec], DAY0 + 4 * H, DAY0).draining == pytest.approx(0.25)
-    # $/proof over the last hour: $0.50 spent proving, 10 proofs done by the fleet out of the
-    # cluster's 20, which were paid 8: the fleet's share is 4 paid proofs
-    costs = proof_costs([rec], DAY0 + 3 * H, H, fleet_done=10, cluster_done=20, paid=8)
-    assert costs.spent == pytest.approx(0.5)
-    assert costs.per_computed == pytest.approx(0.05) and costs.per_paid == pytest.approx(0.125)
-    none = proof_costs([rec], DAY0 + 3 * H, H, fleet_done=0, cluster_done=20, paid=8)
-    assert none.per_computed is None and none.per_paid is None
 
 
 # ---------------------------------------------------------------- every cost counted (issue 30)

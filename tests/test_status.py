@@ -132,8 +132,8 @@ async def test_gather_reads_the_status_spend_stages_and_lease(store: Store) -> N
     lines = render(rep).splitlines()
     assert lines[0] == "engine: headless (pid 77 on ctl), heartbeat 5s ago"
     assert lines[1] == "workers 1/3 (proving 1)  below target: fleet $/h cap: ..."
-    assert lines[2] == "proving: 1 worker, no rate measured yet"  # the one $/proof, once measured
-    assert lines[3] == "spend $1.50 today, $2.50 since start, $1.50 on rejected workers"
+    # no headline published yet (the engine counts it each step): nothing rather than a guess
+    assert lines[2] == "spend $1.50 today, $2.50 since start, $1.50 on rejected workers"
     # The lease lapsed: no engine is running, and the report says so, with the status's age.
     gone = await gather(store, NOW, day_start=DAY0, wall_now=WALL + 31)
     assert gone["lease"] is None and gone["live"] is False

@@ -484,6 +484,7 @@ async def test_to_json_key_sets(store: Store) -> None:
         "host_id",
         "gpu_name",
         "state",
+        "phase",
         "stage",
         "dph_total",
         "bench_rate",
@@ -620,7 +621,7 @@ async def test_engine_status_is_one_row_and_its_reason_since_lasts_with_its_kind
         "reason_since": "2026-11-30T10:06:30Z",
         "simulated_clock": False,
         "credit": None, "spent_today": None, "daily_budget": None, "dph": None, "dph_cap": None,
-        "cluster": None, "cut_off": None, "cut_off_since": None,
+        "cluster": None, "cut_off": None, "cut_off_since": None, "delivery": None,
     }  # fmt: skip
     seen = await store.status.put(
         replace(_status(None, T0 + 140), cluster={"state": "ok", "psprove_waiting": 3})
@@ -663,7 +664,7 @@ async def test_a_version_4_database_gains_the_status_table(tmp_path: Path) -> No
             (T0,),
         )
     async with await Store.open(path) as s:
-        assert await s.schema_version() == SCHEMA_VERSION == 14
+        assert await s.schema_version() == SCHEMA_VERSION == 15
         assert [e.reason for e in await s.events.all()] == ["kept across the upgrade"]
         await s.status.put(_status("at_target", T0))
         assert (await s.status.get()).reason_kind == "at_target"

@@ -21,6 +21,7 @@ from vastui.domain.engine_state import EngineStatus
 from vastui.domain.journal import Event
 from vastui.domain.machines import BadEntry, LegacyReviewEntry, PerfRecord
 from vastui.domain.worker import ForeignInstance, InstanceRecord
+from vastui.engine import delivery
 from vastui.engine.bidding import RiskModel
 from vastui.engine.ranking import RankedOffer, rank_offers
 from vastui.engine.spend import fleet_spend, local_midnight
@@ -260,7 +261,9 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
         best={"offer_id": m[7].id}, dry_run=False, updated_at=T0, reason_since=T0 - 600,
         credit=87.2, daily_budget=40.0, dph=4.0, dph_cap=4.0,
         cluster={"state": "ok", "psprove_waiting": 3, "psprove_claimed": 14, "window_s": 3600,
-                 "paid": 41, "cost_per_paid": 0.0214, "draining": 1},
+                 "paid": 41, "draining": 1},
+        delivery=delivery.compute(instances, T0, 3600.0, delivery.ClusterCount(
+            fleet_done=47, cluster_done=47, paid=41, challenges=2)),
     )  # fmt: skip
     # Another controller on the same account (a staging console with its own database).
     foreign = [ForeignInstance(vast_id=3180077, label="vastui-main.5e1f0a2c-9b7d31c4e8a0",

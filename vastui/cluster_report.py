@@ -18,6 +18,7 @@ from vastui.domain.worker import InstanceRecord
 from vastui.engine.cluster import ClusterReader, ClusterView, worker_of
 from vastui.engine.drain import release_owed
 from vastui.sanitize import sanitize_line
+from vastui.status import window_counts
 from vastui.store import Store
 
 COLUMNS = [
@@ -119,7 +120,7 @@ def _state(rec: InstanceRecord | None) -> str:
         return "destroyed, release owed"
     if rec.drain_started_at is not None:
         return "draining"
-    return rec.state
+    return rec.phase  # a stopped worker (the warm pool, outbid) is not proving
 
 
 def _age(ts: float | None, now: float) -> float | None:
@@ -139,9 +140,7 @@ def render_totals(report: dict[str, Any]) -> str:
     return (
         f"cluster: {t['machines']} machines; PSProve {t['psprove_waiting']} waiting, "
         f"{t['psprove_claimed']} claimed; {request}\n"
-        f"last {report['window_min']:g} min: {t['taken']} requests taken, {t['computed']} "
-        f"computed, {t['submitted']} submitted ({t['challenges']} unpaid challenges), "
-        f"{t['paid']} paid; PSProve {t['cluster_done']} done, {t['cluster_failed']} failed"
+        f"last {report['window_min']:g} min: {window_counts(t)}"
     )
 
 

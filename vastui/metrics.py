@@ -28,6 +28,8 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from vastui.domain.delivery import Delivery
+
 log = logging.getLogger("vastui.metrics")
 
 DEFAULT_PORT = 9464
@@ -66,7 +68,8 @@ class FleetSample:
     spend_rejected: float = 0.0
     spend_bandwidth: float = 0.0  # of spend_all: bytes at the offers' $/GB
     spend_today: float = 0.0  # the UTC day
-    cost_per_proof: float | None = None  # measured: spend on proving workers ÷ their proofs
+    # the headline (vastui/domain/delivery.py), as the engine published it; None: not counted
+    delivery: Delivery | None = None
     kills: Mapping[str, int] = field(default_factory=dict)  # by kind, since the database began
     bans: int = 0
     rents: int = 0
@@ -197,7 +200,9 @@ def _workers(workers: Iterable[WorkerSample]) -> Iterator[Metric]:
 
 def _money(s: FleetSample) -> Iterator[Metric]:
     yield GaugeMetricFamily(
-        "vastui_fleet_dollars_per_hour", "What the live fleet costs", value=s.fleet_dollars_per_hour
+        "vastui_fleet_dollars_per_hour",
+        "What the running fleet costs (stopped workers apart: vastui_stopped_dollars_per_hour)",
+        value=s.fleet_dollars_per_hour,
     )
     spend = CounterMetricFamily(
         "vastui_spend_dollars",
@@ -211,14 +216,60 @@ def _money(s: FleetSample) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "vastui_daily_spend_dollars", "Dollars spent this UTC day", value=s.spend_today
     )
-    yield from _gauge(
-        "vastui_cost_per_proof_dollars",
-        "$/proof of the proving workers: their $/h over the proofs/h cuzk measured on them",
-        s.cost_per_proof,
-    )
+    yield from _delivery(s.delivery)
     yield from _gauge("vastui_daily_budget_dollars", "[fleet] max_daily_spend", s.max_daily_spend)
     yield from _gauge("vastui_fleet_dph_cap_dollars", "[fleet] max_total_dph", s.max_total_dph)
     yield from _gauge("vastui_account_credit_dollars", "The Vast account's credit", s.credit)
+
+
+def _delivery(d: Delivery | None) -> Iterator[Metric]:
+    """The headline, the same record the strip, `vastui status` and the detail show."""
+    if d is None:
+        return
+    yield GaugeMetricFamily(
+        "vastui_delivery_window_seconds", "The window the delivered figures are counted over",
+        value=d.window_s,
+    )  # fmt: skip
+    proofs = GaugeMetricFamily(
+        "vastui_delivered_proofs",
+        "Proofs the fleet delivered over the window (computed: curio's PSProve successes, or "
+        "cuzk's counters without a cluster; paid: the cluster's payments at the fleet's share)",
+        labels=["kind"],
+    )  # fmt: skip
+    proofs.add_metric(["computed"], float(d.computed))
+    if d.paid is not None:
+        proofs.add_metric(["paid"], float(d.paid))
+    yield proofs
+    yield GaugeMetricFamily(
+        "vastui_delivered_proofs_per_hour", "Proofs delivered over the window, per hour",
+        value=d.proofs_per_hour,
+    )  # fmt: skip
+    yield GaugeMetricFamily(
+        "vastui_window_cost_dollars",
+        "Every dollar billed for the fleet over the window (GPU, disks, bandwidth)",
+        value=d.cost,
+    )  # fmt: skip
+    yield from _gauge(
+        "vastui_cost_per_paid_proof_dollars",
+        "The fleet's cost over the window / the paid proofs credited to it", d.cost_per_paid,
+    )  # fmt: skip
+    yield from _gauge(
+        "vastui_cost_per_computed_proof_dollars",
+        "The fleet's cost over the window / the proofs it delivered", d.cost_per_computed,
+    )  # fmt: skip
+    yield GaugeMetricFamily(
+        "vastui_capacity_proofs_per_hour",
+        "What the proving workers could prove kept full (measured at full feed, else benchmark)",
+        value=d.capacity,
+    )  # fmt: skip
+    yield GaugeMetricFamily(
+        "vastui_stopped_workers", "Workers stopped (warm pool, outbid): disks only",
+        value=float(d.stopped),
+    )  # fmt: skip
+    yield GaugeMetricFamily(
+        "vastui_stopped_dollars_per_hour", "What the stopped workers' disks cost",
+        value=d.stopped_dph,
+    )  # fmt: skip
 
 
 def _events(s: FleetSample) -> Iterator[Metric]:
@@ -283,16 +334,6 @@ def _cluster(c: Mapping[str, Any] | None, workers: Iterable[WorkerSample]) -> It
         for stage in CLUSTER_STAGES:
             requests.add_metric([stage], float(c.get(stage) or 0))
         yield requests
-    yield from _gauge(
-        "vastui_cost_per_computed_proof_dollars",
-        "The fleet's spend over the window / its PSProve tasks curio recorded as done",
-        _number(c.get("cost_per_computed")),
-    )
-    yield from _gauge(
-        "vastui_cost_per_paid_proof_dollars",
-        "The fleet's spend over the window / the cluster's paid proofs, at its share of them",
-        _number(c.get("cost_per_paid")),
-    )
     yield from _gauge("vastui_workers_draining", "Workers draining", _number(c.get("draining")))
     yield from _gauge(
         "vastui_cluster_requests_overdue",

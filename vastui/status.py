@@ -18,10 +18,11 @@ import time
 from collections import Counter
 from typing import Any
 
+from vastui.domain.delivery import CUZK, Delivery
 from vastui.domain.engine_state import EngineStatus
-from vastui.domain.stages import STATES
+from vastui.domain.stages import PHASES
 from vastui.domain.timefmt import iso_utc
-from vastui.engine.spend import counted, fleet_spend, local_midnight, proving_cost
+from vastui.engine.spend import counted, fleet_spend, local_midnight
 from vastui.store import Store
 from vastui.store.lease import holder_is_dead
 
@@ -51,7 +52,7 @@ async def gather(
     holder = await store.lease.holder(now=wall)
     if holder is not None and holder_is_dead(holder):
         holder = None  # SIGKILLed on this host: its row lapses later, its process is gone now
-    stages = Counter(r.state for r in records)
+    stages = Counter(r.phase for r in records)  # a stopped worker is not proving
     live_bids = [r for r in records if r.is_bid and not r.killed]
     foreign = await store.foreign.all()
     pause = await store.meta.fleet_failure()
@@ -71,9 +72,12 @@ async def gather(
             "hostname": holder.hostname,
             "heartbeat_age_s": round(max(0.0, wall - holder.heartbeat_at), 1),
         },
-        "stages": {state: stages[state] for state in STATES if stages[state]},
+        "stages": {phase: stages[phase] for phase in PHASES if stages[phase]},
         "spend": fleet_spend(records, now, start).to_json(),
-        "proving": proving_cost(records).to_json(),  # the one $/proof (engine/spend.py)
+        # the headline, as the engine last counted it (vastui/domain/delivery.py)
+        "delivery": None
+        if engine is None or engine.delivery is None
+        else engine.delivery.to_json(),
         # Interruptible workers: how many, how many a higher bid has stopped now.
         "bids": {
             "workers": len(live_bids),
@@ -100,9 +104,7 @@ def render(report: dict[str, Any]) -> str:
     """A few plain lines: the engine, the workers and the reason, the spend (and other
     controllers' instances on the account, when the engine saw any)."""
     lines = [_engine_line(report), _workers_line(report)]
-    proving = _proving_line(report)
-    if proving:
-        lines.append(proving)
+    lines.extend(delivery_lines(Delivery.from_json(report.get("delivery")), report.get("live")))
     lines.append(_spend_line(report))
     engine = report.get("engine") or {}
     if engine.get("cut_off"):
@@ -148,12 +150,15 @@ def _workers_line(report: dict[str, Any]) -> str:
     if not status:
         return "workers: no status yet (no engine has run a cycle on this database)"
     by_stage: dict[str, int] = status.get("by_stage") or {}
-    order = {state: i for i, state in enumerate(STATES)}
+    order = {state: i for i, state in enumerate(PHASES)}
     stages = sorted(by_stage.items(), key=lambda kv: order.get(kv[0], len(order)))
     parts = [f"{stage} {n}" for stage, n in stages if n]
     pending = status["workers"] - sum(by_stage.values())
     if pending > 0:
         parts.append(f"renting {pending}")
+    stages_now = report.get("stages") or {}
+    if stages_now.get("pooled"):
+        parts.append(f"{stages_now['pooled']} stopped in the warm pool")
     bids = report.get("bids") or {}
     if bids.get("workers"):
         parts.append(f"{bids['workers']} as bids")
@@ -176,21 +181,69 @@ def _workers_line(report: dict[str, Any]) -> str:
     return line
 
 
-def _proving_line(report: dict[str, Any]) -> str | None:
-    """The proving workers' measured rate and $/proof, as the strip and the metrics give it."""
-    p = report.get("proving") or {}
-    if not p.get("proving") or not report.get("live"):
-        return None  # nothing proving, or history (the workers line says as of when)
-    rate, cpp = _float(p.get("proofs_per_hour")), _float(p.get("dollars_per_proof"))
-    if rate is None:
-        n = p["proving"]
-        return f"proving: {n} worker{'s' if n != 1 else ''}, no rate measured yet"
-    line = f"proving: {rate:.0f} proofs/h"
-    if cpp is not None:
-        line += f" at ${cpp:.4f}/proof (their ${_float(p.get('dollars_per_hour')) or 0:.2f}/h)"
-    if p.get("measured", 0) < p["proving"]:
-        line += f"; {p['measured']} of {p['proving']} proving workers measured"
-    return line
+def delivery_lines(d: Delivery | None, live: object = True) -> list[str]:
+    """The headline as the strip, the metrics and the detail give it: delivered proofs/h and
+    $ per paid proof over the window, what curio and cuzk each counted, capacity apart, and
+    the stopped workers' storage."""
+    if d is None:
+        return []
+    minutes = f"{d.window_min:.0f} min"
+    if d.source == CUZK:
+        cpp = d.cost_per_computed
+        line = (
+            f"delivered: {d.proofs_per_hour:.0f} proofs/h over the last {minutes} ({d.computed}"
+            " proved, by cuzk's counters: no curio cluster is read, so nothing is known paid)"
+        )
+        if cpp is not None:
+            line += f", ${cpp:.4f} per proof"
+    else:
+        paid = "-" if d.paid is None else f"{d.paid:g}"
+        line = (
+            f"delivered: {d.proofs_per_hour:.0f} proofs/h over the last {minutes} "
+            f"({d.computed} proved as curio records them, {paid} paid"
+        )
+        if d.challenges:
+            line += f"; {d.challenges} unpaid challenges"
+        line += ")"
+        cpp = d.cost_per_paid
+        line += f", {'-' if cpp is None else f'${cpp:.4f}'} per paid proof"
+    line += f" (${d.cost:.2f} billed over the {minutes}: GPU hours, disks, bandwidth)"
+    if not live:
+        line += " [as last counted]"
+    lines = [line]
+    measured = d.capacity_measured
+    by_bench = d.proving - measured
+    how = f"{measured} measured in production" + (
+        f", {by_bench} by {'its' if by_bench == 1 else 'their'} benchmark" if by_bench else ""
+    )
+    lines.append(
+        f"capacity: {d.capacity:.0f} proofs/h if kept full ({d.proving} proving and taking "
+        f"work: {how}); "
+        f"running fleet ${d.dph:.2f}/h"
+        + (f"; {d.stopped} stopped (warm pool, outbid): ${d.stopped_dph:.2f}/h of disk"
+           if d.stopped else "")
+    )  # fmt: skip
+    gap = _reconcile(d)
+    if gap:
+        lines.append(gap)
+    return lines
+
+
+def _reconcile(d: Delivery) -> str | None:
+    """curio's count beside cuzk's, and why they differ when they do."""
+    if d.source == CUZK or d.cuzk_computed is None or d.cuzk_computed == d.computed:
+        return None
+    more = d.cuzk_computed - d.computed
+    if more > 0:
+        why = (
+            "proofs curio gave up on (ProveTimeout) or rejected (CheckOutput), and proofs cuzk "
+            "finished that curio has not recorded yet"
+        )
+        return f"cuzk counted {d.cuzk_computed} in the window, {more} more than curio: {why}"
+    return (
+        f"cuzk counted {d.cuzk_computed} in the window, {-more} fewer than curio: workers "
+        "restarted or destroyed in the window (their counters went with their daemon)"
+    )
 
 
 def _float(value: Any) -> float | None:
@@ -251,23 +304,27 @@ def cluster_line(cluster: dict[str, Any] | None) -> str | None:
             "claimed"
         )
         window = _float(cluster.get("window_s")) or 0.0
-        parts.append(
-            f"last {window / 60:.0f} min: {cluster.get('computed')} computed, "
-            f"{cluster.get('submitted')} submitted ({cluster.get('challenges')} challenges), "
-            f"{cluster.get('paid')} paid"
-        )
-        costs = []
-        for key, what in (("cost_per_computed", "computed"), ("cost_per_paid", "paid")):
-            value = _float(cluster.get(key))
-            if value is not None:
-                costs.append(f"${value:.4f}/proof {what}")
-        if costs:
-            parts.append(", ".join(costs))
+        parts.append(f"last {window / 60:.0f} min: {window_counts(cluster)}")
     if cluster.get("draining"):
         parts.append(f"{cluster['draining']} draining")
     if cluster.get("overdue"):
         parts.append(f"{cluster['overdue']} past the market's deadline")
     return "cluster: " + "; ".join(parts) if parts else None
+
+
+def window_counts(c: dict[str, Any]) -> str:
+    """The window's counts, each cohort named: PSProve tasks by when they finished (the
+    headline's), the requests by when they arrived (a request taken near the window's end is
+    not computed yet, one computed early in it may have arrived before it: the two differ)."""
+    text = f"PSProve {c.get('cluster_done')} done, {c.get('cluster_failed')} failed"
+    if c.get("fleet_done") is not None and c.get("fleet_done") != c.get("cluster_done"):
+        text += f" ({c.get('fleet_done')} by this fleet)"
+    text += (
+        f"; {c.get('paid_recent', c.get('paid'))} payments; of the {c.get('taken')} requests "
+        f"taken in it: {c.get('computed')} computed, {c.get('submitted')} submitted "
+        f"({c.get('challenges')} unpaid challenges), {c.get('paid')} paid so far"
+    )
+    return text
 
 
 def auto_line(cluster: dict[str, Any] | None) -> str | None:

@@ -60,6 +60,7 @@ from vastui.console.summary import STRIP_HELP, SpendView, StripState, SummaryStr
 from vastui.console.terminal import TerminalGuard, guarded_terminal
 from vastui.console.themes import load_theme_dirs, register_themes, resolve_theme_name, theme_dirs
 from vastui.console.uistate import load_ui_state, save_ui_state
+from vastui.domain.delivery import Delivery
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
@@ -340,7 +341,6 @@ class VastuiApp(App[int]):
         spend = snap.spend
         state = StripState(
             snapshot=snap,
-            economics=snap.fleet_economics(),
             status=status,
             spend=None if spend is None else SpendView(spend.today, spend.total, spend.rejected),
             badges=tuple(badges),
@@ -361,6 +361,11 @@ class VastuiApp(App[int]):
 
     def spent(self, rec: InstanceRecord) -> float | None:
         return instance_cost(rec, self.source.now()) if rec.source == "vastui" else None
+
+    def delivery(self) -> Delivery | None:
+        """The fleet's headline as the engine last published it (the strip's)."""
+        status = self.snapshot.engine_status
+        return status.delivery if status is not None else None
 
     def min_rate_for(self, dph_total: float) -> float:
         return min_rate(dph_total, self.opts.config.fleet.max_cost_per_proof)
@@ -424,6 +429,7 @@ class VastuiApp(App[int]):
                 spend=self.spent,
                 ssh_command=self.source.ssh_command,
                 listen_port_base=self.opts.config.curio.listen_port_base,
+                fleet=self.delivery,
             )
         )
 

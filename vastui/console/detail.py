@@ -38,10 +38,13 @@ from vastui.console.detailtext import (
     vast_status_text,
 )
 from vastui.console.footer import KeyFooter
+from vastui.console.summary import headline_text
+from vastui.domain.delivery import Delivery
 from vastui.domain.reports import parse_stored_result
 from vastui.domain.timefmt import iso_utc
 from vastui.domain.worker import InstanceRecord
-from vastui.engine import identity, policy
+from vastui.engine import identity, policy, production
+from vastui.engine.delivery import worker_share
 from vastui.sanitize import sanitize_line
 from vastui.store.common import json_dict
 
@@ -122,6 +125,7 @@ class DetailScreen(Dialog[None]):
         spend: Callable[[InstanceRecord], float | None] | None = None,
         ssh_command: Callable[[InstanceRecord], str | None] | None = None,
         listen_port_base: int = identity.DEFAULT_PORT_BASE,
+        fleet: Callable[[], Delivery | None] | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.rec = rec
@@ -132,6 +136,7 @@ class DetailScreen(Dialog[None]):
         self.spend = spend
         self.ssh_command = ssh_command
         self.listen_port_base = listen_port_base
+        self.fleet = fleet  # the fleet's headline as the engine last published it
         self.cuzk_reads = 0  # polls answered, for tests and the status line
         self.shown: tuple[str, str] | None = None
         self._answered = False  # cuzk's status (or its failure) shown
@@ -206,9 +211,10 @@ class DetailScreen(Dialog[None]):
             image.append("  (not the configured image)", style="bold yellow")
         spent = self.spend(rec) if self.spend is not None else None
         ssh = self.ssh_command(rec) if self.ssh_command is not None else None
+        delivered = self.fleet() if self.fleet is not None else None
         return [
             ("label", rec.label),
-            ("state / stage", f"{shown(rec.state, 40)} / {shown(rec.stage, 40)}"),
+            ("state / stage", f"{shown(rec.phase, 40)} / {shown(rec.stage, 40)}"),
             (
                 "machine / host",
                 f"{shown(rec.machine_id, 20)} / {shown(rec.host_id, 20)} (host = operator account)",
@@ -216,14 +222,15 @@ class DetailScreen(Dialog[None]):
             ("GPU", f"{shown(rec.gpu_name, 60)} x{shown(rec.num_gpus, 4)}"),
             ("RAM", None if rec.cpu_ram_gb is None else f"{rec.cpu_ram_gb:.0f} GB"),
             ("location", rec.geolocation),
-            ("$/h", None if rec.dph_total is None else f"{rec.dph_total:.4f}"),
+            ("$/h", self._dph()),
             ("spent", None if spent is None else money(spent)),
             (
                 "bench / min",
                 f"{num_text(rec.bench_rate)} / {num_text(rec.min_rate)} proofs/h"
                 + ("" if rec.bench_failed is None else f", {rec.bench_failed} proofs failed"),
             ),
-            ("production", production_text(rec, self._when)),
+            ("production", self._production()),
+            ("fleet", None if delivered is None else headline_text(delivered)),
             ("image", image),
             ("image digest", rec.image_digest),
             ("Vast status", vast_status_text(rec)),
@@ -233,6 +240,32 @@ class DetailScreen(Dialog[None]):
             ("stage since", self._when(rec.stage_started_at)),
             ("killed", self._when(rec.killed_at)),
         ]
+
+    def _dph(self) -> str | None:
+        rec = self.rec
+        if rec.dph_total is None:
+            return None
+        if rec.stopped_since is not None and not rec.killed:
+            storage = min(rec.storage_dph or 0.0, rec.dph_total)
+            return f"{storage:.4f} while stopped (its disk; {rec.dph_total:.4f} running)"
+        return f"{rec.dph_total:.4f}"
+
+    def _production(self) -> Text | None:
+        """cuzk's counters, its part of the fleet's headline and its rate kept full."""
+        rec = self.rec
+        delivered = self.fleet() if self.fleet is not None else None
+        share = fed = None
+        if delivered is not None:
+            state = json_dict(rec.cluster_state)
+            done = state.get("done")
+            window_done = done if isinstance(done, int) and not isinstance(done, bool) else None
+            share = worker_share(rec, delivered, window_done)
+            busy = None
+            if self.now is not None and rec.prod_state:
+                prod = production.ProdState.from_json(rec.prod_state)
+                busy = production.measure(prod, self.now(), delivered.window_s).busy_s
+            fed = (busy, delivered.window_s)
+        return production_text(rec, self._when, share, fed)
 
     def _curio(self) -> list[tuple[str, Any]]:
         """The worker in curio's cluster: its identity (runner id → listen address and name),

@@ -10,7 +10,8 @@ from typing import Any
 from rich.text import Text
 
 from vastui.domain.worker import InstanceRecord
-from vastui.engine.spend import worker_cost_per_proof
+from vastui.engine.delivery import WorkerShare
+from vastui.engine.production import MIN_BUSY_S
 from vastui.sanitize import sanitize_line
 
 
@@ -85,19 +86,46 @@ def vast_status_text(rec: InstanceRecord) -> Text:
     return text
 
 
-def production_text(rec: InstanceRecord, when: Callable[[float | None], str | None]) -> Text | None:
-    """Measured, not assumed: cuzk's counters since the benchmark."""
+def production_text(
+    rec: InstanceRecord,
+    when: Callable[[float | None], str | None],
+    share: WorkerShare | None = None,
+    fed: tuple[float | None, float] | None = None,
+) -> Text | None:
+    """Measured, not assumed: cuzk's counters since the benchmark; its part of the fleet's
+    headline over the window (``share``: curio's count, the paid share, what it was billed);
+    its rate kept full (its capacity), measured in production once it was fed
+    ``production.MIN_BUSY_S``, else its benchmark's. ``fed``: (seconds fully fed in the window,
+    None when not known; the window)."""
     if rec.prod_completed is None:
-        return None if rec.state != "proving" else Text("not measured yet", style="dim")
+        return None if rec.phase != "proving" else Text("not measured yet", style="dim")
     text = Text(f"{rec.prod_completed} proofs since the benchmark, {rec.prod_failed or 0} failed")
-    if rec.prod_rate is None:
-        text.append(", measuring the rate (10 min of proving)", style="dim")
-    else:
-        low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
-        text.append(f", measured {rec.prod_rate:.1f} proofs/h", style="bold red" if low else "bold")
-        cpp, _estimate = worker_cost_per_proof(rec)
+    if share is not None and share.computed is not None and fed is not None:
+        # curio's count over the fleet's window: the headline's, for this worker
+        text.append(f"; {share.computed} delivered in the last {fed[1] / 60:.0f} min")
+        cpp = share.cost_per_paid
         if cpp is not None:
-            text.append(f" at ${cpp:.4f}/proof")  # its $/h over that rate (engine/spend.py)
+            text.append(f" at ${cpp:.4f}/paid", style="bold")
+    if rec.prod_rate is not None:
+        low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
+        text.append("; kept full it proves ")
+        text.append(f"{rec.prod_rate:.1f}/h", style="bold red" if low else "bold")
+        text.append(" (measured)")
+    else:
+        text.append("; kept full it proves ")
+        text.append(f"{num_text(rec.bench_rate)}/h", style="bold")
+        text.append(" (its benchmark", style="dim")
+        if fed is not None and fed[0] is not None:
+            text.append(
+                f"; production measures it after {MIN_BUSY_S / 60:.0f} min fully fed, "
+                f"{fed[0] / 60:.0f} min of the last {fed[1] / 60:.0f} so far: the market has "
+                "not kept it full)"
+                if fed[0] < MIN_BUSY_S
+                else ")",
+                style="dim",
+            )
+        else:
+            text.append(")", style="dim")
     if rec.prod_checked_at is not None:
         text.append(f" (read {when(rec.prod_checked_at)})", style="dim")
     return text

@@ -9,7 +9,7 @@ from vastui.domain.engine_state import EngineStatus, Lease
 from vastui.domain.journal import Event
 from vastui.domain.machines import BadEntry, LegacyReviewEntry, PerfRecord
 from vastui.domain.worker import ForeignInstance, InstanceRecord
-from vastui.engine.spend import Spend, proving_cost
+from vastui.engine.spend import Spend
 
 
 @dataclass
@@ -29,44 +29,15 @@ class Snapshot:
     spend: Spend | None = None  # the fleet's, on the fleet's clock at `taken_at`
 
     def counts(self) -> dict[str, int]:
+        """Live workers by what they do now (``InstanceRecord.phase``): a stopped worker (the
+        warm pool, an outbid bid) is counted as stopped, never as proving."""
         live = [r for r in self.instances if not r.killed]
         return {
-            "running": sum(r.state == "proving" for r in live),
-            "benchmarking": sum(r.state == "benchmark" for r in live),
-            "fetching": sum(r.state in ("setup", "paramfetch") for r in live),
-            "loading": sum(r.state == "loading" for r in live),
+            "running": sum(r.phase == "proving" for r in live),
+            "benchmarking": sum(r.phase == "benchmark" for r in live),
+            "fetching": sum(r.phase in ("setup", "paramfetch") for r in live),
+            "loading": sum(r.phase == "loading" for r in live),
+            "pooled": sum(r.phase == "pooled" for r in live),
+            "outbid": sum(r.phase == "outbid" for r in live),
             "killed": sum(r.killed for r in self.instances),
         }
-
-    def fleet_economics(self) -> FleetEconomics:
-        """What the fleet costs and proves: measured where cuzk's counters say so, estimated
-        (from the benchmarks) where they do not yet."""
-        live = [r for r in self.instances if not r.killed]
-        proving = [r for r in live if r.state == "proving"]
-        cost = proving_cost(live)  # the one $/proof (vastui/engine/spend.py)
-        est = sum(r.bench_rate or 0.0 for r in proving)
-        proving_dph = sum(r.dph_total or 0.0 for r in proving)
-        return FleetEconomics(
-            dph=sum(r.dph_total or 0.0 for r in live),
-            measured_rate=cost.rate,
-            measured_cpp=cost.per_proof,
-            measured_workers=cost.measured,
-            proving_workers=cost.proving,
-            est_rate=est,
-            est_cpp=proving_dph / est if est > 0 else None,
-            proofs=sum(r.prod_completed or 0 for r in live),
-            failed=sum(r.prod_failed or 0 for r in live),
-        )
-
-
-@dataclass(frozen=True)
-class FleetEconomics:
-    dph: float  # $/h of every live instance
-    measured_rate: float | None  # proofs/h measured on proving workers (None: none measured)
-    measured_cpp: float | None  # $/proof of those workers, measured
-    measured_workers: int
-    proving_workers: int
-    est_rate: float  # proofs/h the benchmarks promise for every proving worker
-    est_cpp: float | None
-    proofs: int  # proofs completed in production by live workers
-    failed: int

@@ -10,7 +10,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from vastui.console.cells import age, money
-from vastui.console.snapshot import FleetEconomics, Snapshot
+from vastui.console.snapshot import Snapshot
+from vastui.domain.delivery import CUZK, Delivery
 from vastui.domain.engine_state import EngineStatus
 from vastui.sanitize import sanitize_line
 
@@ -20,14 +21,21 @@ STRIP_HELP = (
      "that engine is gone (commands refused); DRY-RUN; READ-ONLY; NO ENGINE"),
     ("workers 2/3", "live workers (with rents in flight) / the engine's target"),
     ("prove 2 bench 1 …", "workers per stage (stages with none are left out): proving, "
-     "benchmark, fetch (setup and paramfetch), load (Vast still starting it); ✗ destroyed"),
-    ("$1.70/h of $5", "what the live fleet costs per hour, of its cap (fleet.max_total_dph)"),
-    ("90 p/h $0.0189/p proving", "proofs/h measured from cuzk's counters on the proving "
-     "workers, and their $/h over it: the $/proof of `vastui status` and of the metric "
-     "vastui_cost_per_proof_dollars; 'est' marks the benchmarks' estimate while production is "
-     "not measured yet"),
-    ("spent $4.10 today", "billed time × $/h today (UTC); all time; on rejected workers "
-     "(destroyed before they proved)"),
+     "benchmark, fetch (setup and paramfetch), load (Vast still starting it); pool and outbid "
+     "are stopped workers (the warm pool, a bid a higher one stopped): they prove nothing and "
+     "bill their disk only; ✗ destroyed"),
+    ("$1.70/h of $5", "what the running fleet costs per hour (rents in flight included, stopped "
+     "workers not), of its cap (fleet.max_total_dph)"),
+    ("52 p/h $0.0150/paid (60m)", "the headline: proofs the fleet delivered over the last 60 "
+     "min (curio's record of its PSProve tasks) per hour, and every dollar the fleet was billed "
+     "over those 60 min (GPU, disks, bandwidth) per paid proof; '/p cuzk' when no curio cluster "
+     "is read (cuzk's counters, no payments known). The same figures as `vastui status`, the "
+     "metrics and the instance detail; they move only when the engine counts again"),
+    ("cap 146", "capacity: proofs/h the proving workers could prove kept full (each one's rate "
+     "measured at full feed in production, else its benchmark's)"),
+    ("stopped 1 $0.01/h", "workers stopped in the warm pool or outbid: the storage they bill"),
+    ("spent $4.10 today", "what Vast billed today (UTC: GPU hours, disks while loading or "
+     "stopped, bandwidth); all time; on rejected workers (destroyed before they proved)"),
     ("spent $4.10/$50 today", "with a daily budget (fleet.max_daily_spend): yellow from 80 %, "
      "red once reached (nothing more is rented until midnight UTC)"),
     ("credit $87.20", "the Vast account's credit as the engine last read it; red when out"),
@@ -35,8 +43,7 @@ STRIP_HELP = (
      "expected $/proof against the maximum), the $/h cap, the benchmark concurrency cap, "
      "dry-run, an API error"),
     ("cluster 3 waiting 5 claimed …", "curio's cluster as the engine last read it: PSProve tasks "
-     "waiting and claimed, proofs paid in the production window and $ per paid proof, workers "
-     "draining (⤓); red when it cannot be read"),
+     "waiting and claimed, workers draining (⤓); red when it cannot be read"),
     ("auto 1–10 60 req/h 62% busy", "fleet.target_workers = \"auto\": the target's bounds, "
      "the market's demand for the cluster (requests per hour its request task asked), the "
      "share of the proving workers' measured capacity the cluster's work used over the window, and "
@@ -59,7 +66,6 @@ class SpendView:
 @dataclass(frozen=True)
 class StripState:
     snapshot: Snapshot
-    economics: FleetEconomics
     status: EngineStatus | None
     spend: SpendView | None
     badges: tuple[tuple[str, str], ...]
@@ -69,7 +75,7 @@ class StripState:
 
 
 def strip_text(s: StripState) -> Text:
-    snap, eco, status = s.snapshot, s.economics, s.status
+    snap, status = s.snapshot, s.status
     counts = snap.counts()
     line = Text()
     # The mode first: at 80 columns a DETACHED console must still say so.
@@ -88,6 +94,8 @@ def strip_text(s: StripState) -> Text:
         ("bench", "benchmarking", "yellow"),
         ("fetch", "fetching", "cyan"),
         ("load", "loading", "blue"),
+        ("pool", "pooled", "dim"),
+        ("outbid", "outbid", "magenta"),
     ):
         if counts[key]:
             line.append(f" {name} ")
@@ -99,20 +107,16 @@ def strip_text(s: StripState) -> Text:
         line.append(" │ ", style="dim")
         line.append(f"CUT OFF {age(lasted)}", style="bold red")
     line.append(" │ ", style="dim")
-    line.append(f"${eco.dph:.2f}/h ", style="bold")
+    delivered = status.delivery if status is not None else None
+    if status is not None and status.dph is not None:
+        dph = status.dph
+    else:  # no engine status: the running workers of the snapshot
+        dph = sum(r.dph_total or 0.0 for r in snap.instances
+                  if not r.killed and r.stopped_since is None)  # fmt: skip
+    line.append(f"${dph:.2f}/h ", style="bold")
     if status is not None and status.dph_cap is not None:
         line.append(f"of ${status.dph_cap:g} ", style="dim")
-    if eco.measured_rate is not None:
-        line.append(f"{eco.measured_rate:.0f} p/h ", style="bold")
-        cpp = "-" if eco.measured_cpp is None else f"${eco.measured_cpp:.4f}"
-        line.append(f"{cpp}/p proving ")
-        if eco.measured_workers < eco.proving_workers:
-            line.append(f"({eco.measured_workers}/{eco.proving_workers} meas) ", style="dim")
-    elif eco.proving_workers:
-        cpp = "-" if eco.est_cpp is None else f"${eco.est_cpp:.4f}"
-        line.append(f"est {eco.est_rate:.0f} p/h {cpp}/p ", style="dim")
-    else:
-        line.append("0 p/h ", style="dim")
+    line.append_text(headline_text(delivered))
     # before the spend: at 160 columns the spend's tail is what is cut
     if status is not None and status.credit is not None:
         out = status.credit <= 0 or status.reason_kind == "no_credit"
@@ -155,6 +159,26 @@ def strip_text(s: StripState) -> Text:
     return line
 
 
+def headline_text(d: Delivery | None) -> Text:
+    """Delivered proofs/h and $ per paid proof over the stated window, capacity apart, and the
+    stopped workers' storage (vastui/domain/delivery.py: the same record everywhere)."""
+    if d is None:
+        return Text("p/h - ", style="dim")
+    text = Text()
+    text.append(f"{d.proofs_per_hour:.0f} p/h ", style="bold")
+    if d.source == CUZK:
+        cpp = d.cost_per_computed
+        text.append(f"{'-' if cpp is None else f'${cpp:.4f}'}/p cuzk ")
+    else:
+        cpp = d.cost_per_paid
+        text.append(f"{'-' if cpp is None else f'${cpp:.4f}'}/paid ")
+    text.append(f"({d.window_min:.0f}m) ", style="dim")
+    text.append(f"cap {d.capacity:.0f} ", style="dim")
+    if d.stopped:
+        text.append(f"stopped {d.stopped} ${d.stopped_dph:.2f}/h ", style="dim")
+    return text
+
+
 def reason_text(status: EngineStatus | None) -> Text:
     """The engine's one persistent reason, or what it is doing."""
     if status is None:
@@ -180,13 +204,7 @@ def cluster_text(status: EngineStatus | None) -> Text | None:
         return Text("cluster unreadable", style="bold red")
     text = Text("cluster ", style="bold")
     if c.get("psprove_waiting") is not None:
-        text.append(f"{c.get('psprove_waiting')} waiting {c.get('psprove_claimed')} claimed · ")
-        window = c.get("window_s")
-        minutes = f"/{window / 60:.0f}m" if isinstance(window, int | float) and window else ""
-        text.append(f"{c.get('paid')} paid{minutes}")
-        per_paid = c.get("cost_per_paid")
-        if isinstance(per_paid, int | float):
-            text.append(f" (${per_paid:.4f}/paid)")
+        text.append(f"{c.get('psprove_waiting')} waiting {c.get('psprove_claimed')} claimed")
     if c.get("draining"):
         text.append(f" ⤓{c.get('draining')} draining", style="bold magenta")
     overdue = c.get("overdue")

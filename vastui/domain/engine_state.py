@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .delivery import Delivery
 from .timefmt import iso_utc
 
 
@@ -42,6 +43,9 @@ class EngineStatus:
     # when it began (the engine's clock); None while they reach it
     cut_off: str | None = None
     cut_off_since: float | None = None
+    # the fleet's headline (migration 15): delivered proofs and their cost over the window,
+    # capacity apart (vastui/domain/delivery.py); None before the engine first counted it
+    delivery: Delivery | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +67,7 @@ class EngineStatus:
             "cluster": self.cluster,
             "cut_off": self.cut_off,
             "cut_off_since": iso_utc(self.cut_off_since),
+            "delivery": None if self.delivery is None else self.delivery.to_json(),
         }
 
 

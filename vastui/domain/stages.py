@@ -8,6 +8,13 @@ from __future__ import annotations
 STAGES: tuple[str, ...] = ("loading", "setup", "paramfetch", "benchmark", "proving")
 STATES: tuple[str, ...] = (*STAGES, "killed", "legacy")
 
+# What a live worker is doing now, as the operator reads it everywhere (the strip, `vastui
+# status`, the listings, the metrics): its stage, unless it is stopped and bills only its disk
+# (``pooled``: kept in the warm pool; ``outbid``: an interruptible rental a higher bid stopped).
+# A stopped worker proves nothing and is never counted as proving or in the fleet's $/h.
+STOPPED_PHASES: tuple[str, ...] = ("pooled", "outbid")
+PHASES: tuple[str, ...] = (*STAGES, *STOPPED_PHASES, "killed", "legacy")
+
 # Known kill reason codes (``instances.kill_kind``). Free text is accepted; these are the ones
 # vastui writes itself.
 KILL_KINDS: tuple[str, ...] = (

@@ -105,6 +105,18 @@ class InstanceRecord:
         return self.outbid_since if self.outbid_since is not None else self.pooled_since
 
     @property
+    def phase(self) -> str:
+        """What it is doing now (``stages.PHASES``): its state, or ``pooled``/``outbid`` while
+        stopped (its stored state is the stage it was in; it bills only its disk)."""
+        if self.state in ("killed", "legacy"):
+            return self.state
+        if self.pooled_since is not None:
+            return "pooled"
+        if self.outbid_since is not None:
+            return "outbid"
+        return self.state
+
+    @property
     def stage(self) -> str | None:
         """The current stage; for killed rows, the stage the instance died in."""
         return self.failed_stage if self.state == "killed" else self.state
@@ -121,6 +133,7 @@ class InstanceRecord:
             "host_id": self.host_id,
             "gpu_name": self.gpu_name,
             "state": self.state,
+            "phase": self.phase,
             "stage": self.stage,
             "dph_total": self.dph_total,
             "bench_rate": self.bench_rate,

@@ -206,7 +206,8 @@ class Totals:
     computed: int = 0
     submitted: int = 0
     challenges: int = 0  # submitted challenge proofs (was_pow): unpaid
-    paid: int = 0  # payments for the requests taken in the window
+    paid: int = 0  # payments for the requests taken in the window (that cohort)
+    paid_recent: int = 0  # payments recorded in the window, whichever request they pay
     cluster_done: int = 0  # PSProve successes by any machine in the window
     cluster_failed: int = 0
     # requests the cluster holds that no node has claimed, as curio's request task counts
@@ -235,7 +236,7 @@ class Totals:
             "request_owner": self.request_owner, "request_owner_addr": self.request_owner_addr,
             "request_task": self.request_task, "machines": self.machines, "taken": self.taken,
             "computed": self.computed, "submitted": self.submitted,
-            "challenges": self.challenges, "paid": self.paid,
+            "challenges": self.challenges, "paid": self.paid, "paid_recent": self.paid_recent,
             "cluster_done": self.cluster_done, "cluster_failed": self.cluster_failed,
             "unclaimed": self.unclaimed, "oldest_unclaimed_at": self.oldest_unclaimed_at,
             "request_runs_s": self.request_runs_s, "request_obtained": self.request_obtained,
@@ -343,6 +344,12 @@ FROM proofshare_queue WHERE obtained_at >= %(since)s
 _PAID = """
 SELECT count(*) FROM proofshare_provider_payments p
 WHERE p.request_cid IN (SELECT request_cid FROM proofshare_queue WHERE obtained_at >= %(since)s)
+"""
+# Payments recorded in the window, by when they came (the submit task inserts each one as the
+# market answers the completion, tasks/proofshare/task_submit.go:189-192): the headline's paid
+# proofs, which move with the work as it is paid, not with when its request arrived.
+_PAID_RECENT = """
+SELECT count(*) FROM proofshare_provider_payments WHERE created_at >= %(since)s
 """
 # curio's own count of the requests waiting for a node (tasks/proofshare/task_request.go:85-90:
 # the queue its request task keeps between 5 and 8), with the oldest one's arrival
@@ -586,6 +593,7 @@ class ClusterReader:
         since_tz = since.replace(tzinfo=UTC)
         market = (await _fetch(conn, _MARKET, {"since": since_tz}))[0]
         paid = (await _fetch(conn, _PAID, {"since": since_tz}))[0]
+        paid_recent = (await _fetch(conn, _PAID_RECENT, {"since": since_tz}))[0]
         done = (await _fetch(conn, _CLUSTER_RESULTS, {"name": PSPROVE, "since": since}))[0]
         unclaimed = (await _fetch(conn, _UNCLAIMED, {}))[0]
         overdue = (await _fetch(conn, _OVERDUE, {"due": due.replace(tzinfo=UTC)}))[0]
@@ -604,6 +612,7 @@ class ClusterReader:
             request_owner_addr=str(owner[0][1]) if owner and owner[0][1] else None,
             taken=_count(market[0]), computed=_count(market[1]), submitted=_count(market[2]),
             challenges=_count(market[3]), paid=_count(paid[0]),
+            paid_recent=_count(paid_recent[0]),
             cluster_done=_count(done[0]), cluster_failed=_count(done[1]),
             unclaimed=_count(unclaimed[0]), oldest_unclaimed_at=from_db_time(unclaimed[1]),
             request_runs_s=_seconds(runs[0]), request_obtained=_count(runs[1]),

@@ -29,6 +29,7 @@ from datetime import UTC
 from typing import Any
 
 from vastui.config import Config
+from vastui.domain.delivery import Delivery
 from vastui.domain.engine_state import EngineStatus
 from vastui.domain.journal import Intent
 from vastui.domain.reports import WorkerEvent, parse_stored_result
@@ -36,6 +37,7 @@ from vastui.domain.worker import ForeignInstance, InstanceRecord, Progress
 from vastui.engine import (
     autoscale,
     bidding,
+    delivery,
     drain,
     identity,
     payment,
@@ -190,7 +192,10 @@ class Engine:
         self.cut_off_since: float | None = None
         self.identity_collision: str | None = None  # a new worker's identity taken, one line
         self._collision_runner: int | None = None
-        self._proof_costs: spend.ProofCosts | None = None  # over the window, as curio counts
+        # what curio's cluster counted over the window at its last good reading (the
+        # headline's proofs, vastui/engine/delivery.py), and the headline last published
+        self._cluster_count: delivery.ClusterCount | None = None
+        self.delivery: Delivery | None = None
         self._cluster_probed = False
         self._cluster_fresh = False  # this step read curio's cluster
         # the automatic target's state (fleet.target_workers = "auto"), None until decided
@@ -837,10 +842,10 @@ class Engine:
             await self._cluster_readable(now)
             self.cluster_view = view = read
             self._cluster_fresh = True
-            fleet_done = sum(state.done for state in read.workers.values())
-            self._proof_costs = spend.proof_costs(
-                [*records, *killed], now, window, fleet_done, read.totals.cluster_done,
-                read.totals.paid,
+            self._cluster_count = delivery.ClusterCount(
+                fleet_done=sum(state.done for state in read.workers.values()),
+                cluster_done=read.totals.cluster_done, paid=read.totals.paid_recent,
+                challenges=read.totals.challenges,
             )  # fmt: skip
         async with self._deciding():
             if view is not None:
@@ -1038,12 +1043,25 @@ class Engine:
             out["fleet_done"] = sum(s.done for s in view.workers.values())
             out["fleet_failed"] = sum(s.failed for s in view.workers.values())
             out["fleet_held"] = sum(s.held for s in view.workers.values())
-            costs = self._proof_costs
-            if costs is not None:
-                out["spent_window"] = round(costs.spent, 4)
-                out["cost_per_computed"] = costs.per_computed
-                out["cost_per_paid"] = costs.per_paid
         return out
+
+    async def _delivery(self) -> Delivery | None:
+        """The headline of this step (vastui/engine/delivery.py): curio's count at its last
+        good reading while the cluster is read; cuzk's counters where no cluster is. While a
+        configured cluster cannot be read, the last headline stands (its ``at`` says how old),
+        rather than a figure counted another way."""
+        reader = self.cluster
+        reading = reader is not None and reader.enabled
+        if reading and self._cluster_count is None:
+            return self.delivery  # not read yet: nothing rather than cuzk's figure for a step
+        if reading and not self._cluster_fresh:
+            return self.delivery
+        now = self.clock()
+        records = await self.store.instances.all(include_killed=True)
+        window = self.config.proving.window_min * 60.0
+        count = self._cluster_count if reading else None
+        self.delivery = delivery.compute(records, now, window, count)
+        return self.delivery
 
     # -- worker events and counters (from the followers) -----------------------------------
 
@@ -1446,6 +1464,7 @@ class Engine:
                 cluster=self._cluster_status(view),
                 cut_off=self.cut_off,
                 cut_off_since=self.cut_off_since,
+                delivery=await self._delivery(),
             )
         )
         previous = self.status

@@ -21,7 +21,7 @@ from vastui.domain.worker import InstanceRecord
 from vastui.engine.cluster import cluster_held
 from vastui.engine.provision import REASON_KINDS
 from vastui.engine.ranking import RankedOffer
-from vastui.engine.spend import counted, fleet_spend, local_midnight, proving_cost
+from vastui.engine.spend import counted, fleet_spend, local_midnight
 from vastui.metrics import FleetCollector, FleetSample, MetricsServer, WorkerSample
 from vastui.sanitize import sanitize_line
 from vastui.store import Store
@@ -130,12 +130,12 @@ class Monitor:
             target=status.target,
             by_stage=dict(status.by_stage),
             workers=[_worker(r) for r in live],
-            fleet_dollars_per_hour=sum(r.dph_total or 0.0 for r in live),
+            fleet_dollars_per_hour=sum(r.dph_total or 0.0 for r in live if r.stopped_since is None),
             spend_all=spend.total,
             spend_rejected=spend.rejected,
             spend_bandwidth=spend.bandwidth,
             spend_today=spend.today,
-            cost_per_proof=proving_cost(live).per_proof,  # the one $/proof (engine/spend.py)
+            delivery=status.delivery,  # the headline (vastui/domain/delivery.py)
             kills=Counter(r.kill_kind or "unknown" for r in mine if r.killed),
             bans=bans,
             rents=len(mine),
@@ -159,11 +159,14 @@ def _worker(r: InstanceRecord) -> WorkerSample:
         label=r.label or str(r.vast_id),
         machine_id=r.machine_id,
         gpu_name=sanitize_line(r.gpu_name or "?", 40),
-        stage=r.state,
+        stage=r.phase,
         proofs=r.prod_completed or 0,
         failures=r.prod_failed or 0,
         proofs_per_hour=r.prod_rate,
-        dollars_per_hour=r.dph_total or 0.0,
+        # a stopped worker (warm pool, outbid) bills its disk only
+        dollars_per_hour=(r.dph_total or 0.0)
+        if r.stopped_since is None
+        else min(r.storage_dph or 0.0, r.dph_total or 0.0),
         tasks_held=held,
         draining=r.drain_started_at is not None,
     )

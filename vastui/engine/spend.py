@@ -261,77 +261,11 @@ def drain_cost(rec: InstanceRecord, now: float) -> float:
     return instance_cost(rec, now, since=rec.drain_started_at)
 
 
-@dataclass(frozen=True, slots=True)
-class ProofCosts:
-    """The fleet's $/proof over a window, as curio's cluster counts its proofs."""
-
-    spent: float  # on workers while they proved, within the window
-    per_computed: float | None  # ÷ PSProve tasks curio recorded done for the fleet
-    per_paid: float | None  # ÷ the cluster's paid proofs, at the fleet's share of its done
-
-
-def proof_costs(
-    records: Iterable[InstanceRecord],
-    now: float,
-    window_s: float,
-    fleet_done: int,
-    cluster_done: int,
-    paid: int,
-) -> ProofCosts:
-    """Payments are the cluster's (one wallet, proofshare_provider_payments), not per machine:
-    the fleet is credited its share of them, as its share of the PSProve tasks the cluster
-    finished in the window. Challenge proofs are never paid (they are not in payments)."""
-    since = now - window_s
-    spent = sum(
-        instance_cost(r, now, since=max(since, r.proving_at))
-        for r in counted(records)
-        if r.proving_at is not None
-    )
-    per_computed = spent / fleet_done if fleet_done > 0 else None
-    share = min(1.0, fleet_done / cluster_done) if cluster_done > 0 else 0.0
-    per_paid = spent / (paid * share) if paid > 0 and share > 0 else None
-    return ProofCosts(spent, per_computed, per_paid)
-
-
 def local_midnight(now: float, tz: tzinfo | None = None) -> float:
     """The start of `now`'s day: midnight in `tz` (None: this machine's local time zone)."""
     # A naive local datetime's timestamp() resolves the offset in force at that midnight.
     midnight = datetime.fromtimestamp(now, tz).replace(hour=0, minute=0, second=0, microsecond=0)
     return midnight.timestamp()
-
-
-@dataclass(frozen=True, slots=True)
-class ProvingCost:
-    """The fleet's $/proof, one definition wherever it is shown (the strip, `vastui status`,
-    the metric ``vastui_cost_per_proof_dollars``, README): the $/h of the live proving workers
-    whose rate cuzk's counters measured, over that measured rate. A worker's own $/proof
-    (:func:`worker_cost_per_proof`) is the same over one worker. Workers still loading or
-    benchmarking are not in it (the fleet's $/h is); curio's cluster's figures per computed and
-    per paid proof are others, named so (:class:`ProofCosts`)."""
-
-    rate: float | None  # proofs/h measured (None: no proving worker measured yet)
-    dph: float  # $/h of the measured workers
-    per_proof: float | None
-    measured: int  # proving workers with a measured rate
-    proving: int  # live proving workers
-
-    def to_json(self) -> dict[str, float | int | None]:
-        return {
-            "proofs_per_hour": self.rate, "dollars_per_hour": self.dph,
-            "dollars_per_proof": self.per_proof, "measured": self.measured,
-            "proving": self.proving,
-        }  # fmt: skip
-
-
-def proving_cost(records: Iterable[InstanceRecord]) -> ProvingCost:
-    proving = [r for r in records if not r.killed and r.state == "proving"]
-    measured = [r for r in proving if r.prod_rate is not None and r.prod_rate >= 0]
-    rate = sum(r.prod_rate or 0.0 for r in measured)
-    dph = sum(r.dph_total or 0.0 for r in measured)
-    return ProvingCost(
-        rate=rate if measured else None, dph=dph, per_proof=dph / rate if rate > 0 else None,
-        measured=len(measured), proving=len(proving),
-    )  # fmt: skip
 
 
 def worker_cost_per_proof(rec: InstanceRecord) -> tuple[float | None, bool]:

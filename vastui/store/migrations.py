@@ -356,8 +356,14 @@ ALTER TABLE instances ADD COLUMN proofs_carried INTEGER NOT NULL DEFAULT 0
     CHECK (proofs_carried >= 0);
 """
 
+# The fleet's headline (vastui/domain/delivery.py): delivered and paid proofs over the window,
+# their cost and the capacity beside them, as the engine last counted them (JSON).
+_V15 = """
+ALTER TABLE engine_status ADD COLUMN delivery TEXT;
+"""
+
 MIGRATIONS: list[str] = [
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
 ]  # fmt: skip
 
 SCHEMA_VERSION: int = len(MIGRATIONS)

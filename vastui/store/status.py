@@ -8,6 +8,7 @@ import math
 import sqlite3
 from typing import Any
 
+from vastui.domain.delivery import Delivery
 from vastui.domain.engine_state import EngineStatus
 
 from .common import json_obj
@@ -37,6 +38,7 @@ def status_from_row(row: sqlite3.Row) -> EngineStatus:
         cluster=json_obj(row["cluster"]),
         cut_off=row["cut_off"],
         cut_off_since=row["cut_off_since"] if row["cut_off"] is not None else None,
+        delivery=Delivery.from_json(json_obj(row["delivery"])),
     )
 
 
@@ -89,8 +91,8 @@ class StatusRepo:
             await conn.execute(
                 "INSERT INTO engine_status (id, target, workers, by_stage, reason_kind, reason,"
                 " best, dry_run, updated_at, reason_since, wall_at, simulated, credit,"
-                " spent_today, daily_budget, dph, dph_cap, cluster, cut_off, cut_off_since)"
-                " VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                " spent_today, daily_budget, dph, dph_cap, cluster, cut_off, cut_off_since,"
+                " delivery) VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(id) DO UPDATE SET target = excluded.target,"
                 " workers = excluded.workers, by_stage = excluded.by_stage,"
                 " reason_kind = excluded.reason_kind, reason = excluded.reason,"
@@ -100,7 +102,8 @@ class StatusRepo:
                 " credit = excluded.credit, spent_today = excluded.spent_today,"
                 " daily_budget = excluded.daily_budget, dph = excluded.dph,"
                 " dph_cap = excluded.dph_cap, cluster = excluded.cluster,"
-                " cut_off = excluded.cut_off, cut_off_since = excluded.cut_off_since",
+                " cut_off = excluded.cut_off, cut_off_since = excluded.cut_off_since,"
+                " delivery = excluded.delivery",
                 (
                     status.target, status.workers, json.dumps(dict(status.by_stage)),
                     status.reason_kind, status.reason,
@@ -110,6 +113,7 @@ class StatusRepo:
                     status.daily_budget, status.dph, status.dph_cap,
                     None if status.cluster is None else json.dumps(status.cluster, default=str),
                     status.cut_off, status.cut_off_since,
+                    None if status.delivery is None else json.dumps(status.delivery.to_json()),
                 ),
             )  # fmt: skip
             row = await fetch_one(conn, "SELECT * FROM engine_status WHERE id = 1")
