@@ -283,8 +283,8 @@ class VastuiPolicy:
                         self.clock.at(now + self.config.proving.poll_s, self._poll, w, w.run)
                 case transitions.Production(state):
                     self.prod[w.rec.vast_id] = state  # the record's other prod_* go unread
-                case transitions.RecordRate(rate):
-                    self._record_rate(w, rate)
+                case transitions.RecordRate(rate, partial):
+                    self._record_rate(w, rate, partial)
                 case transitions.Strike(kind, reason):
                     self._strike(w, kind, reason)
                 case transitions.KillWorker(kill):
@@ -387,16 +387,19 @@ class VastuiPolicy:
             if other.offer.machine_id == machine_id and other is not skip:
                 self._kill(other, policy.Kill("bad_machine", f"machine {machine_id}: {reason}"))
 
-    def _record_rate(self, w: Worker, rate: float) -> None:
-        """store.perf.record_rate: best = max, last = this one, samples + 1."""
+    def _record_rate(self, w: Worker, rate: float, partial: bool = False) -> None:
+        """store.perf.record_rate: best = max (a partial one never raises it), last = this
+        one, samples + 1."""
         key = (w.offer.machine_id, w.offer.gpu_name, w.offer.num_gpus)
         old = self.perf.get(key)
+        best = rate if old is None else old.best_rate if partial else max(old.best_rate, rate)
         self.perf[key] = PerfRecord(
             machine_id=key[0],
             gpu_name=key[1],
             num_gpus=key[2],
-            best_rate=rate if old is None else max(old.best_rate, rate),
+            best_rate=best,
             last_rate=rate,
+            last_partial=partial,
             samples=1 if old is None else old.samples + 1,
             measured_at=self.clock.now,
             cpu_ram_gb=w.offer.cpu_ram_gb,

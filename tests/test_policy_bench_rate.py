@@ -99,3 +99,38 @@ def test_a_daemon_that_died_is_still_banned_whatever_it_measured() -> None:
     )
     assert kill is not None and kill.kind == "bench_error" and kill.ban is not None
     assert kill.detail == {"rate": None, "partial_rate": 310.0}
+
+
+PARTIAL_CASES = [
+    # (case, result, the partial rate the machine's record keeps)
+    ("an early abort after three proofs", result("aborted_early", None, 24.1,
+                                                 proofs_completed=3), 24.1),
+    ("an early abort after two proofs: too few", result("aborted_early", None, 24.1), None),
+    ("an early abort before the timed run", result("aborted_early", None, 24.1,
+                                                  proofs_completed=5, stage="warmup"), None),
+    ("an early abort with no pace", result("aborted_early", None, None, proofs_completed=5),
+     None),
+    ("an early abort with a zero pace", result("aborted_early", None, 0.0, proofs_completed=5),
+     None),
+    ("a timeout measured the fault", result("timeout", None, 7.0, proofs_completed=5), None),
+    ("an error measured the fault", result("error", None, 310.0, proofs_completed=5), None),
+    ("a pass is recorded as a rate, not a partial", result("pass", 30.0, stage="done",
+                                                           proofs_completed=12), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "res", "kept"), PARTIAL_CASES, ids=[c[0] for c in PARTIAL_CASES])
+def test_an_early_aborts_pace_is_the_machines_partial_record(case, res, kept) -> None:
+    assert policy.bench_partial_record(parse_bench_result(res)) == kept
+
+
+def test_the_partial_record_is_a_record_rate_marked_partial() -> None:
+    from vastui.domain.worker import InstanceRecord
+    from vastui.engine import transitions
+
+    rec = InstanceRecord(vast_id=1, state="benchmark", gpu_name="RTX 4090", num_gpus=1,
+                         min_rate=29.0)  # fmt: skip
+    res = parse_bench_result(result("aborted_early", None, 24.1, proofs_completed=3))
+    effects = transitions.on_benchmark(rec, res, CONFIG)
+    assert transitions.RecordRate(24.1, partial=True) in effects
+    assert any(isinstance(e, transitions.KillWorker) for e in effects)

@@ -99,3 +99,20 @@ def test_a_machine_that_proved_well_is_preferred_by_its_measured_record():
         [offer(3, 12, gpu="RTX 5090"), offer(1, 10)], [perf(10, 42.5)], set(), 0.008
     )
     assert [r.offer.id for r in ranked] == [1, 3]
+
+
+def test_an_aborted_benchmarks_pace_ranks_its_machine_and_its_peers() -> None:
+    """A machine that just aborted its benchmark at 24.1 proofs/h (below its min_rate 29) is
+    not rented again at the same price on the strength of its GPU's prior: its own partial pace
+    is its known rate, marked partial, and its peers' prior learns it too."""
+    from dataclasses import replace as _replace
+
+    mine = offer(7, 70, dph=0.29)
+    max_cpp = 0.01  # min_rate 29 at $0.29/h
+    fresh = rank_offers([mine], [], set(), max_cpp)[0]
+    assert fresh.viable and fresh.known_rate is None  # the prior says yes
+    aborted = _replace(perf(70, 24.1), last_partial=True)
+    again = rank_offers([mine], [aborted], set(), max_cpp)[0]
+    assert (again.known_rate, again.rate_source, again.viable) == (24.1, "partial", False)
+    peer = offer(8, 80, dph=0.29)
+    assert rank_offers([peer], [aborted], set(), max_cpp)[0].prior_rate == pytest.approx(24.1)

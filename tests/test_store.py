@@ -407,6 +407,18 @@ async def test_record_benchmark_best_last_samples(store: Store) -> None:
     assert await store.perf.of_machine(12345) == []
 
 
+async def test_a_partial_rate_is_the_last_marked_and_never_the_best(store: Store) -> None:
+    p = await store.perf.record_rate(18234, "RTX 4090", 1, 31.4, now=T0)
+    assert p.last_partial is False
+    p = await store.perf.record_rate(18234, "RTX 4090", 1, 45.0, now=T0 + HOUR, partial=True)
+    assert (p.best_rate, p.last_rate, p.last_partial, p.samples) == (31.4, 45.0, True, 2)
+    p = await store.perf.record_rate(18234, "RTX 4090", 1, 30.0, now=T0 + 2 * HOUR)
+    assert (p.best_rate, p.last_rate, p.last_partial) == (31.4, 30.0, False)
+    new = await store.perf.record_rate(7, "RTX 4090", 1, 24.1, now=T0, partial=True)
+    assert (new.best_rate, new.last_rate, new.last_partial) == (24.1, 24.1, True)
+    assert new.to_json()["last_partial"] is True
+
+
 async def test_record_benchmark_validation(store: Store) -> None:
     with pytest.raises(StoreError, match="rate"):
         await store.perf.record_rate(1, "RTX 4090", 1, float("nan"), now=T0)
@@ -540,6 +552,7 @@ async def test_to_json_key_sets(store: Store) -> None:
         "num_gpus",
         "best_rate",
         "last_rate",
+        "last_partial",
         "samples",
         "cpu_ram_gb",
         "measured_at",

@@ -212,10 +212,10 @@ async def cmd_perf(opts: Options, args: argparse.Namespace) -> int:
     async with open_store(opts) as store:
         rows = [p.to_json() for p in await store.perf.all()]
     columns = [
-        "machine_id", "gpu_name", "num_gpus", "best_rate", "last_rate", "samples",
-        "cpu_ram_gb", "measured_at",
+        "machine_id", "gpu_name", "num_gpus", "best_rate", "last_rate", "last_partial",
+        "samples", "cpu_ram_gb", "measured_at",
     ]  # fmt: skip
-    print_rows(rows, columns, args.json)
+    print_rows(rows, columns, args.json, {"last_partial": "PARTIAL"})
     return 0
 
 

@@ -162,6 +162,9 @@ class PerfRecord:
     measured_at: float
     cpu_ram_gb: float | None = None
     host_id: int | None = None
+    # last_rate is an aborted benchmark's pace over the proofs it finished (policy.
+    # bench_partial_record), not a finished run's (migration 15)
+    last_partial: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -170,6 +173,7 @@ class PerfRecord:
             "num_gpus": self.num_gpus,
             "best_rate": self.best_rate,
             "last_rate": self.last_rate,
+            "last_partial": self.last_partial,
             "samples": self.samples,
             "cpu_ram_gb": self.cpu_ram_gb,
             "measured_at": iso_utc(self.measured_at),

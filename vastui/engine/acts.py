@@ -723,8 +723,8 @@ class Acts:
                              "curio_info": curio_info}
                         )  # fmt: skip
                     rec = await self.store.instances.update(rec.vast_id, **prod)
-                case RecordRate(rate):
-                    await self.record_rate(rec, rate, now)
+                case RecordRate(rate, partial):
+                    await self.record_rate(rec, rate, now, partial=partial)
                 case Strike(kind, reason):
                     await self.strike(rec, kind, reason)
                 case Passed():
@@ -849,12 +849,14 @@ class Acts:
                 skip_destroy=skip_destroy,
             )  # fmt: skip
 
-    async def record_rate(self, rec: InstanceRecord, rate: float, now: float) -> None:
+    async def record_rate(
+        self, rec: InstanceRecord, rate: float, now: float, *, partial: bool = False
+    ) -> None:
         """A measured rate into the machine's performance record (ranking reads last_rate)."""
         if rec.machine_id and rec.gpu_name:
             await self.store.perf.record_rate(
                 rec.machine_id, rec.gpu_name, rec.num_gpus or 1, rate,
-                cpu_ram_gb=rec.cpu_ram_gb, host_id=rec.host_id, now=now,
+                cpu_ram_gb=rec.cpu_ram_gb, host_id=rec.host_id, now=now, partial=partial,
             )  # fmt: skip
         self.offers_changed(None)  # the ranking must see this measurement before the next rent
 

@@ -270,11 +270,32 @@ def bench_rate(result: BenchResult) -> float | None:
 def bench_partial_rate(result: BenchResult) -> float | None:
     """What a benchmark that did not end in pass or below_min measured before it ended, for a
     person to read (a kill reason, the console): partial_rate_per_hour, or an older image's
-    rate_per_hour beside such an outcome. Never a rate to judge or record the machine by."""
+    rate_per_hour beside such an outcome. Never a rate to judge the machine by; only an early
+    abort's is its record, marked partial (``bench_partial_record``)."""
     if result.outcome in RATED_OUTCOMES:
         return None
     partial = result.partial_rate_per_hour
     return partial if partial is not None else result.rate_per_hour
+
+
+# An early abort stops a timed run whose pace so far cannot reach min_rate even 25 % faster
+# (worker-image/benchmark.sh early_abort_check, after at least three finishes): that pace is
+# the machine's, measured at production concurrency, only on fewer proofs. It is its record
+# (marked partial) so that the ranking does not rent it again at the same price on the
+# strength of a prior it has just failed. Errors and timeouts measured the fault, not the pace.
+PARTIAL_RECORDED = ("aborted_early",)
+PARTIAL_MIN_PROOFS = 3
+
+
+def bench_partial_record(result: BenchResult) -> float | None:
+    """The partial rate a machine's record keeps: an early abort's pace over its finished
+    proofs, else None."""
+    if result.outcome not in PARTIAL_RECORDED or result.stage != "timed_run":
+        return None
+    if (result.proofs_completed or 0) < PARTIAL_MIN_PROOFS:
+        return None
+    partial = result.partial_rate_per_hour
+    return partial if partial is not None and partial > 0 else None
 
 
 def deadline_sizing(result: BenchResult, config: Config) -> plan.Sizing | None:

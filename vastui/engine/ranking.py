@@ -58,7 +58,7 @@ class RankedOffer:
     offer: Offer
     known_rate: float | None  # measured on this very machine
     prior_rate: float | None  # what a machine like it is expected to do
-    rate_source: str  # "measured", "peers(N)", "model-default", "unknown"
+    rate_source: str  # "measured", "partial" (an aborted benchmark's), "peers(N)", ...
     expected_rate: float | None
     min_rate: float
     expected_cost_per_proof: float | None
@@ -248,6 +248,12 @@ class RateModel:
         }
 
     def known_rate(self, offer: Offer) -> float | None:
+        known = self.known(offer)
+        return None if known is None else known[0]
+
+    def known(self, offer: Offer) -> tuple[float, bool] | None:
+        """The machine's own last rate for this offer's GPUs, and whether it is an aborted
+        benchmark's partial pace."""
         mine = self.by_machine.get(offer.machine_id)
         if not mine:  # most offers: a machine never measured
             return None
@@ -256,10 +262,10 @@ class RateModel:
             return None
         exact = [r for r in records if r.num_gpus == offer.num_gpus]
         if exact:
-            return exact[0].last_rate
+            return exact[0].last_rate, exact[0].last_partial
         newest = max(records, key=lambda r: r.measured_at or 0.0)
         assert newest.last_rate is not None
-        return newest.last_rate / newest.num_gpus * offer.num_gpus
+        return newest.last_rate / newest.num_gpus * offer.num_gpus, newest.last_partial
 
     def prior(self, offer: Offer) -> tuple[float | None, str]:
         return self.prior_of(
@@ -315,7 +321,8 @@ def rank_offers(
     keys: list[tuple[int, float, int, float]] = []
     for offer in offers:
         machine = offer.machine_id
-        known = model.known_rate(offer) if machine in measured else None
+        mine = model.known(offer) if machine in measured else None
+        known = None if mine is None else mine[0]
         like = (offer.gpu_name, offer.num_gpus, offer.cpu_ram_gb)
         found = by_ram.get(like)
         if found is None:
@@ -326,8 +333,8 @@ def rank_offers(
             by_ram[like] = found
         prior, source = found
         expected = known if known is not None else prior
-        if known is not None:
-            source = "measured"
+        if mine is not None:
+            source = "partial" if mine[1] else "measured"
         dph = offer.dph_total
         cost = dph / expected if expected and expected > 0 else None
         if cost is not None and lifetime > 0 and expected:

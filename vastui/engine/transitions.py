@@ -47,9 +47,11 @@ class Note:
 
 @dataclass(frozen=True)
 class RecordRate:
-    """A measured rate into the machine's performance record (what the ranking learns)."""
+    """A measured rate into the machine's performance record (what the ranking learns);
+    ``partial``: an aborted benchmark's pace, shown as such."""
 
     rate: float
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,9 @@ def on_benchmark(rec: InstanceRecord, result: BenchResult, config: Config) -> li
     usable = policy.effective_rate(result, config)
     if usable is not None and usable > 0:
         effects.append(RecordRate(usable))
+    partial = policy.bench_partial_record(result)
+    if partial is not None:
+        effects.append(RecordRate(partial, partial=True))
     effects.append(
         Note(
             "benchmark",

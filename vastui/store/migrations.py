@@ -358,8 +358,12 @@ ALTER TABLE instances ADD COLUMN proofs_carried INTEGER NOT NULL DEFAULT 0
 
 # The fleet's headline (vastui/domain/delivery.py): delivered and paid proofs over the window,
 # their cost and the capacity beside them, as the engine last counted them (JSON).
+# A machine's record may be an aborted benchmark's pace (vastui/engine/policy.py
+# bench_partial_record): its last rate is marked partial, and a partial never raises its best.
 _V15 = """
 ALTER TABLE engine_status ADD COLUMN delivery TEXT;
+ALTER TABLE machine_perf ADD COLUMN last_partial INTEGER NOT NULL DEFAULT 0
+    CHECK (last_partial IN (0, 1));
 """
 
 MIGRATIONS: list[str] = [

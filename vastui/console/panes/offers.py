@@ -45,9 +45,10 @@ class OffersPane(TablePane):
                "green when under fleet.max_cost_per_proof (the engine may rent it)"),
         Column("min", "Min", 4, "min_rate: the proofs/h this price needs, ceil($/h ÷ max "
                "$/proof); its benchmark must reach it or the worker is destroyed"),
-        Column("known", "Known", 5, "proofs/h this machine measured before (its best), blank "
-               "if vastui never ran it; unknown machines are expected at the median of "
-               "measured peers with the same GPU"),
+        Column("known", "Known", 5, "proofs/h this machine last measured, blank if vastui "
+               "never ran it; * marks an aborted benchmark's pace over the proofs it finished "
+               "(partial, below its min_rate then); unknown machines are expected at the "
+               "median of measured peers with the same GPU"),
         Column("bid", "Bid $/p", 7, "expected $/proof as an interruptible bid, its interruptions "
                "priced in ([bids] mode = auto); green: the engine would rent it as this bid"),
         Column("ram", "RAM GB", 6, "host RAM (green ≥ 300 GB per GPU; PoRep C2 needs a lot)"),
@@ -264,9 +265,16 @@ def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None
     )
 
 
+def known_cell(ranked: RankedOffer) -> Text:
+    """The machine's own last rate; an aborted benchmark's partial pace marked * (yellow)."""
+    known = ranked.known_rate
+    if known is not None and ranked.rate_source == "partial":
+        return t(f"{known:.0f}*", "bold yellow")
+    return t(fmt(known, ".0f"), "bold" if known else "dim")
+
+
 def offer_cells(ranked: RankedOffer) -> list[Text]:
     o = ranked.offer
-    known = ranked.known_rate
     cpp = ranked.on_demand_cost_per_proof
     bid = None if ranked.bid is None else ranked.bid.cost_per_proof
     chosen = "green" if ranked.viable else ("yellow" if cpp is not None else "dim")
@@ -276,7 +284,7 @@ def offer_cells(ranked: RankedOffer) -> list[Text]:
         t(f"{o.dph_total:.3f}"),
         t(fmt(cpp, ".4f"), "dim" if ranked.as_bid else chosen),
         t(f"{ranked.min_rate:.0f}"),
-        t(fmt(known, ".0f"), "bold" if known else "dim"),
+        known_cell(ranked),
         t(fmt(bid, ".4f"), chosen if ranked.as_bid else "dim"),
         t(fmt(o.cpu_ram_gb, ".0f"), ram_style(o.cpu_ram_gb, o.num_gpus)),
         t("BAD" if ranked.bad else "", "bold red"),
