@@ -63,3 +63,45 @@ async def test_read_only_console_runs_no_engine(tmp_path: Path):
         assert "READ-ONLY" in summary()
     async with await Store.open(db) as store:
         assert await store.lease.holder() is None
+
+
+async def test_a_finished_demo_run_is_shown_as_history(tmp_path: Path):
+    """`vastui --demo --read-only --db demo-runs/...` showed the run's workers as `proving`
+    beside a new run's offers: a finished demo run's cloud ended with it, so its workers read as
+    they were when it ended, its offers are the ones its engine last ranked, and the strip says
+    it is history."""
+    from vastui.domain.engine_state import EngineStatus
+    from vastui.domain.worker import InstanceRecord
+
+    db = tmp_path / "run.db"
+    async with await Store.open(db) as store:
+        await store.instances.upsert(
+            InstanceRecord(3000001, label="vastui-main-000000000001", state="proving",
+                           machine_id=77, gpu_name="RTX 4090", num_gpus=1, dph_total=0.3),
+            now=1_790_000_000.0,
+        )  # fmt: skip
+        await store.status.put(EngineStatus(
+            target=1, workers=1, by_stage={"proving": 1}, reason_kind="at_target",
+            reason="at target", best=None, dry_run=False, updated_at=1_790_000_000.0,
+            simulated=True,
+        ))  # fmt: skip
+        await store.status.put_offers("", [], now=1_790_000_000.0)
+    opts = Options(config=Config(), db=db, demo=True)
+    source = await choose_source(opts, read_only=True)
+    assert isinstance(source, ReadOnlySource)
+    app = VastuiApp(opts, source, read_only=True)
+    async with app.run_test(size=(160, 40)) as pilot:
+
+        def summary() -> str:
+            return str(app.query_one("#summary", Static).render())
+
+        await settle(pilot, None, lambda: "HISTORY" in summary())
+        assert "history: a finished demo run" in summary()
+        assert await source.offers() == [], "no new world's market beside the run's workers"
+        await pilot.press("2")
+        table = app.query_one("#instances-table", RowTable)
+        await settle(pilot, None, lambda: table.row_count == 1)
+        cells = " ".join(c.plain for c in app.pane("instances")._cells(table.record_at(0)))
+        assert "proving when its run ended" in cells
+    async with await Store.open(db) as store:
+        assert await store.lease.holder() is None

@@ -255,8 +255,9 @@ def test_the_tasks_cell_says_what_became_of_a_destroyed_workers_tasks() -> None:
         assert (cell.plain, str(cell.style)) == (text, style), rec
 
 
-async def test_the_instances_tab_counts_the_live_workers(tmp_path: Path) -> None:
-    """Offers and the bad list showed a count in their tabs, Instances none (issue 31 item 5)."""
+async def test_the_instances_tab_counts_its_rows_and_the_live_ones(tmp_path: Path) -> None:
+    """The tab said 'Instances (3)' over 4 rows: it counts its rows as every table does, and
+    says how many of them are live."""
     from textual.widgets import TabbedContent
 
     app = fixed_app(tmp_path)
@@ -264,8 +265,11 @@ async def test_the_instances_tab_counts_the_live_workers(tmp_path: Path) -> None
         await loaded(pilot)
         live = sum(1 for r in app.snapshot.instances if not r.killed)
         assert 0 < live < len(app.snapshot.instances)  # the fixture has ended ones too
+        await pilot.press("2")
+        rows = len(shown(app, "instances"))
+        assert rows == len(app.snapshot.instances) + len(app.snapshot.foreign)
         tab = app.query_one("#panes", TabbedContent).get_tab("instances")
-        assert str(tab.label) == f"2 Instances ({live})"
+        assert str(tab.label) == f"2 Instances ({rows}, {live} live)"
 
 
 @pytest.mark.parametrize(("key", "pane"), [("2", "instances"), ("4", "bad")])

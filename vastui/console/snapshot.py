@@ -27,6 +27,9 @@ class Snapshot:
     taken_at: float = 0.0
     engine_status: EngineStatus | None = None
     spend: Spend | None = None  # the fleet's, on the fleet's clock at `taken_at`
+    # the fleet is history, and why (a finished demo run: its cloud ended with it): what the
+    # records say live is what its engine last saw, not what runs now
+    history: str | None = None
 
     def counts(self) -> dict[str, int]:
         """Live workers by what they do now (``InstanceRecord.phase``): a stopped worker (the

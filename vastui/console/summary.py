@@ -13,6 +13,7 @@ from vastui.console.cells import age, money
 from vastui.console.snapshot import Snapshot
 from vastui.domain.delivery import CUZK, Delivery
 from vastui.domain.engine_state import EngineStatus
+from vastui.domain.timefmt import iso_utc
 from vastui.sanitize import sanitize_line
 
 # What each part of the strip means (help shows this).
@@ -139,6 +140,13 @@ def strip_text(s: StripState) -> Text:
         label, seconds, warn = s.freshness
         line.append(f"│ {label} {age(seconds)}", style="yellow" if seconds > warn else "dim")
     line.append("\n")
+    if snap.history is not None:
+        line.append(f"history: {snap.history}", style="bold magenta")
+        if status is not None:
+            line.append(f" (its engine's last cycle {iso_utc(status.updated_at)})", style="dim")
+        line.no_wrap = True
+        line.overflow = "ellipsis"
+        return line
     if s.detached is not None:
         # what the gone engine last published is history, not the fleet's state
         line.append(f"no engine ({sanitize_line(s.detached, 120)}): nothing supervises the fleet",

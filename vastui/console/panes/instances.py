@@ -127,9 +127,12 @@ class InstancesPane(TablePane):
         return self.host.clock()  # uptime and spend move with it
 
     def title(self) -> str:
-        """The tab's label: the live workers (the ended and other controllers' are rows below;
-        the label stays short enough for the tab bar at 80 columns)."""
-        return f"2 Instances ({sum(1 for r in self.host.snapshot.instances if not r.killed)})"
+        """The tab's label: its rows, as every table's, and how many of them are live (not
+        destroyed, ours); short enough for the tab bar at 80 columns."""
+        snap = self.host.snapshot
+        rows = min(len(snap.instances), MAX_ROWS) + min(len(snap.foreign), MAX_ROWS)
+        live = sum(1 for r in snap.instances if not r.killed)
+        return f"2 Instances ({rows}{f', {live} live' if live != rows else ''})"
 
     def row_cells(self, record: Any) -> list[Text]:
         if isinstance(record, ForeignInstance):
@@ -142,7 +145,7 @@ class InstancesPane(TablePane):
         cpp, estimated = worker_cost_per_proof(rec)
         return [
             t(rec.vast_id),
-            stage_text(rec, host.clock()),
+            stage_text(rec, host.clock(), history=host.snapshot.history is not None),
             t(f"{rec.gpu_name or '?'} x{rec.num_gpus or 1}"),
             t(fmt(rec.bench_rate, ".1f")),
             _measured_rate(rec),
@@ -242,12 +245,15 @@ class InstancesPane(TablePane):
             self.post_message(self.LogsAsked(rec))
 
 
-def stage_text(rec: InstanceRecord, now: float | None = None) -> Text:
+def stage_text(rec: InstanceRecord, now: float | None = None, *, history: bool = False) -> Text:
     """The state with a five-step progress bar; for the dead, what killed them; stopped in the
     warm pool (how long, a start queued); for a bid, whether a higher bid has it stopped (and
-    how long) and how often that happened."""
+    how long) and how often that happened. ``history``: the fleet is a finished run's, and a
+    live-looking state is only what its engine last saw."""
     if rec.killed:
         return Text(sanitize_line(f"✗ {rec.kill_kind} in {rec.failed_stage}", 60), style="red")
+    if history:
+        return Text(f"{rec.phase} when its run ended", style="dim")
     done = STAGES.index(rec.state) if rec.state in STAGES else 0
     text = Text()
     for i, _stage in enumerate(STAGES):

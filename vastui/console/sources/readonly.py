@@ -12,8 +12,25 @@ from vastui.console.sources.protocol import Badge, Freshness
 from vastui.engine.ranking import RankedOffer
 from vastui.store import Store, StoreNotCurrent
 
+HISTORY = (
+    "a finished demo run: its simulated cloud ended with it; its workers as its engine last "
+    "saw them, its offers as it last ranked them"
+)
+
 
 class ReadOnlySource(Bystander):
+    """``history``: a demo database that an engine ran and none holds now is a finished run
+    (the demo's cloud lives and dies in its engine's process): nothing of it runs now, and a
+    search would show another market (a new world's), so the offers are the ones its engine
+    last published."""
+
+    history: str | None = None
+
+    async def snapshot(self) -> Snapshot:
+        snap = await super().snapshot()
+        snap.history = self.history
+        return snap
+
     async def start(self) -> None:
         try:
             store = await Store.open(self.opts.db_path, migrate=False)
@@ -21,9 +38,13 @@ class ReadOnlySource(Bystander):
             if not exc.absent:
                 raise  # older than this code: one line, nothing migrated
             store = await Store.empty(self.opts.db_path)
+        if self.opts.demo and await store.status.get() is not None:
+            self.history = HISTORY
         await self._open_links(store)
 
     def badge(self) -> Badge | None:
+        if self.history is not None:
+            return Badge("HISTORY", "black on magenta")
         return Badge("NO ENGINE", "black on red")
 
     def started_notice(self) -> tuple[str, str] | None:
@@ -37,6 +58,9 @@ class ReadOnlySource(Bystander):
         return None
 
     async def offers(self, force: bool = False) -> list[RankedOffer]:
+        if self.history is not None:  # a search now would show another world's market
+            assert self.store is not None
+            return await self._search.published(self.store) or []
         return await self._search_offers(force)
 
     async def submit(self, kind: str, **args: Any) -> int:
