@@ -18,9 +18,10 @@ plausible (:func:`running_since`). An instance with no ``running_at`` that went 
 older row) is billed ``dph_total`` from its creation: a ceiling.
 
 **Bandwidth** is billed per GB at the offer's ``inet_down_cost``/``inet_up_cost`` (vast-api.md
-§3): the parameters once per rental (plan.PARAMS_GB: all of it once the fetch ended, the part the
-offer's link could carry while it ran before that), each request curio's cluster recorded for the
-worker (plan.REQUEST_GB, a PoRep's: a ceiling for SnapDeals) and each proof's upload.
+§3): the parameters once per rental (plan.PARAMS_GB, as they came: the part the offer's link
+could carry while the fetch ran, the rest when it ended), each request curio's cluster
+recorded for the worker (plan.REQUEST_GB, a PoRep's: a ceiling for SnapDeals) and each proof's
+upload.
 
 An interruptible (bid) instance bills only storage while outbid (``storage_dph``; the time
 stopped is ``stopped_s`` plus the open episode since ``outbid_since``). Legacy rows (imported
@@ -139,10 +140,8 @@ def bandwidth_cost(rec: InstanceRecord, now: float, since: float | None = None) 
         end = rec.killed_at if rec.killed_at is not None else (rec.last_seen_at or now)
     if since is not None and end <= since:
         return 0.0  # all of it before the window (a day's history: no JSON read)
-    cost = 0.0
-    fetched = params_gb(rec, end)
-    if fetched > 0 and (since is None or (rec.paramfetch_at or 0.0) >= since):
-        cost += fetched * down
+    fetched = params_gb(rec, end) - (params_gb(rec, since) if since is not None else 0.0)
+    cost = max(0.0, fetched) * down
     requests, proofs = cluster_work(rec)
     share = 1.0
     if since is not None and rec.proving_at is not None and end > rec.proving_at:
@@ -151,15 +150,20 @@ def bandwidth_cost(rec: InstanceRecord, now: float, since: float | None = None) 
     return cost + share * (requests * REQUEST_GB * down + proofs * PROOF_UP_GB * up)
 
 
-def params_gb(rec: InstanceRecord, end: float) -> float:
-    """GB of parameters the rental downloaded: all of them once the fetch ended, else what the
-    offer's link carries in the fetch's time so far."""
-    if rec.benchmark_at is not None or rec.proving_at is not None:
-        return PARAMS_GB
-    if rec.paramfetch_at is None or not rec.inet_down or rec.inet_down <= 0:
+def params_gb(rec: InstanceRecord, at: float) -> float:
+    """GB of parameters the rental had downloaded by ``at``: during the fetch, what the offer's
+    link carries in its time so far; once it ended (the benchmark began), all of them (the
+    rest, if the link was slower than listed, at its end). So a figure over a window never
+    changes after the fact: the parameters enter a window as they came and leave it the same
+    way. A fetch whose start is unknown or came after its end (a worker started again from the
+    warm pool found them on its disk) billed them all when its first one ended."""
+    start = rec.paramfetch_at
+    ended = rec.benchmark_at if rec.benchmark_at is not None else rec.proving_at
+    if ended is not None and (at >= ended or start is None or start >= ended):
+        return PARAMS_GB if at >= ended else 0.0
+    if start is None or at <= start or not rec.inet_down or rec.inet_down <= 0:
         return 0.0
-    carried = max(0.0, end - rec.paramfetch_at) * rec.inet_down / 8.0 / 1000.0
-    return min(PARAMS_GB, carried)
+    return min(PARAMS_GB, (at - start) * rec.inet_down / 8.0 / 1000.0)
 
 
 def cluster_work(rec: InstanceRecord) -> tuple[int, int]:
