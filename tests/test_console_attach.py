@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from textual.widgets import Static
@@ -15,14 +18,35 @@ from vastui.console.sources import AttachedSource, ReadOnlySource, choose_source
 from vastui.store import Store
 
 
-async def hold_lease(db: Path) -> None:
+@contextlib.asynccontextmanager
+async def headless_engine(db: Path) -> AsyncIterator[None]:
+    """A stand-in for a headless engine on another host: it holds the lease and beats its
+    heart every second as runtime._heartbeat does (a console counts an engine without a
+    heartbeat for HEARTBEAT_STALE gone: a loaded machine takes longer than that for the test)."""
     async with await Store.open(db) as store:
-        await store.lease.acquire("headless-1", pid=4242, hostname="ctl", mode="headless", ttl=600)
+        await store.lease.acquire("headless-1", pid=4242, hostname="ctl", mode="headless", ttl=30)
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                await store.lease.renew("headless-1", ttl=30)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def test_attaches_and_sends_commands_through_the_store(tmp_path: Path):
     db = tmp_path / "a.db"
-    await hold_lease(db)
+    async with headless_engine(db):
+        await _attach_and_ignore(db)
+
+
+async def _attach_and_ignore(db: Path) -> None:
     opts = Options(config=Config(), db=db, demo=True)
     source = await choose_source(opts)
     assert isinstance(source, AttachedSource)
