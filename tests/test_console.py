@@ -237,7 +237,7 @@ def _titles_shown(app) -> bool:
     tabs = app.query_one("#panes", TabbedContent)
     return all(
         str(tabs.get_tab(app.pane(name).PANE).label) == app.pane(name).title()
-        for name in ("offers", "instances", "bad")
+        for name in ("offers", "instances", "bad", "cluster")
     )
 
 
@@ -344,6 +344,19 @@ def test_snapshot_bad_list(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("4")
+
+    assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_cluster(snap_compare, tmp_path: Path, size):
+    """This fleet's curio machines as the engine last read them (a draining worker's tasks by
+    name and curio's last error, one whose tunnel is down, one outbid), the orphans, and the
+    cluster's totals above them."""
+
+    async def before(pilot) -> None:
+        await _wait_loaded(pilot)
+        await pilot.press("5")
 
     assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
 

@@ -23,7 +23,14 @@ from vastui.config import Config
 from vastui.domain.timefmt import iso_utc
 from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity
-from vastui.engine.cluster import ClusterReader, ClusterView, Totals, orphans, worker_of
+from vastui.engine.cluster import (
+    LOOKS_DEAD_S,
+    ClusterReader,
+    ClusterView,
+    Totals,
+    orphans,
+    worker_of,
+)
 from vastui.engine.drain import release_owed
 from vastui.engine.labels import fleet_id_of, fleet_of
 from vastui.numbers import parse_count, parse_number
@@ -143,6 +150,7 @@ def _worker_row(
         "state": _state(rec),
         "last_contact": iso_utc(last_contact),
         "last_contact_age_s": _age(last_contact, now),
+        "looks_dead": _looks_dead(last_contact, now),
         "cordoned": state.get("cordoned") is True,
         "tasks_held": sum(by_name.values()),
         "held_by_name": by_name,
@@ -163,6 +171,7 @@ def _orphan(row: Mapping[str, Any], now: float) -> dict[str, Any]:
         "state": "orphan",
         "last_contact": iso_utc(last_contact),
         "last_contact_age_s": _age(last_contact, now),
+        "looks_dead": _looks_dead(last_contact, now),
         "cordoned": row.get("cordoned") is True,
         "tasks_held": None,
         "held_by_name": {},
@@ -211,11 +220,21 @@ def _state(rec: InstanceRecord | None) -> str:
         return "destroyed, release owed"
     if rec.drain_started_at is not None:
         return "draining"
+    if rec.pooled_since is not None:
+        return "pooled"
+    if rec.outbid_since is not None:
+        return "outbid"
     return rec.state
 
 
 def _age(ts: float | None, now: float) -> float | None:
     return None if ts is None else round(max(0.0, now - ts), 1)
+
+
+def _looks_dead(last_contact: float | None, now: float) -> bool:
+    """No heartbeat for curio's own 10 minutes: the cluster takes it for dead (its cleanup
+    frees its tasks and deletes its row, harmony/resources/resources.go:22)."""
+    return last_contact is None or now - last_contact > LOOKS_DEAD_S
 
 
 def render_totals(report: Mapping[str, Any]) -> str:
