@@ -341,7 +341,7 @@ async def test_the_cluster_pane_lists_this_fleets_machines_then_the_orphans(tmp_
         table = app.query_one("#cluster-table", RowTable)
         first = [c.plain for c in app.pane("cluster")._cells(table.record_at(0))]
         assert first[:8] == [
-            "4", "127.0.0.1:12401", "vastui-main-r1", "3000001", "draining", "20s", "yes",
+            "4", "127.0.0.1:12401", "vastui-main-r1", "3000001", "draining", "15s", "yes",
             "PSProve 2, bg:PShareRequest 1",
         ]  # fmt: skip
         assert first[10].startswith("error: failed to compute proof")

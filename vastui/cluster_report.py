@@ -95,7 +95,8 @@ def published(
 ) -> dict[str, Any]:
     """The report from what the engine last read and published: each worker's reading as its
     record keeps it (``cluster_state``), the totals and the orphans from the engine's status
-    (``cluster``, vastui/engine/engine.py ``cluster_summary``). ``reader`` says whether and how
+    (``cluster``, vastui/engine/engine.py ``cluster_summary``); ages of contact at the reading,
+    the reading's own at ``now`` (``read_age_s``). ``reader`` says whether and how
     the cluster is read: ``none`` (no engine has said), ``off`` (not read), ``error`` (the
     rows and totals are the last good reading's), ``ok``."""
     if not cluster:
@@ -112,14 +113,16 @@ def published(
     window = parse_number(cluster.get("window_s"))
     rows = []
     if read_at is not None:
+        # Contact ages as at the reading, as `gather` measures them: what the cluster said
+        # then (a demo's engine reads every few simulated minutes; its age is the header's).
         for rec in fleet_records(records):
             state = _reading(rec.cluster_state)
             if state is not None:
-                rows.append(_worker_row(rec, rec.vast_id, state, now))
+                rows.append(_worker_row(rec, rec.vast_id, state, read_at))
         listed = cluster.get("orphans")
         for item in listed if isinstance(listed, list) else []:
             if isinstance(item, dict) and _machine_id(item.get("machine_id")) is not None:
-                rows.append(_orphan(item, now))
+                rows.append(_orphan(item, read_at))
     return {
         "read_at": iso_utc(read_at),
         "read_age_s": _age(read_at, now),

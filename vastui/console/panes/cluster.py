@@ -52,21 +52,22 @@ class ClusterPane(TablePane):
         Column("machine", "Curio id", 8, "the machine's id in curio's cluster (harmony_machines)"),
         Column("addr", "Host:port", 15, "its curio identity: the address it listens on, from "
                "its runner id (127.0.0.1:<listen_port_base + id> on the worker)"),
-        Column("name", "Node", 16, "its node name (curio run --name): vastui-<fleet>.<fleet "
-               "id>-r<runner id>", grow=14),
+        Column("name", "Node", 24, "its node name (curio run --name): vastui-<fleet>.<fleet "
+               "id>-r<runner id>", grow=8),
         Column("instance", "Instance", 8, "the Vast instance it runs on (- for an orphan)"),
         Column("state", "State", 10, "the worker's stage; draining (cordoned before a planned "
                "destroy), outbid (stopped by Vast), pooled (stopped in the warm pool), "
                "destroyed with its release owed; orphan: a row of this fleet's node name that "
                "no record matches (a release never done)", grow=12),
-        Column("contact", "Contact", 7, "time since its last heartbeat in the cluster (red: "
-               "over curio's 10 minutes, when the cluster takes it for dead)"),
+        Column("contact", "Contact", 7, "how old its last heartbeat in the cluster was at the "
+               "reading (red: over curio's 10 minutes, when the cluster takes it for dead); "
+               "the header says how old the reading is"),
         Column("cordoned", "Cordon", 6, "cordoned: it claims no new work (a drain)"),
         Column("held", "Tasks held", 12, "the tasks it holds now, by name", grow=20),
         Column("done", "Done", 4, "PSProve tasks it finished in the production window"),
         Column("failed", "Failed", 6, "PSProve tasks that failed on it in the window, as curio "
                "counts them"),
-        Column("error", "Curio's last error", 24, "its latest failed PSProve's error, as curio "
+        Column("error", "Curio's last error", 20, "its latest failed PSProve's error, as curio "
                "recorded it", grow=60),
     )  # fmt: skip
     BINDINGS: ClassVar[list[BindingType]] = [FIND_BINDING, *SORT_BINDINGS]
