@@ -38,12 +38,13 @@ from vastui.sanitize import sanitize_line
 from vastui.store import Store
 
 COLUMNS = [
-    "curio_machine_id", "host_and_port", "instance", "state", "last_contact", "cordoned",
+    "curio_machine_id", "host_and_port", "name", "instance", "state", "last_contact", "cordoned",
     "tasks_held", "psprove_done", "psprove_failed",
 ]  # fmt: skip
 HEADERS = {
     "curio_machine_id": "CURIO ID",
     "host_and_port": "HOST:PORT",
+    "name": "NODE",
     "last_contact": "LAST CONTACT",
     "tasks_held": "HELD",
     "psprove_done": "DONE",
