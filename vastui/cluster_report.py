@@ -69,9 +69,9 @@ async def gather(store: Store, reader: ClusterReader, config: Config, now: float
     view = await reader.read(workers, now, window, config.proving.market_deadline_min * 60.0)
     fleet = identity.node_prefixes(config.fleet.name, await store.meta.fleet_id())
     left = orphans(await reader.named_rows(*fleet), view)
-    report_ = report(records, view, [_orphan(r.to_json(), now) for r in left], now)
-    report_["reader"] = {"state": "ok", "address": reader.address}
-    return report_
+    out = report(records, view, [_orphan(r.to_json(), now) for r in left], now)
+    out["reader"] = {"state": "ok", "address": reader.address}
+    return out
 
 
 def report(
