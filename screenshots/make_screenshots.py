@@ -48,6 +48,7 @@ async def main() -> None:
     await shoot("detail-proving", ["2", "@row", "enter"], (160, 45), row="3000001")
     await shoot("logs", ["2", "@row", "l"], (160, 30), row="3000001")
     await shoot("bad-list", ["4"], (160, 24))
+    await shoot("cluster", ["5"], (160, 24))
     await shoot("deploy-confirm", ["d"], (120, 30))
     await shoot("help", ["question_mark"], (120, 30))
 

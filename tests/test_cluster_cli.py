@@ -173,3 +173,52 @@ def test_the_status_line_of_the_automatic_target(auto: dict | None, line: str | 
         strip = cluster_text(replace(STATUS, cluster=cluster))
         assert strip is not None and f"auto {auto['min_workers']}–8" in strip.plain
         assert ("unclaimed" in strip.plain) == ("unclaimed" in auto)
+
+
+async def test_demo_cluster_reads_the_running_demos_cluster(
+    demo_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vastui --demo cluster` beside a running demo reads the demo's own curio database (its
+    engine leaves the access 0600 beside the demo's database, vastui/demo_cluster.py); with no
+    demo running, one line and status 2."""
+    from tests.helpers import e2e_config
+    from vastui.backend import Options
+    from vastui.demo_cluster import access_path
+    from vastui.engine.cluster import to_db_time
+    from vastui.engine.runtime import RunOptions, engine_runtime
+
+    db = demo_state / "demo.db"
+    argv = ["--demo", "--db", str(db), "cluster", "--json"]
+    assert await asyncio.to_thread(main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no demo is running" in err
+    opts = Options(config=e2e_config(), db=db, demo=True, seed=8)
+    async with engine_runtime(opts, RunOptions(seed=8, target_workers=0)) as rt:
+        await rt.engine.step()
+        fleet_id = await rt.store.meta.fleet_id()
+        name = identity.node_name("main", 9, fleet_id)
+        with rt.cluster.connect() as conn:  # a node of this fleet's name no record matches
+            (mid,) = conn.execute(
+                "INSERT INTO harmony_machines (host_and_port, cpu, ram, gpu, last_contact) "
+                "VALUES (%s, 32, 1, 1.0, %s) RETURNING id",
+                (identity.curio_listen(9), to_db_time(rt.engine.clock())),
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO harmony_machine_details (tasks, layers, startup_time, miners, "
+                "machine_id, machine_name, version) VALUES ('', 'base', now(), '', %s, %s, 's')",
+                (mid, name),
+            )
+        path = access_path(db)
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert await asyncio.to_thread(main, argv) == 0
+        out, err = capsys.readouterr()
+        report = json.loads(out)
+        [row] = report["machines"]
+        assert (row["state"], row["curio_machine_id"], row["name"]) == ("orphan", mid, name)
+        assert report["totals"]["machines"] >= 1
+        assert rt.cluster.password not in out + err
+        assert await asyncio.to_thread(main, argv[:-1]) == 0  # the table too
+        assert "orphan" in capsys.readouterr().out
+    assert not path.exists()  # taken back when the demo stopped
+    assert await asyncio.to_thread(main, argv) == 2
+    assert "no demo is running" in capsys.readouterr().err

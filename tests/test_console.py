@@ -18,6 +18,7 @@ from vastsim.demo import client_for_cloud
 from vastui.backend import Options
 from vastui.config import Config
 from vastui.console.app import VastuiApp
+from vastui.console.dialogs import ConfirmScreen
 from vastui.console.logview import LogView
 from vastui.console.logviewport import LogViewport
 from vastui.console.rowtable import RowTable
@@ -160,8 +161,11 @@ async def test_destroy_from_instances_pane(tmp_path: Path):
 
         await settle(pilot, app, rented)
         [rec] = await sim.store.instances.all()
-        await pilot.press("2", "x")
-        await pilot.pause()
+        await pilot.press("2")
+        # the pane's rows come with its next refill: x acts on the selected row once it is there
+        await settle(pilot, app, lambda: app.pane("instances").selected_instance() is not None)
+        await pilot.press("x")
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen))
         assert "Destroy instance" in str(app.screen.query_one(".dialog-title").render())
         await pilot.press("y")
 
@@ -237,7 +241,7 @@ def _titles_shown(app) -> bool:
     tabs = app.query_one("#panes", TabbedContent)
     return all(
         str(tabs.get_tab(app.pane(name).PANE).label) == app.pane(name).title()
-        for name in ("offers", "instances", "bad")
+        for name in ("offers", "instances", "bad", "cluster")
     )
 
 
@@ -344,6 +348,19 @@ def test_snapshot_bad_list(snap_compare, tmp_path: Path, size):
     async def before(pilot) -> None:
         await _wait_loaded(pilot)
         await pilot.press("4")
+
+    assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_cluster(snap_compare, tmp_path: Path, size):
+    """This fleet's curio machines as the engine last read them (a draining worker's tasks by
+    name and curio's last error, one whose tunnel is down, one outbid), the orphans, and the
+    cluster's totals above them."""
+
+    async def before(pilot) -> None:
+        await _wait_loaded(pilot)
+        await pilot.press("5")
 
     assert snap_compare(fixed_app(tmp_path), terminal_size=size, run_before=before)
 

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from textual.widgets import Static
 
 from tests.helpers import settle
@@ -129,3 +130,77 @@ async def test_a_finished_demo_run_is_shown_as_history(tmp_path: Path):
         assert "proving when its run ended" in cells
     async with await Store.open(db) as store:
         assert await store.lease.holder() is None
+
+
+async def fleet_with_a_cluster_reading(db: Path) -> None:
+    """A store as an engine leaves it after reading curio's cluster: a proving worker's reading
+    in its record, the totals and an orphan in its published status."""
+    import json
+    import time
+
+    from vastui.domain.engine_state import EngineStatus
+    from vastui.domain.worker import InstanceRecord
+
+    now = time.time()
+    async with await Store.open(db) as store:
+        rec = InstanceRecord(
+            vast_id=501, label="vastui-main-0000000001f5", state="proving", runner_id=3,
+            created_at=now - 900, proving_at=now - 300,
+            cluster_state=json.dumps({
+                "machine_id": 12, "host_and_port": "127.0.0.1:12403", "last_contact": now - 20,
+                "cordoned": False, "held": 2, "held_by_name": {"PSProve": 2}, "done": 5,
+                "failed": 0, "last_error": None,
+            }),
+            cluster_checked_at=now - 2,
+        )  # fmt: skip
+        await store.instances.upsert(rec, now=now)
+        cluster = {
+            "state": "ok", "address": "127.0.0.1:5433", "read_at": now - 2, "window_s": 3600,
+            "machines": 3, "psprove_waiting": 1, "psprove_claimed": 2,
+            "orphans": [{"machine_id": 13, "host_and_port": "127.0.0.1:12409",
+                         "name": "vastui-main-r9", "last_contact": now - 90, "cordoned": False}],
+            "orphans_total": 1,
+        }  # fmt: skip
+        await store.status.put(
+            EngineStatus(
+                target=1,
+                workers=1,
+                by_stage={"proving": 1},
+                reason_kind=None,
+                reason=None,
+                best=None,
+                dry_run=False,
+                updated_at=now,
+                wall_at=now,
+                cluster=cluster,
+            )
+        )
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_the_cluster_tab_shows_the_engines_reading_without_one(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """Attached to a headless engine, or reading the store only, the console shows curio's
+    cluster as the engine published it: no connection of its own to curio's database."""
+    db = tmp_path / "c.db"
+    await fleet_with_a_cluster_reading(db)
+    async with contextlib.AsyncExitStack() as stack:
+        if not read_only:
+            await stack.enter_async_context(headless_engine(db))
+        await _cluster_tab(db, read_only)
+
+
+async def _cluster_tab(db: Path, read_only: bool) -> None:
+    opts = Options(config=Config(), db=db, demo=True)
+    source = await choose_source(opts, read_only=read_only)
+    assert isinstance(source, ReadOnlySource if read_only else AttachedSource)
+    app = VastuiApp(opts, source, read_only=read_only)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot, None, lambda: app.snapshot.engine_status is not None)
+        await pilot.press("5")
+        table = app.query_one("#cluster-table", RowTable)
+        await settle(pilot, None, lambda: table.row_count == 2)
+        assert [str(table.key_at(i)) for i in range(2)] == ["501-12", "orphan-13"]
+        said = str(app.query_one("#cluster-header", Static).render())
+        assert "read 2s ago: 1 machine of this fleet, 1 orphan" in said

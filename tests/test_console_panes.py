@@ -272,9 +272,9 @@ async def test_the_instances_tab_counts_its_rows_and_the_live_ones(tmp_path: Pat
         assert str(tab.label) == f"2 Instances ({rows}, {live} live)"
 
 
-@pytest.mark.parametrize(("key", "pane"), [("2", "instances"), ("4", "bad")])
+@pytest.mark.parametrize(("key", "pane"), [("2", "instances"), ("4", "bad"), ("5", "cluster")])
 async def test_every_table_pane_finds_with_the_same_keys(tmp_path: Path, key, pane) -> None:
-    """`/` opens the find in Instances and the bad list as in Offers (issue 31 item 5): the
+    """`/` opens the find in Instances, the bad list and the cluster as in Offers: the
     rows whose cells contain the text, in the order shown; its bar counts them; esc shows all."""
     app = fixed_app(tmp_path)
     async with app.run_test(size=(200, 50)) as pilot:
@@ -316,3 +316,127 @@ async def test_every_table_pane_finds_with_the_same_keys(tmp_path: Path, key, pa
 def test_columns_grow_into_the_room_in_order(room: int, want: dict[str, int]) -> None:
     columns = [("a", 10, 0), ("b", 6, 4), ("c", 8, 10)]
     assert column_widths(columns, room, 1, ("c", "b")) == want
+
+
+def headers(app: VastuiApp, pane: str) -> list[str]:
+    table = app.query_one(f"#{pane}-table", RowTable)
+    return [str(c.label) for c in table.columns.values()]
+
+
+async def test_the_cluster_pane_lists_this_fleets_machines_then_the_orphans(tmp_path: Path) -> None:
+    """Each worker with a row of its own in curio's cluster (as the engine last read it), then
+    the rows of this fleet's node name no record matches; its tab counts them, its header says
+    when the cluster was read and its totals; a sort by any column marks it ▲/▼."""
+    from textual.widgets import TabbedContent
+
+    from vastui.console.panes.cluster import header
+
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, app, lambda: bool(app.snapshot.instances))
+        await pilot.press("5")
+        await settle(pilot, app, lambda: len(shown(app, "cluster")) == 5)
+        assert shown(app, "cluster") == [
+            "3000001-4", "3000006-9", "3000007-7", "orphan-3", "orphan-11",
+        ]  # fmt: skip
+        tab = app.query_one("#panes", TabbedContent).get_tab("cluster")
+        assert str(tab.label) == "5 Cluster (5)"
+        table = app.query_one("#cluster-table", RowTable)
+        first = [c.plain for c in app.pane("cluster")._cells(table.record_at(0))]
+        assert first[:8] == [
+            "4", "127.0.0.1:12401", "vastui-main-r1", "3000001", "draining", "15s", "yes",
+            "PSProve 2, bg:PShareRequest 1",
+        ]  # fmt: skip
+        assert first[10].startswith("error: failed to compute proof")
+        orphan = [c.plain for c in app.pane("cluster")._cells(table.record_at(3))]
+        assert orphan[2:5] == ["vastui-main-r12", "-", "orphan"]
+        said = header(app.snapshot).plain
+        assert "read 5s ago: 3 machines of this fleet, 2 orphans" in said
+        assert "cluster: 12 machines; PSProve 3 waiting, 14 claimed" in said
+        rendered = str(app.query_one("#cluster-header", Static).render())
+        assert rendered.splitlines()[0] == said.splitlines()[0]
+        await pilot.press("s")  # the first column: curio's machine id
+        await pilot.pause()
+        assert headers(app, "cluster")[0] == "Curio id ▲"
+        assert shown(app, "cluster") == [
+            "orphan-3", "3000001-4", "3000007-7", "3000006-9", "orphan-11",
+        ]  # fmt: skip
+        await pilot.press("S")
+        await pilot.pause()
+        assert headers(app, "cluster")[0] == "Curio id ▼"
+        assert shown(app, "cluster")[0] == "orphan-11"
+
+
+T1 = 1_790_000_000.0
+OK_CLUSTER = {"state": "ok", "address": "127.0.0.1:5433", "read_at": T1 - 60, "window_s": 3600,
+              "machines": 2, "psprove_waiting": 0, "psprove_claimed": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cluster", "published", "said"),
+    [
+        (None, False, "curio's cluster: no engine has published a reading yet"),
+        (None, True, "curio's cluster is not read ([curio] read_cluster = false, or no [ssh]"),
+        ({"state": "off", "address": "127.0.0.1:5433"}, True,
+         "curio's cluster is not read: nothing answered at 127.0.0.1:5433 when the engine"),
+        ({"state": "ok", "address": "127.0.0.1:5433"}, True,
+         "curio's cluster at 127.0.0.1:5433: not read yet"),
+        ({"state": "error", "error": "connection refused", "error_since": T1 - 60}, True,
+         "curio's cluster cannot be read since 2026-09-21T14:12:20Z: connection refused"),
+        ({**OK_CLUSTER, "state": "error", "error": "timed out"}, True,
+         "curio's cluster cannot be read: timed out; as last read 60s ago\n0 machines of this "
+         "fleet\ncluster: 2 machines; PSProve 0 waiting, 1 claimed"),
+        ({**OK_CLUSTER, "orphans": [{"machine_id": 5, "host_and_port": "127.0.0.1:12499"}],
+          "orphans_total": 3}, True,
+         "curio's cluster at 127.0.0.1:5433, read 60s ago: 0 machines of this fleet, 3 orphans "
+         "(the first 1 listed)\ncluster: 2 machines"),
+    ],
+)  # fmt: skip
+def test_the_cluster_header_says_whether_and_how_the_cluster_is_read(
+    cluster: dict[str, Any] | None, published: bool, said: str
+) -> None:
+    from vastui.console.panes.cluster import header
+    from vastui.console.snapshot import Snapshot
+    from vastui.domain.engine_state import EngineStatus
+
+    status = EngineStatus(
+        target=1, workers=0, by_stage={}, reason_kind=None, reason=None, best=None,
+        dry_run=False, updated_at=T1, cluster=cluster,
+    )  # fmt: skip
+    snap = Snapshot(taken_at=T1, engine_status=status if published else None)
+    assert header(snap).plain.startswith(said)
+
+
+def test_curios_words_in_the_cluster_pane_are_plain_text() -> None:
+    """A node name, a task name and curio's error come from curio's database: shown as they
+    are, never as markup, without control characters."""
+    import json
+
+    from vastui.console.panes.cluster import row_cells
+    from vastui.console.snapshot import Snapshot
+    from vastui.domain.engine_state import EngineStatus
+    from vastui.domain.worker import InstanceRecord
+
+    rec = InstanceRecord(
+        vast_id=41, label="vastui-main-00000000002a", state="proving", runner_id=4,
+        created_at=T1 - 600, proving_at=T1 - 300,
+        cluster_state=json.dumps({
+            "machine_id": 8, "host_and_port": "127.0.0.1:12404", "last_contact": T1 - 30,
+            "cordoned": False, "held": 1, "held_by_name": {"[b]PSProve\x1b[31m": 1},
+            "done": 1, "failed": 1, "last_error": "[red]boom[/red] \x1b[2J\x07 cleared",
+        }),
+    )  # fmt: skip
+    cluster = {**OK_CLUSTER, "read_at": T1 - 5, "orphans": [
+        {"machine_id": 6, "host_and_port": "127.0.0.1:12409", "name": "[i]vastui-main-r9\x1b]8;;"},
+    ], "orphans_total": 1}  # fmt: skip
+    status = EngineStatus(
+        target=1, workers=1, by_stage={}, reason_kind=None, reason=None, best=None,
+        dry_run=False, updated_at=T1, cluster=cluster,
+    )  # fmt: skip
+    snap = Snapshot(instances=[rec], taken_at=T1, engine_status=status)
+    mine, orphan = (row_cells(r) for r in snap.cluster["machines"])
+    cells = [*mine, *orphan]
+    assert not any(any(ord(ch) < 32 or ch == "\x7f" for ch in c.plain) for c in cells)
+    assert "[red]boom[/red]" in mine[10].plain and not mine[10].spans
+    assert mine[7].plain.startswith("[b]PSProve") and orphan[2].plain.startswith("[i]vastui")

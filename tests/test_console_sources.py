@@ -4,19 +4,24 @@ runs its own (`engine_runtime`, the demo's). No stand-in for either engine."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from textual.widgets import Static
 
 from tests.helpers import eventually, settle
 from vastui.backend import Options
+from vastui.cli import main
 from vastui.config import Config
 from vastui.console.app import VastuiApp
 from vastui.console.sources import AttachedSource, OwnEngineSource, choose_source
+from vastui.demo_cluster import access_path
 from vastui.domain.engine_state import Lease
 from vastui.engine.runtime import RunOptions
 from vastui.store import Store, StoreNotCurrent
@@ -38,8 +43,12 @@ async def holder_of(db: Path) -> Lease | None:
         return await store.lease.holder()
 
 
+def cluster_header(app: VastuiApp) -> str:
+    return str(app.query_one("#cluster-header", Static).render())
+
+
 async def test_an_attached_console_reads_and_commands_an_engine_it_did_not_start(
-    demo_state: Path,
+    demo_state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = demo_state / "fleet.db"
     argv = [sys.executable, "-m", "vastui", "--engine-only", "--demo", "--db", str(db),
@@ -52,6 +61,11 @@ async def test_an_attached_console_reads_and_commands_an_engine_it_did_not_start
     try:
         lease = await eventually(lambda: holder_of(db), what="the headless engine's lease")
         assert lease.pid == engine.pid and lease.mode == "headless"
+        # `vastui --demo cluster` in another terminal reads the demo's own curio database
+        await eventually(access_path(db).exists, what="the demo's cluster access")
+        assert await asyncio.to_thread(main, ["--demo", "--db", str(db), "cluster", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["reader"] == {"state": "ok", "address": report["reader"]["address"]}
         opts = Options(config=Config(), db=db, demo=True, seed=SEED)
         source = await choose_source(opts)
         assert isinstance(source, AttachedSource)
@@ -70,6 +84,11 @@ async def test_an_attached_console_reads_and_commands_an_engine_it_did_not_start
                 return bool(ids) and {r.offer.id for r in app.offers} <= ids
 
             await settle(pilot, app, shows_a_publication)
+
+            # curio's cluster as that engine reads it (the demo's own database)
+            await pilot.press("5")
+            await settle(pilot, app, lambda: "curio's cluster at 127.0.0.1:" in cluster_header(app))
+            await pilot.press("1")
 
             # A command the console sends, carried out by the other process's engine.
             machine = app.pane("offers").selected_offer().offer.machine_id  # type: ignore[union-attr]
@@ -109,6 +128,8 @@ async def test_a_console_with_no_engine_beside_it_runs_its_own(demo_state: Path)
         assert lease is not None and lease.pid == os.getpid() and lease.mode == "console"
         assert "ATTACHED" not in strip(app) and "NO ENGINE" not in strip(app)
         await settle(pilot, app, lambda: app.offers)
+        await pilot.press("5")
+        await settle(pilot, app, lambda: "curio's cluster at 127.0.0.1:" in cluster_header(app))
         # A second console started now attaches to this one's engine.
         second = await choose_source(opts)
         assert isinstance(second, AttachedSource)

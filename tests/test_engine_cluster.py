@@ -412,3 +412,44 @@ async def test_an_outbid_worker_frees_its_tasks_when_vast_stops_it(
     assert db.unschedulable(mid) is None
     assert [e.detail["tasks"] for e in await events(store, "tasks_released")] == [2, 0]
     await engine.close()
+
+
+async def test_the_engine_publishes_its_reading_with_the_orphans_of_this_fleet(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    """Each step's reading of the cluster is published for readers without a connection of
+    their own (the console's cluster pane): each worker's in its record, and, in the status,
+    the totals and the rows of this fleet's node name that no record matches. A row of a
+    worker not proving (not read this step) is its own, not an orphan; another node's is not
+    this fleet's at all."""
+    from vastui import cluster_report
+
+    db = curio_db
+    target(world, 2)
+    engine, ids, machines = await proving_fleet(world, store, db, 2)
+    waiting = await store.instances.get(ids[1])
+    now = world.clock.now()
+    # back to an earlier stage (a bid resumed): not read this step, its row still its own
+    await store.instances.upsert(replace(waiting, state="benchmark"), now=now)
+    fleet_id = fleet_id_of(waiting.label)
+    orphan = db.register(identity.curio_listen(40), identity.node_name(FLEET, 40, fleet_id), now)
+    db.register(identity.curio_listen(41), identity.node_name("other", 41, fleet_id), now)
+    db.register("10.0.0.9:12300", "operator-node", now)
+    await engine.step()
+    status = await store.status.get()
+    assert status is not None and status.cluster is not None
+    published = status.cluster
+    assert [o["machine_id"] for o in published["orphans"]] == [orphan]
+    assert published["orphans_total"] == 1 and published["machines"] == 5
+    report = cluster_report.published(await store.instances.all(), published, now)
+    rows = {r["curio_machine_id"]: r for r in report["machines"]}
+    assert set(rows) == {machines[ids[0]], orphan}
+    mine = rows[machines[ids[0]]]
+    assert (mine["instance"], mine["state"], mine["tasks_held"]) == (ids[0], "proving", 2)
+    assert (
+        mine["held_by_name"] == {"PSProve": 2}
+        and mine["name"] == ident(await store.instances.get(ids[0]))[1]
+    )
+    assert rows[orphan]["state"] == "orphan" and rows[orphan]["instance"] is None
+    assert report["reader"]["state"] == "ok" and report["totals"]["psprove_claimed"] == 4
+    await engine.close()

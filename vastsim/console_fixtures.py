@@ -225,13 +225,25 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
         inst(3000006, m[4], "proving", bench_rate=88.4, bench_outcome="pass", bench_failed=1,
              runner_id=6, max_pending=6, tunnel_down_since=T0 - 420,
              tunnel_detail="lotus api 127.0.0.1:1234: curl: (7) Failed to connect to 127.0.0.1 "
-                           "port 1234: Connection refused"),
+                           "port 1234: Connection refused",
+             # its tunnel down: no heartbeat since, the proof it holds waits
+             cluster_state=json.dumps(
+                 {"machine_id": 9, "host_and_port": "127.0.0.1:12406", "last_contact": T0 - 415,
+                  "cordoned": False, "held": 1, "held_by_name": {"PSProve": 1}, "done": 6,
+                  "failed": 0, "done_total": 31, "failed_total": 0, "last_error": None}),
+             cluster_checked_at=T0 - 5),
         inst(3000002, m[1], "benchmark", runner_id=2),
         # An interruptible worker a higher bid has stopped for 12 minutes, its second time.
         inst(3000007, m[8], "proving", bench_rate=61.0, bench_outcome="pass", bench_failed=0,
              prod_completed=40, prod_failed=0, prod_rate=60.2, runner_id=7, max_pending=10,
              is_bid=True, bid_price=round(m[8].dph_total * 0.55, 4), bid_cap=m[8].dph_total,
-             storage_dph=0.02, outbid_since=T0 - 720, interruptions=2, stopped_s=1500.0),
+             storage_dph=0.02, outbid_since=T0 - 720, interruptions=2, stopped_s=1500.0,
+             # stopped by Vast with its curio: its tasks released, its row kept for its resume
+             cluster_state=json.dumps(
+                 {"machine_id": 7, "host_and_port": "127.0.0.1:12407", "last_contact": T0 - 725,
+                  "cordoned": False, "held": 0, "held_by_name": {}, "done": 3, "failed": 0,
+                  "done_total": 40, "failed_total": 0, "last_error": None}),
+             cluster_checked_at=T0 - 5),
         inst(3000003, m[2], "paramfetch", image="ghcr.io/vastui/curio-cuzk-worker:v0.9",
              runner_id=3),
         inst(3000004, m[3], "killed", bench_rate=141.0, bench_outcome="below_min",
@@ -260,10 +272,22 @@ def fixed_data() -> tuple[Snapshot, list[RankedOffer]]:
                "> max $4.00/h",
         best={"offer_id": m[7].id}, dry_run=False, updated_at=T0, reason_since=T0 - 600,
         credit=87.2, daily_budget=40.0, dph=4.0, dph_cap=4.0,
-        cluster={"state": "ok", "psprove_waiting": 3, "psprove_claimed": 14, "window_s": 3600,
-                 "paid": 41, "draining": 1},
+        cluster={"state": "ok", "address": "127.0.0.1:5433", "psprove_waiting": 3,
+                 "psprove_claimed": 14, "window_s": 3600, "read_at": T0 - 5, "machines": 12,
+                 "request_owner": 2, "request_owner_addr": "10.0.0.5:12300", "request_task": True,
+                 "taken": 52, "computed": 47, "submitted": 45, "challenges": 4, "paid": 41,
+                 "cluster_done": 47, "cluster_failed": 2, "paid_recent": 41,
+                 "draining": 1,
+                 # rows of this fleet's name no record matches: releases never done
+                 "orphans": [
+                     {"machine_id": 3, "host_and_port": "127.0.0.1:12412",
+                      "name": "vastui-main-r12", "last_contact": T0 - 540, "cordoned": False},
+                     {"machine_id": 11, "host_and_port": "127.0.0.1:12415",
+                      "name": "vastui-main-r15", "last_contact": T0 - 95, "cordoned": True},
+                 ],
+                 "orphans_total": 2},
         delivery=delivery.compute(instances, T0, 3600.0, delivery.ClusterCount(
-            fleet_done=47, cluster_done=47, paid=41, challenges=2)),
+            fleet_done=47, cluster_done=47, paid=41, challenges=4)),
     )  # fmt: skip
     # Another controller on the same account (a staging console with its own database).
     foreign = [ForeignInstance(vast_id=3180077, label="vastui-main.5e1f0a2c-9b7d31c4e8a0",

@@ -259,22 +259,32 @@ async def cmd_cluster(opts: Options, args: argparse.Namespace) -> int:
     from vastui import status as fleet_status
     from vastui.backend import open_store
     from vastui.config import load_curio_db_password
+    from vastui.demo_cluster import DemoNotRunning, find_access
     from vastui.engine.cluster import ClusterError, ClusterReader
     from vastui.engine.runtime import CURIO_DEFAULT_PASSWORD
 
     config = opts.config
+    if not config.curio.read_cluster:
+        raise CliError("curio's cluster is not read ([curio] read_cluster = false)")
     if opts.demo:
-        raise CliError(
-            "the demo's curio cluster lives in the demo's process, with a password of its own: "
-            "see it in the console (the instance detail, the strip), or run `vastui sim serve "
-            "--write-config F` and `vastui --config F cluster`"
-        )
-    if not config.curio.read_cluster or not config.ssh.curio_db:
-        raise CliError("curio's cluster is not read ([curio] read_cluster or [ssh] curio_db)")
-    host, _, port = config.ssh.curio_db.rpartition(":")
+        # The running demo's own database, as its engine left it for readers (demo_cluster.py)
+        async with open_store(opts) as store:
+            holder = await store.lease.holder()
+        try:
+            access = find_access(opts.db_path, holder)
+        except DemoNotRunning as exc:
+            raise CliError(str(exc)) from None
+        host, port, user, dbname = access.host, access.port, access.user, access.dbname
+        password: str | None = access.password
+    elif not config.ssh.curio_db:
+        raise CliError("curio's cluster is not read (no [ssh] curio_db)")
+    else:
+        addr, user, dbname = config.ssh.curio_db, config.curio.db_user, config.curio.db_name
+        host, _, port_text = addr.rpartition(":")
+        host, port = host or "127.0.0.1", int(port_text)
+        password = load_curio_db_password(config.path)
     reader = ClusterReader(
-        host or "127.0.0.1", int(port), user=config.curio.db_user, dbname=config.curio.db_name,
-        password=load_curio_db_password(config.path) or CURIO_DEFAULT_PASSWORD,
+        host, port, user=user, dbname=dbname, password=password or CURIO_DEFAULT_PASSWORD,
         application="vastui cluster",
     )  # fmt: skip
     try:

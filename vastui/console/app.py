@@ -52,7 +52,14 @@ from vastui.console.messages import (
     TitleChanged,
 )
 from vastui.console.palette import VastuiCommands
-from vastui.console.panes import BadListPane, InstancesPane, LogsPane, OffersPane, TablePane
+from vastui.console.panes import (
+    BadListPane,
+    ClusterPane,
+    InstancesPane,
+    LogsPane,
+    OffersPane,
+    TablePane,
+)
 from vastui.console.panes.base import UiState
 from vastui.console.snapshot import Snapshot
 from vastui.console.sources import FleetSource, choose_source
@@ -71,11 +78,12 @@ from vastui.store import StoreError
 
 log = logging.getLogger("vastui.console")
 
-PANE_IDS = ("offers", "instances", "logs", "bad")
+PANE_IDS = ("offers", "instances", "logs", "bad", "cluster")
 FRAME_SWITCH_INTERVAL = 0.001  # seconds: see on_mount
-Pane = OffersPane | InstancesPane | LogsPane | BadListPane
+Pane = OffersPane | InstancesPane | LogsPane | BadListPane | ClusterPane
 PANE_CLASSES: dict[str, type[Pane]] = {
     "offers": OffersPane, "instances": InstancesPane, "logs": LogsPane, "bad": BadListPane,
+    "cluster": ClusterPane,
 }  # fmt: skip
 T = TypeVar("T")
 
@@ -89,6 +97,7 @@ class VastuiApp(App[int]):
         Binding("2", "show_pane('instances')", "Instances", id="pane-instances", show=False),
         Binding("3", "show_pane('logs')", "Logs", id="pane-logs", show=False),
         Binding("4", "show_pane('bad')", "Bad list", id="pane-bad", show=False),
+        Binding("5", "show_pane('cluster')", "Cluster", id="pane-cluster", show=False),
         Binding("question_mark", "help", "Help", id="help", key_display="?",
                 tooltip="Keys, columns and the summary strip explained"),
         Binding("r", "refresh", "Refresh", id="refresh", tooltip="Reload offers and the fleet"),
@@ -153,6 +162,8 @@ class VastuiApp(App[int]):
                 yield LogsPane(self, id="logs-pane")
             with TabPane("4 Bad list", id="bad"):
                 yield BadListPane(self, id="bad-pane")
+            with TabPane("5 Cluster", id="cluster"):
+                yield ClusterPane(self, id="cluster-pane")
         yield KeyFooter()
 
     def pane_classes(self) -> list[tuple[str, type[DOMNode]]]:
@@ -166,6 +177,8 @@ class VastuiApp(App[int]):
     def pane(self, name: Literal["logs"]) -> LogsPane: ...
     @overload
     def pane(self, name: Literal["bad"]) -> BadListPane: ...
+    @overload
+    def pane(self, name: Literal["cluster"]) -> ClusterPane: ...
     @overload
     def pane(self, name: str) -> Pane: ...
     def pane(self, name: str) -> Pane:
@@ -268,6 +281,7 @@ class VastuiApp(App[int]):
             self.render_summary()
             self.pane("instances").refill()
             self.pane("bad").refill()
+            self.pane("cluster").refill()
             self.refresh_titles()
 
     @on(OffersLoaded)
@@ -280,7 +294,13 @@ class VastuiApp(App[int]):
 
     def refresh_titles(self) -> None:
         tabs = self.query_one("#panes", TabbedContent)
-        for pane in (self.pane("offers"), self.pane("instances"), self.pane("bad")):
+        panes = (
+            self.pane("offers"),
+            self.pane("instances"),
+            self.pane("bad"),
+            self.pane("cluster"),
+        )
+        for pane in panes:
             tab, title = tabs.get_tab(pane.PANE), pane.title()
             if str(tab.label) != title:  # a new label lays the tab bar out again
                 tab.label = title
@@ -483,6 +503,7 @@ class VastuiApp(App[int]):
                     ("Instances", InstancesPane, InstancesPane.COLUMNS),
                     ("Logs", LogsPane, ()),
                     ("Bad list", BadListPane, BadListPane.COLUMNS),
+                    ("Cluster", ClusterPane, ClusterPane.COLUMNS),
                 ],
                 [("Log view", LogView), ("Instance details", DetailScreen)],
                 STRIP_HELP,
@@ -538,7 +559,8 @@ def detached_text(reason: str) -> str:
 def binding_classes() -> tuple[type[DOMNode], ...]:
     """Every class of the console that declares bindings: each binding has an id."""
     return (
-        VastuiApp, OffersPane, InstancesPane, LogsPane, BadListPane, TablePane, LogView,
+        VastuiApp, OffersPane, InstancesPane, LogsPane, BadListPane, ClusterPane, TablePane,
+        LogView,
         LogViewport, DetailScreen, HelpScreen, ConfirmScreen, PromptScreen, QuitScreen,
     )  # fmt: skip
 

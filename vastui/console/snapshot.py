@@ -4,7 +4,10 @@ what the strip computes from it: the fleet's cost and proof rate."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
+from vastui.cluster_report import published, render_totals
 from vastui.domain.engine_state import EngineStatus, Lease
 from vastui.domain.journal import Event
 from vastui.domain.machines import BadEntry, LegacyReviewEntry, PerfRecord
@@ -44,3 +47,17 @@ class Snapshot:
             "outbid": sum(r.phase == "outbid" for r in live),
             "killed": sum(r.killed for r in self.instances),
         }
+
+    @cached_property
+    def cluster(self) -> dict[str, Any]:
+        """curio's cluster as the engine last read and published it (in any mode: each
+        worker's reading in its record, the totals and the orphans in its status), the report
+        `vastui cluster` prints (vastui/cluster_report.py ``published``), ages at `taken_at`."""
+        status = self.engine_status
+        return published(self.instances, status.cluster if status else None, self.taken_at)
+
+    @property
+    def cluster_totals(self) -> str | None:
+        """The cluster's totals in `vastui cluster`'s two lines (None: nothing read yet)."""
+        report = self.cluster
+        return render_totals(report) if report["totals"] else None

@@ -109,6 +109,14 @@ class Row:
     last_contact: float | None
     cordoned: bool
 
+    def to_json(self) -> dict[str, Any]:
+        """As the engine publishes an orphan (its status row): the node name is curio's, cleaned."""
+        return {
+            "machine_id": self.machine_id, "host_and_port": self.host_and_port,
+            "name": sanitize_line(self.name, 80) if self.name else None,
+            "last_contact": self.last_contact, "cordoned": self.cordoned,
+        }  # fmt: skip
+
 
 def worker_of(rec: InstanceRecord, config: Config, now: float) -> Worker | None:
     """A record of this fleet as the cluster should know it: its identity from its runner id
@@ -252,6 +260,18 @@ class ClusterView:
     window_s: float
     workers: dict[int, MachineState]  # by Vast instance id
     totals: Totals
+
+
+def orphans(rows: Iterable[Row], view: ClusterView, unread: Iterable[Worker] = ()) -> list[Row]:
+    """The rows with this fleet's node name (``named_rows``) that no record of ours matches: not
+    the own row of a worker ``view`` read, nor a row of a worker it did not read (``unread``:
+    one alive but not proving, whose row may still be there). Each is a release never done."""
+    own = {s.machine_id for s in view.workers.values() if s.machine_id is not None}
+    others = list(unread)
+    return [
+        r for r in rows
+        if r.machine_id not in own and not any(belongs(w, r) for w in others)
+    ]  # fmt: skip
 
 
 def to_db_time(ts: float) -> datetime:
@@ -630,9 +650,10 @@ class ClusterReader:
         result: list[Row] = await self._run(work)
         return result
 
-    async def named_rows(self, prefix: str) -> list[Row]:
-        """Rows whose node name starts with ``prefix`` (this fleet's: ``vastui-<fleet>-r``),
-        whoever's instance they were: a row no record of ours matches is an orphan."""
+    async def named_rows(self, *prefixes: str) -> list[Row]:
+        """Rows whose node name starts with one of ``prefixes`` (this fleet's:
+        ``identity.node_prefixes``), whoever's instance they were: a row no record of ours
+        matches is an orphan (:func:`orphans`)."""
 
         async def work(conn: Any) -> list[Row]:
             rows = await _fetch(
@@ -640,8 +661,9 @@ class ClusterReader:
                 "SELECT m.id, m.host_and_port, d.machine_name, m.last_contact,"
                 " coalesce(m.unschedulable, false) FROM harmony_machines m"
                 " JOIN harmony_machine_details d ON d.machine_id = m.id"
-                " WHERE starts_with(d.machine_name, %(prefix)s) ORDER BY m.id",
-                {"prefix": prefix},
+                " WHERE EXISTS (SELECT 1 FROM unnest(%(prefixes)s::text[]) p"
+                " WHERE starts_with(d.machine_name, p)) ORDER BY m.id",
+                {"prefixes": list(prefixes)},
             )
             return [Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4])) for r in rows]
 
@@ -755,5 +777,6 @@ __all__ = [
     "belongs",
     "cluster_held",
     "from_db_time",
+    "orphans",
     "to_db_time",
 ]

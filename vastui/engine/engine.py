@@ -64,7 +64,9 @@ from vastui.engine.cluster import (
     ClusterReader,
     ClusterView,
     Totals,
+    orphans,
 )
+from vastui.engine.cluster import Row as ClusterRow
 from vastui.engine.commands import Commands
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.follow import Followers
@@ -98,6 +100,7 @@ RENT_MISS_MIN_AGE = 60.0
 VANISH_MISSES = 3
 VANISH_MIN_AGE = 300.0
 PUBLISHED_OFFERS = 500  # ranked offers published for attached consoles
+MAX_ORPHANS_SHOWN = 100  # orphan rows of curio's cluster published (their count is whole)
 
 
 @dataclass
@@ -184,6 +187,8 @@ class Engine:
         self.cluster = cluster
         self.acts.cluster = cluster
         self.cluster_view: ClusterView | None = None  # its last good reading
+        # the rows with this fleet's node name no record matches, at that reading (published)
+        self.cluster_orphans: list[ClusterRow] = []
         self.cluster_error: str | None = None  # why it cannot be read now, one line
         self.cluster_error_since: float | None = None  # engine clock
         # the controller cut off from its workers (their tunnel to it down): one episode, an
@@ -825,22 +830,35 @@ class Engine:
             if r.state == "proving" and (w := self.acts.cluster_worker(r, now)) is not None
         ]  # fmt: skip
         # workers destroyed within the window count in the fleet's proofs (not judged again)
+        every = await self.store.instances.all(include_killed=True)
         killed = [
-            r for r in await self.store.instances.all(include_killed=True)
+            r for r in every
             if r.killed and r.source == "vastui" and r.proving_at is not None
             and (r.killed_at or 0.0) >= now - window
         ]  # fmt: skip
         gone = [w for r in killed if (w := self.acts.cluster_worker(r, now)) is not None]
+        # ... and those not read (alive but not proving; destroyed earlier, their release owed)
+        # may still have a row: theirs, not an orphan (cluster.orphans)
+        read_ids = {r.vast_id for r in killed}
+        unread = [
+            w for r in every
+            if r.source == "vastui" and r.vast_id not in read_ids
+            and ((not r.killed and r.state != "proving") or (r.killed and drain.release_owed(r)))
+            and (w := self.acts.cluster_worker(r, now)) is not None
+        ]  # fmt: skip
         await self._recheck_collision(now)
         view: ClusterView | None = None
         try:
             deadline = self.config.proving.market_deadline_min * 60.0
             read = await reader.read([*workers, *gone], now, window, deadline)
+            fleet = identity.node_prefixes(self.config.fleet.name, await self.acts.load_identity())
+            named = await reader.named_rows(*fleet)
         except ClusterError as exc:
             await self._cluster_unreadable(str(exc), now)
         else:
             await self._cluster_readable(now)
             self.cluster_view = view = read
+            self.cluster_orphans = orphans(named, read, unread)
             self._cluster_fresh = True
             self._cluster_count = delivery.ClusterCount(
                 fleet_done=sum(state.done for state in read.workers.values()),
@@ -1043,6 +1061,10 @@ class Engine:
             out["fleet_done"] = sum(s.done for s in view.workers.values())
             out["fleet_failed"] = sum(s.failed for s in view.workers.values())
             out["fleet_held"] = sum(s.held for s in view.workers.values())
+            # what `vastui cluster` lists as orphans, for the readers of the status (the
+            # console's cluster pane); bounded: a cluster full of leaked rows says how many
+            out["orphans"] = [r.to_json() for r in self.cluster_orphans[:MAX_ORPHANS_SHOWN]]
+            out["orphans_total"] = len(self.cluster_orphans)
         return out
 
     async def _delivery(self) -> Delivery | None:

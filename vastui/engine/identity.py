@@ -53,6 +53,14 @@ def node_name(fleet: str, runner_id: int, fleet_id: str | None = None) -> str:
     return f"vastui-{fleet}-r{runner_id}"
 
 
+def node_prefixes(fleet: str, fleet_id: str | None) -> tuple[str, ...]:
+    """What every node name of this fleet and database starts with (``node_name`` without its
+    runner id), the older name without a fleet id too: how the cluster's rows of this fleet
+    are found whatever record they were."""
+    old = f"vastui-{fleet}-r"
+    return (f"vastui-{fleet}.{fleet_id}-r", old) if fleet_id else (old,)
+
+
 def runner_env(
     fleet: str, runner_id: int, base: int = DEFAULT_PORT_BASE, fleet_id: str | None = None
 ) -> dict[str, str]:
@@ -80,6 +88,7 @@ __all__ = [
     "curio_listen",
     "listen_port",
     "node_name",
+    "node_prefixes",
     "parse_runner_id",
     "runner_env",
 ]

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from vastui.alerts import Notifier
 from vastui.backend import Options, make_client
 from vastui.config import Config, FleetSection, load_curio_db_password
+from vastui.demo_cluster import remove_access, write_access
 from vastui.engine.clock import SteadyClock, steady_scaled
 from vastui.engine.cluster import ClusterReader
 from vastui.engine.engine import Engine, EngineSettings
@@ -154,8 +155,9 @@ async def engine_runtime(
         cluster = None
         if opts.demo:
             engine, demo, cluster = await _demo_parts(
-                stack, config, store, run, key_path, public_key, settings, on_change
-            )
+                stack, config, store, run, key_path, public_key, settings, on_change,
+                opts.db_path,
+            )  # fmt: skip
         else:
             demo = None
             client = make_client(opts)
@@ -203,6 +205,7 @@ async def _demo_parts(
     public_key: str,
     settings: EngineSettings,
     on_change: Callable[[str], Awaitable[None] | None] | None,
+    db_path: Path,
 ) -> tuple[Engine, Any, Any]:
     world = await stack.enter_async_context(load_world().demo(await demo_request(store, run)))
     targets = dict(world.controller)
@@ -223,6 +226,12 @@ async def _demo_parts(
     reader = await open_cluster_reader(
         stack, config, targets["curio_db"], world.db_password, world.db_user, world.db_name
     )
+    if reader is not None:
+        # `vastui --demo cluster` in another terminal reads the same database (demo_cluster.py)
+        access = write_access(
+            db_path, targets["curio_db"], world.db_user, world.db_name, world.db_password
+        )
+        stack.callback(remove_access, access)
     engine = Engine(
         config, store, world.client, ssh=pool, public_key=public_key, clock=world.clock,
         settings=settings, on_change=on_change, cluster=reader,
