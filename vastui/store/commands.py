@@ -12,6 +12,11 @@ from vastui.domain.journal import COMMAND_KINDS, Command
 
 from .common import stamp
 from .database import Database, execute, fetch_all, fetch_one, insert
+from .errors import StoreError
+
+# A command's arguments as JSON: an id and a reason of domain.machines.REASON_MAX_CHARS fit, each
+# character at most six in JSON (\uXXXX); the engine parses every command it claims.
+ARGS_MAX_CHARS = 4096
 
 
 def command_from_row(row: sqlite3.Row) -> Command:
@@ -36,11 +41,16 @@ class CommandRepo:
     ) -> int:
         if kind not in COMMAND_KINDS:
             raise ValueError(f"unknown command {kind!r}")
+        body = json.dumps(dict(args))
+        if len(body) > ARGS_MAX_CHARS:
+            raise StoreError(
+                f"{kind}: its text is {len(body)} characters, at most {ARGS_MAX_CHARS}: not sent"
+            )
         async with self._db.transaction() as conn:
             return await insert(
                 conn,
                 "INSERT INTO commands (kind, args, source, created_at) VALUES (?, ?, ?, ?)",
-                (kind, json.dumps(dict(args)), source, stamp(now)),
+                (kind, body, source, stamp(now)),
             )
 
     async def claim(self, now: float | None = None) -> list[Command]:
