@@ -149,3 +149,76 @@ def test_an_automatic_target_is_the_one_string_target_workers_takes(tmp_path: Pa
     assert (cfg.fleet.min_workers, cfg.fleet.max_workers) == (1, 4)
     fixed = load_config(write(tmp_path, "[fleet]\ntarget_workers = 3\n"))
     assert not fixed.fleet.auto_target and fixed.fleet.target_workers == 3
+
+
+def _string_keys() -> list[tuple[str, str, str]]:
+    """Every text the config file may set: (section, key, how it is written: str, list, table)."""
+    import dataclasses
+    import typing
+
+    out = []
+    for section in dataclasses.fields(Config):
+        default = getattr(Config(), section.name)
+        if not dataclasses.is_dataclass(default):
+            continue
+        hints = typing.get_type_hints(type(default))
+        for f in dataclasses.fields(default):
+            hint = hints[f.name]
+            if hint is str:
+                out.append((section.name, f.name, "str"))
+            elif hint == list[str]:
+                out.append((section.name, f.name, "list"))
+            elif hint == dict[str, str]:
+                out.append((section.name, f.name, "table"))
+    return out
+
+
+STRINGS = _string_keys()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "kind"), STRINGS, ids=[f"{s}.{k}" for s, k, _ in STRINGS]
+)
+def test_every_string_has_a_length_bound(tmp_path: Path, section: str, key: str, kind: str) -> None:
+    """A text past its bound is one line naming the file, the key and the bound, before
+    anything reads it (a 10 MB offers.filter cost the engine's loop seconds at every search)."""
+    huge = "a" * 200_000
+    value = {"str": f'"{huge}"', "list": f'["{huge}"]', "table": f'{{ x = "{huge}" }}'}[kind]
+    path = write(tmp_path, f"[{section}]\n{key} = {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert str(path) in message and f"'{section}.{key}" in message, message
+    assert "at most" in message and "characters, got 200000" in message, message
+    assert "\n" not in message and len(message) < 300 + len(str(path))
+
+
+def test_the_filter_takes_a_real_query_and_refuses_one_over_its_bound(tmp_path: Path) -> None:
+    from vastui.vast.query import MAX_FILTER_CHARS, build_search_body
+
+    # thirty GPU models in a list beside the default filter: a long real query, well inside
+    models = ",".join(f"RTX_{n}" for n in range(3000, 3030))
+    real = f"{DEFAULT_FILTER} gpu_name in [{models}]"
+    assert len(real) < MAX_FILTER_CHARS // 2
+    assert load_config(write(tmp_path, f'[offers]\nfilter = "{real}"\n')).offers.filter == real
+    longest = (DEFAULT_FILTER + " ") * (MAX_FILTER_CHARS // (len(DEFAULT_FILTER) + 1))
+    longest += "num_gpus>=1 " * ((MAX_FILTER_CHARS - len(longest)) // 12)
+    assert MAX_FILTER_CHARS - 12 < len(longest) <= MAX_FILTER_CHARS
+    assert load_config(write(tmp_path, f'[offers]\nfilter = "{longest}"\n'))
+    build_search_body(longest)  # and it parses
+    over = longest + "x" * (MAX_FILTER_CHARS + 1 - len(longest))
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, f'[offers]\nfilter = "{over}"\n'))
+    assert str(info.value).endswith(
+        f"key 'offers.filter': expected a string of at most {MAX_FILTER_CHARS} characters, "
+        f"got {MAX_FILTER_CHARS + 1}"
+    )
+
+
+def test_a_config_file_of_megabytes_is_refused_unparsed(tmp_path: Path) -> None:
+    path = write(tmp_path, '[offers]\nfilter = "' + "num_gpus>=1 " * (10 * 2**20 // 12) + '"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert (
+        str(info.value) == f"{path}: expected a config file of at most 1048576 bytes, it is longer"
+    )

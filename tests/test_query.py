@@ -10,12 +10,15 @@ output here verbatim.  Comparisons go through ``json.dumps`` so types ("1" vs 1,
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 
 import pytest
 
 from vastui.vast.query import (
     FIELD_ALIASES,
     KNOWN_FIELDS,
+    MAX_FILTER_CHARS,
     QueryError,
     build_search_body,
     parse_order,
@@ -429,3 +432,70 @@ def test_known_fields_match_cli_table() -> None:
     assert frozenset(cli_fields) == KNOWN_FIELDS
     assert set(FIELD_ALIASES.values()) <= KNOWN_FIELDS
     assert not set(FIELD_ALIASES) & KNOWN_FIELDS
+
+
+# -- bounded work: the text is bounded, and the parse is linear in it ----------------------------
+
+
+def _calls(work: Callable[[], object]) -> int:
+    """Python and C function calls made by `work`: an operation count, not a clock."""
+    count = 0
+
+    def profile(_frame: object, event: str, _arg: object) -> None:
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def _fill(unit: str, size: int, head: str = "", tail: str = "") -> str:
+    return head + unit * ((size - len(head) - len(tail)) // len(unit)) + tail
+
+
+FILTER_SHAPES = {  # the densest terms, a long list, one long value
+    "short terms": lambda size: _fill("id=1 ", size),
+    "numeric terms": lambda size: _fill("cpu_ram>=240 ", size),
+    "a long list": lambda size: _fill("A,", size, "gpu_name in [", "A]"),
+    "a long value": lambda size: _fill("A", size, "gpu_name="),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(FILTER_SHAPES))
+def test_the_longest_filter_accepted_parses_in_work_linear_in_its_length(shape: str) -> None:
+    make = FILTER_SHAPES[shape]
+    full, half = make(MAX_FILTER_CHARS), make(MAX_FILTER_CHARS // 2)
+    assert len(full) <= MAX_FILTER_CHARS
+    work_full = _calls(lambda: build_search_body(full))
+    work_half = _calls(lambda: build_search_body(half))
+    assert work_full <= 2.1 * work_half  # linear: twice the text, twice the work
+    assert work_full <= 10 * MAX_FILTER_CHARS  # ~30,000 calls at most: milliseconds
+
+
+def test_a_filter_over_the_bound_is_refused_unread() -> None:
+    huge = "num_gpus>=1 " * (10 * 2**20 // 12)  # the 10 MB filter of the report
+    with pytest.raises(QueryError) as info:
+        build_search_body(huge)
+    assert str(info.value).endswith(f"{len(huge)} characters, at most {MAX_FILTER_CHARS}")
+    assert len(str(info.value)) < 200  # one short line, not the text
+    with pytest.raises(QueryError):
+        parse_query(huge)
+
+    def refused() -> None:
+        with pytest.raises(QueryError):
+            build_search_body(huge)
+
+    assert _calls(refused) < 200
+    with pytest.raises(QueryError, match="bad order"):
+        build_search_body("", order="dph," * 100)
+
+
+def test_a_bad_term_is_quoted_short() -> None:
+    with pytest.raises(QueryError) as info:
+        parse_query("gpu_name" + " " * 100_000 + "x")
+    assert len(str(info.value)) < 150

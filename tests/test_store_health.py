@@ -15,7 +15,7 @@ import pytest
 
 from vastui.domain.machines import BanSpec
 from vastui.domain.worker import InstanceRecord
-from vastui.store import Store, StoreError, StoreFatal
+from vastui.store import Store, StoreBusy, StoreError, StoreFatal
 from vastui.store.health import decode_row, fatal_error
 from vastui.store.instances import instance_from_row
 
@@ -165,6 +165,7 @@ async def test_busy_is_not_fatal(store: Store) -> None:
         with pytest.raises(StoreError) as exc:
             await store.events.add("rent", "x", now=T0)
         assert not isinstance(exc.value, StoreFatal)
+        assert isinstance(exc.value, StoreBusy)  # nothing written: its caller keeps it
         assert "database is locked" in str(exc.value)
         other.execute("ROLLBACK")
     finally:

@@ -180,16 +180,32 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
 
 async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
     from vastui.backend import open_store
+    from vastui.store import StoreBusy
 
     async with open_store(opts, write=args.bad_cmd in ("add", "remove")) as store:
+        # A write meets a lock held past the store's busy timeout: nothing was written, and
+        # this process cannot keep the command for later (the console does): say so.
         if args.bad_cmd == "add":
             if args.machine_id <= 0:
                 raise CliError(f"machine id must be a positive integer, got {args.machine_id}")
-            entry = await store.badlist.add(args.machine_id, args.reason, source="manual")
+            try:
+                entry = await store.badlist.add(args.machine_id, args.reason, source="manual")
+            except StoreBusy as exc:
+                raise CliError(
+                    f"NOT done: machine {args.machine_id} was not added to the bad list ({exc}); "
+                    "run the command again"
+                ) from None
             print(f"machine {entry.machine_id} is on the bad list (bans {entry.bans})")
             return 0
         if args.bad_cmd == "remove":
-            if await store.badlist.remove(args.machine_id):
+            try:
+                removed = await store.badlist.remove(args.machine_id)
+            except StoreBusy as exc:
+                raise CliError(
+                    f"NOT done: machine {args.machine_id} was not removed from the bad list "
+                    f"({exc}); run the command again"
+                ) from None
+            if removed:
                 print(f"machine {args.machine_id} removed from the bad list")
                 return 0
             raise CliError(f"machine {args.machine_id} is not on the bad list")

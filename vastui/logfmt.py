@@ -40,19 +40,29 @@ class PrivateFileHandler(logging.FileHandler):
         return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
+# The attribute (`extra={REPEAT_KEY: ...}`) by which a record tells RepeatLimiter which of the
+# lines sharing its template it is.
+REPEAT_KEY = "vastui_repeat_key"
+
+
 class RepeatLimiter(logging.Filter):
     """At most one warning (or worse) per minute of each kind (its logger and message template,
     not its arguments), the rest counted and summed up in the next one let through: a fault that
     repeats every step for every worker (a controller cut off from its workers, a dead
     database) is a line a minute in the log, not thousands. Seconds on the monotonic clock.
-    Lines below WARNING pass: they are the fleet's own news, one per change."""
+    Lines below WARNING pass: they are the fleet's own news, one per change.
+
+    A record whose template is shared by lines that say different things names what sets it
+    apart (``extra={REPEAT_KEY: ...}``): the wall clock stepping forward and then back within
+    the minute is two facts under one template, and both are logged; the same step again is
+    still held back."""
 
     def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self.every_s = every_s
         self.clock = clock
-        self._last: dict[tuple[str, str], float] = {}
-        self._held: dict[tuple[str, str], int] = {}
+        self._last: dict[tuple[str, str, str], float] = {}
+        self._held: dict[tuple[str, str, str], int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         decided = getattr(record, "vastui_repeat", None)
@@ -64,7 +74,7 @@ class RepeatLimiter(logging.Filter):
     def _keep(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        key = (record.name, str(record.msg))
+        key = (record.name, str(record.msg), str(getattr(record, REPEAT_KEY, "")))
         now = self.clock()
         last = self._last.get(key)
         if last is not None and now - last < self.every_s:

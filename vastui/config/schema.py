@@ -25,6 +25,7 @@ from typing import Any
 from vastui.config.paths import default_config_path
 from vastui.domain.plan import disk_need_gb
 from vastui.pricing import min_rate
+from vastui.vast.query import MAX_FILTER_CHARS, MAX_ORDER_CHARS
 
 # The original vast-manager's filter, plus what the worker image needs of the host: a driver
 # for CUDA 13 (>= 580; cuda_vers>=13.0 implies it, driver_version says it) and AVX (curio is built
@@ -270,6 +271,23 @@ _INT_LIMIT = 2**63
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_SPACE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _MULTILINE_KEYS = frozenset({"offers.filter"})
+# The longest text each string key takes (an array's items and a table's values by the key
+# itself): every text in the file is bounded, so none can cost a parse or a screen more than
+# its use needs. The filter's bound is the query parser's (vastui/vast/query.py says why);
+# paths are PATH_MAX; URLs the 2,000 characters browsers and proxies agree on; an image
+# reference a registry's 255-character name, its 128-character tag and a sha256 digest;
+# a command's argument a long line (Linux allows 128 KiB: not needed here).
+_STRING_BOUND = 256  # a name, an address, a word: anything not listed below
+_STRING_BOUNDS = {
+    "offers.filter": MAX_FILTER_CHARS,
+    "offers.order": MAX_ORDER_CHARS,
+    "vast.api_url": 2048,
+    "alerts.webhook": 2048,
+    "fleet.image": 512,
+    "ssh.key_path": 4096,
+    "curio.layers": 1024,
+    "alerts.command": 4096,
+}
 
 
 def _quote(key: str) -> str:
@@ -278,7 +296,9 @@ def _quote(key: str) -> str:
     return f"'{short}'" if short.isprintable() else ascii(short)
 
 
-def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
+def _check_value(path: Path, key: str, expected: Any, value: Any, base: str = "") -> Any:
+    """`value` as `expected` (`base`: the schema's key of an array item or a table value)."""
+    base = base or key
     origin = typing.get_origin(expected)
     if origin is list:
         (item_type,) = typing.get_args(expected)
@@ -286,14 +306,16 @@ def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
             raise ConfigError(
                 f"{path}: key {_quote(key)}: expected an array, got {describe_value(value)}"
             )
-        return [_check_value(path, f"{key}[{i}]", item_type, v) for i, v in enumerate(value)]
+        return [_check_value(path, f"{key}[{i}]", item_type, v, base) for i, v in enumerate(value)]
     if origin is dict:
         _, value_type = typing.get_args(expected)
         if not isinstance(value, dict):
             raise ConfigError(
                 f"{path}: key {_quote(key)}: expected a table, got {describe_value(value)}"
             )
-        return {k: _check_value(path, f"{key}.{k}", value_type, v) for k, v in value.items()}
+        for k in value:
+            _check_length(path, f"{key}.{k}", k, _STRING_BOUND, "a name")
+        return {k: _check_value(path, f"{key}.{k}", value_type, v, base) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
         raise AssertionError("unions are not used in config sections")
     if expected is float:
@@ -308,6 +330,7 @@ def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
             return value
     elif isinstance(value, expected):
         if isinstance(value, str):
+            _check_length(path, key, value, _STRING_BOUNDS.get(base, _STRING_BOUND), "a string")
             controls = _CONTROL_BUT_SPACE if key in _MULTILINE_KEYS else _CONTROL
             if controls.search(value) or _CONTROL.search(key):
                 raise ConfigError(
@@ -317,6 +340,14 @@ def _check_value(path: Path, key: str, expected: Any, value: Any) -> Any:
     raise ConfigError(
         f"{path}: key {_quote(key)}: expected {_TYPE_NAMES[expected]}, got {describe_value(value)}"
     )
+
+
+def _check_length(path: Path, key: str, text: str, bound: int, what: str) -> None:
+    if len(text) > bound:
+        raise ConfigError(
+            f"{path}: key {_quote(key)}: expected {what} of at most {bound} characters, "
+            f"got {len(text)}"
+        )
 
 
 def describe_value(value: Any) -> str:
@@ -594,6 +625,21 @@ def _is_addr(text: str, empty: bool = False) -> bool:
     return 0 < int(port) < 65536
 
 
+# A config file is a few KB; one over this is not one (and parsing it would cost ~10 ms a MB
+# before any key is checked).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_bounded(path: Path) -> str:
+    with path.open("rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}: expected a config file of at most {MAX_CONFIG_BYTES} bytes, it is longer"
+        )
+    return data.decode("utf-8")
+
+
 def load_config(path: Path | None = None) -> Config:
     """Read and validate; a missing default file is fine, a missing explicit file is not."""
     explicit = path is not None or bool(os.environ.get("VASTUI_CONFIG"))
@@ -603,7 +649,7 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError(f"{path}: config file not found")
         return Config()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(_read_bounded(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {' '.join(str(exc).split())}") from None
     except RecursionError:  # tomllib recurses per nesting level of arrays and inline tables

@@ -51,6 +51,7 @@ from vastui.console.messages import (
     SnapshotLoaded,
     TitleChanged,
 )
+from vastui.console.outbox import Outbox
 from vastui.console.palette import VastuiCommands
 from vastui.console.panes import (
     BadListPane,
@@ -63,6 +64,7 @@ from vastui.console.panes import (
 from vastui.console.panes.base import UiState
 from vastui.console.snapshot import Snapshot
 from vastui.console.sources import FleetSource, choose_source
+from vastui.console.sources.storeside import NO_ANSWER_YET
 from vastui.console.summary import STRIP_HELP, SpendView, StripState, SummaryStrip
 from vastui.console.terminal import TerminalGuard, guarded_terminal
 from vastui.console.themes import load_theme_dirs, register_themes, resolve_theme_name, theme_dirs
@@ -79,6 +81,7 @@ from vastui.store import StoreError
 log = logging.getLogger("vastui.console")
 
 PANE_IDS = ("offers", "instances", "logs", "bad", "cluster")
+WAIT_NOTICE_S = 10.0  # a command waiting for the database is said again this often
 FRAME_SWITCH_INTERVAL = 0.001  # seconds: see on_mount
 Pane = OffersPane | InstancesPane | LogsPane | BadListPane | ClusterPane
 PANE_CLASSES: dict[str, type[Pane]] = {
@@ -130,6 +133,7 @@ class VastuiApp(App[int]):
         self._detached_told = False
         self._switch_interval = sys.getswitchinterval()
         self._gc_thresholds = gc.get_threshold()
+        self.outbox = Outbox(source.submit)  # commands kept while the database is busy
 
     def notify(
         self,
@@ -470,17 +474,42 @@ class VastuiApp(App[int]):
         self.notify(f"{text}\nsent to {' and '.join(where)}", title="Copied", timeout=6)
 
     async def command(self, kind: str, what: str, **args: int | str) -> None:
+        """Send an operator's command in the background: a busy database keeps it waiting
+        (said on screen until it is stored), never dropped, and never holds the keys up."""
+        self._send_command_through(kind, what, dict(args))
+
+    @work(exit_on_error=False, group="commands")
+    async def _send_command_through(self, kind: str, what: str, args: dict[str, int | str]) -> None:
+        told_at: float | None = None  # when the last notice was given, and what for
+        told_for = ""
+
+        def waiting(waited: float, on: str) -> None:
+            nonlocal told_at, told_for
+            if told_at is None or waited - told_at >= WAIT_NOTICE_S or on != told_for:
+                told_at, told_for = waited, on  # one notice on screen at a time
+                self.notify(
+                    f"{what}: waiting for {on} (retrying); kept until it is sent",
+                    title=what, severity="warning", timeout=WAIT_NOTICE_S + 1,
+                )  # fmt: skip
+
         try:
-            command_id = await self.source.submit(kind, **args)
+            command_id = await self.outbox.send(what, kind, args, waiting)
         except Exception as exc:
             self.notify(sanitize_line(str(exc), 300), title=what, severity="error")
             return
-        self.notify(f"{what}: sent", timeout=3)
-        self._await_command(command_id, what)
+        if told_at is None:
+            self.notify(f"{what}: sent", timeout=3)
+        else:
+            self.notify(f"{what}: sent after waiting for {told_for}", title=what, timeout=6)
+        await self._await_command(command_id, what)
 
-    @work(exit_on_error=False, group="commands")
     async def _await_command(self, command_id: int, what: str) -> None:
+        """Its answer, said when it comes: an engine that holds a command while the database
+        is busy answers late, and the operator hears it then."""
         ok, result = await self.source.wait_command(command_id)
+        while not ok and result == NO_ANSWER_YET:
+            self.notify(f"{what}: {NO_ANSWER_YET}", title=what, severity="warning")
+            ok, result = await self.source.wait_command(command_id)
         self.notify(
             sanitize_line(result, 300) or what,
             title=what,
@@ -521,6 +550,23 @@ class VastuiApp(App[int]):
         self.notify(f"press {keys[0] if keys else 'ctrl+q'} to quit", timeout=3)
 
     async def action_quit(self) -> None:
+        waiting = self.outbox.waiting
+        if not waiting:
+            self._quit()
+            return
+        body = Text(
+            f"{len(waiting)} command(s) still wait for the database, not sent: "
+            f"{'; '.join(waiting)}. Quitting drops them."
+        )
+
+        def done(quit_anyway: bool | None) -> None:
+            if quit_anyway:
+                self._quit()
+
+        self.push_screen(ConfirmScreen("Quit vastui?", body, "Quit, dropping them"), done)
+
+    def _quit(self) -> None:
+        """Quit, asking first while this console's engine has live instances."""
         live = self.source.own_live_instances(self.snapshot)
         if not live:
             self.exit()

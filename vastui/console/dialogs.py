@@ -4,7 +4,7 @@ question asked before quitting a console whose engine still has instances billin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -50,8 +50,26 @@ class ConfirmScreen(Dialog[bool]):
         self.dismiss(value)
 
 
+PROMPT_MAX_CHARS = 1000  # a prompt's text unless it says otherwise
+
+
+class BoundedInput(Input):
+    """An input that holds at most one character more than its bound: a longer paste is kept
+    just over it, and the prompt refuses it saying the bound (Textual's `max_length` refuses
+    such a paste whole and in silence; none would keep 10 MB in a one-line widget)."""
+
+    def __init__(self, bound: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.bound = bound
+
+    def replace(self, text: str, start: int, end: int) -> None:
+        kept = len(self.value) - (min(len(self.value), end) - max(0, start))
+        super().replace(text[: max(0, self.bound + 1 - kept)], start, end)
+
+
 class PromptScreen(Dialog[str | None]):
-    """One line of input (a reason, a machine id, a filter). Escape cancels."""
+    """One line of input (a reason, a machine id, a filter). Escape cancels. Its text is
+    bounded (`max_chars`): one over the bound is refused saying so, and nothing is sent."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel", id="prompt-cancel", show=False)
@@ -66,8 +84,10 @@ class PromptScreen(Dialog[str | None]):
         placeholder: str = "",
         validate: Callable[[str], str | None] | None = None,
         button: str = "OK",
+        max_chars: int = PROMPT_MAX_CHARS,
     ) -> None:
         super().__init__(classes="dialog-screen")
+        self.max_chars = max_chars
         self.title_text = title
         self.body = body
         self.value = value
@@ -79,7 +99,9 @@ class PromptScreen(Dialog[str | None]):
         with Vertical(classes="dialog"):
             yield Label(Text(self.title_text, style="bold"), classes="dialog-title")
             yield Static(self.body, classes="dialog-body")
-            yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
+            yield BoundedInput(
+                self.max_chars, value=self.value, placeholder=self.placeholder, id="prompt-input"
+            )
             yield Static("", id="prompt-error", classes="dialog-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(f"{self.button} (enter)", id="ok", variant="primary")
@@ -90,7 +112,12 @@ class PromptScreen(Dialog[str | None]):
 
     def _submit(self) -> None:
         text = self.query_one(Input).value.strip()
-        problem = self.validate(text) if self.validate else (None if text else "required")
+        if len(text) > self.max_chars:
+            problem: str | None = f"too long: at most {self.max_chars} characters"
+        elif self.validate:
+            problem = self.validate(text)
+        else:
+            problem = None if text else "required"
         if problem:
             self.query_one("#prompt-error", Static).update(Text(problem, style="bold red"))
             return

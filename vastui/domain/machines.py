@@ -11,6 +11,9 @@ from .timefmt import iso_utc
 
 # Sources of a bad-machine entry, strongest first: an import never downgrades a stronger source.
 BAD_SOURCES: tuple[str, ...] = ("manual", "automatic", "legacy")
+# The longest reason an operator may give a ban (the console's prompt, `vastui bad add`): a
+# sentence or two; the engine's own reasons are cut at 300 where they are decided.
+REASON_MAX_CHARS = 500
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from vastui.logfmt import REPEAT_KEY
+
 log = logging.getLogger("vastui.engine.clock")
 
 STEP_TOLERANCE_S = 60.0  # a wall clock this far from the steady one has stepped (NTP slews less)
@@ -38,10 +40,14 @@ class SteadyClock:
         now = self._wall0 + (self._monotonic() - self._mono0)
         offset = self._wall() - now
         if abs(offset - self._noted) > STEP_TOLERANCE_S:
+            step = offset - self._noted
             log.warning(
                 "the wall clock stepped %+.0f s (now %+.0f s from the engine's steady clock): "
                 "deadlines and windows keep the monotonic clock; records keep the steady time",
-                offset - self._noted, offset,
+                step, offset,
+                # Each step is its own news (a step back after one forward undoes it): the log's
+                # repeat limiter holds back only the same step, by direction and minutes.
+                extra={REPEAT_KEY: f"{round(step / 60):+d} min"},
             )  # fmt: skip
             self._noted = offset
         return now

@@ -2,6 +2,12 @@
 offer, destroy an instance, ignore or unignore a machine. The engine carries them out on its
 step, under its lock, and answers each in the store; a command older than COMMAND_TTL (sent
 while no engine ran) is answered as expired, not done.
+
+A command is never dropped for a busy database (StoreBusy: another connection held the write
+lock past the busy timeout, and the write that met it did nothing). One that met it before
+anything of it was recorded (the journal's mark unchanged: vastui/store/store.py) is carried
+out again at the next step; one that met it after is answered as interrupted, never done
+twice; an answer the store refused is kept and written at the next step.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from vastui.engine import policy, provision
 from vastui.engine.acts import Acts, EngineError
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
-from vastui.store import Store, StoreError
+from vastui.store import Store, StoreBusy, StoreError
 from vastui.vast.client import VastClient
 from vastui.vast.errors import VastError
 from vastui.vast.models import Offer
@@ -51,30 +57,84 @@ class Commands:
     ) -> None:
         self.store, self.acts, self.client = store, acts, client
         self.clock, self.fleet = clock, fleet
+        # Claimed, met a busy database before anything of it was recorded: run again.
+        self._again: list[Command] = []
+        # Carried out (or refused), the answer not yet stored: id -> (ok, text).
+        self._answers: dict[int, tuple[bool, str]] = {}
 
     async def run_pending(self) -> None:
         """Carry out the commands waiting in the store (the engine's lock held), each
-        answered in the store: done, refused with one line, or expired."""
-        for cmd in await self.store.commands.claim():
-            waited = time.time() - cmd.created_at
-            if waited > COMMAND_TTL:
-                await self.store.commands.finish(
-                    cmd.id, False, f"expired: sent {waited:.0f} s ago while no engine ran; not done"
-                )
-                log.warning(
-                    "command %s (%s) expired after %.0f s unclaimed", cmd.id, cmd.kind, waited
-                )
-                continue
+        answered in the store: done, refused with one line, or expired. A busy database
+        holds a command (or its answer) for the next step, never drops it."""
+        if not await self._store_answers():
+            return  # still busy: the rest waits behind the answers
+        try:
+            claimed = await self.store.commands.claim()
+        except StoreBusy as exc:  # nothing claimed: they stay pending for the next step
+            log.warning("commands: %s; claimed at the next step", exc)
+            claimed = []
+        again, self._again = self._again, []
+        for cmd in again + claimed:
+            await self._run(cmd, retried=cmd in again)
+
+    async def _run(self, cmd: Command, *, retried: bool) -> None:
+        waited = time.time() - cmd.created_at
+        if waited > COMMAND_TTL and not retried:
+            log.warning("command %s (%s) expired after %.0f s unclaimed", cmd.id, cmd.kind, waited)
+            await self._answer(
+                cmd, False, f"expired: sent {waited:.0f} s ago while no engine ran; not done"
+            )
+            return
+        try:
+            mark = await self.store.journal_mark()
+        except StoreError as exc:  # not begun: it waits for the next step
+            log.warning("command %s (%s): %s; carried out at the next step", cmd.id, cmd.kind, exc)
+            self._again.append(cmd)
+            return
+        try:
+            ok, result = True, await self._execute(cmd)
+        except StoreBusy as exc:
+            if await self._unchanged(mark):  # nothing of it was recorded
+                log.warning("command %s (%s): %s; carried out at the next step",
+                            cmd.id, cmd.kind, exc)  # fmt: skip
+                self._again.append(cmd)
+                return
+            ok, result = False, sanitize_line(
+                f"interrupted: {exc}; part of it was recorded (see the events), so it is not "
+                "repeated: check, then send it again if needed", 300,
+            )  # fmt: skip
+        except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
+            ok, result = False, sanitize_line(str(exc), 300)
+        except Exception as exc:  # a bad command must fail, not take the engine down
+            log.exception("command %s (%s) failed", cmd.id, cmd.kind)
+            ok, result = False, sanitize_line(f"{type(exc).__name__}: {exc}", 300)
+        await self._answer(cmd, ok, result)
+
+    async def _unchanged(self, mark: tuple[int, int]) -> bool:
+        """Nothing was recorded since `mark` (unknown: not unchanged, so never done twice)."""
+        try:
+            return await self.store.journal_mark() == mark
+        except StoreError:
+            return False
+
+    async def _answer(self, cmd: Command, ok: bool, result: str) -> None:
+        try:
+            await self.store.commands.finish(cmd.id, ok, result)
+        except StoreBusy as exc:
+            log.warning("command %s (%s): its answer waits for the database: %s",
+                        cmd.id, cmd.kind, exc)  # fmt: skip
+            self._answers[cmd.id] = (ok, result)
+
+    async def _store_answers(self) -> bool:
+        """The answers a busy database refused before; True once none is left."""
+        for command_id, (ok, result) in list(self._answers.items()):
             try:
-                result = await self._execute(cmd)
-                await self.store.commands.finish(cmd.id, True, result)
-            except (EngineError, VastError, StoreError, ValueError, KeyError) as exc:
-                await self.store.commands.finish(cmd.id, False, sanitize_line(str(exc), 300))
-            except Exception as exc:  # a bad command must fail, not take the engine down
-                log.exception("command %s (%s) failed", cmd.id, cmd.kind)
-                await self.store.commands.finish(
-                    cmd.id, False, sanitize_line(f"{type(exc).__name__}: {exc}", 300)
-                )
+                await self.store.commands.finish(command_id, ok, result)
+            except StoreBusy as exc:
+                log.warning("command answers: %s; written at the next step", exc)
+                return False
+            del self._answers[command_id]
+        return True
 
     async def _execute(self, cmd: Command) -> str:
         args = cmd.args

@@ -7,7 +7,7 @@ units of work that span tables; ``database.py`` holds the connection and its tra
 records they read and write are the domain's (``vastui/domain/``): the store maps them to rows.
 """
 
-from .errors import StoreError, StoreFatal, StoreNotCurrent
+from .errors import StoreBusy, StoreError, StoreFatal, StoreNotCurrent
 from .lease import LeaseHeld
 from .legacy import ImportReport, import_legacy
 from .migrations import SCHEMA_VERSION
@@ -18,6 +18,7 @@ __all__ = [
     "ImportReport",
     "LeaseHeld",
     "Store",
+    "StoreBusy",
     "StoreError",
     "StoreFatal",
     "StoreNotCurrent",

@@ -13,6 +13,7 @@ import aiosqlite
 
 from vastui.domain.machines import (
     BAD_SOURCES,
+    REASON_MAX_CHARS,
     BadEntry,
     BanSpec,
     LegacyReviewEntry,
@@ -52,6 +53,8 @@ def checked_ban(ban: BanSpec) -> BanSpec:
     """A ban fit to record, or StoreError naming what is wrong."""
     check_positive_int("machine_id", ban.machine_id)
     reason = check_text("reason", ban.reason)
+    if ban.source == "manual" and len(reason) > REASON_MAX_CHARS:
+        raise StoreError(f"reason must be at most {REASON_MAX_CHARS} characters, got {len(reason)}")
     if ban.source not in BAD_SOURCES:
         raise StoreError(f"bad-machine source must be one of {BAD_SOURCES}, got {ban.source!r}")
     check_optional_positive_int("host_id", ban.host_id)

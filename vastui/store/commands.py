@@ -11,7 +11,12 @@ from typing import Any
 from vastui.domain.journal import COMMAND_KINDS, Command
 
 from .common import stamp
-from .database import Database, execute, fetch_all, fetch_one, insert
+from .database import Database, execute, fetch_all, fetch_one
+from .errors import StoreError
+
+# A command's arguments as JSON: an id and a reason of domain.machines.REASON_MAX_CHARS fit, each
+# character at most six in JSON (\uXXXX); the engine parses every command it claims.
+ARGS_MAX_CHARS = 4096
 
 
 def command_from_row(row: sqlite3.Row) -> Command:
@@ -36,12 +41,17 @@ class CommandRepo:
     ) -> int:
         if kind not in COMMAND_KINDS:
             raise ValueError(f"unknown command {kind!r}")
-        async with self._db.transaction() as conn:
-            return await insert(
-                conn,
-                "INSERT INTO commands (kind, args, source, created_at) VALUES (?, ?, ?, ?)",
-                (kind, json.dumps(dict(args)), source, stamp(now)),
+        body = json.dumps(dict(args))
+        if len(body) > ARGS_MAX_CHARS:
+            raise StoreError(
+                f"{kind}: its text is {len(body)} characters, at most {ARGS_MAX_CHARS}: not sent"
             )
+        # One statement, no explicit transaction: a console's loop must not hold the write
+        # lock (Database.write_one). StoreBusy: not stored; the console keeps it and retries.
+        return await self._db.write_one(
+            "INSERT INTO commands (kind, args, source, created_at) VALUES (?, ?, ?, ?)",
+            (kind, body, source, stamp(now)),
+        )
 
     async def claim(self, now: float | None = None) -> list[Command]:
         """Pending commands, marked running atomically so no two engines run one twice."""

@@ -5,6 +5,9 @@ Design notes:
 * One connection per :class:`Database`, in autocommit mode; every write runs in an explicit
   ``BEGIN IMMEDIATE`` transaction (:meth:`Database.transaction`). All access is serialized with
   an ``asyncio.Lock`` so a reader never sees another coroutine's half-finished transaction.
+* A write waits ``BUSY_TIMEOUT_MS`` for another connection's write lock (``BEGIN IMMEDIATE``
+  takes it first thing: no lock upgrade, which SQLite's busy handler would not wait for), then
+  fails as :class:`StoreBusy`, nothing written: its caller keeps what it meant to write.
 * SQLite failures are mapped to :class:`StoreError` (retry) or :class:`StoreFatal` (the
   database can no longer be trusted: see ``health.py``); a write inside a failed transaction is
   rolled back. The first fatal failure is remembered: the database stays unfit for this process,
@@ -30,6 +33,10 @@ from vastui.config import ensure_parent_dir, open_private, tighten_private
 from .errors import StoreError, StoreFatal, StoreNotCurrent
 from .health import FileIdentity, R, check_identity, decode_row, quick_check, store_error
 from .migrations import SCHEMA_VERSION, apply_migrations, current_version
+
+# How long a write waits for another connection's write lock (SQLite's busy handler, in
+# aiosqlite's thread: the event loop runs on meanwhile) before it is StoreBusy, not done.
+BUSY_TIMEOUT_MS = 5000
 
 # Run once on a freshly opened connection, before the database is handed out: the rows the
 # engine decides on must all decode (the store checks them; see Store.open).
@@ -90,7 +97,7 @@ def _open_error(path: Path, e: sqlite3.Error) -> StoreError:
 async def _prepare_connection(conn: aiosqlite.Connection, path: Path, migrate: bool) -> None:
     """Pragmas, integrity, schema: a database that fails ``quick_check`` is never migrated,
     nor one opened by a process that only reads (``migrate=False``)."""
-    await conn.execute("PRAGMA busy_timeout=5000")
+    await conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_MS)}")
     await quick_check(conn, path)
     async with conn.execute("PRAGMA journal_mode=WAL") as cur:
         row = await cur.fetchone()
@@ -255,6 +262,24 @@ class Database:
                 raise self.remember(store_error(self.path, e, "", writing=False)) from e
             except (OverflowError, UnicodeEncodeError) as e:
                 raise StoreError(f"database {self.path}: {e}") from e
+
+    async def write_one(self, sql: str, params: Iterable[Any] = ()) -> int:
+        """One INSERT in SQLite's own implicit transaction; the new row's id. The write lock is
+        taken and given back within the one call in aiosqlite's thread, never held across a
+        turn of this process's event loop: a transaction (:meth:`transaction`) holds it while
+        its coroutine waits for the loop, and a console's loop, busy drawing under load, would
+        hold it from every other writer (the engine's too). StoreBusy: nothing was written."""
+        async with self._lock:
+            conn = self.require()
+            if self._fatal is not None:
+                raise self._fatal
+            self._check_file()
+            try:
+                return await insert(conn, sql, params)
+            except sqlite3.Error as e:
+                raise self.remember(store_error(self.path, e, "cannot store")) from e
+            except (OverflowError, UnicodeEncodeError) as e:
+                raise StoreError(f"database {self.path}: cannot store: {e}") from e
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:

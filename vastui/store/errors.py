@@ -17,6 +17,13 @@ class StoreFatal(StoreError):
     """
 
 
+class StoreBusy(StoreError):
+    """Another connection held the database's write lock past the busy timeout (an engine's
+    transaction stretched by a loaded event loop, a `vastui bad add`, a sqlite3 shell): this
+    write was not done (its transaction rolled back whole), and the same write may be tried
+    again. Never fatal: what asked for it keeps it and says so."""
+
+
 class StoreNotCurrent(StoreError):
     """A process that only reads found no database, or one older than its code: it never
     migrates (that is the engine's, or a writing command's, under the migration lock).

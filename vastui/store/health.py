@@ -21,11 +21,13 @@ from typing import Any, NoReturn, TypeVar
 
 import aiosqlite
 
-from .errors import StoreError, StoreFatal
+from .errors import StoreBusy, StoreError, StoreFatal
 
 # Primary result codes (https://www.sqlite.org/rescode.html); extended codes keep them in the
 # low byte, e.g. SQLITE_IOERR_WRITE = 778 = 10 | (3 << 8).
 SQLITE_PERM = 3
+SQLITE_BUSY = 5  # another connection holds the lock (past the busy timeout)
+SQLITE_LOCKED = 6  # a conflict within this connection's shared cache
 SQLITE_READONLY = 8
 SQLITE_IOERR = 10
 SQLITE_CORRUPT = 11
@@ -34,6 +36,7 @@ SQLITE_CANTOPEN = 14
 SQLITE_NOTADB = 26
 
 UNWRITABLE = frozenset({SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN})
+BUSY = frozenset({SQLITE_BUSY, SQLITE_LOCKED})
 CORRUPT = frozenset({SQLITE_CORRUPT, SQLITE_NOTADB})
 _NAMES = {
     SQLITE_PERM: "SQLITE_PERM",
@@ -71,11 +74,14 @@ def fatal_error(path: Path, exc: BaseException, *, writing: bool = True) -> Stor
 
 
 def store_error(path: Path, exc: BaseException, doing: str, *, writing: bool = True) -> StoreError:
-    """Map an exception raised by SQLite: fatal codes to StoreFatal, the rest to StoreError."""
+    """Map an exception raised by SQLite: fatal codes to StoreFatal, busy and locked to
+    StoreBusy, the rest to StoreError."""
     fatal = fatal_error(path, exc, writing=writing)
     if fatal is not None:
         return fatal
     prefix = f"database {path}: {doing}: " if doing else f"database {path}: "
+    if primary_code(exc) in BUSY:
+        return StoreBusy(f"{prefix}{_first_line(str(exc))} (another writer holds it)")
     return StoreError(prefix + _first_line(str(exc)))
 
 

@@ -30,7 +30,7 @@ from .badlist import BadListRepo, checked_ban, verify_bad_list
 from .checks import check_positive_int, check_text
 from .commands import CommandRepo
 from .common import lines_json, stamp
-from .database import Database
+from .database import Database, fetch_one
 from .errors import StoreError
 from .events import EventRepo, insert_event
 from .foreign import ForeignRepo
@@ -119,6 +119,19 @@ class Store:
         package's own writers (the legacy importer) and tests."""
         async with self.db.transaction() as conn:
             yield conn
+
+    async def journal_mark(self) -> tuple[int, int]:
+        """The last event's and the last intent's ids. Every act on the fleet or its bad list
+        records one of them in the act's own transaction (an intent before a rent or a
+        destroy, an event with a ban or an unban): a mark unchanged across an act that failed
+        says it did nothing, and the act may be tried again without being done twice."""
+        async with self.db.read() as conn:
+            row = await fetch_one(
+                conn,
+                "SELECT (SELECT COALESCE(MAX(id), 0) FROM events),"
+                " (SELECT COALESCE(MAX(id), 0) FROM intents)",
+            )
+        return (int(row[0]), int(row[1])) if row is not None else (0, 0)
 
     # -- instances --------------------------------------------------------------------------
 

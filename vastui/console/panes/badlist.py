@@ -16,7 +16,7 @@ from vastui.console.cells import t
 from vastui.console.dialogs import ConfirmScreen, PromptScreen
 from vastui.console.messages import SendCommand
 from vastui.console.panes.base import FIND_BINDING, SORT_BINDINGS, Column, Row, TablePane
-from vastui.domain.machines import BadEntry
+from vastui.domain.machines import REASON_MAX_CHARS, BadEntry
 from vastui.domain.timefmt import iso_utc
 
 
@@ -111,6 +111,8 @@ class BadListPane(TablePane):
             head, _, reason = text.partition(" ")
             if not head.isdigit() or not 0 < int(head) < 2**63:
                 return "start with the machine id (a positive number), then the reason"
+            if len(reason.strip()) > REASON_MAX_CHARS:
+                return f"the reason is too long: at most {REASON_MAX_CHARS} characters"
             return None if reason.strip() else "give a reason after the machine id"
 
         def done(text: str | None) -> None:
@@ -121,6 +123,7 @@ class BadListPane(TablePane):
 
         host.ask(
             PromptScreen("Add a bad machine", Text("machine_id reason (machine, not host id)"),
-                         placeholder="31244 GPU errors under load", validate=valid, button="Add"),
+                         placeholder="31244 GPU errors under load", validate=valid, button="Add",
+                         max_chars=20 + REASON_MAX_CHARS),
             done,
         )  # fmt: skip

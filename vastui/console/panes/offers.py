@@ -25,9 +25,10 @@ from vastui.console.panes.base import (
     Row,
     TablePane,
 )
+from vastui.domain.machines import REASON_MAX_CHARS
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
-from vastui.vast.query import QueryError, build_search_body
+from vastui.vast.query import MAX_FILTER_CHARS, QueryError, build_search_body
 
 CELL_CACHE = 2_000  # offers whose cells are kept (made when drawn; 10,000 offers, ~45 shown)
 
@@ -228,7 +229,8 @@ class OffersPane(TablePane):
         host.ask(
             PromptScreen("Vast offer filter (this view)",
                          Text("vastai query syntax, e.g. gpu_name=RTX_4090"),
-                         value=host.view_filter, validate=valid, button="Search"),
+                         value=host.view_filter, validate=valid, button="Search",
+                         max_chars=MAX_FILTER_CHARS),
             done,
         )  # fmt: skip
 
@@ -260,6 +262,7 @@ def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None
             ),
             value=default,
             button="Ignore",
+            max_chars=REASON_MAX_CHARS,
         ),
         done,
     )

@@ -20,6 +20,9 @@ from vastui.vast.client import VastClient
 
 OFFERS_FRESH_S = 60.0  # a search of our own is repeated after this long (or when forced)
 COMMAND_POLL_S = 0.2
+# wait_command's answer when the engine has not answered within the timeout (it still will:
+# a command is kept while the database is busy, engine/commands.py)
+NO_ANSWER_YET = "no answer from the engine yet (it will still run the command)"
 
 
 async def read_snapshot(store: Store, now: Callable[[EngineStatus | None], float]) -> Snapshot:
@@ -57,7 +60,7 @@ async def wait_command(
         if reason is not None:
             return False, f"the engine is gone ({reason}): not carried out"
         await asyncio.sleep(COMMAND_POLL_S)
-    return False, "no answer from the engine yet (it will still run the command)"
+    return False, NO_ANSWER_YET
 
 
 class OfferSearch:
