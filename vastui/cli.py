@@ -10,6 +10,7 @@ one table; the work is done in backend, engine and store.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -178,7 +179,40 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
     return 0
 
 
+# How long `vastui bad add/remove` waits for a live engine to carry it out: its step takes the
+# commands first (engine.run_commands), so seconds; past this the command stays queued.
+CLI_COMMAND_WAIT_S = 30.0
+CLI_COMMAND_POLL_S = 0.2
+
+
+async def _through_engine(store: Any, kind: str, args: dict[str, Any]) -> str | None:
+    """With a live engine on the database, an operator's write goes to it as the console's
+    does (the commands table), so that one process writes the fleet's records, on the fleet's
+    one clock (a demo engine's is simulated: a write of our own would be stamped in real time
+    among its events). Its answer; None when no engine is live (the caller writes itself)."""
+    from vastui.store.lease import holder_is_dead
+
+    holder = await store.lease.holder()
+    if holder is None or holder_is_dead(holder):
+        return None
+    cid = await store.commands.submit(kind, args, source="cli")
+    deadline = time.monotonic() + CLI_COMMAND_WAIT_S
+    while time.monotonic() < deadline:
+        cmd = await store.commands.get(cid)
+        if cmd is not None and cmd.status == "done":
+            return sanitize_line(cmd.result or "done", 300)
+        if cmd is not None and cmd.status == "failed":
+            raise CliError(f"the engine (pid {holder.pid}) refused it: {cmd.result}")
+        await asyncio.sleep(CLI_COMMAND_POLL_S)
+    raise CliError(
+        f"sent to the engine (pid {holder.pid} on {holder.hostname}) as command {cid}, no "
+        f"answer within {CLI_COMMAND_WAIT_S:.0f} s: it carries it out at its next step "
+        "(`vastui events` shows it)"
+    )
+
+
 async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
+    from vastui import status as fleet_status
     from vastui.backend import open_store
     from vastui.store import StoreBusy
 
@@ -189,7 +223,16 @@ async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
             if args.machine_id <= 0:
                 raise CliError(f"machine id must be a positive integer, got {args.machine_id}")
             try:
-                entry = await store.badlist.add(args.machine_id, args.reason, source="manual")
+                done = await _through_engine(
+                    store, "ignore", {"machine_id": args.machine_id, "reason": args.reason}
+                )
+                if done is not None:
+                    print(done)
+                    return 0
+                now = fleet_status.fleet_now(await store.status.get(), time.time())
+                entry = await store.badlist.add(
+                    args.machine_id, args.reason, source="manual", now=now
+                )
             except StoreBusy as exc:
                 raise CliError(
                     f"NOT done: machine {args.machine_id} was not added to the bad list ({exc}); "
@@ -199,7 +242,12 @@ async def cmd_bad(opts: Options, args: argparse.Namespace) -> int:
             return 0
         if args.bad_cmd == "remove":
             try:
-                removed = await store.badlist.remove(args.machine_id)
+                done = await _through_engine(store, "unignore", {"machine_id": args.machine_id})
+                if done is not None:
+                    print(done)
+                    return 0
+                now = fleet_status.fleet_now(await store.status.get(), time.time())
+                removed = await store.badlist.remove(args.machine_id, now=now)
             except StoreBusy as exc:
                 raise CliError(
                     f"NOT done: machine {args.machine_id} was not removed from the bad list "
