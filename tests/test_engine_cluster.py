@@ -345,16 +345,116 @@ async def test_an_engine_killed_mid_drain_finishes_it_once(
     await engine.close()
 
 
-async def test_a_cluster_that_is_not_there_turns_the_reader_off_with_one_line(
-    world: World, store: Store, caplog: pytest.LogCaptureFixture
-) -> None:
+def down_reader(db: CurioDb, world: World, *, configured: bool = True) -> Any:
+    """A reader of ``db`` while curio's database refuses connections (nothing listens at its
+    port); ``come_back`` points it at the database again. Its backoff runs on the test's
+    clock."""
     from vastsim.postgres import _free_port
-    from vastui.engine.cluster import ClusterReader
 
+    reader = db.reader()
+    reader.configured = configured
+    reader._monotonic = world.clock.now
+    reader.port = _free_port("127.0.0.1")
+    return reader
+
+
+def come_back(reader: Any, db: CurioDb) -> None:
+    reader.port = db.server.port
+
+
+def alert_hook(world: World) -> tuple[Any, list[dict[str, Any]]]:
+    import json
+
+    import httpx
+
+    from vastui.alerts import Notifier
+    from vastui.engine.monitor import Monitor
+
+    posts: list[dict[str, Any]] = []
+
+    def hook(request: httpx.Request) -> httpx.Response:
+        posts.append(json.loads(request.content))
+        return httpx.Response(200)
+
+    notifier = Notifier(webhook="https://hooks.example/x", transport=httpx.MockTransport(hook))
+    return Monitor(world.config, notifier=notifier), posts
+
+
+@pytest.mark.parametrize("configured", [True, False])
+async def test_a_release_owed_across_a_restart_is_done_when_the_cluster_comes_back(
+    world: World, store: Store, curio_db: CurioDb, configured: bool
+) -> None:
+    db = curio_db
+    target(world, 0)
+    first, ids, machines = await proving_fleet(world, store, db, 1, tasks=2)
+    [a] = ids
+    held = db.owned(machines[a])
+    first.cluster = first.acts.cluster = down_reader(db, world)
+    await destroy(first, a)  # while curio's database refuses: its release is owed
+    assert (await store.instances.get(a)).released_at is None
+    await first.close()
+    # restarted while the database still refuses; configured or not, this fleet's workers
+    # joined the cluster there: an outage, not "no cluster"
+    engine = await world.engine(store)
+    reader = down_reader(db, world, configured=configured)
+    engine.cluster = engine.acts.cluster = reader
+    engine.monitor, posts = alert_hook(world)
+    for _ in range(24):  # 12 minutes: past [alerts] cluster_unreadable_min (10)
+        await engine.step()
+        world.clock.advance(30)
+    cluster = (await store.status.get()).cluster
+    assert reader.enabled and cluster["state"] == "error", cluster
+    assert (await store.instances.get(a)).released_at is None
+    come_back(reader, db)
+    for _ in range(5):  # tried again every step (within its backoff)
+        await engine.step()
+        world.clock.advance(30)
+        if (await store.instances.get(a)).released_at is not None:
+            break
+    rec = await store.instances.get(a)
+    assert rec.released_tasks == 2
+    assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
+    assert (await store.status.get()).cluster["state"] == "ok"
+    said = [e.reason for e in await events(store, "cluster")]
+    assert said[0].startswith("curio's cluster cannot be read") and "refused" in said[0]
+    assert said[-1] == "curio's cluster is readable again"
+    assert len(await events(store, "tasks_released")) == 1
+    await engine.monitor.notifier.drain()
+    await engine.monitor.notifier.close()
+    assert [(p["alert"], p["state"]) for p in posts] == [
+        ("cluster_unreadable", "firing"),
+        ("cluster_unreadable", "resolved"),
+    ]
+    await engine.close()
+
+
+async def test_a_configured_cluster_down_at_the_first_start_is_an_outage(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
     target(world, 1)
     engine = await world.engine(store)
-    reader = ClusterReader("127.0.0.1", _free_port("127.0.0.1"), user="yugabyte",
-                           dbname="yugabyte", password="pw")  # fmt: skip
+    reader = down_reader(curio_db, world)  # named in the config: no workers yet
+    engine.cluster = engine.acts.cluster = reader
+    await engine.step()
+    cluster = (await store.status.get()).cluster
+    assert reader.enabled and cluster["state"] == "error" and "refused" in cluster["error"]
+    assert len(await store.instances.all()) == 1  # renting goes on without it
+    come_back(reader, curio_db)
+    for _ in range(5):
+        world.clock.advance(30)
+        await engine.step()
+        if (await store.status.get()).cluster["state"] == "ok":
+            break
+    assert (await store.status.get()).cluster["state"] == "ok"
+    await engine.close()
+
+
+async def test_no_cluster_configured_and_none_there_turns_the_reader_off_with_one_line(
+    world: World, store: Store, curio_db: CurioDb, caplog: pytest.LogCaptureFixture
+) -> None:
+    target(world, 1)
+    engine = await world.engine(store)
+    reader = down_reader(curio_db, world, configured=False)  # the defaults only
     engine.cluster = engine.acts.cluster = reader
     caplog.set_level("INFO", logger="vastui.engine")
     for _ in range(3):

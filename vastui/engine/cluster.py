@@ -47,7 +47,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -415,6 +415,8 @@ class ClusterReader:
         dbname: str,
         password: str | None,
         application: str = "vastui",
+        configured: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.host = host
         self.port = port
@@ -425,10 +427,14 @@ class ClusterReader:
         self._conn: Any = None  # psycopg.AsyncConnection
         self._lock = asyncio.Lock()
         self.enabled = True
+        # The operator named this cluster (vastui/engine/runtime.py ``cluster_configured``):
+        # nothing answering there is an outage, never a reason to stop reading it.
+        self.configured = configured
+        self._monotonic = monotonic  # the backoff's clock (a test's, the engine's)
         self.last_error: str | None = None
         self.last_ok_at: float | None = None  # engine clock of the last good reading
         self._failures = 0
-        self._retry_at = 0.0  # time.monotonic() before which it is not tried again
+        self._retry_at = 0.0  # self._monotonic() before which it is not tried again
 
     @property
     def address(self) -> str:
@@ -473,7 +479,7 @@ class ClusterReader:
         import psycopg
 
         async with self._lock:
-            wait = self._retry_at - time.monotonic()
+            wait = self._retry_at - self._monotonic()
             if wait > 0 and self.last_error is not None:
                 raise ClusterError(f"{self.last_error} (tried again in {wait:.0f} s)")
             try:
@@ -497,7 +503,7 @@ class ClusterReader:
                     error = ClusterError(f"curio's database at {self.address}: {what}")
                 self._failures += 1
                 first, cap = BACKOFF_S
-                self._retry_at = time.monotonic() + min(cap, first * 2 ** (self._failures - 1))
+                self._retry_at = self._monotonic() + min(cap, first * 2 ** (self._failures - 1))
                 self.last_error = str(error)
                 raise error from None
             self._failures, self._retry_at = 0, 0.0

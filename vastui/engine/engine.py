@@ -807,7 +807,7 @@ class Engine:
         workers destroyed (or outbid) whose release is due."""
         reader = self.cluster
         self._cluster_fresh = False
-        if reader is None or not reader.enabled or not await self._probe_cluster(reader):
+        if reader is None or not await self._probe_cluster(reader):
             return
         now = self.clock()
         records = [
@@ -878,18 +878,33 @@ class Engine:
         log.error("provisioning paused: %s", line)
 
     async def _probe_cluster(self, reader: ClusterReader) -> bool:
-        """The first step's look at curio's database: nothing there (an operator without
-        curio's database) turns the reader off with one line; anything else keeps it on."""
+        """Whether curio's cluster is read this step. Off is only for a fleet with no cluster:
+        none configured (``ClusterReader.configured``) and none its workers joined; then the
+        first step's look finding nothing at the default address turns the reader off with one
+        line. A configured cluster that refuses or cannot be reached is an outage, at start as
+        mid-run: the step's reading says so (the error state, its event and its alert) and the
+        next step tries again, so whatever it owes (releases, drains) is done once it answers."""
+        if not reader.enabled:
+            if not await self._cluster_used():
+                return False
+            reader.enabled = True  # a worker joined a cluster there since the first look
+            log.info("a worker joined curio's cluster at %s: the cluster reader is on",
+                     reader.address)  # fmt: skip
+            return True
         if self._cluster_probed:
             return True
         self._cluster_probed = True
+        if reader.configured or await self._cluster_used():
+            log.info("reading curio's cluster at %s", reader.address)
+            return True
         try:
             await reader.probe()
         except ClusterAbsent as exc:
             reader.enabled = False
             log.warning(
-                "%s: the cluster reader is off (workers are judged by cuzk alone; no drain "
-                "before a destroy, no release after)", exc,
+                "%s: the cluster reader is off (no curio cluster configured; workers are judged "
+                "by cuzk alone; no drain before a destroy, no release after; name it in the "
+                "config ([ssh] curio_db) to read it)", exc,
             )  # fmt: skip
             return False
         except ClusterError as exc:
@@ -897,6 +912,15 @@ class Engine:
             return True
         log.info("reading curio's cluster at %s", reader.address)
         return True
+
+    async def _cluster_used(self) -> bool:
+        """This database's workers joined curio's cluster (one reported its curio machine, or
+        was read there): the cluster exists, whatever the config says, and what it owes them
+        (their releases) is owed across restarts."""
+        return any(
+            r.runner_id is not None and (r.curio_info is not None or r.cluster_checked_at)
+            for r in await self.store.instances.all(include_killed=True)
+        )
 
     async def _note_cluster(self, vast_id: int, state: Any, now: float) -> None:
         rec = await self.store.instances.get(vast_id)
