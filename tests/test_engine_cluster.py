@@ -272,36 +272,59 @@ async def test_curio_failing_every_psprove_destroys_the_worker_with_curios_line(
 @pytest.mark.parametrize(
     "theirs",
     [
-        "someone-else",  # the operator's own node
-        "vastui-main.0badf1ee-r1",  # another database with this fleet's name: same runner ids
+        "someone-else-{n}",  # the operator's own nodes
+        "vastui-main.0badf1ee-r{n}",  # another database with this fleet's name: same runner ids
     ],
 )
-async def test_an_identity_another_live_machine_holds_blocks_renting_without_blame(
+async def test_an_address_another_live_machine_holds_is_skipped_and_renting_goes_on(
     world: World, store: Store, curio_db: CurioDb, theirs: str
 ) -> None:
     db = curio_db
-    target(world, 1)
-    # another node already on the address runner 1 would take
-    other = db.register(identity.curio_listen(1), theirs, world.clock.now())
+    target(world, 2)
+    # another fleet's live machines on the addresses runners 1 and 2 would take (its ports
+    # walked up into this fleet's), and a dead one's row on runner 4's
+    others = [db.register(identity.curio_listen(n), theirs.format(n=n), world.clock.now())
+              for n in (1, 2)]  # fmt: skip
+    db.register(identity.curio_listen(4), theirs.format(n=4), world.clock.now() - 11 * 60)
     engine = await engine_on(world, store, db)
     await engine.step()
     status = await store.status.get()
-    assert status.reason_kind == "identity_collision"
-    assert f"live machine {other}" in status.reason and "listen_port_base" in status.reason
-    assert await store.instances.all() == [] and await store.badlist.strikes() == []
+    assert status.reason_kind != "identity_collision"
+    [rec] = await store.instances.all()
+    assert rec.runner_id == 3, "the next runner id whose address is free"
     [ev] = await events(store, "cluster")
-    assert identity.curio_listen(1) in ev.reason
-    # still there a step later: still nothing rented
-    world.clock.advance(120)
-    db.heartbeat(other, world.clock.now())
+    assert "runner id(s) 1-2 skipped, runner id 3 taken" in ev.reason
+    assert f"live machine {others[0]}" in ev.reason and "listen_port_base" in ev.reason
+    # still live: renting goes on past them, said once; a dead machine's row takes nothing
+    world.clock.advance(60)
+    for mid in others:
+        db.heartbeat(mid, world.clock.now())
     await engine.step()
-    assert await store.instances.all() == []
-    # the node stops (no heartbeat for curio's 10 minutes): renting resumes
-    world.clock.advance(11 * 60)
+    assert sorted(r.runner_id for r in await store.instances.all()) == [3, 4]
+    assert len(await events(store, "cluster")) == 1
+    assert await store.badlist.strikes() == []
+    await engine.close()
+
+
+async def test_a_band_of_runner_ids_all_taken_holds_renting_for_one_step_only(
+    world: World, store: Store, curio_db: CurioDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = curio_db
+    monkeypatch.setattr(acts_module, "RUNNER_ID_BAND", 2)
+    target(world, 1)
+    for n in (1, 2, 3):  # another fleet's live machines, wider than one rent looks
+        db.register(identity.curio_listen(n), f"someone-else-{n}", world.clock.now())
+    engine = await engine_on(world, store, db)
     await engine.step()
+    status = await store.status.get()
+    assert status.reason_kind == "identity_collision" and await store.instances.all() == []
+    assert "runner ids 1-2 skipped" in status.reason and "no machine is blamed" in status.reason
+    world.clock.advance(30)
     await engine.step()
-    assert (await store.status.get()).reason_kind != "identity_collision"
-    assert len(await store.instances.all()) == 1
+    [rec] = await store.instances.all()
+    assert rec.runner_id == 4 and (await store.status.get()).reason_kind != "identity_collision"
+    said = [e.reason for e in await events(store, "cluster")]
+    assert len(said) == 2 and said[1].startswith("runner id(s) 3 skipped, runner id 4 taken")
     await engine.close()
 
 

@@ -77,6 +77,9 @@ class NoCredit(EngineError):
         self.line = line
 
 
+# Runner ids looked at per rent, beyond the ports this fleet's live workers hold: one reading
+# of the cluster says which of their addresses other live machines hold.
+RUNNER_ID_BAND = 64
 BILLING_CODES = frozenset({"missing_billing"})  # vast-api.md § errors; the CLI's api/billing.py
 
 
@@ -163,8 +166,7 @@ class Acts:
         # The worker's identity in curio's cluster, kept with the intent: a rent resolved by its
         # label after a crash records the same one (the original's runner_id, kept on
         # re-register of the same label).
-        runner_id = await self._new_runner_id()
-        await self.check_identity(runner_id, now)
+        runner_id = await self._new_runner_id(now)
         detail["runner_id"] = runner_id
         detail["paramfetch_timeout"] = policy.paramfetch_timeout_s(offer.inet_down)
         intent = await self.store.intents.create(
@@ -238,20 +240,64 @@ class Acts:
         )
         log.info("dry-run: would rent %s: %s", what, reason)
 
-    async def _new_runner_id(self) -> int:
-        """The next runner id whose listen port no live worker holds (ports wrap after 53,135
-        rentals: vastui/engine/identity.py)."""
+    async def _new_runner_id(self, now: float) -> int:
+        """The next runner id whose curio address is free: no live worker of this fleet holds
+        its listen port (ports wrap after 53,135 rentals: vastui/engine/identity.py) and no
+        other live machine of the cluster is there (another fleet whose ports walked up into
+        this fleet's, another node). A taken one is skipped, never reused, and said once; a
+        cluster that cannot be read does not block (the prove stage checks it again,
+        Engine._check_prove_identity). IdentityCollision only when every id of a whole band
+        is taken: the next rent looks past it."""
         base = self.config.curio.listen_port_base
         held = {
             identity.listen_port(rec.runner_id, base)
             for rec in await self.store.instances.all(include_killed=False)
             if rec.runner_id is not None
         }
-        for _ in range(len(held) + 1):
-            runner_id = await self.store.instances.next_runner_id()
-            if identity.listen_port(runner_id, base) not in held:
-                return runner_id
-        raise EngineError("no free curio listen port for a new worker")  # pragma: no cover
+        first = await self.store.instances.next_runner_id()
+        band = range(first, first + RUNNER_ID_BAND + len(held))
+        ours = [r for r in band if identity.listen_port(r, base) not in held]
+        taken = await self._taken_in_cluster(ours, now)
+        chosen = next((r for r in ours if identity.curio_listen(r, base) not in taken), None)
+        if chosen != first:  # the ids before it are used up: never given again
+            await self.store.instances.note_runner_id(band[-1] if chosen is None else chosen)
+        skipped = [(r, line) for r in band if (line := taken.get(identity.curio_listen(r, base)))]
+        if chosen is None:
+            raise IdentityCollision(
+                f"runner ids {band[0]}-{band[-1]} skipped: no curio address of theirs is free; "
+                f"{skipped[0][1] if skipped else 'no free listen port'}",
+                band[-1],
+            )
+        skipped = [(r, line) for r, line in skipped if r < chosen]
+        if skipped:
+            text = sanitize_line(
+                f"runner id(s) {_spans([r for r, _ in skipped])} skipped, runner id {chosen} taken "
+                f"({identity.curio_listen(chosen, base)}): {skipped[0][1]}",
+                500,
+            )
+            log.warning("%s", text)
+            await self.store.events.add("cluster", text, now=now)
+        return chosen
+
+    async def _taken_in_cluster(self, runner_ids: list[int], now: float) -> dict[str, str]:
+        """The curio addresses among these runner ids' that another live machine holds
+        (address -> one line saying which); none when the cluster is not read or cannot be."""
+        cluster = self._reading_cluster()
+        if cluster is None or not runner_ids:
+            return {}
+        base = self.config.curio.listen_port_base
+        workers = [
+            Worker(
+                0, identity.curio_listen(r, base),
+                identity.node_name(self.config.fleet.name, r, self.fleet_id), None, now, now,
+            )
+            for r in runner_ids
+        ]  # fmt: skip
+        try:
+            return await cluster.live_holders(workers, now)
+        except ClusterError as exc:
+            log.info("curio identities from %s not checked: %s", workers[0].host_and_port, exc)
+            return {}
 
     async def check_rentable(self, offer: Offer) -> None:
         """Only a rent in flight blocks an offer, and a live worker keeps its machine busy. An
@@ -579,27 +625,6 @@ class Acts:
         log.info("instance %s: %s", rec.vast_id, text)
         return True
 
-    async def check_identity(self, runner_id: int, now: float) -> None:
-        """A new worker's curio identity must be unused by any live machine of the cluster:
-        another fleet or node on the same address would be one machine with it (resources.go:
-        81-99). IdentityCollision says which; a cluster that cannot be read does not block."""
-        cluster = self._reading_cluster()
-        if cluster is None:
-            return
-        base = self.config.curio.listen_port_base
-        worker = Worker(
-            0, identity.curio_listen(runner_id, base),
-            identity.node_name(self.config.fleet.name, runner_id, self.fleet_id), None, now,
-            now,
-        )  # fmt: skip
-        try:
-            line = await cluster.identity_in_use(worker, now)
-        except ClusterError as exc:
-            log.info("curio identity %s not checked: %s", worker.host_and_port, exc)
-            return
-        if line is not None:
-            raise IdentityCollision(line, runner_id)
-
     async def complete_destroy(
         self, rec: InstanceRecord, kill: policy.Kill, intent_id: int, *, already_gone: bool
     ) -> None:
@@ -899,6 +924,17 @@ def worker_curio_env(config: Config, password: str | None = None) -> dict[str, s
     if password:
         env["CURIO_DB_PASSWORD"] = password
     return env
+
+
+def _spans(ids: list[int]) -> str:
+    """Ascending ids as runs: ``3-7, 9``."""
+    runs: list[list[int]] = []
+    for n in ids:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _json_obj(text: str | None) -> dict[str, Any]:

@@ -648,19 +648,34 @@ class ClusterReader:
     async def identity_in_use(self, worker: Worker, now: float) -> str | None:
         """Whether another live machine (a heartbeat within curio's 10 minutes) holds this
         worker's address: one line saying which, else None."""
-        for row in await self.rows_at(worker.host_and_port):
-            if row.name == worker.node_name:
-                continue  # its own earlier incarnation (a curio restart): not another node
+        return (await self.live_holders([worker], now)).get(worker.host_and_port)
+
+    async def live_holders(self, workers: Sequence[Worker], now: float) -> dict[str, str]:
+        """Which of these workers' addresses another live machine holds (a heartbeat within
+        curio's 10 minutes; a row with the worker's own node name is its earlier incarnation,
+        not another node), in one reading: address -> one line saying which."""
+        wanted = {w.host_and_port: w for w in workers}
+
+        async def work(conn: Any) -> list[Row]:
+            rows = await _fetch(conn, _ROWS, {"addrs": sorted(wanted)})
+            return [Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4])) for r in rows]
+
+        rows: list[Row] = await self._run(work) if wanted else []
+        out: dict[str, str] = {}
+        for row in rows:
+            worker = wanted.get(row.host_and_port)
+            if worker is None or row.host_and_port in out or row.name == worker.node_name:
+                continue
             if row.last_contact is None or now - row.last_contact > LOOKS_DEAD_S:
                 continue
             ago = max(0.0, now - row.last_contact)
             who = f" (node {sanitize_line(row.name, 60)!r})" if row.name else ""
-            return (
-                f"curio identity {worker.host_and_port} is already used by live machine "
+            out[row.host_and_port] = (
+                f"curio identity {row.host_and_port} is already used by live machine "
                 f"{row.machine_id}{who}, last contact {ago / 60:.0f} min ago: another fleet or "
                 "node uses this address; give this fleet its own [curio] listen_port_base"
             )
-        return None
+        return out
 
     # -- the two writes ---------------------------------------------------------------------
 

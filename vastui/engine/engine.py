@@ -188,8 +188,9 @@ class Engine:
         # event at its start and its end (the line and since when, engine clock)
         self.cut_off: str | None = None
         self.cut_off_since: float | None = None
-        self.identity_collision: str | None = None  # a new worker's identity taken, one line
-        self._collision_runner: int | None = None
+        # every curio address of a band of runner ids taken (acts.RUNNER_ID_BAND), one line:
+        # said once per episode; the next step's rent looks past them
+        self.identity_collision: str | None = None
         self._proof_costs: spend.ProofCosts | None = None  # over the window, as curio counts
         self._cluster_probed = False
         self._cluster_fresh = False  # this step read curio's cluster
@@ -826,7 +827,6 @@ class Engine:
             and (r.killed_at or 0.0) >= now - window
         ]  # fmt: skip
         gone = [w for r in killed if (w := self.acts.cluster_worker(r, now)) is not None]
-        await self._recheck_collision(now)
         view: ClusterView | None = None
         try:
             deadline = self.config.proving.market_deadline_min * 60.0
@@ -997,23 +997,11 @@ class Engine:
         self.cluster_error = None
         self.cluster_error_since = None
 
-    async def _recheck_collision(self, now: float) -> None:
-        """An identity collision holds renting back until the address is free again."""
-        if self.identity_collision is None or self._collision_runner is None:
-            return
-        try:
-            await self.acts.check_identity(self._collision_runner, now)
-        except IdentityCollision as exc:
-            self.identity_collision = exc.line
-            return
-        log.info("curio identity collision over: the address is free")
-        self.identity_collision = None
-        self._collision_runner = None
-
     async def _check_prove_identity(self, rec: InstanceRecord, now: float) -> None:
         """A worker that passed its benchmark is about to start curio: its identity must not be
         another live machine's (another fleet or node took the address since its rent). Then
-        it goes before curio joins as that machine, with no strike: the fleet's fault."""
+        it goes before curio joins as that machine, with no strike: the fleet's fault. Renting
+        goes on: the next rent skips the taken address (Acts._new_runner_id)."""
         worker = self.acts.cluster_worker(rec, now)
         reader = self.cluster
         if worker is None or reader is None or not reader.enabled:
@@ -1026,7 +1014,6 @@ class Engine:
         if line is None:
             return
         log.error("instance %s: %s", rec.vast_id, line)
-        self.identity_collision, self._collision_runner = line, rec.runner_id
         await self.store.events.add("cluster", line, instance_id=rec.vast_id, now=now)
         await self.acts.kill(rec, policy.Kill("identity_collision", line, "proving"))
 
@@ -1220,7 +1207,6 @@ class Engine:
             fleet_failure_until=until if isinstance(until := pause.get("until"), str) else None,
             no_credit=self.no_credit,
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
-            identity_collision=self.identity_collision,
             rents_last_hour=await self.store.intents.rents_since(self.clock() - 3600.0),
             target=self._target(),
             pooled=[r.machine_id for r in live if r.source == "vastui" and r.pooled_since],
@@ -1397,8 +1383,7 @@ class Engine:
                 if self.identity_collision is None:
                     log.error("%s", exc.line)
                     await self.store.events.add("cluster", exc.line, now=self.clock())
-                self.identity_collision = exc.line
-                self._collision_runner = exc.runner_id
+                self.identity_collision = exc.line  # this step's: the next rent looks past it
                 view = replace(view, identity_collision=exc.line)
                 return view, provision.decide(view, offers)
             except NoCredit as exc:  # the account's: no other offer would fare better
@@ -1417,6 +1402,7 @@ class Engine:
                 log.warning("%s", self._cycle_error)
                 view = replace(view, api_error=self._cycle_error)
                 return view, provision.decide(view, offers)
+            self.identity_collision = None
             view = await self.fleet_view()
             return view, provision.decide(view, offers)
         return view, decision
