@@ -13,11 +13,13 @@ rent, destroy, ban and strike.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -122,6 +124,41 @@ class Acts:
         self._key_on_account = False
         self.last_error: str | None = None
         self.cluster: ClusterReader | None = None  # curio's cluster (cordon, release), if read
+        # acts in flight (their request out, their record not yet written): what each is; a
+        # stop waits for them (``settle``) instead of cutting them short
+        self._in_flight: dict[int, str] = {}
+        self._act_ids = itertools.count(1)
+        self._settled = asyncio.Event()
+        self._settled.set()
+
+    # -- acts in flight -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def act(self, what: str) -> Iterator[None]:
+        """One act in flight, from its request to its record (an act within another counts
+        once more): a stop waits for it (``settle``)."""
+        key = next(self._act_ids)
+        self._in_flight[key] = what
+        self._settled.clear()
+        try:
+            yield
+        finally:
+            del self._in_flight[key]
+            if not self._in_flight:
+                self._settled.set()
+
+    def in_flight(self) -> list[str]:
+        """What is in flight now, outermost first."""
+        return list(self._in_flight.values())
+
+    async def settle(self, timeout: float) -> list[str]:
+        """Wait at most ``timeout`` seconds for every act in flight to end (each refuses to
+        begin once a stop is asked, so none starts meanwhile); what is still in flight."""
+        if self._in_flight and timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._settled.wait()
+        return self.in_flight()
 
     async def load_identity(self) -> str:
         if self.fleet_id is None:
@@ -162,6 +199,14 @@ class Acts:
             return None
         if self.stopping():
             raise EngineError(f"not renting offer {offer.id}: the engine is stopping")
+        with self.act(f"rent of offer {offer.id}"):
+            return await self._send_rent(offer, reason, bid, label, min_rate, detail, now)
+
+    async def _send_rent(
+        self, offer: Offer, reason: str, bid: BidQuote | None, label: str, min_rate: float,
+        detail: dict[str, Any], now: float,
+    ) -> int | None:  # fmt: skip
+        """The rent's intent, its request and its record: one act (``rent``)."""
         await self._ensure_key_on_account()
         # The worker's identity in curio's cluster, kept with the intent: a rent resolved by its
         # label after a crash records the same one (the original's runner_id, kept on
@@ -388,6 +433,8 @@ class Acts:
         if self.settings.dry_run:
             await self._dry_kill(rec, kill, now)
             return False
+        if self.stopping():  # nothing new once a stop is asked: the next start decides again
+            return False
         if intent is None:
             pending = [
                 i
@@ -433,27 +480,34 @@ class Acts:
         if not verdict.pooled:
             log.info("instance %s is not kept warm: %s", rec.vast_id, verdict.why)
             return None
-        if not self._retry_due(rec.vast_id):
+        if not self._retry_due(rec.vast_id) or self.stopping():
             return False
-        try:
-            await self.client.stop_instance(rec.vast_id)
-        except VastNotFound:
-            return None  # gone already: the destroy records it
-        except VastError as exc:
-            self._note_destroy_failure(rec.vast_id, exc)
-            self.last_error = sanitize_line(f"stop {rec.vast_id}: {exc}", 300)
-            return False
-        self._destroy_retry.pop(rec.vast_id, None)
-        await self.forget_worker(rec.vast_id)
-        text = sanitize_line(f"{kill.reason}; {verdict.why}", 300)
-        rec = await self.store.pool_stop(intent_id, rec.vast_id, text, now=self.clock())
-        log.info("instance %s: %s", rec.vast_id, text)
-        await self.release(rec, why="stopped into the warm pool")
-        return True
+        with self.act(f"stop of instance {rec.vast_id} into the warm pool"):
+            try:
+                await self.client.stop_instance(rec.vast_id)
+            except VastNotFound:
+                return None  # gone already: the destroy records it
+            except VastError as exc:
+                self._note_destroy_failure(rec.vast_id, exc)
+                self.last_error = sanitize_line(f"stop {rec.vast_id}: {exc}", 300)
+                return False
+            self._destroy_retry.pop(rec.vast_id, None)
+            await self.forget_worker(rec.vast_id)
+            text = sanitize_line(f"{kill.reason}; {verdict.why}", 300)
+            rec = await self.store.pool_stop(intent_id, rec.vast_id, text, now=self.clock())
+            log.info("instance %s: %s", rec.vast_id, text)
+            await self.release(rec, why="stopped into the warm pool")
+            return True
 
     async def start_pooled(self, rec: InstanceRecord) -> bool:
         """Start a pooled worker (its parameters and benchmark are on its disk): True once
         started; False when Vast queued the start (resources_unavailable) or refused it."""
+        if self.stopping():
+            return False
+        with self.act(f"start of instance {rec.vast_id} from the warm pool"):
+            return await self._start_pooled(rec)
+
+    async def _start_pooled(self, rec: InstanceRecord) -> bool:
         now = self.clock()
         try:
             started = await self.client.start_instance(rec.vast_id)
@@ -524,9 +578,14 @@ class Acts:
 
     async def _destroy(self, rec: InstanceRecord, kill: policy.Kill, intent_id: int) -> bool:
         """The DELETE of a decided destroy, its record, then its tasks released in curio's
-        cluster."""
-        if not self._retry_due(rec.vast_id):
+        cluster: one act, which a stop waits for once it began (``settle``); one not begun when
+        the stop came stays a pending intent, for the next start."""
+        if not self._retry_due(rec.vast_id) or self.stopping():
             return False
+        with self.act(f"destroy of instance {rec.vast_id}"):
+            return await self._send_destroy(rec, kill, intent_id)
+
+    async def _send_destroy(self, rec: InstanceRecord, kill: policy.Kill, intent_id: int) -> bool:
         crash_point("destroy.before_send")
         try:
             existed = await self.client.destroy_instance(rec.vast_id)
@@ -555,40 +614,42 @@ class Acts:
         self, rec: InstanceRecord, kill: policy.Kill, intent: Intent, now: float
     ) -> bool:
         """Cordon the worker's curio machine and record the drain in its destroy intent. False
-        when there is nothing to drain (no cluster read, no row of its own in it) or the
-        cordon failed: then it is destroyed at once, as before curio's cluster was read."""
+        when there is nothing to drain (no cluster read, no row of its own in it), the cordon
+        failed or a stop was asked: then it is destroyed at once, as before curio's cluster was
+        read."""
         cluster = self._reading_cluster()
         worker = self.cluster_worker(rec, now)
-        if cluster is None or worker is None:
+        if cluster is None or worker is None or self.stopping():
             return False
-        try:
-            machine = await cluster.cordon(worker)
-        except ClusterError as exc:
-            log.warning("instance %s: cannot cordon its curio machine, destroyed without a "
-                        "drain: %s", rec.vast_id, exc)  # fmt: skip
-            return False
-        if machine is None:
-            return False
-        state = _cluster_state(rec)
-        held = (
-            drain.work_held(state.get("held_by_name") or {})
-            if state is not None
-            else self.config.curio.max_pending
-        )
-        deadline = now + drain.drain_seconds(held, drain.worker_rate(rec), self.config)
-        plan = {
-            "started": now, "deadline": deadline, "curio_machine": machine,
-            "host_and_port": worker.host_and_port, "held": held,
-        }  # fmt: skip
-        text = (
-            f"curio machine {machine} ({worker.host_and_port}) cordoned before its destroy "
-            f"({kill.kind}): it finishes the {held} task(s) it holds, destroyed within "
-            f"{(deadline - now) / 60:.0f} min"
-        )
-        if await self.store.start_drain(intent.id, plan, text, now=now):
-            log.info("instance %s: %s", rec.vast_id, text)
-        crash_point("drain.cordoned")
-        return True
+        with self.act(f"cordon of instance {rec.vast_id}'s curio machine"):
+            try:
+                machine = await cluster.cordon(worker)
+            except ClusterError as exc:
+                log.warning("instance %s: cannot cordon its curio machine, destroyed without a "
+                            "drain: %s", rec.vast_id, exc)  # fmt: skip
+                return False
+            if machine is None:
+                return False
+            state = _cluster_state(rec)
+            held = (
+                drain.work_held(state.get("held_by_name") or {})
+                if state is not None
+                else self.config.curio.max_pending
+            )
+            deadline = now + drain.drain_seconds(held, drain.worker_rate(rec), self.config)
+            plan = {
+                "started": now, "deadline": deadline, "curio_machine": machine,
+                "host_and_port": worker.host_and_port, "held": held,
+            }  # fmt: skip
+            text = (
+                f"curio machine {machine} ({worker.host_and_port}) cordoned before its destroy "
+                f"({kill.kind}): it finishes the {held} task(s) it holds, destroyed within "
+                f"{(deadline - now) / 60:.0f} min"
+            )
+            if await self.store.start_drain(intent.id, plan, text, now=now):
+                log.info("instance %s: %s", rec.vast_id, text)
+            crash_point("drain.cordoned")
+            return True
 
     async def release(
         self, rec: InstanceRecord, *, outbid: bool = False, why: str | None = None
@@ -605,25 +666,26 @@ class Acts:
         # again is adopted back, and its curio must still find its machine row (harmony_task's
         # owner_id references it); curio's own cleanup removes the row if it is really gone.
         keep_row = outbid or rec.kill_kind == "vanished"
-        try:
-            freed, machine = await cluster.release(worker, keep_row=keep_row)
-        except ClusterError as exc:
-            log.warning("instance %s: its tasks in curio's cluster are not freed yet: %s",
-                        rec.vast_id, exc)  # fmt: skip
-            return False
-        why = why or ("outbid (stopped by Vast)" if outbid else "destroyed")
-        if machine is None:
-            text = f"{why}: no curio machine of its own in the cluster, nothing to free"
-        else:
-            kept = "; its row kept (it may resume)" if keep_row else "; its row deleted"
-            text = f"{why}: {freed} task(s) of curio machine {machine} freed{kept}"
-        await self.store.note_released(
-            rec.vast_id, freed, text, now=self.clock(),
-            detail={"curio_machine": machine, "host_and_port": worker.host_and_port,
-                    "outbid": outbid},
-        )  # fmt: skip
-        log.info("instance %s: %s", rec.vast_id, text)
-        return True
+        with self.act(f"release of instance {rec.vast_id}'s tasks"):
+            try:
+                freed, machine = await cluster.release(worker, keep_row=keep_row)
+            except ClusterError as exc:
+                log.warning("instance %s: its tasks in curio's cluster are not freed yet: %s",
+                            rec.vast_id, exc)  # fmt: skip
+                return False
+            why = why or ("outbid (stopped by Vast)" if outbid else "destroyed")
+            if machine is None:
+                text = f"{why}: no curio machine of its own in the cluster, nothing to free"
+            else:
+                kept = "; its row kept (it may resume)" if keep_row else "; its row deleted"
+                text = f"{why}: {freed} task(s) of curio machine {machine} freed{kept}"
+            await self.store.note_released(
+                rec.vast_id, freed, text, now=self.clock(),
+                detail={"curio_machine": machine, "host_and_port": worker.host_and_port,
+                        "outbid": outbid},
+            )  # fmt: skip
+            log.info("instance %s: %s", rec.vast_id, text)
+            return True
 
     async def complete_destroy(
         self, rec: InstanceRecord, kill: policy.Kill, intent_id: int, *, already_gone: bool
@@ -792,10 +854,11 @@ class Acts:
 
     async def destroy_again(self, rec: InstanceRecord) -> None:
         """Recorded as destroyed, yet still listed: destroy again (idempotent, no new record)."""
-        if self.settings.dry_run or not self._retry_due(rec.vast_id):
+        if self.settings.dry_run or not self._retry_due(rec.vast_id) or self.stopping():
             return
         try:
-            await self.client.destroy_instance(rec.vast_id)
+            with self.act(f"destroy of instance {rec.vast_id}, again"):
+                await self.client.destroy_instance(rec.vast_id)
             self._destroy_retry.pop(rec.vast_id, None)
             log.warning("instance %s was still listed after its destroy; destroyed again",
                         rec.vast_id)  # fmt: skip

@@ -96,6 +96,11 @@ RENT_MISS_MIN_AGE = 60.0
 VANISH_MISSES = 3
 VANISH_MIN_AGE = 300.0
 PUBLISHED_OFFERS = 500  # ranked offers published for attached consoles
+# A stop waits this long (real seconds) at most for the acts in flight (a rent, a destroy and
+# its release, a stop into the warm pool: Acts.act) to be recorded before it cuts them short
+# (their intents are finished by the next start): within the console's ENGINE_STOP_S (15 s)
+# and systemd's TimeoutStopSec (30 s, deploy/vastui-engine.service).
+ACTS_STOP_S = 10.0
 
 
 @dataclass
@@ -147,7 +152,8 @@ class Engine:
         self._unseen: dict[int, tuple[float, int]] = {}
         self._offers_at: float | None = None  # monotonic
         self._offers_gen = 0  # bumped when the ranking goes stale (a measurement, a ban)
-        self._stopping = False  # a stop was asked: nothing new is rented
+        self._stopping = False  # a stop was asked: nothing new is decided or sent
+        self._stop_deadline: float | None = None  # monotonic: the acts in flight waited until
         self._rent_misses: dict[int, int] = {}  # sent rent intent → lists without its label
         self.halted = False  # stopped deciding: see `fatal`
         self.fatal: str | None = None  # why the engine stopped itself (store, lease), one line
@@ -214,14 +220,17 @@ class Engine:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Step until ``stop`` is set or the engine halts. A stop cancels the step in progress
-        (a Retry-After wait, a slow answer): nothing is rented after a stop was asked, and an
-        act cut short is an intent the next start finishes."""
+        """Step until ``stop`` is set or the engine halts. A stop ends the step in progress: it
+        stops deciding at once (nothing new is rented, destroyed or released after it was
+        asked), waits at most ACTS_STOP_S for the acts in flight to be recorded, then cancels
+        what is left of the step (a Retry-After wait, a slow answer). An act cut short is an
+        intent the next start finishes."""
         await self._guard(self.store.check_health())
         if not self.halted:
             await self._guard(self.store.commands.requeue_running())
         commands = asyncio.create_task(self._command_poller(stop), name="engine-commands")
         stopped = asyncio.ensure_future(stop.wait())
+        step: asyncio.Future[None] | None = None
         try:
             while not stop.is_set() and not self.halted:
                 self._wake.clear()
@@ -229,9 +238,7 @@ class Engine:
                 await asyncio.wait([step, stopped], return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
                     self._stopping = True
-                    step.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await step
+                    await self.finish_acts()
                     break
                 step.result()
                 waits = [stopped, asyncio.ensure_future(self._wake.wait())]
@@ -241,10 +248,34 @@ class Engine:
                 waits[1].cancel()
         finally:
             self._stopping = True
+            if step is not None and not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await step
             stopped.cancel()
             commands.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await commands
+
+    async def finish_acts(self) -> None:
+        """A stop: let the acts in flight (the step's, a follower's) be recorded, within
+        ACTS_STOP_S in all from the first call; say what was waited for and what was cut."""
+        self._stopping = True
+        waiting = self.acts.in_flight()
+        if not waiting:
+            return
+        if self._stop_deadline is None:
+            self._stop_deadline = time.monotonic() + ACTS_STOP_S
+        log.info("stopping: waiting for %d act(s) in flight to be recorded: %s",
+                 len(waiting), "; ".join(waiting))  # fmt: skip
+        left = await self.acts.settle(self._stop_deadline - time.monotonic())
+        if left:
+            log.warning(
+                "stopping: %d act(s) still in flight after %.0f s, cut short (their intents are "
+                "finished by the next start): %s", len(left), ACTS_STOP_S, "; ".join(left),
+            )  # fmt: skip
+        else:
+            log.info("stopping: the act(s) in flight are recorded")
 
     @contextlib.asynccontextmanager
     async def _deciding(self, vast_id: int | None = None) -> AsyncIterator[None]:
@@ -284,6 +315,11 @@ class Engine:
                 log.warning("command poll: %s", exc)
 
     async def close(self) -> None:
+        """The engine's end, before its store closes: it stops deciding, the acts in flight
+        (a follower's too) are recorded (bounded, ``finish_acts``), then every follower ends;
+        nothing of the engine writes after this returns."""
+        self._stopping = True
+        await self.finish_acts()
         await self.follow.close()
 
     def stop_fatal(self, why: str) -> None:
@@ -618,24 +654,25 @@ class Engine:
     ) -> None:
         """Change the instance's bid on Vast, then in the record (a refused change is
         logged: the next look tries again)."""
-        if act is None:
+        if act is None or self._stopping or self.halted:
             return
-        try:
-            await self.client.change_bid(rec.vast_id, act.price)
-        except VastError as exc:
-            log.warning("instance %s: changing its bid failed: %s", rec.vast_id, exc)
-            return
-        storage = rec.storage_dph or 0.0
-        await self.store.instances.update(
-            rec.vast_id, bid_price=act.price, dph_total=round(act.price + storage, 6)
-        )
-        what = "raised" if act.price > (rec.bid_price or 0.0) else "lowered"
-        await self.store.events.add(
-            "bid",
-            f"bid {what} ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
-            f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
-            instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
-        )  # fmt: skip
+        with self.acts.act(f"bid change of instance {rec.vast_id}"):
+            try:
+                await self.client.change_bid(rec.vast_id, act.price)
+            except VastError as exc:
+                log.warning("instance %s: changing its bid failed: %s", rec.vast_id, exc)
+                return
+            storage = rec.storage_dph or 0.0
+            await self.store.instances.update(
+                rec.vast_id, bid_price=act.price, dph_total=round(act.price + storage, 6)
+            )
+            what = "raised" if act.price > (rec.bid_price or 0.0) else "lowered"
+            await self.store.events.add(
+                "bid",
+                f"bid {what} ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
+                f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
+                instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
+            )  # fmt: skip
 
     async def _refresh(
         self, rec: InstanceRecord, inst: Instance, now: float, observed: dict[int, Progress]
@@ -962,6 +999,8 @@ class Engine:
         their destroy, or the instance vanished), and of workers outbid since their last
         release."""
         for rec in await self.store.instances.all(include_killed=True):
+            if self._stopping or self.halted:
+                return  # owed still: the next start releases them
             if rec.source != "vastui" or rec.proving_at is None or rec.runner_id is None:
                 continue
             if rec.killed and drain.release_owed(rec):
@@ -1068,6 +1107,8 @@ class Engine:
         """Fold one counters reading (None: unreadable; ``unreachable``: no SSH connection at
         all; ``read_at``: when it was read, default now) and decide. False once not proving."""
         async with self._deciding(vast_id):
+            if self._stopping or self.halted:
+                return False  # stopped deciding: the next start reads it again
             rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
@@ -1097,6 +1138,8 @@ class Engine:
         if not isinstance(digest, str) or not digest:
             return
         async with self._deciding(vast_id):
+            if self._stopping or self.halted:
+                return
             rec = await self.store.instances.get(vast_id)
             if rec is not None and not rec.killed:
                 await self.store.instances.update(vast_id, image_digest=sanitize_line(digest, 200))
@@ -1116,6 +1159,8 @@ class Engine:
         `position` is the event's line number in the worker's log (what `--after` counts).
         """
         async with self._deciding(vast_id):
+            if self._stopping or self.halted:
+                return False  # stopped deciding: the event is read again at the next start
             rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed:
                 return False
