@@ -145,6 +145,29 @@ async def test_a_lowered_target_drains_the_surplus_then_destroys_it(
     await engine.close()
 
 
+async def test_a_surplus_worker_holding_no_task_is_destroyed_in_the_step_that_cordons_it(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    db = curio_db
+    target(world, 2)
+    engine, ids, machines = await proving_fleet(world, store, db, 2, tasks=0)
+    db.claim(machines[ids[0]], [db.add_task("bg:PShareRequest", world.clock.now())])
+    target(world, 1)
+    engine.config = world.config
+    destroys = count_destroys(engine)
+    await engine.step()
+    [cordoned] = await events(store, "cordoned")
+    rec = await store.instances.get(cordoned.instance_id)
+    assert rec.killed and destroys == {rec.vast_id: 1}
+    assert "(drained: its curio machine holds no task)" in rec.kill_reason
+    assert rec.released_at is not None and db.unschedulable(machines[rec.vast_id]) is None
+    # the singleton it may hold is background work, freed by the release
+    assert db.q("SELECT owner_id FROM harmony_task WHERE name = 'bg:PShareRequest'") == [
+        (None,) if rec.vast_id == ids[0] else (machines[ids[0]],)
+    ]
+    await engine.close()
+
+
 async def test_a_drain_ends_at_its_deadline_and_the_tasks_it_held_go_back_to_the_queue(
     world: World, store: Store, curio_db: CurioDb
 ) -> None:

@@ -446,9 +446,12 @@ class Acts:
             else:
                 kill = await self._fleet_check(rec, kill, now)
                 intent = await self._destroy_intent(rec, kill, now)
-                if drain.drains(kill, rec) and await self._begin_drain(rec, kill, intent, now):
-                    return False
-                return await self._destroy(rec, kill, intent.id)
+                begun = None
+                if drain.drains(kill, rec):
+                    begun = await self._begin_drain(rec, kill, intent, now)
+                if begun is None:
+                    return await self._destroy(rec, kill, intent.id)
+                return await self._drained_at_once(rec, kill, begun, intent.id, now)
         decided = policy.Kill.from_detail(intent.reason, intent.detail)
         plan = intent.detail.get("drain")
         if isinstance(plan, dict):
@@ -460,8 +463,10 @@ class Acts:
                 if end is None:
                     return False
                 decided = _noted(decided, end.text, drain_end=end.why)
-        elif drain.drains(decided, rec) and await self._begin_drain(rec, decided, intent, now):
-            return False  # decided before a crash, its drain not begun: begun now
+        elif drain.drains(decided, rec):  # decided before a crash, its drain not begun
+            begun = await self._begin_drain(rec, decided, intent, now)
+            if begun is not None:
+                return await self._drained_at_once(rec, decided, begun, intent.id, now)
         pooled = await self._to_pool(rec, decided, intent.id)
         if pooled is not None:
             return pooled
@@ -612,24 +617,24 @@ class Acts:
 
     async def _begin_drain(
         self, rec: InstanceRecord, kill: policy.Kill, intent: Intent, now: float
-    ) -> bool:
-        """Cordon the worker's curio machine and record the drain in its destroy intent. False
-        when there is nothing to drain (no cluster read, no row of its own in it), the cordon
-        failed or a stop was asked: then it is destroyed at once, as before curio's cluster was
-        read."""
+    ) -> dict[str, Any] | None:
+        """Cordon the worker's curio machine, record the drain in its destroy intent (its plan
+        returned) and read the worker in the cluster again. None when there is nothing to drain
+        (no cluster read, no row of its own in it), the cordon failed or a stop was asked:
+        then it is destroyed at once, as before curio's cluster was read."""
         cluster = self._reading_cluster()
         worker = self.cluster_worker(rec, now)
         if cluster is None or worker is None or self.stopping():
-            return False
+            return None
         with self.act(f"cordon of instance {rec.vast_id}'s curio machine"):
             try:
                 machine = await cluster.cordon(worker)
             except ClusterError as exc:
                 log.warning("instance %s: cannot cordon its curio machine, destroyed without a "
                             "drain: %s", rec.vast_id, exc)  # fmt: skip
-                return False
+                return None
             if machine is None:
-                return False
+                return None
             state = _cluster_state(rec)
             held = (
                 drain.work_held(state.get("held_by_name") or {})
@@ -649,7 +654,50 @@ class Acts:
             if await self.store.start_drain(intent.id, plan, text, now=now):
                 log.info("instance %s: %s", rec.vast_id, text)
             crash_point("drain.cordoned")
-            return True
+            await self._read_after_cordon(cluster, rec, now)
+            return plan
+
+    async def _read_after_cordon(
+        self, cluster: ClusterReader, rec: InstanceRecord, now: float
+    ) -> None:
+        """The worker's reading in the cluster taken once its cordon is in (the reading after
+        the cordon that ends a drain, drain.drain_end): a worker that holds no work is drained
+        at once, not a step later. A task claimed in the instant of the cordon is freed by the
+        release that follows its stop or destroy. Not read: the next step's reading ends it."""
+        worker = self.cluster_worker(rec, now)
+        if worker is None:
+            return
+        at = self.clock()  # after the cordon: the reading counts for the drain (>= its start)
+        p = self.config.proving
+        try:
+            view = await cluster.read(
+                [worker], at, p.window_min * 60.0, p.market_deadline_min * 60.0
+            )
+        except ClusterError as exc:
+            log.info("instance %s: not read after its cordon (%s); the next step's reading "
+                     "ends its drain", rec.vast_id, exc)  # fmt: skip
+            return
+        state = view.workers.get(rec.vast_id)
+        if state is not None:
+            await self.store.instances.update(
+                rec.vast_id, cluster_state=json.dumps(state.to_json()), cluster_checked_at=at
+            )
+
+    async def _drained_at_once(
+        self, rec: InstanceRecord, kill: policy.Kill, plan: dict[str, Any], intent_id: int,
+        now: float,
+    ) -> bool:  # fmt: skip
+        """A drain just begun whose reading after the cordon shows no work held ends now:
+        stopped into the warm pool or destroyed in this step. False: it drains."""
+        rec = await self.store.instances.get(rec.vast_id) or rec
+        end = drain.drain_end(plan, _cluster_state(rec), rec.cluster_checked_at, now)
+        if end is None or end.why != "drained":
+            return False
+        decided = _noted(kill, end.text, drain_end=end.why)
+        pooled = await self._to_pool(rec, decided, intent_id)
+        if pooled is not None:
+            return pooled
+        return await self._destroy(rec, decided, intent_id)
 
     async def release(
         self, rec: InstanceRecord, *, outbid: bool = False, why: str | None = None
