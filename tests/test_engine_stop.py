@@ -135,3 +135,29 @@ async def test_a_stop_while_a_follower_destroys_its_worker_closes_nothing_under_
     finally:
         await again.close()
     assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
+
+
+async def test_a_destroy_asked_while_the_engine_stops_is_sent_at_its_next_start(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    """Nothing is sent once a stop is asked; the operator's destroy is not lost: it is a
+    pending intent, which the next engine carries out."""
+    from tests.helpers import destroy
+    from vastui.engine.acts import EngineError
+
+    target(world, 0)
+    engine, [a], _machines = await proving_fleet(world, store, curio_db, 1, tasks=0)
+    engine.acts.stopping = lambda: True  # a stop was asked
+    with pytest.raises(EngineError, match="the engine is stopping"):
+        await destroy(engine, a)
+    assert a in world.cloud.instances and not (await store.instances.get(a)).killed
+    [intent] = await store.intents.all(kind="destroy")
+    assert intent.status == "pending"
+    await engine.close()
+    again = await world.engine(store)
+    again.cluster = again.acts.cluster = curio_db.reader()
+    await again.step()
+    done = await store.instances.get(a)
+    assert done.killed and done.kill_kind == "manual" and a not in world.cloud.instances
+    assert done.released_at is not None
+    await again.close()

@@ -423,7 +423,8 @@ class Acts:
         its curio machine is cordoned and the destroy waits, as a recorded intent, until it
         holds no work or the drain's deadline; a later call (each step, or a kill that will not
         wait: the worker broke meanwhile) ends it. True once destroyed and recorded; False if
-        refused, dry-run, draining, or to be retried.
+        refused, dry-run, draining, or to be retried (once a stop is asked nothing is sent: a
+        destroy decided then is its intent, carried out at the next start).
         """
         if not self.ours(rec.label):
             log.error("refusing to destroy instance %s: label %r is not this fleet's",
@@ -432,8 +433,6 @@ class Acts:
         now = self.clock()
         if self.settings.dry_run:
             await self._dry_kill(rec, kill, now)
-            return False
-        if self.stopping():  # nothing new once a stop is asked: the next start decides again
             return False
         if intent is None:
             pending = [
@@ -585,7 +584,10 @@ class Acts:
         """The DELETE of a decided destroy, its record, then its tasks released in curio's
         cluster: one act, which a stop waits for once it began (``settle``); one not begun when
         the stop came stays a pending intent, for the next start."""
-        if not self._retry_due(rec.vast_id) or self.stopping():
+        if not self._retry_due(rec.vast_id):
+            return False
+        if self.stopping():  # decided, not sent: its intent is carried out at the next start
+            self.last_error = "the engine is stopping: destroyed at its next start"
             return False
         with self.act(f"destroy of instance {rec.vast_id}"):
             return await self._send_destroy(rec, kill, intent_id)
