@@ -185,9 +185,9 @@ async def test_after_a_failure_the_cluster_is_not_tried_again_for_a_while(
     with pytest.raises(ClusterError, match="tried again in"):
         await reader.probe()
     assert tried == []
-    # the back-off over (its clock is time.monotonic): tried, and read
-    now = cluster.time.monotonic()
-    monkeypatch.setattr(cluster.time, "monotonic", lambda: now + cluster.BACKOFF_S[1] + 1)
+    # the back-off over (its clock is time.monotonic unless given): tried, and read
+    now = reader._monotonic()
+    monkeypatch.setattr(reader, "_monotonic", lambda: now + cluster.BACKOFF_S[1] + 1)
     await reader.probe()
     assert tried == [1]
     await reader.close()

@@ -222,3 +222,30 @@ def test_a_config_file_of_megabytes_is_refused_unparsed(tmp_path: Path) -> None:
     assert (
         str(info.value) == f"{path}: expected a config file of at most 1048576 bytes, it is longer"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("", False),
+        ('[fleet]\ntarget_workers = 3\n[ssh]\nlotus_api = "10.0.0.2:1234"\n', False),
+        ('[ssh]\ncurio_db = "10.0.0.5:5433"\n', True),
+        ('[ssh]\ncurio_db = "127.0.0.1:5433"\n', True),  # the default, written: named
+        ('[ssh]\ncurio_db_cql = "10.0.0.5:9042"\n', True),
+        ('[curio]\ndb_name = "curio"\n', True),
+        ("[curio]\nread_cluster = true\n", True),
+        ("[curio]\nmax_pending = 8\n", False),
+    ],
+)
+def test_a_file_that_names_curios_cluster_configures_it(
+    tmp_path: Path, text: str, named: bool
+) -> None:
+    """A cluster the operator named is read through an outage (vastui/engine/runtime.py
+    cluster_configured); the defaults alone only look for one."""
+    from vastui.engine.runtime import cluster_configured
+
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.curio.cluster_named is named
+    assert cluster_configured(cfg, None) is named
+    assert cluster_configured(cfg, "a password") is True  # the database's password given
+    assert Config().curio.cluster_named is False

@@ -145,6 +145,29 @@ async def test_a_lowered_target_drains_the_surplus_then_destroys_it(
     await engine.close()
 
 
+async def test_a_surplus_worker_holding_no_task_is_destroyed_in_the_step_that_cordons_it(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    db = curio_db
+    target(world, 2)
+    engine, ids, machines = await proving_fleet(world, store, db, 2, tasks=0)
+    db.claim(machines[ids[0]], [db.add_task("bg:PShareRequest", world.clock.now())])
+    target(world, 1)
+    engine.config = world.config
+    destroys = count_destroys(engine)
+    await engine.step()
+    [cordoned] = await events(store, "cordoned")
+    rec = await store.instances.get(cordoned.instance_id)
+    assert rec.killed and destroys == {rec.vast_id: 1}
+    assert "(drained: its curio machine holds no task)" in rec.kill_reason
+    assert rec.released_at is not None and db.unschedulable(machines[rec.vast_id]) is None
+    # the singleton it may hold is background work, freed by the release
+    assert db.q("SELECT owner_id FROM harmony_task WHERE name = 'bg:PShareRequest'") == [
+        (None,) if rec.vast_id == ids[0] else (machines[ids[0]],)
+    ]
+    await engine.close()
+
+
 async def test_a_drain_ends_at_its_deadline_and_the_tasks_it_held_go_back_to_the_queue(
     world: World, store: Store, curio_db: CurioDb
 ) -> None:
@@ -272,36 +295,59 @@ async def test_curio_failing_every_psprove_destroys_the_worker_with_curios_line(
 @pytest.mark.parametrize(
     "theirs",
     [
-        "someone-else",  # the operator's own node
-        "vastui-main.0badf1ee-r1",  # another database with this fleet's name: same runner ids
+        "someone-else-{n}",  # the operator's own nodes
+        "vastui-main.0badf1ee-r{n}",  # another database with this fleet's name: same runner ids
     ],
 )
-async def test_an_identity_another_live_machine_holds_blocks_renting_without_blame(
+async def test_an_address_another_live_machine_holds_is_skipped_and_renting_goes_on(
     world: World, store: Store, curio_db: CurioDb, theirs: str
 ) -> None:
     db = curio_db
-    target(world, 1)
-    # another node already on the address runner 1 would take
-    other = db.register(identity.curio_listen(1), theirs, world.clock.now())
+    target(world, 2)
+    # another fleet's live machines on the addresses runners 1 and 2 would take (its ports
+    # walked up into this fleet's), and a dead one's row on runner 4's
+    others = [db.register(identity.curio_listen(n), theirs.format(n=n), world.clock.now())
+              for n in (1, 2)]  # fmt: skip
+    db.register(identity.curio_listen(4), theirs.format(n=4), world.clock.now() - 11 * 60)
     engine = await engine_on(world, store, db)
     await engine.step()
     status = await store.status.get()
-    assert status.reason_kind == "identity_collision"
-    assert f"live machine {other}" in status.reason and "listen_port_base" in status.reason
-    assert await store.instances.all() == [] and await store.badlist.strikes() == []
+    assert status.reason_kind != "identity_collision"
+    [rec] = await store.instances.all()
+    assert rec.runner_id == 3, "the next runner id whose address is free"
     [ev] = await events(store, "cluster")
-    assert identity.curio_listen(1) in ev.reason
-    # still there a step later: still nothing rented
-    world.clock.advance(120)
-    db.heartbeat(other, world.clock.now())
+    assert "runner id(s) 1-2 skipped, runner id 3 taken" in ev.reason
+    assert f"live machine {others[0]}" in ev.reason and "listen_port_base" in ev.reason
+    # still live: renting goes on past them, said once; a dead machine's row takes nothing
+    world.clock.advance(60)
+    for mid in others:
+        db.heartbeat(mid, world.clock.now())
     await engine.step()
-    assert await store.instances.all() == []
-    # the node stops (no heartbeat for curio's 10 minutes): renting resumes
-    world.clock.advance(11 * 60)
+    assert sorted(r.runner_id for r in await store.instances.all()) == [3, 4]
+    assert len(await events(store, "cluster")) == 1
+    assert await store.badlist.strikes() == []
+    await engine.close()
+
+
+async def test_a_band_of_runner_ids_all_taken_holds_renting_for_one_step_only(
+    world: World, store: Store, curio_db: CurioDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = curio_db
+    monkeypatch.setattr(acts_module, "RUNNER_ID_BAND", 2)
+    target(world, 1)
+    for n in (1, 2, 3):  # another fleet's live machines, wider than one rent looks
+        db.register(identity.curio_listen(n), f"someone-else-{n}", world.clock.now())
+    engine = await engine_on(world, store, db)
     await engine.step()
+    status = await store.status.get()
+    assert status.reason_kind == "identity_collision" and await store.instances.all() == []
+    assert "runner ids 1-2 skipped" in status.reason and "no machine is blamed" in status.reason
+    world.clock.advance(30)
     await engine.step()
-    assert (await store.status.get()).reason_kind != "identity_collision"
-    assert len(await store.instances.all()) == 1
+    [rec] = await store.instances.all()
+    assert rec.runner_id == 4 and (await store.status.get()).reason_kind != "identity_collision"
+    said = [e.reason for e in await events(store, "cluster")]
+    assert len(said) == 2 and said[1].startswith("runner id(s) 3 skipped, runner id 4 taken")
     await engine.close()
 
 
@@ -345,16 +391,116 @@ async def test_an_engine_killed_mid_drain_finishes_it_once(
     await engine.close()
 
 
-async def test_a_cluster_that_is_not_there_turns_the_reader_off_with_one_line(
-    world: World, store: Store, caplog: pytest.LogCaptureFixture
-) -> None:
+def down_reader(db: CurioDb, world: World, *, configured: bool = True) -> Any:
+    """A reader of ``db`` while curio's database refuses connections (nothing listens at its
+    port); ``come_back`` points it at the database again. Its backoff runs on the test's
+    clock."""
     from vastsim.postgres import _free_port
-    from vastui.engine.cluster import ClusterReader
 
+    reader = db.reader()
+    reader.configured = configured
+    reader._monotonic = world.clock.now
+    reader.port = _free_port("127.0.0.1")
+    return reader
+
+
+def come_back(reader: Any, db: CurioDb) -> None:
+    reader.port = db.server.port
+
+
+def alert_hook(world: World) -> tuple[Any, list[dict[str, Any]]]:
+    import json
+
+    import httpx
+
+    from vastui.alerts import Notifier
+    from vastui.engine.monitor import Monitor
+
+    posts: list[dict[str, Any]] = []
+
+    def hook(request: httpx.Request) -> httpx.Response:
+        posts.append(json.loads(request.content))
+        return httpx.Response(200)
+
+    notifier = Notifier(webhook="https://hooks.example/x", transport=httpx.MockTransport(hook))
+    return Monitor(world.config, notifier=notifier), posts
+
+
+@pytest.mark.parametrize("configured", [True, False])
+async def test_a_release_owed_across_a_restart_is_done_when_the_cluster_comes_back(
+    world: World, store: Store, curio_db: CurioDb, configured: bool
+) -> None:
+    db = curio_db
+    target(world, 0)
+    first, ids, machines = await proving_fleet(world, store, db, 1, tasks=2)
+    [a] = ids
+    held = db.owned(machines[a])
+    first.cluster = first.acts.cluster = down_reader(db, world)
+    await destroy(first, a)  # while curio's database refuses: its release is owed
+    assert (await store.instances.get(a)).released_at is None
+    await first.close()
+    # restarted while the database still refuses; configured or not, this fleet's workers
+    # joined the cluster there: an outage, not "no cluster"
+    engine = await world.engine(store)
+    reader = down_reader(db, world, configured=configured)
+    engine.cluster = engine.acts.cluster = reader
+    engine.monitor, posts = alert_hook(world)
+    for _ in range(24):  # 12 minutes: past [alerts] cluster_unreadable_min (10)
+        await engine.step()
+        world.clock.advance(30)
+    cluster = (await store.status.get()).cluster
+    assert reader.enabled and cluster["state"] == "error", cluster
+    assert (await store.instances.get(a)).released_at is None
+    come_back(reader, db)
+    for _ in range(5):  # tried again every step (within its backoff)
+        await engine.step()
+        world.clock.advance(30)
+        if (await store.instances.get(a)).released_at is not None:
+            break
+    rec = await store.instances.get(a)
+    assert rec.released_tasks == 2
+    assert db.q("SELECT owner_id FROM harmony_task WHERE id = ANY(%s)", (held,)) == [(None,)] * 2
+    assert (await store.status.get()).cluster["state"] == "ok"
+    said = [e.reason for e in await events(store, "cluster")]
+    assert said[0].startswith("curio's cluster cannot be read") and "refused" in said[0]
+    assert said[-1] == "curio's cluster is readable again"
+    assert len(await events(store, "tasks_released")) == 1
+    await engine.monitor.notifier.drain()
+    await engine.monitor.notifier.close()
+    assert [(p["alert"], p["state"]) for p in posts] == [
+        ("cluster_unreadable", "firing"),
+        ("cluster_unreadable", "resolved"),
+    ]
+    await engine.close()
+
+
+async def test_a_configured_cluster_down_at_the_first_start_is_an_outage(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
     target(world, 1)
     engine = await world.engine(store)
-    reader = ClusterReader("127.0.0.1", _free_port("127.0.0.1"), user="yugabyte",
-                           dbname="yugabyte", password="pw")  # fmt: skip
+    reader = down_reader(curio_db, world)  # named in the config: no workers yet
+    engine.cluster = engine.acts.cluster = reader
+    await engine.step()
+    cluster = (await store.status.get()).cluster
+    assert reader.enabled and cluster["state"] == "error" and "refused" in cluster["error"]
+    assert len(await store.instances.all()) == 1  # renting goes on without it
+    come_back(reader, curio_db)
+    for _ in range(5):
+        world.clock.advance(30)
+        await engine.step()
+        if (await store.status.get()).cluster["state"] == "ok":
+            break
+    assert (await store.status.get()).cluster["state"] == "ok"
+    await engine.close()
+
+
+async def test_no_cluster_configured_and_none_there_turns_the_reader_off_with_one_line(
+    world: World, store: Store, curio_db: CurioDb, caplog: pytest.LogCaptureFixture
+) -> None:
+    target(world, 1)
+    engine = await world.engine(store)
+    reader = down_reader(curio_db, world, configured=False)  # the defaults only
     engine.cluster = engine.acts.cluster = reader
     caplog.set_level("INFO", logger="vastui.engine")
     for _ in range(3):

@@ -135,3 +135,28 @@ async def test_a_fixed_target_lowered_destroys_its_surplus(
     assert sorted(r.kill_kind or "" for r in recs) == ["", "surplus"]
     assert not any(r.pooled_since for r in recs) and not await events(store, "pool")
     await engine.close()
+
+
+async def test_an_idle_surplus_worker_goes_to_the_pool_in_the_step_that_cordons_it(
+    world: World, store: Store, curio_db: CurioDb
+) -> None:
+    """Holding no task, it has nothing to drain: the reading after its cordon says so, and it
+    is stopped at once, not a step (or a drain's deadline) later."""
+    auto(world, 2, 4)
+    engine, _ids, _machines = await proving_fleet(world, store, curio_db, 2, tasks=0)
+    world.config = replace(world.config, fleet=replace(world.config.fleet, min_workers=1))
+    engine.config = engine.acts.config = world.config
+    for _ in range(200):
+        world.clock.advance(60)
+        await engine.step()
+        if await events(store, "cordoned"):
+            break
+    [cordoned] = await events(store, "cordoned")
+    rec = await store.instances.get(cordoned.instance_id)
+    assert rec.pooled_since == cordoned.ts and rec.drain_started_at is None
+    [stop] = await events(store, "pool")
+    assert "(drained: its curio machine holds no task)" in stop.reason
+    assert world.cloud.instances[rec.vast_id].intended == "stopped"
+    [released] = await events(store, "tasks_released")
+    assert released.instance_id == rec.vast_id and released.detail["tasks"] == 0
+    await engine.close()

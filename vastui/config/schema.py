@@ -159,6 +159,10 @@ class CurioSection:
     # the work waiting and claimed, each worker's tasks and PSProve results; it cordons a
     # worker before a planned destroy and frees a destroyed worker's tasks. false: never.
     read_cluster: bool = True
+    # The file names curio's cluster ([ssh] curio_db or curio_db_cql, [curio] read_cluster,
+    # db_user or db_name): nothing answering there is an outage, never "no cluster"
+    # (vastui/engine/runtime.py cluster_configured).
+    cluster_named: bool = field(default=False, metadata={"derived": True})
 
 
 @dataclass
@@ -640,6 +644,21 @@ def _read_bounded(path: Path) -> str:
     return data.decode("utf-8")
 
 
+CLUSTER_KEYS = {
+    "ssh": ("curio_db", "curio_db_cql"),
+    "curio": ("read_cluster", "db_user", "db_name"),
+}
+
+
+def _names_cluster(data: dict[str, Any]) -> bool:
+    """Whether the file says where or how to reach curio's cluster (CLUSTER_KEYS)."""
+    for section, keys in CLUSTER_KEYS.items():
+        table = data.get(section)
+        if isinstance(table, dict) and any(key in table for key in keys):
+            return True
+    return False
+
+
 def load_config(path: Path | None = None) -> Config:
     """Read and validate; a missing default file is fine, a missing explicit file is not."""
     explicit = path is not None or bool(os.environ.get("VASTUI_CONFIG"))
@@ -670,6 +689,10 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError(f"{path}: unknown key {_quote(name)} (known sections: {known})")
         kwargs[name] = _build_section(path, name, hints[name], value)
     config = Config(**kwargs, path=path)
+    if _names_cluster(data):
+        config = dataclasses.replace(
+            config, curio=dataclasses.replace(config.curio, cluster_named=True)
+        )
     for key, ok, expected in _VALIDATORS:
         if not ok(config):
             raise ConfigError(f"{path}: key '{key}': expected {expected}")

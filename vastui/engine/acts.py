@@ -13,11 +13,13 @@ rent, destroy, ban and strike.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -77,6 +79,9 @@ class NoCredit(EngineError):
         self.line = line
 
 
+# Runner ids looked at per rent, beyond the ports this fleet's live workers hold: one reading
+# of the cluster says which of their addresses other live machines hold.
+RUNNER_ID_BAND = 64
 BILLING_CODES = frozenset({"missing_billing"})  # vast-api.md § errors; the CLI's api/billing.py
 
 
@@ -119,6 +124,41 @@ class Acts:
         self._key_on_account = False
         self.last_error: str | None = None
         self.cluster: ClusterReader | None = None  # curio's cluster (cordon, release), if read
+        # acts in flight (their request out, their record not yet written): what each is; a
+        # stop waits for them (``settle``) instead of cutting them short
+        self._in_flight: dict[int, str] = {}
+        self._act_ids = itertools.count(1)
+        self._settled = asyncio.Event()
+        self._settled.set()
+
+    # -- acts in flight -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def act(self, what: str) -> Iterator[None]:
+        """One act in flight, from its request to its record (an act within another counts
+        once more): a stop waits for it (``settle``)."""
+        key = next(self._act_ids)
+        self._in_flight[key] = what
+        self._settled.clear()
+        try:
+            yield
+        finally:
+            del self._in_flight[key]
+            if not self._in_flight:
+                self._settled.set()
+
+    def in_flight(self) -> list[str]:
+        """What is in flight now, outermost first."""
+        return list(self._in_flight.values())
+
+    async def settle(self, timeout: float) -> list[str]:
+        """Wait at most ``timeout`` seconds for every act in flight to end (each refuses to
+        begin once a stop is asked, so none starts meanwhile); what is still in flight."""
+        if self._in_flight and timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._settled.wait()
+        return self.in_flight()
 
     async def load_identity(self) -> str:
         if self.fleet_id is None:
@@ -159,12 +199,19 @@ class Acts:
             return None
         if self.stopping():
             raise EngineError(f"not renting offer {offer.id}: the engine is stopping")
+        with self.act(f"rent of offer {offer.id}"):
+            return await self._send_rent(offer, reason, bid, label, min_rate, detail, now)
+
+    async def _send_rent(
+        self, offer: Offer, reason: str, bid: BidQuote | None, label: str, min_rate: float,
+        detail: dict[str, Any], now: float,
+    ) -> int | None:  # fmt: skip
+        """The rent's intent, its request and its record: one act (``rent``)."""
         await self._ensure_key_on_account()
         # The worker's identity in curio's cluster, kept with the intent: a rent resolved by its
         # label after a crash records the same one (the original's runner_id, kept on
         # re-register of the same label).
-        runner_id = await self._new_runner_id()
-        await self.check_identity(runner_id, now)
+        runner_id = await self._new_runner_id(now)
         detail["runner_id"] = runner_id
         detail["paramfetch_timeout"] = policy.paramfetch_timeout_s(offer.inet_down)
         intent = await self.store.intents.create(
@@ -238,20 +285,64 @@ class Acts:
         )
         log.info("dry-run: would rent %s: %s", what, reason)
 
-    async def _new_runner_id(self) -> int:
-        """The next runner id whose listen port no live worker holds (ports wrap after 53,135
-        rentals: vastui/engine/identity.py)."""
+    async def _new_runner_id(self, now: float) -> int:
+        """The next runner id whose curio address is free: no live worker of this fleet holds
+        its listen port (ports wrap after 53,135 rentals: vastui/engine/identity.py) and no
+        other live machine of the cluster is there (another fleet whose ports walked up into
+        this fleet's, another node). A taken one is skipped, never reused, and said once; a
+        cluster that cannot be read does not block (the prove stage checks it again,
+        Engine._check_prove_identity). IdentityCollision only when every id of a whole band
+        is taken: the next rent looks past it."""
         base = self.config.curio.listen_port_base
         held = {
             identity.listen_port(rec.runner_id, base)
             for rec in await self.store.instances.all(include_killed=False)
             if rec.runner_id is not None
         }
-        for _ in range(len(held) + 1):
-            runner_id = await self.store.instances.next_runner_id()
-            if identity.listen_port(runner_id, base) not in held:
-                return runner_id
-        raise EngineError("no free curio listen port for a new worker")  # pragma: no cover
+        first = await self.store.instances.next_runner_id()
+        band = range(first, first + RUNNER_ID_BAND + len(held))
+        ours = [r for r in band if identity.listen_port(r, base) not in held]
+        taken = await self._taken_in_cluster(ours, now)
+        chosen = next((r for r in ours if identity.curio_listen(r, base) not in taken), None)
+        if chosen != first:  # the ids before it are used up: never given again
+            await self.store.instances.note_runner_id(band[-1] if chosen is None else chosen)
+        skipped = [(r, line) for r in band if (line := taken.get(identity.curio_listen(r, base)))]
+        if chosen is None:
+            raise IdentityCollision(
+                f"runner ids {band[0]}-{band[-1]} skipped: no curio address of theirs is free; "
+                f"{skipped[0][1] if skipped else 'no free listen port'}",
+                band[-1],
+            )
+        skipped = [(r, line) for r, line in skipped if r < chosen]
+        if skipped:
+            text = sanitize_line(
+                f"runner id(s) {_spans([r for r, _ in skipped])} skipped, runner id {chosen} taken "
+                f"({identity.curio_listen(chosen, base)}): {skipped[0][1]}",
+                500,
+            )
+            log.warning("%s", text)
+            await self.store.events.add("cluster", text, now=now)
+        return chosen
+
+    async def _taken_in_cluster(self, runner_ids: list[int], now: float) -> dict[str, str]:
+        """The curio addresses among these runner ids' that another live machine holds
+        (address -> one line saying which); none when the cluster is not read or cannot be."""
+        cluster = self._reading_cluster()
+        if cluster is None or not runner_ids:
+            return {}
+        base = self.config.curio.listen_port_base
+        workers = [
+            Worker(
+                0, identity.curio_listen(r, base),
+                identity.node_name(self.config.fleet.name, r, self.fleet_id), None, now, now,
+            )
+            for r in runner_ids
+        ]  # fmt: skip
+        try:
+            return await cluster.live_holders(workers, now)
+        except ClusterError as exc:
+            log.info("curio identities from %s not checked: %s", workers[0].host_and_port, exc)
+            return {}
 
     async def check_rentable(self, offer: Offer) -> None:
         """Only a rent in flight blocks an offer, and a live worker keeps its machine busy. An
@@ -332,7 +423,8 @@ class Acts:
         its curio machine is cordoned and the destroy waits, as a recorded intent, until it
         holds no work or the drain's deadline; a later call (each step, or a kill that will not
         wait: the worker broke meanwhile) ends it. True once destroyed and recorded; False if
-        refused, dry-run, draining, or to be retried.
+        refused, dry-run, draining, or to be retried (once a stop is asked nothing is sent: a
+        destroy decided then is its intent, carried out at the next start).
         """
         if not self.ours(rec.label):
             log.error("refusing to destroy instance %s: label %r is not this fleet's",
@@ -353,9 +445,12 @@ class Acts:
             else:
                 kill = await self._fleet_check(rec, kill, now)
                 intent = await self._destroy_intent(rec, kill, now)
-                if drain.drains(kill, rec) and await self._begin_drain(rec, kill, intent, now):
-                    return False
-                return await self._destroy(rec, kill, intent.id)
+                begun = None
+                if drain.drains(kill, rec):
+                    begun = await self._begin_drain(rec, kill, intent, now)
+                if begun is None:
+                    return await self._destroy(rec, kill, intent.id)
+                return await self._drained_at_once(rec, kill, begun, intent.id, now)
         decided = policy.Kill.from_detail(intent.reason, intent.detail)
         plan = intent.detail.get("drain")
         if isinstance(plan, dict):
@@ -367,8 +462,10 @@ class Acts:
                 if end is None:
                     return False
                 decided = _noted(decided, end.text, drain_end=end.why)
-        elif drain.drains(decided, rec) and await self._begin_drain(rec, decided, intent, now):
-            return False  # decided before a crash, its drain not begun: begun now
+        elif drain.drains(decided, rec):  # decided before a crash, its drain not begun
+            begun = await self._begin_drain(rec, decided, intent, now)
+            if begun is not None:
+                return await self._drained_at_once(rec, decided, begun, intent.id, now)
         pooled = await self._to_pool(rec, decided, intent.id)
         if pooled is not None:
             return pooled
@@ -387,27 +484,34 @@ class Acts:
         if not verdict.pooled:
             log.info("instance %s is not kept warm: %s", rec.vast_id, verdict.why)
             return None
-        if not self._retry_due(rec.vast_id):
+        if not self._retry_due(rec.vast_id) or self.stopping():
             return False
-        try:
-            await self.client.stop_instance(rec.vast_id)
-        except VastNotFound:
-            return None  # gone already: the destroy records it
-        except VastError as exc:
-            self._note_destroy_failure(rec.vast_id, exc)
-            self.last_error = sanitize_line(f"stop {rec.vast_id}: {exc}", 300)
-            return False
-        self._destroy_retry.pop(rec.vast_id, None)
-        await self.forget_worker(rec.vast_id)
-        text = sanitize_line(f"{kill.reason}; {verdict.why}", 300)
-        rec = await self.store.pool_stop(intent_id, rec.vast_id, text, now=self.clock())
-        log.info("instance %s: %s", rec.vast_id, text)
-        await self.release(rec, why="stopped into the warm pool")
-        return True
+        with self.act(f"stop of instance {rec.vast_id} into the warm pool"):
+            try:
+                await self.client.stop_instance(rec.vast_id)
+            except VastNotFound:
+                return None  # gone already: the destroy records it
+            except VastError as exc:
+                self._note_destroy_failure(rec.vast_id, exc)
+                self.last_error = sanitize_line(f"stop {rec.vast_id}: {exc}", 300)
+                return False
+            self._destroy_retry.pop(rec.vast_id, None)
+            await self.forget_worker(rec.vast_id)
+            text = sanitize_line(f"{kill.reason}; {verdict.why}", 300)
+            rec = await self.store.pool_stop(intent_id, rec.vast_id, text, now=self.clock())
+            log.info("instance %s: %s", rec.vast_id, text)
+            await self.release(rec, why="stopped into the warm pool")
+            return True
 
     async def start_pooled(self, rec: InstanceRecord) -> bool:
         """Start a pooled worker (its parameters and benchmark are on its disk): True once
         started; False when Vast queued the start (resources_unavailable) or refused it."""
+        if self.stopping():
+            return False
+        with self.act(f"start of instance {rec.vast_id} from the warm pool"):
+            return await self._start_pooled(rec)
+
+    async def _start_pooled(self, rec: InstanceRecord) -> bool:
         now = self.clock()
         try:
             started = await self.client.start_instance(rec.vast_id)
@@ -478,9 +582,17 @@ class Acts:
 
     async def _destroy(self, rec: InstanceRecord, kill: policy.Kill, intent_id: int) -> bool:
         """The DELETE of a decided destroy, its record, then its tasks released in curio's
-        cluster."""
+        cluster: one act, which a stop waits for once it began (``settle``); one not begun when
+        the stop came stays a pending intent, for the next start."""
         if not self._retry_due(rec.vast_id):
             return False
+        if self.stopping():  # decided, not sent: its intent is carried out at the next start
+            self.last_error = "the engine is stopping: destroyed at its next start"
+            return False
+        with self.act(f"destroy of instance {rec.vast_id}"):
+            return await self._send_destroy(rec, kill, intent_id)
+
+    async def _send_destroy(self, rec: InstanceRecord, kill: policy.Kill, intent_id: int) -> bool:
         crash_point("destroy.before_send")
         try:
             existed = await self.client.destroy_instance(rec.vast_id)
@@ -507,42 +619,87 @@ class Acts:
 
     async def _begin_drain(
         self, rec: InstanceRecord, kill: policy.Kill, intent: Intent, now: float
-    ) -> bool:
-        """Cordon the worker's curio machine and record the drain in its destroy intent. False
-        when there is nothing to drain (no cluster read, no row of its own in it) or the
-        cordon failed: then it is destroyed at once, as before curio's cluster was read."""
+    ) -> dict[str, Any] | None:
+        """Cordon the worker's curio machine, record the drain in its destroy intent (its plan
+        returned) and read the worker in the cluster again. None when there is nothing to drain
+        (no cluster read, no row of its own in it), the cordon failed or a stop was asked:
+        then it is destroyed at once, as before curio's cluster was read."""
         cluster = self._reading_cluster()
         worker = self.cluster_worker(rec, now)
-        if cluster is None or worker is None:
-            return False
+        if cluster is None or worker is None or self.stopping():
+            return None
+        with self.act(f"cordon of instance {rec.vast_id}'s curio machine"):
+            try:
+                machine = await cluster.cordon(worker)
+            except ClusterError as exc:
+                log.warning("instance %s: cannot cordon its curio machine, destroyed without a "
+                            "drain: %s", rec.vast_id, exc)  # fmt: skip
+                return None
+            if machine is None:
+                return None
+            state = _cluster_state(rec)
+            held = (
+                drain.work_held(state.get("held_by_name") or {})
+                if state is not None
+                else self.config.curio.max_pending
+            )
+            deadline = now + drain.drain_seconds(held, drain.worker_rate(rec), self.config)
+            plan = {
+                "started": now, "deadline": deadline, "curio_machine": machine,
+                "host_and_port": worker.host_and_port, "held": held,
+            }  # fmt: skip
+            text = (
+                f"curio machine {machine} ({worker.host_and_port}) cordoned before its destroy "
+                f"({kill.kind}): it finishes the {held} task(s) it holds, destroyed within "
+                f"{(deadline - now) / 60:.0f} min"
+            )
+            if await self.store.start_drain(intent.id, plan, text, now=now):
+                log.info("instance %s: %s", rec.vast_id, text)
+            crash_point("drain.cordoned")
+            await self._read_after_cordon(cluster, rec, now)
+            return plan
+
+    async def _read_after_cordon(
+        self, cluster: ClusterReader, rec: InstanceRecord, now: float
+    ) -> None:
+        """The worker's reading in the cluster taken once its cordon is in (the reading after
+        the cordon that ends a drain, drain.drain_end): a worker that holds no work is drained
+        at once, not a step later. A task claimed in the instant of the cordon is freed by the
+        release that follows its stop or destroy. Not read: the next step's reading ends it."""
+        worker = self.cluster_worker(rec, now)
+        if worker is None:
+            return
+        at = self.clock()  # after the cordon: the reading counts for the drain (>= its start)
+        p = self.config.proving
         try:
-            machine = await cluster.cordon(worker)
+            view = await cluster.read(
+                [worker], at, p.window_min * 60.0, p.market_deadline_min * 60.0
+            )
         except ClusterError as exc:
-            log.warning("instance %s: cannot cordon its curio machine, destroyed without a "
-                        "drain: %s", rec.vast_id, exc)  # fmt: skip
+            log.info("instance %s: not read after its cordon (%s); the next step's reading "
+                     "ends its drain", rec.vast_id, exc)  # fmt: skip
+            return
+        state = view.workers.get(rec.vast_id)
+        if state is not None:
+            await self.store.instances.update(
+                rec.vast_id, cluster_state=json.dumps(state.to_json()), cluster_checked_at=at
+            )
+
+    async def _drained_at_once(
+        self, rec: InstanceRecord, kill: policy.Kill, plan: dict[str, Any], intent_id: int,
+        now: float,
+    ) -> bool:  # fmt: skip
+        """A drain just begun whose reading after the cordon shows no work held ends now:
+        stopped into the warm pool or destroyed in this step. False: it drains."""
+        rec = await self.store.instances.get(rec.vast_id) or rec
+        end = drain.drain_end(plan, _cluster_state(rec), rec.cluster_checked_at, now)
+        if end is None or end.why != "drained":
             return False
-        if machine is None:
-            return False
-        state = _cluster_state(rec)
-        held = (
-            drain.work_held(state.get("held_by_name") or {})
-            if state is not None
-            else self.config.curio.max_pending
-        )
-        deadline = now + drain.drain_seconds(held, drain.worker_rate(rec), self.config)
-        plan = {
-            "started": now, "deadline": deadline, "curio_machine": machine,
-            "host_and_port": worker.host_and_port, "held": held,
-        }  # fmt: skip
-        text = (
-            f"curio machine {machine} ({worker.host_and_port}) cordoned before its destroy "
-            f"({kill.kind}): it finishes the {held} task(s) it holds, destroyed within "
-            f"{(deadline - now) / 60:.0f} min"
-        )
-        if await self.store.start_drain(intent.id, plan, text, now=now):
-            log.info("instance %s: %s", rec.vast_id, text)
-        crash_point("drain.cordoned")
-        return True
+        decided = _noted(kill, end.text, drain_end=end.why)
+        pooled = await self._to_pool(rec, decided, intent_id)
+        if pooled is not None:
+            return pooled
+        return await self._destroy(rec, decided, intent_id)
 
     async def release(
         self, rec: InstanceRecord, *, outbid: bool = False, why: str | None = None
@@ -559,46 +716,26 @@ class Acts:
         # again is adopted back, and its curio must still find its machine row (harmony_task's
         # owner_id references it); curio's own cleanup removes the row if it is really gone.
         keep_row = outbid or rec.kill_kind == "vanished"
-        try:
-            freed, machine = await cluster.release(worker, keep_row=keep_row)
-        except ClusterError as exc:
-            log.warning("instance %s: its tasks in curio's cluster are not freed yet: %s",
-                        rec.vast_id, exc)  # fmt: skip
-            return False
-        why = why or ("outbid (stopped by Vast)" if outbid else "destroyed")
-        if machine is None:
-            text = f"{why}: no curio machine of its own in the cluster, nothing to free"
-        else:
-            kept = "; its row kept (it may resume)" if keep_row else "; its row deleted"
-            text = f"{why}: {freed} task(s) of curio machine {machine} freed{kept}"
-        await self.store.note_released(
-            rec.vast_id, freed, text, now=self.clock(),
-            detail={"curio_machine": machine, "host_and_port": worker.host_and_port,
-                    "outbid": outbid},
-        )  # fmt: skip
-        log.info("instance %s: %s", rec.vast_id, text)
-        return True
-
-    async def check_identity(self, runner_id: int, now: float) -> None:
-        """A new worker's curio identity must be unused by any live machine of the cluster:
-        another fleet or node on the same address would be one machine with it (resources.go:
-        81-99). IdentityCollision says which; a cluster that cannot be read does not block."""
-        cluster = self._reading_cluster()
-        if cluster is None:
-            return
-        base = self.config.curio.listen_port_base
-        worker = Worker(
-            0, identity.curio_listen(runner_id, base),
-            identity.node_name(self.config.fleet.name, runner_id, self.fleet_id), None, now,
-            now,
-        )  # fmt: skip
-        try:
-            line = await cluster.identity_in_use(worker, now)
-        except ClusterError as exc:
-            log.info("curio identity %s not checked: %s", worker.host_and_port, exc)
-            return
-        if line is not None:
-            raise IdentityCollision(line, runner_id)
+        with self.act(f"release of instance {rec.vast_id}'s tasks"):
+            try:
+                freed, machine = await cluster.release(worker, keep_row=keep_row)
+            except ClusterError as exc:
+                log.warning("instance %s: its tasks in curio's cluster are not freed yet: %s",
+                            rec.vast_id, exc)  # fmt: skip
+                return False
+            why = why or ("outbid (stopped by Vast)" if outbid else "destroyed")
+            if machine is None:
+                text = f"{why}: no curio machine of its own in the cluster, nothing to free"
+            else:
+                kept = "; its row kept (it may resume)" if keep_row else "; its row deleted"
+                text = f"{why}: {freed} task(s) of curio machine {machine} freed{kept}"
+            await self.store.note_released(
+                rec.vast_id, freed, text, now=self.clock(),
+                detail={"curio_machine": machine, "host_and_port": worker.host_and_port,
+                        "outbid": outbid},
+            )  # fmt: skip
+            log.info("instance %s: %s", rec.vast_id, text)
+            return True
 
     async def complete_destroy(
         self, rec: InstanceRecord, kill: policy.Kill, intent_id: int, *, already_gone: bool
@@ -767,10 +904,11 @@ class Acts:
 
     async def destroy_again(self, rec: InstanceRecord) -> None:
         """Recorded as destroyed, yet still listed: destroy again (idempotent, no new record)."""
-        if self.settings.dry_run or not self._retry_due(rec.vast_id):
+        if self.settings.dry_run or not self._retry_due(rec.vast_id) or self.stopping():
             return
         try:
-            await self.client.destroy_instance(rec.vast_id)
+            with self.act(f"destroy of instance {rec.vast_id}, again"):
+                await self.client.destroy_instance(rec.vast_id)
             self._destroy_retry.pop(rec.vast_id, None)
             log.warning("instance %s was still listed after its destroy; destroyed again",
                         rec.vast_id)  # fmt: skip
@@ -901,6 +1039,17 @@ def worker_curio_env(config: Config, password: str | None = None) -> dict[str, s
     if password:
         env["CURIO_DB_PASSWORD"] = password
     return env
+
+
+def _spans(ids: list[int]) -> str:
+    """Ascending ids as runs: ``3-7, 9``."""
+    runs: list[list[int]] = []
+    for n in ids:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _json_obj(text: str | None) -> dict[str, Any]:

@@ -47,7 +47,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -442,6 +442,8 @@ class ClusterReader:
         dbname: str,
         password: str | None,
         application: str = "vastui",
+        configured: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.host = host
         self.port = port
@@ -452,10 +454,14 @@ class ClusterReader:
         self._conn: Any = None  # psycopg.AsyncConnection
         self._lock = asyncio.Lock()
         self.enabled = True
+        # The operator named this cluster (vastui/engine/runtime.py ``cluster_configured``):
+        # nothing answering there is an outage, never a reason to stop reading it.
+        self.configured = configured
+        self._monotonic = monotonic  # the backoff's clock (a test's, the engine's)
         self.last_error: str | None = None
         self.last_ok_at: float | None = None  # engine clock of the last good reading
         self._failures = 0
-        self._retry_at = 0.0  # time.monotonic() before which it is not tried again
+        self._retry_at = 0.0  # self._monotonic() before which it is not tried again
 
     @property
     def address(self) -> str:
@@ -500,7 +506,7 @@ class ClusterReader:
         import psycopg
 
         async with self._lock:
-            wait = self._retry_at - time.monotonic()
+            wait = self._retry_at - self._monotonic()
             if wait > 0 and self.last_error is not None:
                 raise ClusterError(f"{self.last_error} (tried again in {wait:.0f} s)")
             try:
@@ -524,7 +530,7 @@ class ClusterReader:
                     error = ClusterError(f"curio's database at {self.address}: {what}")
                 self._failures += 1
                 first, cap = BACKOFF_S
-                self._retry_at = time.monotonic() + min(cap, first * 2 ** (self._failures - 1))
+                self._retry_at = self._monotonic() + min(cap, first * 2 ** (self._failures - 1))
                 self.last_error = str(error)
                 raise error from None
             self._failures, self._retry_at = 0, 0.0
@@ -673,19 +679,34 @@ class ClusterReader:
     async def identity_in_use(self, worker: Worker, now: float) -> str | None:
         """Whether another live machine (a heartbeat within curio's 10 minutes) holds this
         worker's address: one line saying which, else None."""
-        for row in await self.rows_at(worker.host_and_port):
-            if row.name == worker.node_name:
-                continue  # its own earlier incarnation (a curio restart): not another node
+        return (await self.live_holders([worker], now)).get(worker.host_and_port)
+
+    async def live_holders(self, workers: Sequence[Worker], now: float) -> dict[str, str]:
+        """Which of these workers' addresses another live machine holds (a heartbeat within
+        curio's 10 minutes; a row with the worker's own node name is its earlier incarnation,
+        not another node), in one reading: address -> one line saying which."""
+        wanted = {w.host_and_port: w for w in workers}
+
+        async def work(conn: Any) -> list[Row]:
+            rows = await _fetch(conn, _ROWS, {"addrs": sorted(wanted)})
+            return [Row(int(r[0]), str(r[1]), r[2], from_db_time(r[3]), bool(r[4])) for r in rows]
+
+        rows: list[Row] = await self._run(work) if wanted else []
+        out: dict[str, str] = {}
+        for row in rows:
+            worker = wanted.get(row.host_and_port)
+            if worker is None or row.host_and_port in out or row.name == worker.node_name:
+                continue
             if row.last_contact is None or now - row.last_contact > LOOKS_DEAD_S:
                 continue
             ago = max(0.0, now - row.last_contact)
             who = f" (node {sanitize_line(row.name, 60)!r})" if row.name else ""
-            return (
-                f"curio identity {worker.host_and_port} is already used by live machine "
+            out[row.host_and_port] = (
+                f"curio identity {row.host_and_port} is already used by live machine "
                 f"{row.machine_id}{who}, last contact {ago / 60:.0f} min ago: another fleet or "
                 "node uses this address; give this fleet its own [curio] listen_port_base"
             )
-        return None
+        return out
 
     # -- the two writes ---------------------------------------------------------------------
 

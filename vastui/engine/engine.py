@@ -101,6 +101,11 @@ VANISH_MISSES = 3
 VANISH_MIN_AGE = 300.0
 PUBLISHED_OFFERS = 500  # ranked offers published for attached consoles
 MAX_ORPHANS_SHOWN = 100  # orphan rows of curio's cluster published (their count is whole)
+# A stop waits this long (real seconds) at most for the acts in flight (a rent, a destroy and
+# its release, a stop into the warm pool: Acts.act) to be recorded before it cuts them short
+# (their intents are finished by the next start): within the console's ENGINE_STOP_S (15 s)
+# and systemd's TimeoutStopSec (30 s, deploy/vastui-engine.service).
+ACTS_STOP_S = 10.0
 
 
 @dataclass
@@ -152,7 +157,8 @@ class Engine:
         self._unseen: dict[int, tuple[float, int]] = {}
         self._offers_at: float | None = None  # monotonic
         self._offers_gen = 0  # bumped when the ranking goes stale (a measurement, a ban)
-        self._stopping = False  # a stop was asked: nothing new is rented
+        self._stopping = False  # a stop was asked: nothing new is decided or sent
+        self._stop_deadline: float | None = None  # monotonic: the acts in flight waited until
         self._rent_misses: dict[int, int] = {}  # sent rent intent → lists without its label
         self.halted = False  # stopped deciding: see `fatal`
         self.fatal: str | None = None  # why the engine stopped itself (store, lease), one line
@@ -195,8 +201,9 @@ class Engine:
         # event at its start and its end (the line and since when, engine clock)
         self.cut_off: str | None = None
         self.cut_off_since: float | None = None
-        self.identity_collision: str | None = None  # a new worker's identity taken, one line
-        self._collision_runner: int | None = None
+        # every curio address of a band of runner ids taken (acts.RUNNER_ID_BAND), one line:
+        # said once per episode; the next step's rent looks past them
+        self.identity_collision: str | None = None
         # what curio's cluster counted over the window at its last good reading (the
         # headline's proofs, vastui/engine/delivery.py), and the headline last published
         self._cluster_count: delivery.ClusterCount | None = None
@@ -223,14 +230,17 @@ class Engine:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Step until ``stop`` is set or the engine halts. A stop cancels the step in progress
-        (a Retry-After wait, a slow answer): nothing is rented after a stop was asked, and an
-        act cut short is an intent the next start finishes."""
+        """Step until ``stop`` is set or the engine halts. A stop ends the step in progress: it
+        stops deciding at once (nothing new is rented, destroyed or released after it was
+        asked), waits at most ACTS_STOP_S for the acts in flight to be recorded, then cancels
+        what is left of the step (a Retry-After wait, a slow answer). An act cut short is an
+        intent the next start finishes."""
         await self._guard(self.store.check_health())
         if not self.halted:
             await self._guard(self.store.commands.requeue_running())
         commands = asyncio.create_task(self._command_poller(stop), name="engine-commands")
         stopped = asyncio.ensure_future(stop.wait())
+        step: asyncio.Future[None] | None = None
         try:
             while not stop.is_set() and not self.halted:
                 self._wake.clear()
@@ -238,9 +248,7 @@ class Engine:
                 await asyncio.wait([step, stopped], return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
                     self._stopping = True
-                    step.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await step
+                    await self.finish_acts()
                     break
                 step.result()
                 waits = [stopped, asyncio.ensure_future(self._wake.wait())]
@@ -250,10 +258,34 @@ class Engine:
                 waits[1].cancel()
         finally:
             self._stopping = True
+            if step is not None and not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await step
             stopped.cancel()
             commands.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await commands
+
+    async def finish_acts(self) -> None:
+        """A stop: let the acts in flight (the step's, a follower's) be recorded, within
+        ACTS_STOP_S in all from the first call; say what was waited for and what was cut."""
+        self._stopping = True
+        waiting = self.acts.in_flight()
+        if not waiting:
+            return
+        if self._stop_deadline is None:
+            self._stop_deadline = time.monotonic() + ACTS_STOP_S
+        log.info("stopping: waiting for %d act(s) in flight to be recorded: %s",
+                 len(waiting), "; ".join(waiting))  # fmt: skip
+        left = await self.acts.settle(self._stop_deadline - time.monotonic())
+        if left:
+            log.warning(
+                "stopping: %d act(s) still in flight after %.0f s, cut short (their intents are "
+                "finished by the next start): %s", len(left), ACTS_STOP_S, "; ".join(left),
+            )  # fmt: skip
+        else:
+            log.info("stopping: the act(s) in flight are recorded")
 
     @contextlib.asynccontextmanager
     async def _deciding(self, vast_id: int | None = None) -> AsyncIterator[None]:
@@ -293,6 +325,11 @@ class Engine:
                 log.warning("command poll: %s", exc)
 
     async def close(self) -> None:
+        """The engine's end, before its store closes: it stops deciding, the acts in flight
+        (a follower's too) are recorded (bounded, ``finish_acts``), then every follower ends;
+        nothing of the engine writes after this returns."""
+        self._stopping = True
+        await self.finish_acts()
         await self.follow.close()
 
     def stop_fatal(self, why: str) -> None:
@@ -627,24 +664,25 @@ class Engine:
     ) -> None:
         """Change the instance's bid on Vast, then in the record (a refused change is
         logged: the next look tries again)."""
-        if act is None:
+        if act is None or self._stopping or self.halted:
             return
-        try:
-            await self.client.change_bid(rec.vast_id, act.price)
-        except VastError as exc:
-            log.warning("instance %s: changing its bid failed: %s", rec.vast_id, exc)
-            return
-        storage = rec.storage_dph or 0.0
-        await self.store.instances.update(
-            rec.vast_id, bid_price=act.price, dph_total=round(act.price + storage, 6)
-        )
-        what = "raised" if act.price > (rec.bid_price or 0.0) else "lowered"
-        await self.store.events.add(
-            "bid",
-            f"bid {what} ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
-            f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
-            instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
-        )  # fmt: skip
+        with self.acts.act(f"bid change of instance {rec.vast_id}"):
+            try:
+                await self.client.change_bid(rec.vast_id, act.price)
+            except VastError as exc:
+                log.warning("instance %s: changing its bid failed: %s", rec.vast_id, exc)
+                return
+            storage = rec.storage_dph or 0.0
+            await self.store.instances.update(
+                rec.vast_id, bid_price=act.price, dph_total=round(act.price + storage, 6)
+            )
+            what = "raised" if act.price > (rec.bid_price or 0.0) else "lowered"
+            await self.store.events.add(
+                "bid",
+                f"bid {what} ${rec.bid_price or 0:.4f} -> ${act.price:.4f}/h (going "
+                f"${inst.min_bid or 0:.4f}/h, cap ${rec.bid_cap or 0:.4f}/h)",
+                instance_id=rec.vast_id, machine_id=rec.machine_id, now=now,
+            )  # fmt: skip
 
     async def _refresh(
         self, rec: InstanceRecord, inst: Instance, now: float, observed: dict[int, Progress]
@@ -817,7 +855,7 @@ class Engine:
         workers destroyed (or outbid) whose release is due."""
         reader = self.cluster
         self._cluster_fresh = False
-        if reader is None or not reader.enabled or not await self._probe_cluster(reader):
+        if reader is None or not await self._probe_cluster(reader):
             return
         now = self.clock()
         records = [
@@ -846,7 +884,6 @@ class Engine:
             and ((not r.killed and r.state != "proving") or (r.killed and drain.release_owed(r)))
             and (w := self.acts.cluster_worker(r, now)) is not None
         ]  # fmt: skip
-        await self._recheck_collision(now)
         view: ClusterView | None = None
         try:
             deadline = self.config.proving.market_deadline_min * 60.0
@@ -901,18 +938,33 @@ class Engine:
         log.error("provisioning paused: %s", line)
 
     async def _probe_cluster(self, reader: ClusterReader) -> bool:
-        """The first step's look at curio's database: nothing there (an operator without
-        curio's database) turns the reader off with one line; anything else keeps it on."""
+        """Whether curio's cluster is read this step. Off is only for a fleet with no cluster:
+        none configured (``ClusterReader.configured``) and none its workers joined; then the
+        first step's look finding nothing at the default address turns the reader off with one
+        line. A configured cluster that refuses or cannot be reached is an outage, at start as
+        mid-run: the step's reading says so (the error state, its event and its alert) and the
+        next step tries again, so whatever it owes (releases, drains) is done once it answers."""
+        if not reader.enabled:
+            if not await self._cluster_used():
+                return False
+            reader.enabled = True  # a worker joined a cluster there since the first look
+            log.info("a worker joined curio's cluster at %s: the cluster reader is on",
+                     reader.address)  # fmt: skip
+            return True
         if self._cluster_probed:
             return True
         self._cluster_probed = True
+        if reader.configured or await self._cluster_used():
+            log.info("reading curio's cluster at %s", reader.address)
+            return True
         try:
             await reader.probe()
         except ClusterAbsent as exc:
             reader.enabled = False
             log.warning(
-                "%s: the cluster reader is off (workers are judged by cuzk alone; no drain "
-                "before a destroy, no release after)", exc,
+                "%s: the cluster reader is off (no curio cluster configured; workers are judged "
+                "by cuzk alone; no drain before a destroy, no release after; name it in the "
+                "config ([ssh] curio_db) to read it)", exc,
             )  # fmt: skip
             return False
         except ClusterError as exc:
@@ -920,6 +972,15 @@ class Engine:
             return True
         log.info("reading curio's cluster at %s", reader.address)
         return True
+
+    async def _cluster_used(self) -> bool:
+        """This database's workers joined curio's cluster (one reported its curio machine, or
+        was read there): the cluster exists, whatever the config says, and what it owes them
+        (their releases) is owed across restarts."""
+        return any(
+            r.runner_id is not None and (r.curio_info is not None or r.cluster_checked_at)
+            for r in await self.store.instances.all(include_killed=True)
+        )
 
     async def _note_cluster(self, vast_id: int, state: Any, now: float) -> None:
         rec = await self.store.instances.get(vast_id)
@@ -961,6 +1022,8 @@ class Engine:
         their destroy, or the instance vanished), and of workers outbid since their last
         release."""
         for rec in await self.store.instances.all(include_killed=True):
+            if self._stopping or self.halted:
+                return  # owed still: the next start releases them
             if rec.source != "vastui" or rec.proving_at is None or rec.runner_id is None:
                 continue
             if rec.killed and drain.release_owed(rec):
@@ -996,23 +1059,11 @@ class Engine:
         self.cluster_error = None
         self.cluster_error_since = None
 
-    async def _recheck_collision(self, now: float) -> None:
-        """An identity collision holds renting back until the address is free again."""
-        if self.identity_collision is None or self._collision_runner is None:
-            return
-        try:
-            await self.acts.check_identity(self._collision_runner, now)
-        except IdentityCollision as exc:
-            self.identity_collision = exc.line
-            return
-        log.info("curio identity collision over: the address is free")
-        self.identity_collision = None
-        self._collision_runner = None
-
     async def _check_prove_identity(self, rec: InstanceRecord, now: float) -> None:
         """A worker that passed its benchmark is about to start curio: its identity must not be
         another live machine's (another fleet or node took the address since its rent). Then
-        it goes before curio joins as that machine, with no strike: the fleet's fault."""
+        it goes before curio joins as that machine, with no strike: the fleet's fault. Renting
+        goes on: the next rent skips the taken address (Acts._new_runner_id)."""
         worker = self.acts.cluster_worker(rec, now)
         reader = self.cluster
         if worker is None or reader is None or not reader.enabled:
@@ -1025,7 +1076,6 @@ class Engine:
         if line is None:
             return
         log.error("instance %s: %s", rec.vast_id, line)
-        self.identity_collision, self._collision_runner = line, rec.runner_id
         await self.store.events.add("cluster", line, instance_id=rec.vast_id, now=now)
         await self.acts.kill(rec, policy.Kill("identity_collision", line, "proving"))
 
@@ -1097,6 +1147,8 @@ class Engine:
         """Fold one counters reading (None: unreadable; ``unreachable``: no SSH connection at
         all; ``read_at``: when it was read, default now) and decide. False once not proving."""
         async with self._deciding(vast_id):
+            if self._stopping or self.halted:
+                return False  # stopped deciding: the next start reads it again
             rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed or rec.state != "proving":
                 return False
@@ -1126,6 +1178,8 @@ class Engine:
         if not isinstance(digest, str) or not digest:
             return
         async with self._deciding(vast_id):
+            if self._stopping or self.halted:
+                return
             rec = await self.store.instances.get(vast_id)
             if rec is not None and not rec.killed:
                 await self.store.instances.update(vast_id, image_digest=sanitize_line(digest, 200))
@@ -1145,6 +1199,8 @@ class Engine:
         `position` is the event's line number in the worker's log (what `--after` counts).
         """
         async with self._deciding(vast_id):
+            if self._stopping or self.halted:
+                return False  # stopped deciding: the event is read again at the next start
             rec = await self.store.instances.get(vast_id)
             if rec is None or rec.killed:
                 return False
@@ -1236,7 +1292,6 @@ class Engine:
             fleet_failure_until=until if isinstance(until := pause.get("until"), str) else None,
             no_credit=self.no_credit,
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
-            identity_collision=self.identity_collision,
             rents_last_hour=await self.store.intents.rents_since(self.clock() - 3600.0),
             target=self._target(),
             pooled=[r.machine_id for r in live if r.source == "vastui" and r.pooled_since],
@@ -1413,8 +1468,7 @@ class Engine:
                 if self.identity_collision is None:
                     log.error("%s", exc.line)
                     await self.store.events.add("cluster", exc.line, now=self.clock())
-                self.identity_collision = exc.line
-                self._collision_runner = exc.runner_id
+                self.identity_collision = exc.line  # this step's: the next rent looks past it
                 view = replace(view, identity_collision=exc.line)
                 return view, provision.decide(view, offers)
             except NoCredit as exc:  # the account's: no other offer would fare better
@@ -1433,6 +1487,7 @@ class Engine:
                 log.warning("%s", self._cycle_error)
                 view = replace(view, api_error=self._cycle_error)
                 return view, provision.decide(view, offers)
+            self.identity_collision = None
             view = await self.fleet_view()
             return view, provision.decide(view, offers)
         return view, decision

@@ -47,6 +47,10 @@ class Followers:
         self.on_crash = on_crash  # a follower's unexpected error: the engine judges it
         self._watchers: dict[int, asyncio.Task[None]] = {}
         self._monitors: dict[int, asyncio.Task[None]] = {}
+        # every follower task until it ends, those ``stop`` let go of too (a follower that
+        # destroys its own worker stops following it and goes on to record the destroy):
+        # ``close`` waits for them all, so that none writes after the store is closed
+        self._running: set[asyncio.Task[None]] = set()
 
     def ensure(self, rec: InstanceRecord) -> None:
         """A watcher for every reachable live worker, a monitor for every proving one."""
@@ -67,7 +71,10 @@ class Followers:
         if task is not None and not task.done():
             coro.close()
             return
-        tasks[vast_id] = asyncio.create_task(coro, name=f"{name}-{vast_id}")
+        task = asyncio.create_task(coro, name=f"{name}-{vast_id}")
+        tasks[vast_id] = task
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     async def stop(self, vast_id: int) -> None:
         """Stop following one worker and close its SSH connection (it is being destroyed)."""
@@ -79,7 +86,9 @@ class Followers:
             await self.ssh.close_instance(vast_id)
 
     async def close(self) -> None:
-        tasks = [*self._watchers.values(), *self._monitors.values()]
+        """Every follower ended (cancelled, and waited for: those ``stop`` let go of too), then
+        the SSH connections closed."""
+        tasks = [t for t in self._running if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         for task in tasks:

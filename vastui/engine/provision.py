@@ -362,7 +362,7 @@ def gate(view: FleetView) -> Decision | None:
             None,
             Reason(
                 "identity_collision",
-                f"{view.identity_collision}; nothing is rented until the address is free, and no "
+                f"{view.identity_collision}; the next rent looks past these runner ids, and no "
                 "machine is blamed",
             ),
         )

@@ -250,10 +250,11 @@ async def open_cluster_reader(
     user: str,
     dbname: str,
 ) -> ClusterReader | None:
-    """The engine's reader of curio's cluster database (vastui/engine/cluster.py). The engine's
-    first step probes it (not here: the lease's heartbeat must run meanwhile): nothing there
-    (an operator without curio's database) turns it off with one line; a cluster that answers
-    but cannot be read (a wrong password) stays on, shown and alerted."""
+    """The engine's reader of curio's cluster database (vastui/engine/cluster.py). A cluster
+    the operator configured (``cluster_configured``) is read every step: one that refuses or
+    cannot be reached is an outage (shown, an event, alerted, tried again each step). Without
+    one, the engine's first step probes the default address (not here: the lease's heartbeat
+    must run meanwhile), and nothing there turns the reader off with one line."""
     if not config.curio.read_cluster or not addr:
         log.info("curio's cluster is not read ([curio] read_cluster = false or no [ssh] curio_db)")
         return None
@@ -261,9 +262,19 @@ async def open_cluster_reader(
     reader = ClusterReader(
         host or "127.0.0.1", int(port), user=user, dbname=dbname,
         password=password or CURIO_DEFAULT_PASSWORD,
+        configured=cluster_configured(config, password),
     )  # fmt: skip
     stack.push_async_callback(reader.close)
     return reader
+
+
+def cluster_configured(config: Config, password: str | None) -> bool:
+    """Whether the operator configured curio's cluster: the config file names it (an [ssh]
+    curio_db or [curio] key of its, ``CurioSection.cluster_named``) or its password is given
+    ($VASTUI_CURIO_DB_PASSWORD or the curio-db-password file; the demo's own). Otherwise only
+    the defaults point at it, and a first look that finds nothing there means no cluster
+    (the engine also counts a cluster this database's workers joined: Engine._cluster_used)."""
+    return config.curio.cluster_named or password is not None
 
 
 async def _monitor(
