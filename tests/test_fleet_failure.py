@@ -246,3 +246,24 @@ async def test_a_straggler_failing_after_the_resume_is_not_charged(
     assert await store.badlist.strikes(straggler.machine_id) == []
     assert await store.meta.fleet_failure() is None, "one straggler does not pause again"
     await engine.close()
+
+
+async def test_slow_machines_are_each_their_own_never_the_fleets(
+    world: World, store: Store
+) -> None:
+    """Three machines whose benchmarks aborted early (too slow for their min_rate) read alike
+    ("partial rate # < # proofs/h"), yet each is its machine's pace: a loaded host's CI run paused
+    the whole fleet on them. Each is struck and recorded; nothing is paused."""
+    engine = await world.engine(store)
+    ids = await rent_distinct(world, engine, 3)
+    machines = [(await store.instances.get(i)).machine_id for i in ids]
+    for iid in ids:
+        slow = result("aborted_early", None, ["[bench] aborted early"], stage="timed_run")
+        slow["result"]["partial_rate_per_hour"] = 12.5
+        await engine.handle_worker_event(iid, parse_event(slow))
+    assert await store.meta.fleet_failure() is None
+    for m in machines:
+        assert [s.kind for s in await store.badlist.strikes(m)] == ["bench_aborted_early"]
+        [perf] = await store.perf.of_machine(m)
+        assert (perf.last_rate, perf.last_partial) == (12.5, True)
+    await engine.close()

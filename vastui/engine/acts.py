@@ -789,6 +789,8 @@ class Acts:
         the failure is the fleet's: provisioning pauses and no machine is charged for it."""
         if not (kill.ban or kill.strike) or not rec.machine_id:
             return kill
+        if kill.kind in fleetwide.MEASURED_KINDS:  # a pace is its machine's own
+            return kill
         sig = fleetwide.signature(kill.stage, kill.kind, kill.error_lines)
         kill = replace(kill, detail={**kill.detail, "signature": sig})
         fleet = self.config.fleet

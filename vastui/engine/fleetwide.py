@@ -43,6 +43,13 @@ _NOISE: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"\d+(?:\.\d+)?"), "#"),
     (re.compile(r"\s+"), " "),
 ]
+# Verdicts of a measured pace (too slow for min_rate, or for curio's deadline) are each
+# machine's own: their reasons read alike across machines ("partial rate # < # proofs/h"), yet
+# the machines are independent, and a slow market is learned by the ranking (every such pace is
+# recorded), not paused for. A fleet that makes every machine slow (a broken tuning, a loaded
+# host) shows as no viable offer left once the paces are learned. Errors, hangs and timeouts
+# still count.
+MEASURED_KINDS = ("bench_below_min", "bench_aborted_early", "bench_deadline", "prove_below_min")
 SIGNATURE_MAX = 160
 # A signature once declared the fleet's stays so this long after its pause ends: workers rented
 # into the failure may fail the same way hours later (a slow parameter fetch, a long benchmark).
