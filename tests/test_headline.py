@@ -148,7 +148,7 @@ async def test_strip_status_metrics_and_detail_show_one_headline(tmp_path: Path)
     assert stages[FLEET[2].label] == "pooled"
     assert sample.fleet_dollars_per_hour == pytest.approx(d.dph)
     # the detail: the same fleet figures, and each worker's part of them
-    text = production_text(FLEET[0], lambda _t: "now", worker_share(FLEET[0], d, 30), (0, H))
+    text = production_text(FLEET[0], lambda _t: "now", worker_share(FLEET[0], d, 30), None, H)
     assert text is not None
     share = worker_share(FLEET[0], d, 30)
     assert share.paid == pytest.approx(30 * 48 / 52, abs=1e-3)
@@ -171,12 +171,29 @@ def test_a_stopped_worker_is_never_counted_as_proving() -> None:
 
 
 def test_an_unfed_worker_is_not_measuring_for_ever() -> None:
-    """A worker proving for hours that the market never filled: its capacity is its benchmark's,
-    said so, with how long it was fed, instead of 'measuring the rate'."""
-    worker = replace(FLEET[1], prod_completed=199)
-    share = worker_share(worker, headline(), 12)
-    text = production_text(worker, lambda _t: "now", share, (120.0, H))
+    """A worker proving for hours that the market never filled (its MaxPending 10, four proofs
+    in flight): its pace on the work it was given is measured, its capacity is its benchmark's,
+    said so, with how long it was fed, instead of 'measuring the rate (10 min of proving)'."""
+    from vastui.engine import production
+    from vastui.engine.production import Reading
+
+    state = ProdState()
+    for m in range(61):  # 12 proofs an hour with 4 of a full 9 in flight
+        reading = Reading.parse({"alive": True, "daemon_pid": 77, "status": {
+            "uptime_secs": 600 + m * 60, "counters": {"total_completed": 12 * m // 60,
+            "total_failed": 0, "queue_depth": 0}, "pipelines": [{}] * 4}})  # fmt: skip
+        state = production.fold(state, reading, NOW - H + m * 60, H, (None, 0, 0), 9)
+    m = production.measure(state, NOW, H)
+    assert m.rate is None, "never fed: no rate to judge it by"
+    assert m.worked_rate == pytest.approx(12.0, rel=0.1)
+    worker = replace(FLEET[1], prod_completed=199, max_pending=10)
+    text = production_text(worker, lambda _t: "now", worker_share(worker, headline(), 12), m, H)
     assert text is not None
     assert "measuring" not in text.plain
+    paced = figure(r"(\d+\.\d)/h on the work it was given", text.plain)
+    assert paced == pytest.approx(m.worked_rate, abs=0.05)
+    # it had work from its first proof on (before that its pipeline filled): most of the hour
+    assert figure(r"it had work (\d+)% of the time", text.plain) == round(100 * m.worked_s / H)
+    assert m.worked_s > 0.85 * H
     assert "kept full it proves 21.0/h (its benchmark" in text.plain
-    assert "2 min of the last 60 so far" in text.plain
+    assert "0 min of the last 60 so far" in text.plain

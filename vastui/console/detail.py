@@ -254,18 +254,17 @@ class DetailScreen(Dialog[None]):
         """cuzk's counters, its part of the fleet's headline and its rate kept full."""
         rec = self.rec
         delivered = self.fleet() if self.fleet is not None else None
-        share = fed = None
+        share = measured = None
+        window = delivered.window_s if delivered is not None else None
         if delivered is not None:
             state = json_dict(rec.cluster_state)
             done = state.get("done")
             window_done = done if isinstance(done, int) and not isinstance(done, bool) else None
             share = worker_share(rec, delivered, window_done)
-            busy = None
             if self.now is not None and rec.prod_state:
                 prod = production.ProdState.from_json(rec.prod_state)
-                busy = production.measure(prod, self.now(), delivered.window_s).busy_s
-            fed = (busy, delivered.window_s)
-        return production_text(rec, self._when, share, fed)
+                measured = production.measure(prod, self.now(), delivered.window_s)
+        return production_text(rec, self._when, share, measured, window)
 
     def _curio(self) -> list[tuple[str, Any]]:
         """The worker in curio's cluster: its identity (runner id → listen address and name),

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.delivery import WorkerShare
-from vastui.engine.production import MIN_BUSY_S
+from vastui.engine.production import MIN_BUSY_S, Measure
 from vastui.sanitize import sanitize_line
 
 
@@ -90,38 +90,42 @@ def production_text(
     rec: InstanceRecord,
     when: Callable[[float | None], str | None],
     share: WorkerShare | None = None,
-    fed: tuple[float | None, float] | None = None,
+    measured: Measure | None = None,
+    window_s: float | None = None,
 ) -> Text | None:
     """Measured, not assumed: cuzk's counters since the benchmark; its part of the fleet's
-    headline over the window (``share``: curio's count, the paid share, what it was billed);
-    its rate kept full (its capacity), measured in production once it was fed
-    ``production.MIN_BUSY_S``, else its benchmark's. ``fed``: (seconds fully fed in the window,
-    None when not known; the window)."""
+    headline over the window (``share``: curio's count, the paid share, what it was billed); its
+    pace on the work it was given, whatever its feed (``measured``: its production over the
+    window); its rate kept full (its capacity), measured in production once it was fed
+    ``production.MIN_BUSY_S``, else its benchmark's."""
     if rec.prod_completed is None:
         return None if rec.phase != "proving" else Text("not measured yet", style="dim")
     text = Text(f"{rec.prod_completed} proofs since the benchmark, {rec.prod_failed or 0} failed")
-    if share is not None and share.computed is not None and fed is not None:
+    minutes = f"{window_s / 60:.0f}" if window_s else "?"
+    if share is not None and share.computed is not None:
         # curio's count over the fleet's window: the headline's, for this worker
-        text.append(f"; {share.computed} delivered in the last {fed[1] / 60:.0f} min")
+        text.append(f"; {share.computed} delivered in the last {minutes} min")
         cpp = share.cost_per_paid
         if cpp is not None:
             text.append(f" at ${cpp:.4f}/paid", style="bold")
+    if measured is not None and measured.worked_rate is not None and window_s:
+        text.append(
+            f"; {measured.worked_rate:.1f}/h on the work it was given (it had work "
+            f"{min(1.0, measured.worked_s / window_s):.0%} of the time)"
+        )
+    text.append("; kept full it proves ")
     if rec.prod_rate is not None:
         low = rec.min_rate is not None and rec.prod_rate < rec.min_rate
-        text.append("; kept full it proves ")
         text.append(f"{rec.prod_rate:.1f}/h", style="bold red" if low else "bold")
         text.append(" (measured)")
     else:
-        text.append("; kept full it proves ")
         text.append(f"{num_text(rec.bench_rate)}/h", style="bold")
         text.append(" (its benchmark", style="dim")
-        if fed is not None and fed[0] is not None:
+        if measured is not None and measured.busy_s < MIN_BUSY_S:
             text.append(
                 f"; production measures it after {MIN_BUSY_S / 60:.0f} min fully fed, "
-                f"{fed[0] / 60:.0f} min of the last {fed[1] / 60:.0f} so far: the market has "
-                "not kept it full)"
-                if fed[0] < MIN_BUSY_S
-                else ")",
+                f"{measured.busy_s / 60:.0f} min of the last {minutes} so far: the market has "
+                "not kept it full)",
                 style="dim",
             )
         else:

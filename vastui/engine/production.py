@@ -10,7 +10,9 @@ counted twice. The rate is judged only over time the daemon was fed: as many pro
 its benchmark measured at (``full_at``: its MaxPending less one, counted as cuzk's ``/status``
 does, pipelines plus its queue). A worker idle, or half fed, for lack of demand is not slow: a
 pipelined GPU with one proof in flight proves at a fraction of its rate (production judges a
-worker on the work it was given).
+worker on the work it was given). Beside that rate (its capacity, kept full), the time it had
+any work and its proofs/h over it are measured whatever its feed (``Measure.worked_rate``): what
+it delivered on the work the market gave it, for the operator to read, never to judge.
 
 The daemon's counters also count proofs nobody waited for: curio gives up on a Prove call at its
 ``[Cuzk] ProveTimeout`` (lib/cuzk/client.go:116-122) and retries the task, while the daemon,
@@ -116,6 +118,16 @@ def full_at(max_pending: int | None) -> int | None:
     return max(1, max_pending - 1)
 
 
+def feed_share(reading: Reading, fed_at: int | None) -> float:
+    """1 when the daemon holds a full feed (``fed_at`` or more in flight, or either unknown),
+    the share of it when it holds fewer, 0 when it holds nothing."""
+    if not reading.busy:
+        return 0.0
+    if fed_at is None or reading.in_flight is None or reading.in_flight >= fed_at:
+        return 1.0
+    return max(1, reading.in_flight) / fed_at  # busy with none counted: one in its GPU
+
+
 @dataclass
 class ProdState:
     """What the engine keeps per proving instance (``instances.prod_state``)."""
@@ -134,7 +146,8 @@ class ProdState:
     silent_since: float | None = None  # the first failed read since the last good one
     # the first read since the last good one that found no SSH connection at all
     unreachable_since: float | None = None
-    # [t, completed, failed, busy, curio timeouts, daemon uptime (-1: none), read latency]
+    # [t, completed, failed, feed, curio timeouts, daemon uptime (-1: none), read latency];
+    # feed: 1 fed (its MaxPending less one in flight), the share of that when fewer, 0 idle
     samples: list[list[float]] = field(default_factory=list)
     # readings refused as impossible (vastui/engine/physics.py): when, and the last one's why
     refusals: list[float] = field(default_factory=list)
@@ -209,12 +222,11 @@ def fold(
     # Until the first proof completes, the pipeline is filling (a proof's whole latency, not the
     # interval between proofs): that time is not held against the machine.
     s.primed = s.primed or s.completed > 0
-    fed = fed_at is None or reading.in_flight is None or reading.in_flight >= fed_at
-    busy = reading.busy and s.primed and fed
+    busy = feed_share(reading, fed_at) if s.primed else 0.0
     timeouts = float(reading.curio_timeouts or 0)
     uptime = -1.0 if reading.uptime is None else reading.uptime
     s.samples.append(
-        [now, float(s.completed), float(s.failed), 1.0 if busy else 0.0, timeouts, uptime,
+        [now, float(s.completed), float(s.failed), busy, timeouts, uptime,
          max(0.0, reading.latency)]
     )  # fmt: skip
     keep_from = now - 2 * window_s
@@ -245,6 +257,10 @@ class Measure:
     failed: int  # failed proofs in the window
     completed: int  # completed proofs in the window
     overdue: int = 0  # curio's Prove calls that outlived ProveTimeout in the window
+    # the work it was given, whatever its feed: the time it had any proof in flight, and its
+    # proofs/h over that time (None until MIN_BUSY_S of it)
+    worked_s: float = 0.0
+    worked_rate: float | None = None
 
 
 def measure(state: ProdState, now: float, window_s: float) -> Measure:
@@ -261,20 +277,25 @@ def measure(state: ProdState, now: float, window_s: float) -> Measure:
             before = x
     if before is not None:
         points.insert(0, before)
-    busy = 0.0
-    done = 0.0
+    busy = done = worked = worked_done = 0.0
     overdue = 0
     # samples of older releases have no timeouts; a restarted curio starts its count again
     for a, b in itertools.pairwise(points):
-        if a[3]:
-            busy += _elapsed(a, b)
-            done += b[1] - a[1]
+        if a[3] > 0:
+            span = _elapsed(a, b)
+            worked += span
+            worked_done += b[1] - a[1]
+            if a[3] >= 1.0:
+                busy += span
+                done += b[1] - a[1]
         ta, tb = (a[4] if len(a) > 4 else 0.0), (b[4] if len(b) > 4 else 0.0)
         overdue += int(tb - ta) if tb >= ta else int(tb)
     failed = int(points[-1][2] - points[0][2]) if len(points) >= 2 else 0
     completed = int(points[-1][1] - points[0][1]) if len(points) >= 2 else 0
-    rate = done * 3600.0 / busy if busy >= min(MIN_BUSY_S, 0.9 * window_s) else None
-    return Measure(rate, busy, failed, completed, overdue)
+    enough = min(MIN_BUSY_S, 0.9 * window_s)
+    rate = done * 3600.0 / busy if busy >= enough else None
+    worked_rate = worked_done * 3600.0 / worked if worked >= enough else None
+    return Measure(rate, busy, failed, completed, overdue, worked, worked_rate)
 
 
 def _elapsed(a: list[float], b: list[float]) -> float:
