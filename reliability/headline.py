@@ -91,6 +91,7 @@ def _metrics(records: list[Any], status: Any) -> dict[str, Any]:
 # (spend.bandwidth_cost spreads them over the proving time: at most the time between over the
 # window). A little slack for the clock between one sample's reads.
 COST_SLACK = 1.05
+SHOWN = 5e-5 + 1e-9  # half the strip's last place ($0.0001), and a float's rounding
 ABS_SLACK = 1e-4
 
 
@@ -186,7 +187,7 @@ def _agree(r: dict[str, Any]) -> list[str]:
     per_paid = re.search(r"\$(\d+\.\d+)/paid", strip)
     want = d["cost_per_paid"]
     if (per_paid is None) != (want is None) or (
-        per_paid is not None and want is not None and abs(float(per_paid.group(1)) - want) > 5e-5
+        per_paid is not None and want is not None and abs(float(per_paid.group(1)) - want) > SHOWN
     ):
         out.append(f"{at}: the strip's $/paid {per_paid and per_paid.group(0)} is not {want}")
     said = " ".join(r["status"])

@@ -134,7 +134,8 @@ def test_observe_counts_an_outbid_and_a_resume_restarts_the_worker():
     assert bidding.observe(replace(rec, outbid_since=500.0), True, "stopped", 900.0) is None
     back = bidding.observe(replace(rec, outbid_since=500.0), False, "loading", 1100.0)
     assert back is not None and back.stage == "loading"
-    assert back.fields == {"outbid_since": None, "stopped_s": 660.0, "prod_state": None}
+    assert back.fields == {"outbid_since": None, "stopped_s": 660.0, "prod_state": None,
+                           "stops": "[[500.0, 1100.0]]"}  # fmt: skip
     # still stopped for another reason: not a resume; on demand: never an outbid
     assert bidding.observe(replace(rec, outbid_since=500.0), False, "exited", 1100.0) is None
     assert bidding.observe(replace(rec, is_bid=False), True, "stopped", 500.0) is None

@@ -275,3 +275,34 @@ def test_a_restart_carries_the_work_counted_so_far() -> None:
     assert cluster_work(rec) == (19, 11)
     after = replace(rec, cluster_state=None, **carried_work(rec))  # its count starts again
     assert cluster_work(after) == (19, 11)
+
+
+def test_a_window_costs_the_same_before_and_after_a_stop_closes() -> None:
+    """A worker stopped in the warm pool for the last 50 minutes of a five-hour rental, then
+    started again: the hour's cost must not change when its stop closes (the closed stop was
+    spread over the whole rental: $0.42 appeared in the window at once in a recorded run)."""
+    from vastui.engine.spend import closed_stop, stop_episodes
+
+    pooled = inst(60, created_at=NOW - 5 * H, running_at=NOW - 5 * H, storage_dph=0.05,
+                  pooled_since=NOW - 50 * 60, stopped_s=1800.0)  # fmt: skip
+    before = instance_cost(pooled, NOW, since=NOW - H)
+    resumed = replace(pooled, pooled_since=None, **closed_stop(pooled, NOW - 50 * 60, NOW))
+    assert resumed.stopped_s == 1800.0 + 3000.0
+    assert stop_episodes(resumed.stops) == ((NOW - 50 * 60, NOW),)
+    assert instance_cost(resumed, NOW, since=NOW - H) == pytest.approx(before)
+    # 50 stopped minutes in the hour, and a fifth of the older half hour (spread over the five
+    # hours, as before); the rest running
+    stopped = 3000.0 + 1800.0 / 5
+    assert before == pytest.approx((0.5 * (H - stopped) + 0.05 * stopped) / H)
+    assert instance_cost(resumed, NOW) == pytest.approx(instance_cost(pooled, NOW))
+
+
+def test_kept_stops_are_bounded_and_only_what_they_say() -> None:
+    from vastui.engine.spend import STOPS_KEPT, closed_stop, stop_episodes
+
+    rec = inst(61)
+    for i in range(STOPS_KEPT + 5):
+        rec = replace(rec, **closed_stop(rec, NOW + 10 * i, NOW + 10 * i + 5))
+    assert len(stop_episodes(rec.stops)) == STOPS_KEPT and rec.stopped_s == 5 * (STOPS_KEPT + 5)
+    for junk in ("[[1, 2, 3]]", "[[2, 1]]", '[["a", 1]]', "[[1e400, 2]]", "{", "[true]"):
+        assert stop_episodes(junk) == ()

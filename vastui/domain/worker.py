@@ -98,6 +98,10 @@ class InstanceRecord:
     # curio's count of its requests and proofs before its last restart (spend.cluster_work)
     requests_carried: int = 0
     proofs_carried: int = 0
+    # its latest closed stops, exactly (JSON [[from, to], ...], at most STOPS_KEPT): what
+    # stopped_s sums, kept so that a window's cost does not change when an episode closes
+    # (migration 15; older episodes are spread over the rental: vastui/engine/spend.py)
+    stops: str | None = None
 
     @property
     def stopped_since(self) -> float | None:
@@ -200,6 +204,7 @@ class Progress(TypedDict, total=False):
     pooled_s: float
     requests_carried: int
     proofs_carried: int
+    stops: str | None
     drain_started_at: float | None
     drain_deadline: float | None
 

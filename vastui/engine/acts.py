@@ -32,7 +32,7 @@ from vastui.engine.bidding import BidQuote
 from vastui.engine.cluster import ClusterError, ClusterReader, Worker, worker_of
 from vastui.engine.crashpoints import crash_point
 from vastui.engine.labels import fleet_id_of, fleet_of, new_label
-from vastui.engine.spend import SURPLUS_KIND, carried_work
+from vastui.engine.spend import SURPLUS_KIND, carried_work, closed_stop
 from vastui.engine.transitions import (
     Effect,
     EnterStage,
@@ -536,10 +536,11 @@ class Acts:
         """A pooled worker runs again: it starts its stages afresh (a new container: loading,
         set-up, the parameters and the benchmark found on its disk), its production measured
         from a new daemon."""
-        stopped = max(0.0, now - (rec.pooled_since if rec.pooled_since is not None else now))
+        since = rec.pooled_since if rec.pooled_since is not None else now
+        stopped = max(0.0, now - since)
         fields: Progress = {
             "pooled_since": None, "pool_start_at": None, "pooled_s": rec.pooled_s + stopped,
-            "stopped_s": rec.stopped_s + stopped, "prod_state": None, "unhealthy_since": None,
+            "prod_state": None, "unhealthy_since": None, **closed_stop(rec, since, now),
         }  # fmt: skip
         fields.update(carried_work(rec))
         rec = await self.store.instances.set_stage(rec.vast_id, "loading", now, **fields)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from vastui.config import BidsSection, Config
 from vastui.domain.worker import BidHistory, InstanceRecord, Progress
 from vastui.engine import policy
+from vastui.engine.spend import closed_stop
 
 # Pseudo-hours of prior behind a GPU model's rate, and of the model's rate behind a machine's.
 MODEL_PRIOR_H = 20.0
@@ -198,7 +199,11 @@ def observe(rec: InstanceRecord, outbid: bool, status: str | None, now: float) -
         stopped = max(0.0, now - rec.outbid_since)
         return BidChange(
             # Its counters start again from a new daemon: production is measured afresh.
-            {"outbid_since": None, "stopped_s": rec.stopped_s + stopped, "prod_state": None},
+            {
+                "outbid_since": None,
+                "prod_state": None,
+                **closed_stop(rec, rec.outbid_since, now),
+            },
             f"resumed after {stopped / 60:.0f} min outbid: the worker starts again",
             "loading",
         )

@@ -38,6 +38,7 @@ and was then destroyed for its production (``prove_*``) is not rejected: it was 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -202,16 +203,54 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+STOPS_KEPT = 32  # closed stops kept exactly per worker (older ones: spread, _stopped_within)
+
+
 def _stopped_within(rec: InstanceRecord, first: float, start: float, end: float) -> float:
     """Seconds of [start, end] it spent stopped (an outbid bid, the warm pool: billing storage
-    only): the open episode exactly, the closed ones (``stopped_s``) spread over the rental in
-    proportion."""
+    only): the open episode and the closed ones kept (``stops``) exactly, so that a window's
+    cost stays what it was when an episode closes; the rest of ``stopped_s`` (older episodes,
+    rows from before they were kept) spread over the rental in proportion."""
     open_s = 0.0
     if rec.stopped_since is not None:
         open_s = max(0.0, end - max(start, rec.stopped_since))
+    kept = stop_episodes(rec.stops)
+    exact = sum(max(0.0, min(end, b) - max(start, a)) for a, b in kept)
+    rest = max(0.0, rec.stopped_s - sum(b - a for a, b in kept))
     whole = max(0.0, end - first)
-    closed = rec.stopped_s * ((end - start) / whole) if whole > 0 else 0.0
-    return min(max(0.0, end - start), open_s + closed)
+    spread = rest * ((end - start) / whole) if whole > 0 else 0.0
+    return min(max(0.0, end - start), open_s + exact + spread)
+
+
+@lru_cache(maxsize=4096)
+def stop_episodes(text: str | None) -> tuple[tuple[float, float], ...]:
+    """A record's kept stops, [from, to] in order; anything that is not one is left out."""
+    if not text:
+        return ()
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return ()
+    out: list[tuple[float, float]] = []
+    for item in raw if isinstance(raw, list) else ():
+        if (
+            isinstance(item, list) and len(item) == 2
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in item)
+            and math.isfinite(item[0]) and math.isfinite(item[1]) and item[0] <= item[1]
+        ):  # fmt: skip
+            out.append((float(item[0]), float(item[1])))
+    return tuple(out[-STOPS_KEPT:])
+
+
+def closed_stop(rec: InstanceRecord, since: float, until: float) -> Progress:
+    """The record's fields once a stop from ``since`` ends at ``until`` (the warm pool left, a
+    bid running again): its seconds added to ``stopped_s``, the episode kept exactly."""
+    since = min(since, until)
+    kept = [*stop_episodes(rec.stops), (since, until)][-STOPS_KEPT:]
+    return Progress(
+        stopped_s=rec.stopped_s + (until - since),
+        stops=json.dumps([[round(a, 3), round(b, 3)] for a, b in kept]),
+    )
 
 
 SURPLUS_KIND = "surplus"  # destroyed because the target was lowered (provision.surplus)

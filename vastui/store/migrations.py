@@ -357,13 +357,15 @@ ALTER TABLE instances ADD COLUMN proofs_carried INTEGER NOT NULL DEFAULT 0
 """
 
 # The fleet's headline (vastui/domain/delivery.py): delivered and paid proofs over the window,
-# their cost and the capacity beside them, as the engine last counted them (JSON).
-# A machine's record may be an aborted benchmark's pace (vastui/engine/policy.py
-# bench_partial_record): its last rate is marked partial, and a partial never raises its best.
+# their cost and the capacity beside them, as the engine last counted them (JSON). A machine's
+# record may be an aborted benchmark's pace (vastui/engine/policy.py bench_partial_record): its
+# last rate is marked partial, and a partial never raises its best. A worker's latest closed
+# stops (the warm pool, outbid), kept exactly: a window's cost does not change when one closes.
 _V15 = """
 ALTER TABLE engine_status ADD COLUMN delivery TEXT;
 ALTER TABLE machine_perf ADD COLUMN last_partial INTEGER NOT NULL DEFAULT 0
     CHECK (last_partial IN (0, 1));
+ALTER TABLE instances ADD COLUMN stops TEXT;
 """
 
 MIGRATIONS: list[str] = [
