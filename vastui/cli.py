@@ -720,6 +720,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if db is not None and not Path(db).parent.is_dir():
             # A typo must not quietly start a new, empty database somewhere else.
             raise CliError(f"--db {db}: directory {Path(db).parent} does not exist")
+        if db is not None and Path(db).is_dir():
+            raise CliError(f"--db {db}: a directory, not a database file (e.g. {db}/vastui.db)")
         api_url = getattr(args, "api_url", None)
         if api_url is not None:
             _check_url(api_url)
