@@ -75,3 +75,81 @@ def test_a_store_that_fails_to_open_leaves_no_thread_behind(tmp_path: Path) -> N
         return [t for t in connection_threads() if t not in before and t.is_alive()]
 
     assert asyncio.run(attempt()) == []
+
+
+# -- no Vast API key ---------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from vastui.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def console(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, object]]:
+    """A terminal, and the console's start recorded instead of run (Textual never starts)."""
+    started: list[dict[str, object]] = []
+
+    def run_console(opts: object, **kwargs: object) -> int:
+        started.append(kwargs)
+        return 0
+
+    monkeypatch.setattr("vastui.console.app.run_console", run_console)
+    monkeypatch.setattr("vastui.cli._on_a_terminal", lambda: True)
+    monkeypatch.setenv("VASTUI_STATE_DIR", str(tmp_path / "state"))
+    return started
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--api-url", "http://127.0.0.1:8642"],  # a served simulator wants its key too
+        ["--engine-only", "--for", "1s"],
+        ["--engine-only", "--for", "1s", "--api-url", "http://127.0.0.1:8642"],
+    ],
+)
+def test_no_api_key_refuses_before_anything_starts(capsys, console, tmp_path, argv) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and console == []
+    assert err.startswith("vastui: error: no Vast API key") and err.count("\n") == 1, err
+    assert "VAST_API_KEY" in err and str(Path.home() / ".config/vastai/vast_api_key") in err
+    assert "--demo" in err
+    assert not (tmp_path / "state").exists(), "nothing was created"
+
+
+def test_a_key_file_is_enough(capsys, console) -> None:
+    key = Path.home() / ".config" / "vastai" / "vast_api_key"
+    key.parent.mkdir(parents=True)
+    key.write_text("k" * 64)
+    code, _, err = run(capsys)
+    assert code == 0 and len(console) == 1, err
+
+
+@pytest.mark.parametrize("argv", [["--demo"], ["--read-only"]])
+def test_a_console_that_runs_no_engine_of_its_own_needs_no_key(capsys, console, argv) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 0 and len(console) == 1, err
+
+
+def test_a_console_attaching_to_a_running_engine_needs_no_key(capsys, console, tmp_path) -> None:
+    import socket
+
+    db = tmp_path / "fleet.db"
+
+    async def engine_holds_the_lease() -> None:
+        async with await Store.open(db) as store:
+            await store.lease.acquire(
+                "engine", pid=os.getpid(), hostname=socket.gethostname(), mode="headless",
+                ttl=600.0,
+            )  # fmt: skip
+
+    asyncio.run(engine_holds_the_lease())
+    code, _, err = run(capsys, "--db", str(db))
+    assert code == 0 and len(console) == 1, err
+    # without the engine, the console would run its own: the key is needed
+    code, _, err = run(capsys, "--db", str(tmp_path / "other.db"))
+    assert code == 2 and "no Vast API key" in err and len(console) == 1

@@ -399,6 +399,45 @@ def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
     )
 
 
+def _on_a_terminal() -> bool:
+    """Textual draws on stderr and reads keys from stdin: without a terminal it would write
+    escape codes into a file or a pipe for as long as it ran."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _check_api_key(opts: Options, args: argparse.Namespace) -> None:
+    """An engine of this process needs the Vast API key (a served simulator's too): without one
+    the refusal is one line before anything starts, not an engine failing inside the console.
+    The demo's world needs none; nor does a console that runs no engine (read-only, or attached
+    to the engine that holds the database's lease: that engine has its own key)."""
+    import asyncio
+
+    from vastui.config import ApiKeyError, load_api_key
+
+    if opts.demo:
+        return
+    try:
+        load_api_key()
+    except ApiKeyError as exc:
+        if not args.engine_only and (args.read_only or asyncio.run(_engine_running(opts))):
+            return
+        served = " (a served simulator: the key it was started with)" if opts.api_url else ""
+        raise CliError(f"{exc}{served}") from None
+
+
+async def _engine_running(opts: Options) -> bool:
+    """Whether an engine holds the database's lease (the console would attach to it, as
+    console/sources/choose.py decides)."""
+    from vastui.backend import open_store
+    from vastui.store import StoreNotCurrent
+
+    try:
+        async with open_store(opts) as store:
+            return await store.lease.holder() is not None
+    except StoreNotCurrent:  # older than this code: the console's own engine migrates it
+        return False
+
+
 def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     from vastui.engine.runtime import parse_duration
     from vastui.store import LeaseHeld, StoreError
@@ -409,6 +448,7 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     run = _run_options(args, "headless" if args.engine_only else "console")
+    _check_api_key(opts, args)
     fleet = opts.config.fleet
     if (
         run.target_workers is None
@@ -424,9 +464,7 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
             return run_headless(opts, run, duration)
         except (LeaseHeld, StoreError, ValueError) as exc:  # held, a dead store, a bad knob
             raise CliError(str(exc)) from None
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        # Textual draws on stderr and reads keys from stdin: without a terminal it would write
-        # escape codes into a file or a pipe for as long as it ran
+    if not _on_a_terminal():
         raise CliError(
             "the console needs a terminal (stdin and stderr are not one): run the engine "
             "headless with --engine-only, or attach from a terminal"
