@@ -153,3 +153,61 @@ def test_a_console_attaching_to_a_running_engine_needs_no_key(capsys, console, t
     # without the engine, the console would run its own: the key is needed
     code, _, err = run(capsys, "--db", str(tmp_path / "other.db"))
     assert code == 2 and "no Vast API key" in err and len(console) == 1
+
+
+# -- flags checked before anything starts or logs ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--demand", "bogus:3"], ["demand 'bogus:3'", "steady:R"]),
+        (["--new-wallet"], ["--new-wallet needs a finite --demand"]),
+    ],
+)
+def test_a_bad_demo_market_is_the_only_line(tmp_path: Path, extra, words) -> None:
+    state = tmp_path / "state"
+    done = vastui(
+        "--demo", "--engine-only", "--db", str(tmp_path / "d.db"), "--for", "1s", *extra,
+        env={"VASTUI_STATE_DIR": str(state)},
+    )  # fmt: skip
+    assert_one_line_error(done, *words)
+    assert not (tmp_path / "d.db").exists()
+
+
+def test_a_metrics_port_in_use_is_the_only_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = vastui(
+            "--demo", "--engine-only", "--db", str(tmp_path / "d.db"), "--for", "1s",
+            "--metrics", f"127.0.0.1:{port}", env={"VASTUI_STATE_DIR": str(tmp_path / "state")},
+        )  # fmt: skip
+    assert_one_line_error(done, f"metrics address 127.0.0.1:{port}", "in use")
+    assert not (tmp_path / "d.db").exists(), "nothing started"
+
+
+@pytest.mark.parametrize("verb", [["--demo"], ["sim", "serve"]])
+@pytest.mark.parametrize("speed", ["0", "-5", "1e9", "1000.5", "nan", "inf"])
+def test_speed_says_what_it_accepts(capsys, verb: list[str], speed: str) -> None:
+    import socket
+
+    with pytest.raises(SystemExit) as exc, socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        # a speed let through ends at once all the same: the port is taken, nothing serves
+        port = ["--port", str(taken.getsockname()[1])] if verb[0] == "sim" else []
+        run(capsys, *verb, *port, "--speed", speed)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert f"must be > 0 and <= 1000 (simulated seconds per real second): '{speed}'" in err
+
+
+def test_the_fastest_speed_is_accepted() -> None:
+    from vastui.cli import build_parser
+
+    args = build_parser().parse_args(["--demo", "--speed", "1000"])
+    assert args.speed == 1000.0

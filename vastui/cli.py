@@ -377,10 +377,25 @@ def _non_negative(text: str) -> float:
     return value
 
 
+# The fastest a simulated world runs (--speed, simulated seconds per real second). The engine
+# looks at a simulated fleet every 0.5 s of real time (engine/runtime.py scale_settings) and
+# curio's stand-in polls at most every 50 ms (vastsim/standins/curio MIN_TICK_S): at 1000x a
+# look spans 500 simulated seconds, so the proofshare market's 45-minute deadline still holds
+# five of them; at 10,000x one look (83 minutes) would outlast it, and a request could be asked,
+# expire and be penalised unseen. A demo database carries its simulated time into the next run
+# (runtime.demo_request): a real day at 1000x is under three years of it.
+MAX_SPEED = 1000.0
+
+
 def _speed(text: str) -> float:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0: {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= MAX_SPEED:  # NaN fails too
+        raise argparse.ArgumentTypeError(
+            f"must be > 0 and <= {MAX_SPEED:g} (simulated seconds per real second): {text!r}"
+        )
     return value
 
 
@@ -448,6 +463,10 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     run = _run_options(args, "headless" if args.engine_only else "console")
+    if opts.demo:  # the world's market, checked before anything starts or logs
+        from vastui.worlds import load_world
+
+        load_world().check_demand(run.demand, run.new_wallet)
     _check_api_key(opts, args)
     fleet = opts.config.fleet
     if (
@@ -581,8 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics (e.g. 127.0.0.1:9464; else [metrics] listen; off)",
     )  # fmt: skip
     parser.add_argument(
-        "--speed", type=_speed, default=60.0, help="demo: simulated seconds per real second"
-    )
+        "--speed", type=_speed, default=60.0,
+        help=f"demo: simulated seconds per real second (at most {MAX_SPEED:g})",
+    )  # fmt: skip
     parser.add_argument(
         "--seed", type=int, default=None,
         help="demo: the market's seed (default: a new one each run; the log names it)",
@@ -698,7 +718,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ss.add_argument("--port", type=_port, default=8642, help="0: any free port")
     ss.add_argument("--seed", type=int, default=7, help="the market's seed (the demo's world)")
-    ss.add_argument("--speed", type=_speed, default=1.0, help="simulated seconds per second")
+    ss.add_argument(
+        "--speed", type=_speed, default=1.0,
+        help=f"simulated seconds per second (at most {MAX_SPEED:g})",
+    )  # fmt: skip
     ss.add_argument("--api-key", default="sim-key", help="the key clients must send")
     ss.add_argument("--faults", choices=["none", "light", "heavy"], default="none")
     ss.add_argument(
