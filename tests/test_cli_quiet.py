@@ -211,3 +211,81 @@ def test_the_fastest_speed_is_accepted() -> None:
 
     args = build_parser().parse_args(["--demo", "--speed", "1000"])
     assert args.speed == 1000.0
+
+
+# -- what spend and the parameters are, said once ----------------------------------------
+
+
+def test_help_says_what_spend_counts_and_the_parameters_size() -> None:
+    from vastui.console.panes.instances import InstancesPane
+    from vastui.console.panes.offers import OffersPane
+    from vastui.console.summary import STRIP_HELP
+    from vastui.domain.plan import PARAMS_GB
+
+    texts = [doc for _, doc in STRIP_HELP]
+    texts += [c.doc for pane in (InstancesPane, OffersPane) for c in pane.COLUMNS]
+    assert not [t for t in texts if "billed time ×" in t or "100 GB" in t]
+    from vastui.engine.spend import SPENT_MEANS
+
+    assert "bandwidth" in SPENT_MEANS and "storage" in SPENT_MEANS
+    assert any(SPENT_MEANS in doc for what, doc in STRIP_HELP if what.startswith("spent $"))
+    assert SPENT_MEANS in next(c.doc for c in InstancesPane.COLUMNS if c.key == "spent")
+    dl = next(c.doc for c in OffersPane.COLUMNS if c.key == "dl")
+    assert f"~{PARAMS_GB:.0f} GB" in dl and f"{PARAMS_GB:.0f}" == "145"
+
+
+def test_instances_carry_spend_cost_per_proof_and_kill_kind(capsys, tmp_path: Path) -> None:
+    import json
+
+    from vastui.domain.engine_state import EngineStatus
+    from vastui.domain.worker import InstanceRecord
+    from vastui.engine.spend import instance_cost
+
+    db = tmp_path / "fleet.db"
+    t0 = 1_790_000_000.0
+    now = t0 + 7200  # the demo engine's clock, as its status says: not the wall's
+    proving = InstanceRecord(
+        vast_id=1, dph_total=0.36, state="proving", created_at=t0, running_at=t0,
+        proving_at=t0 + 600, bench_rate=40.0, prod_rate=30.0, inet_down_cost=0.01,
+    )  # fmt: skip
+    benched = InstanceRecord(
+        vast_id=2, dph_total=0.5, state="benchmark", created_at=t0 + 60, running_at=t0 + 60,
+        bench_rate=50.0,
+    )  # fmt: skip
+    killed = InstanceRecord(
+        vast_id=3, dph_total=0.2, state="killed", created_at=t0, running_at=t0,
+        killed_at=t0 + 1800, failed_stage="benchmark", kill_kind="bench_below_min_rate",
+        kill_reason="benchmark 3/h below min_rate 25",
+    )  # fmt: skip
+    legacy = InstanceRecord(vast_id=4, dph_total=0.3, state="proving", source="legacy")
+
+    async def seed() -> None:
+        async with await Store.open(db) as store:
+            for rec in (proving, benched, killed, legacy):
+                await store.instances.upsert(rec, now=t0)
+            status = EngineStatus(
+                target=2, workers=2, by_stage={}, reason_kind=None, reason=None, best=None,
+                dry_run=False, updated_at=now, simulated=True,
+            )  # fmt: skip
+            await store.status.put(status)
+
+    asyncio.run(seed())
+    code, out, _ = run(capsys, "instances", "--db", str(db), "--json")
+    rows = {r["id"]: r for r in map(json.loads, out.splitlines())}
+    assert code == 0 and set(rows) == {1, 2, 3, 4}
+    for rec in (proving, benched, killed):
+        assert rows[rec.vast_id]["spent"] == pytest.approx(instance_cost(rec, now), abs=1e-4)
+    assert rows[1]["spent"] == pytest.approx(0.72 + 145 * 0.01, abs=0.01)  # 2 h and the params
+    assert rows[3]["spent"] == pytest.approx(0.1, abs=1e-4)  # half an hour, then destroyed
+    assert rows[4]["spent"] is None  # a legacy row: what it cost is not known
+    assert (rows[1]["cost_per_proof"], rows[1]["cost_per_proof_estimated"]) == (0.012, False)
+    assert (rows[2]["cost_per_proof"], rows[2]["cost_per_proof_estimated"]) == (0.01, True)
+    assert (rows[3]["cost_per_proof"], rows[3]["cost_per_proof_estimated"]) == (None, None)
+    assert rows[3]["kill_kind"] == "bench_below_min_rate" and rows[1]["kill_kind"] is None
+
+    code, out, _ = run(capsys, "instances", "--db", str(db))
+    header, *lines = out.splitlines()
+    assert code == 0 and {"$/PROOF", "SPENT", "KILL_KIND"} <= set(header.split())
+    by_id = {line.split()[0]: line for line in lines}
+    assert " 0.0120 " in by_id["1"] and " ~0.0100 " in by_id["2"]
+    assert "bench_below_min_rate" in by_id["3"]

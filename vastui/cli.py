@@ -29,6 +29,7 @@ from vastui.sanitize import sanitize_line
 # of its start-up otherwise (bench/startup.py measures it).
 if TYPE_CHECKING:
     from vastui.backend import Options
+    from vastui.domain.worker import InstanceRecord
     from vastui.engine.runtime import RunOptions
 
 EXIT_ERROR = 2
@@ -147,17 +148,42 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
     return 0
 
 
+INSTANCE_HEADERS = {"cost_per_proof": "$/PROOF"}
+
+
+def _instance_row(rec: InstanceRecord, now: float, as_json: bool) -> dict[str, Any]:
+    """A worker's record with what it cost up to ``now`` (the fleet's clock), its $/proof (the
+    console's and the strip's: engine/spend.py) and the kind of its destroy."""
+    from vastui.engine.spend import worker_cost_per_proof, worker_spent
+
+    row = rec.to_json()
+    spent = worker_spent(rec, now)
+    cost, estimated = worker_cost_per_proof(rec)
+    row["spent"] = None if spent is None else round(spent, 4)
+    row["kill_kind"] = rec.kill_kind
+    if as_json:
+        row["cost_per_proof"] = None if cost is None else round(cost, 6)
+        # True: over the benchmark's rate, production not measured yet
+        row["cost_per_proof_estimated"] = estimated if cost is not None else None
+    else:  # "~" marks the estimate, as the console's instances pane does
+        row["cost_per_proof"] = None if cost is None else f"{'~' if estimated else ''}{cost:.4f}"
+    return row
+
+
 async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
+    from vastui import status as fleet_status
     from vastui.backend import open_store
 
     async with open_store(opts) as store:
         records = await store.instances.all(include_killed=not args.live_only)
         foreign = await store.foreign.all()
-    rows = [r.to_json() for r in records]
+        # The fleet's one clock (a demo engine's is simulated): spend runs up to it.
+        now = fleet_status.fleet_now(await store.status.get(), time.time())
+    rows = [_instance_row(r, now, args.json) for r in records]
     columns = [
         "id", "label", "machine_id", "gpu_name", "state", "stage", "dph_total",
-        "bench_rate", "min_rate", "prod_completed", "prod_rate", "bid_price", "interruptions",
-        "outbid_since", "kill_reason",
+        "bench_rate", "min_rate", "prod_completed", "prod_rate", "cost_per_proof", "spent",
+        "bid_price", "interruptions", "outbid_since", "kill_kind", "kill_reason",
     ]  # fmt: skip
     if args.all:  # another controller's, as the engine last listed them: apart, never ours
         rows += [
@@ -167,7 +193,7 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
             for f in foreign
         ]  # fmt: skip
         columns.append("owner")
-    print_rows(rows, columns, args.json)
+    print_rows(rows, columns, args.json, INSTANCE_HEADERS)
     if foreign and not args.all and not args.json:
         owners = ", ".join(sorted({f.owner for f in foreign}))
         print(

@@ -63,7 +63,7 @@ from vastui.console.uistate import load_ui_state, save_ui_state
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
-from vastui.engine.spend import instance_cost
+from vastui.engine.spend import worker_spent
 from vastui.pricing import min_rate
 from vastui.sanitize import sanitize_line
 from vastui.store import StoreError
@@ -360,7 +360,7 @@ class VastuiApp(App[int]):
         return self.source.now()
 
     def spent(self, rec: InstanceRecord) -> float | None:
-        return instance_cost(rec, self.source.now()) if rec.source == "vastui" else None
+        return worker_spent(rec, self.source.now())
 
     def min_rate_for(self, dph_total: float) -> float:
         return min_rate(dph_total, self.opts.config.fleet.max_cost_per_proof)

@@ -12,6 +12,7 @@ from textual.widgets import Static
 from vastui.console.cells import age, money
 from vastui.console.snapshot import FleetEconomics, Snapshot
 from vastui.domain.engine_state import EngineStatus
+from vastui.engine.spend import SPENT_MEANS
 from vastui.sanitize import sanitize_line
 
 # What each part of the strip means (help shows this).
@@ -26,7 +27,7 @@ STRIP_HELP = (
      "workers, and their $/h over it: the $/proof of `vastui status` and of the metric "
      "vastui_cost_per_proof_dollars; 'est' marks the benchmarks' estimate while production is "
      "not measured yet"),
-    ("spent $4.10 today", "billed time × $/h today (UTC); all time; on rejected workers "
+    ("spent $4.10 today", f"{SPENT_MEANS}: today (UTC); all time; on rejected workers "
      "(destroyed before they proved)"),
     ("spent $4.10/$50 today", "with a daily budget (fleet.max_daily_spend): yellow from 80 %, "
      "red once reached (nothing more is rented until midnight UTC)"),
