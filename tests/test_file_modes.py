@@ -177,3 +177,27 @@ def test_tightening_a_file_never_opens_it(tmp_path, monkeypatch):
     cfg.tighten_private(loose)
     assert (loose.stat().st_mode & 0o777) == 0o600
     assert str(loose) not in opened
+
+
+async def test_every_directory_vastui_makes_under_its_state_is_private_and_quiet(
+    umask: int, _isolated_env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a fresh HOME nothing vastui makes is open to others, so nothing is warned about: the
+    demo's run lock (taken before the database is opened), the finished runs' directory, the
+    simulated workers' sandboxes."""
+    from vastsim.hosting import sandbox_parent
+    from vastui.store.archive import archive_finished_run, run_lock, runs_dir
+
+    state_home = Path(os.environ["XDG_STATE_HOME"])
+    assert not state_home.exists()
+    db = default_db_path(demo=True)
+    with caplog.at_level(logging.WARNING, logger="vastui.files"):
+        with run_lock(db):
+            async with await Store.open(db) as store:
+                await store.instances.upsert(InstanceRecord(vast_id=5), now=T0)
+        with run_lock(db):
+            assert await archive_finished_run(db) is not None
+        sim = sandbox_parent()
+    assert [r.getMessage() for r in caplog.records if r.name == "vastui.files"] == []
+    for directory in (state_home.parent, state_home, state_dir(), runs_dir(db), sim):
+        assert mode(directory) == 0o700, directory

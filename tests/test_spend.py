@@ -1,4 +1,5 @@
-"""Spend as pure functions of instance records: billed time × $/h, today, since start, rejected."""
+"""Spend as pure functions of instance records: storage, GPU time and bandwidth as Vast bills
+them; today, since start, rejected."""
 
 from __future__ import annotations
 

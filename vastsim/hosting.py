@@ -36,7 +36,7 @@ from vastsim.harmonydb import (
 from vastsim.lotus import FakeLotus
 from vastsim.proofsvc import DemandPolicy, Market
 from vastsim.workers import SimWorkerHost, reap_stale_sandboxes
-from vastui.config import state_dir
+from vastui.config import ensure_state_dir
 
 log = logging.getLogger("vastsim.hosting")
 
@@ -57,9 +57,7 @@ def host_maintenance(machine_fault_rate: float) -> float:
 
 
 def sandbox_parent() -> Path:
-    path = state_dir() / "sim"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    return ensure_state_dir("sim")  # vastui's state directory and this one: 0700
 
 
 @dataclass

@@ -18,7 +18,7 @@ import uvicorn
 from vastsim.app import make_app
 from vastsim.cloud import SimCloud
 from vastsim.demand import CHALLENGES_PER_SLOT, FiniteDemand
-from vastui.config import write_private
+from vastui.config import ensure_parent_dir, write_private
 
 
 class ListenError(Exception):
@@ -190,7 +190,7 @@ async def serve_cloud(
             if clock is not None:
                 say(f"vastui sim: VASTUI_SIM_CLOCK={clock}")
             if opts.write_config is not None:
-                opts.write_config.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                ensure_parent_dir(opts.write_config)  # every directory made 0700
                 write_private(opts.write_config, engine_config(api_url, addrs, curio))
                 env = f"VASTUI_SIM_CLOCK={clock} " if clock is not None else ""
                 say(

@@ -40,14 +40,18 @@ class SimWorld:
     def client(self, seed: int | None, speed: float, **client_kwargs: Any) -> VastClient:
         return client_for_cloud(make_demo_cloud(seed, speed), **client_kwargs)
 
-    @asynccontextmanager
-    async def demo(self, request: DemoRequest) -> AsyncIterator[DemoWorld]:
-        cloud = demo_cloud(request)
-        # The worker hosts and the controller's stand-ins, as `vastui sim serve` runs them.
+    def check_demand(self, demand: str, new_wallet: bool) -> None:
         try:
-            demand = market_demand(request.demand, cloud.seed, request.new_wallet)
+            market_demand(demand, 0, new_wallet)
         except DemandError as exc:
             raise WorldError(str(exc)) from None
+
+    @asynccontextmanager
+    async def demo(self, request: DemoRequest) -> AsyncIterator[DemoWorld]:
+        self.check_demand(request.demand, request.new_wallet)  # before the cloud logs its seed
+        cloud = demo_cloud(request)
+        # The worker hosts and the controller's stand-ins, as `vastui sim serve` runs them.
+        demand = market_demand(request.demand, cloud.seed, request.new_wallet)
         async with worker_hosts(
             cloud, speed=request.speed, machine_fault_rate=request.machine_fault_rate,
             demand=demand, lotus_token=request.lotus_token,

@@ -30,6 +30,7 @@ from vastui.sanitize import sanitize_line
 # of its start-up otherwise (bench/startup.py measures it).
 if TYPE_CHECKING:
     from vastui.backend import Options
+    from vastui.domain.worker import InstanceRecord
     from vastui.engine.runtime import RunOptions
 
 EXIT_ERROR = 2
@@ -148,17 +149,43 @@ async def cmd_offers(opts: Options, args: argparse.Namespace) -> int:
     return 0
 
 
+INSTANCE_HEADERS = {"cost_per_proof": "$/PROOF"}
+
+
+def _instance_row(rec: InstanceRecord, now: float, as_json: bool) -> dict[str, Any]:
+    """A worker's record with what it cost up to ``now`` (the fleet's clock), its $/proof (the
+    console's and the strip's: engine/spend.py) and the kind of its destroy."""
+    from vastui.engine.spend import worker_cost_per_proof, worker_spent
+
+    row = rec.to_json()
+    spent = worker_spent(rec, now)
+    cost, estimated = worker_cost_per_proof(rec)
+    row["spent"] = None if spent is None else round(spent, 4)
+    row["kill_kind"] = rec.kill_kind
+    if as_json:
+        row["cost_per_proof"] = None if cost is None else round(cost, 6)
+        # True: over the benchmark's rate, production not measured yet
+        row["cost_per_proof_estimated"] = estimated if cost is not None else None
+    else:  # "~" marks the estimate, as the console's instances pane does
+        row["cost_per_proof"] = None if cost is None else f"{'~' if estimated else ''}{cost:.4f}"
+        row["state"] = rec.phase  # what it does now: a stopped worker is not proving
+    return row
+
+
 async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
+    from vastui import status as fleet_status
     from vastui.backend import open_store
 
     async with open_store(opts) as store:
         records = await store.instances.all(include_killed=not args.live_only)
         foreign = await store.foreign.all()
-    rows = [r.to_json() for r in records]
+        # The fleet's one clock (a demo engine's is simulated): spend runs up to it.
+        now = fleet_status.fleet_now(await store.status.get(), time.time())
+    rows = [_instance_row(r, now, args.json) for r in records]
     columns = [
         "id", "label", "machine_id", "gpu_name", "state", "stage", "dph_total",
-        "bench_rate", "min_rate", "prod_completed", "prod_rate", "bid_price", "interruptions",
-        "outbid_since", "kill_reason",
+        "bench_rate", "min_rate", "prod_completed", "prod_rate", "cost_per_proof", "spent",
+        "bid_price", "interruptions", "outbid_since", "kill_kind", "kill_reason",
     ]  # fmt: skip
     if args.all:  # another controller's, as the engine last listed them: apart, never ours
         rows += [
@@ -168,7 +195,7 @@ async def cmd_instances(opts: Options, args: argparse.Namespace) -> int:
             for f in foreign
         ]  # fmt: skip
         columns.append("owner")
-    print_rows(rows, columns, args.json)
+    print_rows(rows, columns, args.json, INSTANCE_HEADERS)
     if foreign and not args.all and not args.json:
         owners = ", ".join(sorted({f.owner for f in foreign}))
         print(
@@ -451,10 +478,25 @@ def _non_negative(text: str) -> float:
     return value
 
 
+# The fastest a simulated world runs (--speed, simulated seconds per real second). The engine
+# looks at a simulated fleet every 0.5 s of real time (engine/runtime.py scale_settings) and
+# curio's stand-in polls at most every 50 ms (vastsim/standins/curio MIN_TICK_S): at 1000x a
+# look spans 500 simulated seconds, so the proofshare market's 45-minute deadline still holds
+# five of them; at 10,000x one look (83 minutes) would outlast it, and a request could be asked,
+# expire and be penalised unseen. A demo database carries its simulated time into the next run
+# (runtime.demo_request): a real day at 1000x is under three years of it.
+MAX_SPEED = 1000.0
+
+
 def _speed(text: str) -> float:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0: {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= MAX_SPEED:  # NaN fails too
+        raise argparse.ArgumentTypeError(
+            f"must be > 0 and <= {MAX_SPEED:g} (simulated seconds per real second): {text!r}"
+        )
     return value
 
 
@@ -473,6 +515,45 @@ def _run_options(args: argparse.Namespace, mode: str) -> RunOptions:
     )
 
 
+def _on_a_terminal() -> bool:
+    """Textual draws on stderr and reads keys from stdin: without a terminal it would write
+    escape codes into a file or a pipe for as long as it ran."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _check_api_key(opts: Options, args: argparse.Namespace) -> None:
+    """An engine of this process needs the Vast API key (a served simulator's too): without one
+    the refusal is one line before anything starts, not an engine failing inside the console.
+    The demo's world needs none; nor does a console that runs no engine (read-only, or attached
+    to the engine that holds the database's lease: that engine has its own key)."""
+    import asyncio
+
+    from vastui.config import ApiKeyError, load_api_key
+
+    if opts.demo:
+        return
+    try:
+        load_api_key()
+    except ApiKeyError as exc:
+        if not args.engine_only and (args.read_only or asyncio.run(_engine_running(opts))):
+            return
+        served = " (a served simulator: the key it was started with)" if opts.api_url else ""
+        raise CliError(f"{exc}{served}") from None
+
+
+async def _engine_running(opts: Options) -> bool:
+    """Whether an engine holds the database's lease (the console would attach to it, as
+    console/sources/choose.py decides)."""
+    from vastui.backend import open_store
+    from vastui.store import StoreNotCurrent
+
+    try:
+        async with open_store(opts) as store:
+            return await store.lease.holder() is not None
+    except StoreNotCurrent:  # older than this code: the console's own engine migrates it
+        return False
+
+
 def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     from vastui.engine.runtime import parse_duration
     from vastui.store import LeaseHeld, StoreError
@@ -483,6 +564,11 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     run = _run_options(args, "headless" if args.engine_only else "console")
+    if opts.demo:  # the world's market, checked before anything starts or logs
+        from vastui.worlds import load_world
+
+        load_world().check_demand(run.demand, run.new_wallet)
+    _check_api_key(opts, args)
     fleet = opts.config.fleet
     if (
         run.target_workers is None
@@ -498,9 +584,7 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
             return run_headless(opts, run, duration)
         except (LeaseHeld, StoreError, ValueError) as exc:  # held, a dead store, a bad knob
             raise CliError(str(exc)) from None
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        # Textual draws on stderr and reads keys from stdin: without a terminal it would write
-        # escape codes into a file or a pipe for as long as it ran
+    if not _on_a_terminal():
         raise CliError(
             "the console needs a terminal (stdin and stderr are not one): run the engine "
             "headless with --engine-only, or attach from a terminal"
@@ -617,8 +701,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics (e.g. 127.0.0.1:9464; else [metrics] listen; off)",
     )  # fmt: skip
     parser.add_argument(
-        "--speed", type=_speed, default=60.0, help="demo: simulated seconds per real second"
-    )
+        "--speed", type=_speed, default=60.0,
+        help=f"demo: simulated seconds per real second (at most {MAX_SPEED:g})",
+    )  # fmt: skip
     parser.add_argument(
         "--seed", type=int, default=None,
         help="demo: the market's seed (default: a new one each run; the log names it)",
@@ -734,7 +819,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ss.add_argument("--port", type=_port, default=8642, help="0: any free port")
     ss.add_argument("--seed", type=int, default=7, help="the market's seed (the demo's world)")
-    ss.add_argument("--speed", type=_speed, default=1.0, help="simulated seconds per second")
+    ss.add_argument(
+        "--speed", type=_speed, default=1.0,
+        help=f"simulated seconds per second (at most {MAX_SPEED:g})",
+    )  # fmt: skip
     ss.add_argument("--api-key", default="sim-key", help="the key clients must send")
     ss.add_argument("--faults", choices=["none", "light", "heavy"], default="none")
     ss.add_argument(
@@ -794,6 +882,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if db is not None and not Path(db).parent.is_dir():
             # A typo must not quietly start a new, empty database somewhere else.
             raise CliError(f"--db {db}: directory {Path(db).parent} does not exist")
+        if db is not None and Path(db).is_dir():
+            raise CliError(f"--db {db}: a directory, not a database file (e.g. {db}/vastui.db)")
         api_url = getattr(args, "api_url", None)
         if api_url is not None:
             _check_url(api_url)

@@ -403,6 +403,7 @@ class MetricsServer:
     """The engine's registry served over HTTP (prometheus-client's own server, in a thread)."""
 
     def __init__(self, collector: FleetCollector) -> None:
+        self.collector = collector
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         self._server: WSGIServer | None = None

@@ -91,6 +91,11 @@ class World(Protocol):
         """Serve the world over HTTP until SIGTERM or SIGINT; WorldError for one line."""
         ...
 
+    def check_demand(self, demand: str, new_wallet: bool) -> None:
+        """WorldError (one line) if the world cannot run this market (``DemoRequest.demand``
+        and ``new_wallet``): asked before a demo starts anything."""
+        ...
+
 
 def load_world(name: str = SIMULATOR) -> World:
     """The installed world ``name``, or WorldMissing naming what to install."""

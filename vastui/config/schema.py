@@ -106,9 +106,10 @@ class FleetSection:
     # not theirs: no strikes or bans, provisioning paused. 0 turns the check off.
     fleet_failure_machines: int = 3
     fleet_failure_window_min: float = 60.0
-    # Dollars a UTC day may spend (as `vastui status` counts today: every worker's billed time
-    # since midnight UTC). At the cap nothing more is rented that day; nothing is destroyed for
-    # it. 0: no daily cap (max_total_dph still caps the hourly rate).
+    # Dollars a UTC day may spend (as `vastui status` counts today: what Vast bills every
+    # worker since midnight UTC, storage, GPU time and bandwidth). At the cap nothing more is
+    # rented that day; nothing is destroyed for it. 0: no daily cap (max_total_dph still caps
+    # the hourly rate).
     max_daily_spend: float = 0.0
     # A breaker on renting: more rents than this per target slot within an hour (the account's
     # lists lagging, a market that refuses every image) stops renting with a reason and an

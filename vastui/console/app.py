@@ -73,7 +73,7 @@ from vastui.domain.delivery import Delivery
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.ranking import RankedOffer
 from vastui.engine.runtime import RunOptions
-from vastui.engine.spend import instance_cost
+from vastui.engine.spend import worker_spent
 from vastui.pricing import min_rate
 from vastui.sanitize import sanitize_line
 from vastui.store import StoreError
@@ -384,7 +384,7 @@ class VastuiApp(App[int]):
         return self.source.now()
 
     def spent(self, rec: InstanceRecord) -> float | None:
-        return instance_cost(rec, self.source.now()) if rec.source == "vastui" else None
+        return worker_spent(rec, self.source.now())
 
     def delivery(self) -> Delivery | None:
         """The fleet's headline as the engine last published it (the strip's)."""

@@ -14,6 +14,7 @@ from vastui.console.snapshot import Snapshot
 from vastui.domain.delivery import CUZK, Delivery
 from vastui.domain.engine_state import EngineStatus
 from vastui.domain.timefmt import iso_utc
+from vastui.engine.spend import SPENT_MEANS
 from vastui.sanitize import sanitize_line
 
 # What each part of the strip means (help shows this).
@@ -35,8 +36,8 @@ STRIP_HELP = (
     ("cap 146", "capacity: proofs/h the proving workers could prove kept full (each one's rate "
      "measured at full feed in production, else its benchmark's)"),
     ("stopped 1 $0.01/h", "workers stopped in the warm pool or outbid: the storage they bill"),
-    ("spent $4.10 today", "what Vast billed today (UTC: GPU hours, disks while loading or "
-     "stopped, bandwidth); all time; on rejected workers (destroyed before they proved)"),
+    ("spent $4.10 today", f"{SPENT_MEANS}: today (UTC); all time; on rejected workers "
+     "(destroyed before they proved)"),
     ("spent $4.10/$50 today", "with a daily budget (fleet.max_daily_spend): yellow from 80 %, "
      "red once reached (nothing more is rented until midnight UTC)"),
     ("credit $87.20", "the Vast account's credit as the engine last read it; red when out"),

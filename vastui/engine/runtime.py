@@ -126,20 +126,28 @@ async def engine_runtime(
         )
     owner = uuid.uuid4().hex
     archived = None
+    # The metrics port first: one already in use is a one-line error before anything else
+    # starts, moves a database or logs.
+    metrics = _metrics_server(config, run)
     # A demo's cloud ends with its run: a finished run's database is moved aside, under the
     # lock that also covers this engine's lease (vastui/store/archive.py).
-    with run_lock(opts.db_path) if opts.demo else contextlib.nullcontext():
-        if opts.demo:
-            archived = await archive_finished_run(opts.db_path)
-        store = await Store.open(opts.db_path)
-        try:
-            await store.lease.acquire(
-                owner, pid=os.getpid(), hostname=socket.gethostname(), mode=run.mode,
-                ttl=LEASE_TTL,
-            )  # fmt: skip
-        except BaseException:
-            await store.close()
-            raise
+    try:
+        with run_lock(opts.db_path) if opts.demo else contextlib.nullcontext():
+            if opts.demo:
+                archived = await archive_finished_run(opts.db_path)
+            store = await Store.open(opts.db_path)
+            try:
+                await store.lease.acquire(
+                    owner, pid=os.getpid(), hostname=socket.gethostname(), mode=run.mode,
+                    ttl=LEASE_TTL,
+                )  # fmt: skip
+            except BaseException:
+                await store.close()
+                raise
+    except BaseException:
+        if metrics is not None:
+            metrics.stop()
+        raise
     if archived is not None:
         carried = carry_learning(opts.db_path, archived)
         learned = ", ".join(f"{n} {table}" for table, n in carried.items()) or "nothing"
@@ -147,6 +155,8 @@ async def engine_runtime(
                  "(carried over what it learned per machine: %s)", archived, learned)  # fmt: skip
     stack = contextlib.AsyncExitStack()
     try:
+        if metrics is not None:
+            stack.callback(metrics.stop)
         stack.push_async_callback(_release, store, owner)
         key_path, public_key = ensure_ssh_key(config)
         # a bad password file is a one-line error now, not at a rent
@@ -183,7 +193,7 @@ async def engine_runtime(
                 on_change=on_change, clock=clock[0] if clock else SteadyClock(), cluster=reader,
             )  # fmt: skip
         stack.push_async_callback(engine.close)
-        engine.monitor = await _monitor(stack, config, run, engine.client.secrets())
+        engine.monitor = await _monitor(stack, config, metrics, engine.client.secrets())
         heartbeat = asyncio.create_task(_heartbeat(store, owner, engine))
         try:
             yield EngineRuntime(engine, store, demo, cluster, archived)
@@ -277,8 +287,22 @@ def cluster_configured(config: Config, password: str | None) -> bool:
     return config.curio.cluster_named or password is not None
 
 
+def _metrics_server(config: Config, run: RunOptions) -> MetricsServer | None:
+    """The engine's metrics served, as configured (``--metrics``, else ``[metrics] listen``),
+    over a collector the monitor fills; None when off."""
+    listen = run.metrics or config.metrics.listen
+    if not listen:
+        return None
+    server = MetricsServer(FleetCollector())
+    server.start(listen)
+    return server
+
+
 async def _monitor(
-    stack: contextlib.AsyncExitStack, config: Config, run: RunOptions, secrets: tuple[str, ...]
+    stack: contextlib.AsyncExitStack,
+    config: Config,
+    metrics: MetricsServer | None,
+    secrets: tuple[str, ...],
 ) -> Monitor:
     """Metrics (served from the engine's own registry) and alerts, as configured."""
     a = config.alerts
@@ -286,12 +310,8 @@ async def _monitor(
         webhook=a.webhook or None, command=a.command, timeout_s=a.timeout_s, secrets=secrets
     )
     stack.push_async_callback(notifier.close)
-    listen = run.metrics or config.metrics.listen
-    monitor = Monitor(config, collector=FleetCollector() if listen else None, notifier=notifier)
-    if monitor.collector is not None:
-        monitor.server = MetricsServer(monitor.collector)
-        monitor.server.start(listen)
-        stack.callback(monitor.server.stop)
+    monitor = Monitor(config, collector=metrics.collector if metrics else None, notifier=notifier)
+    monitor.server = metrics
     return monitor
 
 

@@ -1,6 +1,7 @@
 """Dollars spent, per instance and for the fleet, as pure functions of the instance records.
 
-Billed time × $/h, from what Vast gives (/work/shared/reference/vast-api.md §6, the instance
+Time billed at its rate (storage, or the GPU's $/h while running) and bandwidth per GB, from
+what Vast gives (/work/shared/reference/vast-api.md §6, the instance
 object, and §11, the lifecycle):
 
 * **$/h** is the instance's ``dph_total``: storage included (``dph_base + storage_total_cost``),
@@ -103,6 +104,19 @@ def running_since(rec: InstanceRecord, uptime_mins: float | None, now: float) ->
 def instance_cost(rec: InstanceRecord, now: float, since: float | None = None) -> float:
     """Dollars this instance cost up to `now` (only the part after `since`, when given)."""
     return time_cost(rec, now, since) + bandwidth_cost(rec, now, since)
+
+
+# What "spent" means wherever the operator reads it (the strip, the instances pane, the CLI).
+SPENT_MEANS = (
+    "what Vast bills: storage while loading or stopped, $/h while running, bandwidth at the "
+    "offer's $/GB"
+)
+
+
+def worker_spent(rec: InstanceRecord, now: float) -> float | None:
+    """What this worker cost up to ``now``; None for a legacy row (what the original tool paid
+    is not recorded: :func:`counted`)."""
+    return instance_cost(rec, now) if counted([rec]) else None
 
 
 def time_cost(rec: InstanceRecord, now: float, since: float | None = None) -> float:

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from vastui.config import ensure_parent_dir, make_private_dir
+
 from .errors import StoreError, StoreNotCurrent
 from .lease import holder_is_dead
 from .store import Store
@@ -41,7 +43,7 @@ def runs_dir(db: Path) -> Path:
 def run_lock(db: Path) -> Iterator[None]:
     """Held from the look at the old run's lease to the new engine's lease, so that two demos
     started together cannot both move a database (one would move the other's, open)."""
-    db.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent_dir(db)  # 0700, as the database's own open would make it
     fd = os.open(db.with_name(f"{db.name}.run-lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -71,7 +73,7 @@ async def archive_finished_run(db: Path, *, now: float | None = None) -> Path | 
                 return None  # nothing happened in it
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
     dest_dir = runs_dir(db)
-    dest_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dir(dest_dir)
     dest = _free_name(dest_dir / f"{db.stem}-{stamp}{db.suffix}")
     # The sidecars first: a new database must never find the old run's write-ahead log.
     for suffix in _SIDECARS:

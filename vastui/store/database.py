@@ -87,6 +87,23 @@ def _prepare_file(path: Path) -> None:
         raise StoreError(f"cannot create database {path}: {e.strerror or e}") from e
 
 
+async def _connect(path: Path) -> aiosqlite.Connection:
+    """aiosqlite's connection, its worker thread gone when the connect fails.
+
+    On a failed connect aiosqlite (0.22, core.py ``Connection._connect``) queues its thread's
+    stop and raises at once; the thread then hands the stop's result to this event loop, which
+    ``asyncio.run`` may have closed by then: an "Event loop is closed" traceback after the
+    one-line error (``vastui --db DIR status``). The thread is waited for before raising."""
+    conn = aiosqlite.connect(path, isolation_level=None)
+    try:
+        return await conn
+    except BaseException:
+        thread = getattr(conn, "_thread", None)  # aiosqlite's own; none in another version
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join)
+        raise
+
+
 def _open_error(path: Path, e: sqlite3.Error) -> StoreError:
     error = store_error(path, e, "")
     if isinstance(error, StoreFatal):
@@ -172,7 +189,7 @@ class Database:
             )
         _prepare_file(path)
         try:
-            conn = await aiosqlite.connect(path, isolation_level=None)
+            conn = await _connect(path)
         except sqlite3.Error as e:
             raise _open_error(path, e) from e
         conn.row_factory = sqlite3.Row

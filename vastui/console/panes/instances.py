@@ -22,7 +22,7 @@ from vastui.console.panes.offers import ask_ignore
 from vastui.domain.worker import ForeignInstance, InstanceRecord
 from vastui.engine.cluster import cluster_held
 from vastui.engine.policy import LIVE_STAGES
-from vastui.engine.spend import worker_cost_per_proof
+from vastui.engine.spend import SPENT_MEANS, worker_cost_per_proof
 from vastui.sanitize import sanitize_line
 
 STATE_STYLE = {
@@ -57,7 +57,7 @@ class InstancesPane(TablePane):
                "(red: still held, the release owed)"),
         Column("dph", "$/h", 6, "price per hour"),
         Column("cpp", "$/proof", 8, "$/h ÷ measured proofs/h; ~ marks the benchmark's estimate"),
-        Column("spent", "Spent", 7, "dollars billed so far: billed time × $/h"),
+        Column("spent", "Spent", 7, f"dollars spent so far: {SPENT_MEANS}"),
         Column("up", "Uptime", 6, "time since it was rented (to its destroy, once destroyed)"),
         Column("machine", "Machine", 7, "machine_id: the physical machine (what a ban is of)"),
         Column("label", "Label", 24, "vastui-<fleet>-<id>: how vastui knows its own instances",

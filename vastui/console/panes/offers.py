@@ -26,6 +26,7 @@ from vastui.console.panes.base import (
     TablePane,
 )
 from vastui.domain.machines import REASON_MAX_CHARS
+from vastui.domain.plan import PARAMS_GB
 from vastui.engine.ranking import RankedOffer
 from vastui.sanitize import sanitize_line
 from vastui.vast.query import MAX_FILTER_CHARS, QueryError, build_search_body
@@ -58,7 +59,7 @@ class OffersPane(TablePane):
         Column("cores", "Cores", 5, "CPU cores of the offer"),
         Column("cpu", "CPU", 14, "CPU model", grow=16),
         Column("pcie", "PCIe", 5, "PCIe bandwidth, GB/s"),
-        Column("dl", "DL Mb/s", 7, "download speed (parameters are ~100 GB)"),
+        Column("dl", "DL Mb/s", 7, f"download speed (the parameters are ~{PARAMS_GB:.0f} GB)"),
         Column("rel", "Rel%", 5, "Vast's reliability score"),
         Column("loc", "Location", 16, "where the machine is", grow=14),
         Column("machine", "Machine", 7, "machine_id: the physical machine (what a ban is of)"),
