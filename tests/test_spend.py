@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -307,3 +308,30 @@ def test_kept_stops_are_bounded_and_only_what_they_say() -> None:
     assert len(stop_episodes(rec.stops)) == STOPS_KEPT and rec.stopped_s == 5 * (STOPS_KEPT + 5)
     for junk in ("[[1, 2, 3]]", "[[2, 1]]", '[["a", 1]]', "[[1e400, 2]]", "{", "[true]"):
         assert stop_episodes(junk) == ()
+
+
+async def test_a_start_from_the_warm_pool_does_not_fetch_the_parameters_again(
+    tmp_path: Path,
+) -> None:
+    """A pooled worker started again passes through paramfetch and benchmark anew (its stage
+    times move on), finding its parameters on its disk: their bandwidth stays where the first
+    fetch put it (in a recorded run they moved to the restart, \\$0.38 into a window at once)."""
+    from vastui.store import Store
+
+    t0 = NOW - 5 * H
+    rec = inst(70, state="loading", created_at=t0, inet_down=1000.0, inet_down_cost=DOWN)
+    async with await Store.open(tmp_path / "s.db") as store:
+        await store.instances.upsert(rec, now=t0)
+        for stage, at in (("paramfetch", t0 + 60), ("benchmark", t0 + 1500),
+                          ("proving", t0 + 3000)):  # fmt: skip
+            await store.instances.set_stage(70, stage, now=at)
+        first = await store.instances.get(70)
+        for stage, at in (("loading", NOW - 600), ("paramfetch", NOW - 500),
+                          ("benchmark", NOW - 480), ("proving", NOW - 300)):  # fmt: skip
+            await store.instances.set_stage(70, stage, now=at)
+        again = await store.instances.get(70)
+    assert (again.params_from, again.params_to) == (t0 + 60, t0 + 1500)
+    assert again.paramfetch_at == NOW - 500  # the stage times move on
+    assert bandwidth_cost(again, NOW, since=NOW - H) == 0.0
+    assert bandwidth_cost(again, NOW) == pytest.approx(PARAMS_GB * DOWN)
+    assert bandwidth_cost(first, t0 + 3000) == pytest.approx(PARAMS_GB * DOWN)

@@ -102,6 +102,10 @@ class InstanceRecord:
     # stopped_s sums, kept so that a window's cost does not change when an episode closes
     # (migration 15; older episodes are spread over the rental: vastui/engine/spend.py)
     stops: str | None = None
+    # the parameters' first fetch: its start and its end (the benchmark, or proving, began);
+    # later passes through the stages (a start from the warm pool) fetch nothing again
+    params_from: float | None = None
+    params_to: float | None = None
 
     @property
     def stopped_since(self) -> float | None:

@@ -166,14 +166,17 @@ def bandwidth_cost(rec: InstanceRecord, now: float, since: float | None = None) 
 
 
 def params_gb(rec: InstanceRecord, at: float) -> float:
-    """GB of parameters the rental had downloaded by ``at``: during the fetch, what the offer's
-    link carries in its time so far; once it ended (the benchmark began), all of them (the
-    rest, if the link was slower than listed, at its end). So a figure over a window never
+    """GB of parameters the rental had downloaded by ``at``: during its first fetch, what the
+    offer's link carries in its time so far; once it ended (the benchmark began), all of them
+    (the rest, if the link was slower than listed, at its end). So a figure over a window never
     changes after the fact: the parameters enter a window as they came and leave it the same
-    way. A fetch whose start is unknown or came after its end (a worker started again from the
-    warm pool found them on its disk) billed them all when its first one ended."""
-    start = rec.paramfetch_at
-    ended = rec.benchmark_at if rec.benchmark_at is not None else rec.proving_at
+    way. The first fetch is the one billed (``params_from``/``params_to``; a start from the
+    warm pool passes through the stages again and finds them on its disk); a row from before
+    those were kept reads its stage times, and one with no start billed them all at its end."""
+    start = rec.params_from if rec.params_from is not None else rec.paramfetch_at
+    ended = rec.params_to
+    if ended is None:
+        ended = rec.benchmark_at if rec.benchmark_at is not None else rec.proving_at
     if ended is not None and (at >= ended or start is None or start >= ended):
         return PARAMS_GB if at >= ended else 0.0
     if start is None or at <= start or not rec.inet_down or rec.inet_down <= 0:

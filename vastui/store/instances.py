@@ -33,6 +33,12 @@ _UPSERT = (
     + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("vast_id", "created_at"))
 )
 _BY_ID = "SELECT * FROM instances WHERE vast_id = ?"
+# What entering a stage keeps of the parameters' first fetch (set once: InstanceRecord.params_*)
+_FIRST_FETCH = {
+    "paramfetch": ", params_from = COALESCE(params_from, :ts)",
+    "benchmark": ", params_to = COALESCE(params_to, :ts)",
+    "proving": ", params_to = COALESCE(params_to, :ts)",
+}
 
 
 def instance_from_row(row: sqlite3.Row) -> InstanceRecord:
@@ -152,10 +158,13 @@ class InstanceRepo:
                 )
                 row = await self.row(conn, vast_id)
             if row is not None and row["state"] != stage:
+                # The parameters' first fetch is kept (a start from the warm pool fetches
+                # nothing again, yet passes through the stages anew): spend bills them then.
+                first = _FIRST_FETCH.get(stage, "")
                 await conn.execute(
-                    f"UPDATE instances SET state = ?, stage_started_at = ?, {stage}_at = ?"
-                    " WHERE vast_id = ?",
-                    (stage, ts, ts, vast_id),
+                    f"UPDATE instances SET state = :stage, stage_started_at = :ts, {stage}_at = :ts"
+                    f"{first} WHERE vast_id = :vast_id",
+                    {"stage": stage, "ts": ts, "vast_id": vast_id},
                 )
                 row = await self.row(conn, vast_id)
         assert row is not None

@@ -360,12 +360,15 @@ ALTER TABLE instances ADD COLUMN proofs_carried INTEGER NOT NULL DEFAULT 0
 # their cost and the capacity beside them, as the engine last counted them (JSON). A machine's
 # record may be an aborted benchmark's pace (vastui/engine/policy.py bench_partial_record): its
 # last rate is marked partial, and a partial never raises its best. A worker's latest closed
-# stops (the warm pool, outbid), kept exactly: a window's cost does not change when one closes.
+# stops (the warm pool, outbid), kept exactly: a window's cost does not change when one closes;
+# and the parameters' first fetch, which a start from the warm pool does not repeat.
 _V15 = """
 ALTER TABLE engine_status ADD COLUMN delivery TEXT;
 ALTER TABLE machine_perf ADD COLUMN last_partial INTEGER NOT NULL DEFAULT 0
     CHECK (last_partial IN (0, 1));
 ALTER TABLE instances ADD COLUMN stops TEXT;
+ALTER TABLE instances ADD COLUMN params_from REAL;
+ALTER TABLE instances ADD COLUMN params_to REAL;
 """
 
 MIGRATIONS: list[str] = [
