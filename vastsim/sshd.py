@@ -20,7 +20,10 @@ from typing import Any
 
 import asyncssh
 
+from vastui.ssh.lostwrites import install as skip_lost_sockets
+
 log = logging.getLogger("vastsim.sshd")
+skip_lost_sockets()  # a tunnel's data is not written on to a socket found lost (one log line each)
 
 # The worker's 127.0.0.1:1234 is the Lotus API; many simulated instances share this host's
 # loopback, so each forward listens on a free port and the sandbox learns it from this file.

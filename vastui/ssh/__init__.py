@@ -16,9 +16,14 @@ from .errors import (
     WorkerProtocolError,
 )
 from .lines import LogBatch
+from .lostwrites import install as _skip_lost_sockets
 from .pins import HostKeyPins, MemoryPins, PinConflict, StorePins
 from .pool import SshPool
 from .worker import LOG_SOURCES, Worker, workerctl
+
+# asyncssh stops writing to a socket asyncio has found lost (lostwrites.py): every process that
+# speaks SSH through vastui, the engine's and the simulator's sshd, without a log line per write.
+_skip_lost_sockets()
 
 __all__ = [
     "LOG_SOURCES",
