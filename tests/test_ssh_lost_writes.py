@@ -223,3 +223,30 @@ async def test_a_busy_tunnel_ends_without_lost_write_lines(
         await asyncio.gather(*tunnel.talkers, return_exceptions=True)
     await tunnel.close()
     assert lost_lines(asyncio_warnings) == []
+
+
+# asyncssh 2.24.1's bodies, which vastui/ssh/lostwrites.py copied with one check added
+COPIED = {
+    "SSHConnection._send": [
+        "if self._transport:", "try:", "self._transport.write(data)",
+        "except ConnectionError: # pragma: no cover", "pass",
+    ],
+    "SSHForwarder.write": [
+        "if not self._transport:", "return # pragma: no cover", "try:",
+        "self._transport.write(data)", "except OSError: # pragma: no cover", "pass",
+    ],
+}  # fmt: skip
+
+
+def test_the_methods_replaced_are_the_ones_copied() -> None:
+    """A newer asyncssh that changes either method must be read again before the copy stands."""
+    import inspect
+
+    from vastui.ssh import lostwrites
+
+    lostwrites.install()
+    for name, body in COPIED.items():
+        source = inspect.getsource(lostwrites.ORIGINALS[name])
+        lines = [ln.strip() for ln in source.splitlines()[1:] if ln.strip()]
+        lines = [ln for ln in lines if not ln.startswith('"""')]
+        assert lines == body, f"asyncssh's {name} changed: read it again ({lines})"

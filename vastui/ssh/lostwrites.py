@@ -49,10 +49,17 @@ def _forwarder_write(self: SSHForwarder, data: bytes) -> None:
             transport.write(data)
 
 
+# What the replaced methods were when they were copied (asyncssh 2.24.1): a release that changes
+# them is met by a test (tests/test_ssh_lost_writes.py), not by a silent copy of an old body.
+ORIGINALS: dict[str, Any] = {}
+
+
 def install() -> None:
     """Make asyncssh skip lost sockets (idempotent)."""
     if getattr(SSHConnection, _INSTALLED, False):
         return
+    ORIGINALS["SSHConnection._send"] = SSHConnection._send
+    ORIGINALS["SSHForwarder.write"] = SSHForwarder.write
     setattr(SSHConnection, "_send", _connection_send)  # noqa: B010 - a method replaced
     setattr(SSHForwarder, "write", _forwarder_write)  # noqa: B010
     setattr(SSHConnection, _INSTALLED, True)
