@@ -27,8 +27,9 @@ from typing import Any
 from vastui.config import Config
 from vastui.console.snapshot import Snapshot
 from vastui.console.summary import StripState, strip_text
+from vastui.domain.plan import PROOF_UP_GB, REQUEST_GB
 from vastui.engine.monitor import Monitor, StepFacts
-from vastui.engine.spend import bandwidth_cost
+from vastui.engine.spend import bandwidth_cost, cluster_work
 from vastui.metrics import FleetCollector
 from vastui.status import delivery_lines
 from vastui.store import Store, StoreNotCurrent
@@ -70,8 +71,24 @@ async def sample(db: Path, wall0: float) -> dict[str, Any] | None:
         # every dollar of bandwidth billed so far: the one part of the window's cost that
         # may jump (a parameter fetch ending, a request downloaded)
         "bandwidth_total": round(sum(bandwidth_cost(r, status.updated_at) for r in records), 6),
+        # the requests' and proofs' bandwidth is spread over each worker's proving time
+        # (spend.bandwidth_cost): what of it leaves a window per hour
+        "spread_dph": round(sum(_spread_dph(r, status.updated_at) for r in records), 6),
         "labels": {str(r.vast_id): r.label for r in records if not r.killed},
     }
+
+
+def _spread_dph(rec: Any, now: float) -> float:
+    """$/h of a worker's request and proof bandwidth as spend spreads it over its proving."""
+    if rec.source != "vastui" or rec.proving_at is None:
+        return 0.0
+    end = rec.killed_at if rec.killed and rec.killed_at is not None else now
+    if end <= rec.proving_at:
+        return 0.0
+    requests, proofs = cluster_work(rec)
+    dollars = requests * REQUEST_GB * (rec.inet_down_cost or 0.0)
+    dollars += proofs * PROOF_UP_GB * (rec.inet_up_cost or 0.0)
+    return dollars * 3600.0 / (end - rec.proving_at)
 
 
 def _metrics(records: list[Any], status: Any) -> dict[str, Any]:
@@ -88,8 +105,8 @@ def _metrics(records: list[Any], status: Any) -> dict[str, Any]:
 # Between two samples the window's cost moves by what the fleet was billed meanwhile (its $/h
 # over the time between, its new bandwidth) and by what left the window: the $/h of an hour
 # before over the same time, the bandwidth billed an hour before, and the requests' share
-# (spend.bandwidth_cost spreads them over the proving time: at most the time between over the
-# window). A little slack for the clock between one sample's reads.
+# (spend.bandwidth_cost spreads them over each worker's proving time: `spread_dph`). A little
+# slack for the clock between one sample's reads.
 COST_SLACK = 1.05
 SHOWN = 5e-5 + 1e-9  # half the strip's last place ($0.0001), and a float's rounding
 ABS_SLACK = 1e-4
@@ -134,10 +151,11 @@ def check(rows: list[dict[str, Any]]) -> list[str]:
         rate = max(da["dph"] + da["stopped_dph"], db["dph"] + db["stopped_dph"])
         came = rate * dt / 3600.0 + max(0.0, b["bandwidth_total"] - a["bandwidth_total"])
         hour_before = [x for t, x in dph_seen if t >= da["at"] - window - 600]
+        spread = max(a.get("spread_dph", 0.0), b.get("spread_dph", 0.0))
         went = (
             max(hour_before, default=0.0) * dt / 3600.0
             + max(0.0, billed_by(db["at"] - window) - billed_by(da["at"] - window))
-            + b["bandwidth_total"] * dt / window
+            + spread * dt / 3600.0
         )
         up, down = db["cost"] - da["cost"], da["cost"] - db["cost"]
         if up > came * COST_SLACK + ABS_SLACK:
