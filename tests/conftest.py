@@ -40,6 +40,22 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     yield home
 
 
+@pytest.fixture(autouse=True)
+def _root_log_handlers() -> Iterator[None]:
+    """A test that runs `vastui --engine-only` in-process installs root handlers on its own
+    captured stderr (vastui/engine/headless.py setup_logging): removed after it, or a later test
+    in the same worker has every log line written to a closed stream and reported, message and
+    all, as a logging error on its own stderr."""
+    import logging
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    yield
+    for handler in [h for h in root.handlers if h not in before]:
+        root.removeHandler(handler)
+        handler.close()
+
+
 # The engine's world (tests/enginekit.py); a module may define its own `store`.
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
