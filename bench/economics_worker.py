@@ -181,17 +181,28 @@ def lsq_rate(times: Sequence[float], done: Sequence[int]) -> float | None:
 
 def early_abort(times: Sequence[float], done: Sequence[int], total: int, min_rate: float) -> bool:
     """benchmark.sh early_abort_check: could even a 25% better pace than so far still reach
-    MIN_RATE? ``done`` counts completed proofs at each finish."""
+    MIN_RATE, read from the finishes in time order, with and without the latest one? ``done``
+    counts completed proofs at each finish (in the order they were read)."""
     finished = len(times)
-    gaps, remaining = finished - 1, total - finished
-    if gaps < 2 or remaining <= 0 or min_rate <= 0:
+    if finished < 4 or finished >= total or min_rate <= 0:
         return False
-    span = times[-1] - times[0]
+    oks = [d - p for d, p in zip(done, [0, *done[:-1]], strict=True)]
+    order = sorted(zip(times, oks, strict=True))
+    bests = [_best_case(order[:k], total) for k in (finished, finished - 1)]
+    return all(b is not None and b < min_rate for b in bests)
+
+
+def _best_case(order: Sequence[tuple[float, int]], total: int) -> float | None:
+    """benchmark.sh best_case_milli: every other proof completes, each after 0.8 of the mean
+    interval so far; None when it cannot be judged."""
+    gaps, remaining = len(order) - 1, total - len(order)
+    if gaps < 2 or remaining <= 0:
+        return None
+    span = order[-1][0] - order[0][0]
     if span <= 0:
-        return False
-    done_since = done[-1] - done[0]
-    best = (done_since + remaining) * 3600.0 / (span + remaining * span * 4 / (5 * gaps))
-    return best < min_rate
+        return None
+    done_since = sum(ok for _, ok in order[1:])
+    return (done_since + remaining) * 3600.0 / (span + remaining * span * 4 / (5 * gaps))
 
 
 def _fails(h: Hidden, index: int) -> bool:

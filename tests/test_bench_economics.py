@@ -135,9 +135,25 @@ def test_early_abort_allows_a_quarter_better_pace(
     pace_rate: float, min_rate: float, aborts: bool
 ) -> None:
     step = 3600.0 / pace_rate
-    times = [step * i for i in range(1, 4)]
-    assert early_abort(times, [1, 2, 3], 12, min_rate) is aborts
-    assert early_abort(times[:2], [1, 2], 12, min_rate) is False  # two gaps needed
+    times = [step * i for i in range(1, 5)]
+    assert early_abort(times, [1, 2, 3, 4], 12, min_rate) is aborts
+    assert early_abort(times[:3], [1, 2, 3], 12, min_rate) is False  # four finishes needed
+
+
+@pytest.mark.parametrize(
+    ("times", "aborts"),
+    [
+        ([120.0, 240.0, 360.0, 2400.0], False),  # a 30/h pace and one straggler
+        ([120.0, 240.0, 2400.0, 360.0], False),  # the straggler read before a proof it follows
+        ([120.0, 240.0, 2400.0, 360.0, 480.0], False),  # then the pace again
+        ([360.0, 720.0, 1080.0, 4000.0], True),  # a 10/h pace fails without the straggler too
+        ([360.0, 720.0, 1080.0, 1440.0], True),
+    ],
+)
+def test_early_abort_reads_finishes_in_time_order_and_forgives_one_straggler(
+    times: list[float], aborts: bool
+) -> None:
+    assert early_abort(times, list(range(1, len(times) + 1)), 12, 30.0) is aborts
 
 
 # -- benchmark outcomes, judged by the real policy ----------------------------------------------
