@@ -20,6 +20,7 @@ from typing import Any
 from tests.helpers import E2E_WORKER_ENV, e2e_config, eventually
 from vastsim.demand import parse_curve
 from vastui.backend import Options
+from vastui.domain.engine_state import EngineStatus
 from vastui.domain.worker import InstanceRecord
 from vastui.engine.runtime import RunOptions, engine_runtime
 
@@ -102,8 +103,15 @@ async def test_the_target_follows_the_markets_work_up_and_down(demo_state: Path)
             # that fails its machine's min_rate is the machine's, whatever the demand)
             strikes = await store.badlist.strikes()
             assert [s for s in strikes if s.kind.startswith("prove_")] == [], strikes
-            status = await store.status.get()
-            assert status.target == 1 and status.cluster["autoscale"]["target"] == 1
+            # the status is published once per step: the act that pooled the worker may end
+            # before the step that decided it publishes
+
+            async def settled() -> EngineStatus | None:
+                status = await store.status.get()
+                return status if status.target == 1 else None
+
+            status = await eventually(settled, LONG, "the status at target 1")
+            assert status.cluster["autoscale"]["target"] == 1
             if rec.pooled_since is None:
                 return
             # the work comes back: the pooled worker starts again, its parameters and its
