@@ -288,9 +288,7 @@ class Database:
         hold it from every other writer (the engine's too). StoreBusy: nothing was written."""
         async with self._lock:
             conn = self.require()
-            if self._fatal is not None:
-                raise self._fatal
-            self._check_file()
+            await self.check_health()
             try:
                 return await insert(conn, sql, params)
             except sqlite3.Error as e:
@@ -309,9 +307,7 @@ class Database:
         """
         async with self._lock:
             conn = self.require()
-            if self._fatal is not None:
-                raise self._fatal
-            self._check_file()
+            await self.check_health()
             try:
                 await conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
