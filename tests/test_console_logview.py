@@ -236,6 +236,23 @@ async def test_other_keys_pause_and_g_resumes(key: str) -> None:
         assert view.following and view.viewport.scroll_y == view.viewport.max_scroll_y
 
 
+@pytest.mark.parametrize("key", ["up", "pageup", "home"])
+async def test_a_key_that_looks_up_pauses_before_the_view_reached_the_end(key: str) -> None:
+    """A busy terminal draws the newest line a frame late: a key pressed before that moves
+    nothing, and must still pause (found by a loaded CI run of the test above)."""
+    app = LogApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = _view(app)
+        view.append("setup", _numbered("x", 200))
+        await pilot.pause()
+        view.viewport.scroll_programmatically(y=0)  # where a late frame leaves it
+        await pilot.press(key)
+        assert not view.following
+        view.append("setup", ["more"])
+        await pilot.pause()
+        assert view.viewport.scroll_y == 0 and view.pending_new == 1
+
+
 async def test_mouse_wheel_pauses_and_scrolling_back_down_resumes() -> None:
     app = LogApp()
     async with app.run_test(size=(80, 24)) as pilot:

@@ -271,6 +271,12 @@ class LogView(Widget):
             self._buffer.resume()
             self._sync()
 
+    def user_looked_up(self) -> None:
+        """A key that looks up (up, page up, home) over lines taller than the view pauses."""
+        if self.following and self._lines.max_scroll_y > 0:
+            self._buffer.pause()
+            self._sync()
+
     def viewport_resized(self) -> None:
         buffer = self._buffer
         if buffer.rows_stale(self._lines.content_width):

@@ -45,6 +45,8 @@ class ViewportOwner(Protocol):
 
     def user_scrolled(self, old: float, new: float) -> None: ...
 
+    def user_looked_up(self) -> None: ...
+
     def viewport_resized(self) -> None: ...
 
     def get_component_rich_style(self, *names: str, partial: bool = False) -> Style: ...
@@ -172,6 +174,21 @@ class LogViewport(ScrollView, can_focus=True, inherit_bindings=False):
         super().watch_scroll_y(old_value, new_value)
         if not self._programmatic:
             self._owner.user_scrolled(old_value, new_value)
+
+    # A key that looks up pauses following by itself: pressed before the view has reached the
+    # newest line (a busy terminal draws it a frame late), it moves nothing to watch, and
+    # following would carry the view away from what the operator asked to read.
+    def action_scroll_up(self) -> None:
+        self._owner.user_looked_up()
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self._owner.user_looked_up()
+        super().action_page_up()
+
+    def action_scroll_home(self) -> None:
+        self._owner.user_looked_up()
+        super().action_scroll_home()
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
