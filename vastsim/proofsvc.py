@@ -25,7 +25,8 @@ poll); slots, the 45-minute deadline and its penalty (documentation/en/Snark-Mar
 are a policy's to add. Requests are PoRep C2 or SnapDeals in a seeded mix (``snap_share``), with
 the miner and sector drawn from the seed; a seeded share are challenge proofs (``PoW``: the
 market's own test of the provider, unpaid). A paid completion returns the provider's next nonce
-and its cumulative amount at the ask's price.
+and its cumulative amount at the ask's price, or, when the policy prices its work (``terms_for``,
+vastsim/demand.py ``Rivals``), at what the policy fixed at the match (``Terms``).
 
 Not modelled yet: signatures are not checked (curio signs asks and completions through the
 Lotus API, lib/proofsvc/sigs.go:211-242; a later issue checks them), and proofs are not
@@ -100,6 +101,16 @@ class Ask:
         }
 
 
+@dataclass(frozen=True)
+class Terms:
+    """What a pricing policy fixed for a paid ask at its match: the request's kind and what the
+    completion pays (the market price then, scaled by the proof's cost)."""
+
+    kind: str  # "porep" or "snap"
+    market_price: int  # attoFIL per PoRep-equivalent at the match
+    pay: int  # attoFIL the completion pays
+
+
 @dataclass
 class Request:
     """A proof request matched to a provider's ask (``common.WorkRequest``): curio keys its
@@ -118,6 +129,13 @@ class Request:
     completed_at: float | None = None
     proof_len: int = 0
     expired: bool = False  # past the deadline: taken back, no longer the provider's
+    market_price: int | None = None  # a pricing policy's price at the match (``Terms``)
+    pay: int | None = None  # what a paid completion earns (None: the ask's price)
+
+    @property
+    def amount(self) -> int:
+        """attoFIL a paid completion earns."""
+        return self.ask.price if self.pay is None else self.pay
 
     def json(self) -> dict[str, Any]:
         return {"id": self.id, "request_cid": self.cid, "done": self.done,
@@ -127,7 +145,11 @@ class Request:
 class DemandPolicy(Protocol):
     """The market's rules for one provider: whether it may ask (a slot), which of its open asks
     are filled at a poll (demand), which requests are challenges, and what a late proof is worth
-    (vastsim/demand.py ``FiniteDemand`` holds the documented ones)."""
+    (vastsim/demand.py ``FiniteDemand`` holds the documented ones).
+
+    A policy may also have ``terms_for(ask) -> Terms | None``: the kind and pay of the request a
+    paid ask it matched gets (a priced market); without it, or on None, the market draws the kind
+    and pays the ask's price."""
 
     def admit(self, market: Market, provider: str, now: float) -> Admit:
         """ "ask", "challenge" (the ask will be filled with a challenge proof), or "refuse": 429
@@ -260,11 +282,11 @@ class Market:
                     "cumulative_amount": str(account.cumulative), "signature": None,
                 }  # fmt: skip
             account.nonce += 1
-            account.cumulative += req.ask.price
+            account.cumulative += req.amount
             signature = base64.b64encode(b"sim-voucher-unsigned").decode()  # not checked yet
             return {
                 "status": "ok", "pow": False, "nonce": account.nonce,
-                "amount": str(req.ask.price), "cumulative_amount": str(account.cumulative),
+                "amount": str(req.amount), "cumulative_amount": str(account.cumulative),
                 "signature": signature,
             }  # fmt: skip
 
@@ -278,17 +300,28 @@ class Market:
         pow_ = ask.challenge or dice  # a finite market's challenges are its policy's: pow_share 0
         miner = self._rng.randint(1000, 99999)
         sector = self._rng.randint(1, 99999)
+        terms = self._terms(ask)
+        if terms is not None:  # the kind was drawn anyway: the seed's sequence stands
+            kind = terms.kind
         data = request_data(kind, miner, sector)
         cid = request_cid(self._seed, rid, data)
         req = Request(rid, ask, cid, kind, miner, sector, pow_, data, now)
+        if terms is not None:
+            req.market_price, req.pay = terms.market_price, terms.pay
         self.requests[cid] = req
         self.live[cid] = req
         return req
+
+    def _terms(self, ask: Ask) -> Terms | None:
+        """A pricing policy's terms for a paid ask it matched (``DemandPolicy``), else None."""
+        terms_for: Callable[[Ask], Terms | None] | None = getattr(self.policy, "terms_for", None)
+        return None if terms_for is None else terms_for(ask)
 
     def stats(self) -> dict[str, Any]:
         """What the market saw, for tests."""
         with self.lock:
             done = [r for r in self.requests.values() if r.done]
+            paid = [r for r in done if not r.pow]
             return {
                 "open_asks": len(self.asks),
                 "requests": len(self.requests),
@@ -297,6 +330,9 @@ class Market:
                     k: sum(1 for r in done if r.kind == k) for k in ("porep", "snap")
                 },
                 "challenges": sum(1 for r in done if r.pow),
+                "paid_by_kind": {
+                    k: sum(r.amount for r in paid if r.kind == k) for k in ("porep", "snap")
+                },
                 "providers": {p: vars(a).copy() for p, a in self.providers.items()},
             }
 
@@ -450,6 +486,7 @@ __all__ = [
     "Market",
     "ProofService",
     "Request",
+    "Terms",
     "UnlimitedDemand",
     "atto_to_fil",
     "fil_to_atto",
