@@ -305,3 +305,68 @@ def test_a_raise_held_back_by_money_says_so() -> None:
         "would prove 9/h of it (of 49/h at the least), under the 10/h that keeps it within "
         "$0.01/proof"
     )
+
+
+# Margin (issue 43): the market pays $0.02 a proof; workers of 20/h at $0.10/h each. A new
+# rental sets up for 2 h and pays $1.50 of parameters' bandwidth.
+def priced(demand: float, expected_h: float, proving: int = 2, **kw) -> Observed:
+    base = dict(usd_per_proof=0.02, expected_h=expected_h, next_setup_h=2.0, next_setup_usd=1.5)
+    base.update(kw)
+    return replace(paid(demand, proving), **base)
+
+
+@pytest.mark.parametrize(
+    ("case", "obs", "after", "direction"),
+    [
+        # a worker more proves 20/h of the 40/h beyond the fleet: $0.40 − $0.10 = $0.30/h; over
+        # 12 h less 2 h of set-up $3.00, less $1.70 of set-up: it earns
+        ("a long rise pays a rental", priced(80, 12.0), 4, "up"),
+        # ... the second fed what the first leaves: 20/h too, both pay
+        # over 4 h: $0.60 − $1.70 < 0: held
+        ("a short rise does not", priced(80, 4.0), 2, None),
+        # a pooled worker (4 min, no parameters) pays over the same short rise
+        ("a short rise pays a pooled start",
+         priced(80, 4.0, next_setup_h=0.07, next_setup_usd=0.0, next_dph=0.10), 3, "up"),
+        # the rise came back before: its later hours count, the pool's storage less
+        ("a rise that recurs pays",
+         priced(80, 4.0, later_h=12.0, later_idle_h=36.0, next_storage_dph=0.01), 4, "up"),
+        ("... not when the wait costs more",
+         priced(80, 4.0, later_h=12.0, later_idle_h=36.0, next_storage_dph=0.2), 2, None),
+        # a worker that would prove 5/h of the work: $0.10 − $0.10 = 0/h: never pays
+        ("a worker barely fed", priced(45, 100.0), 2, None),
+    ],
+)  # fmt: skip
+def test_a_raise_is_decided_by_the_margin_over_the_time_the_demand_lasts(
+    case: str, obs: Observed, after: int, direction: str | None
+) -> None:
+    state = decide(M, State(2), obs, 0.0).state
+    d = decide(M, state, obs, 300.0)
+    assert d.state.target == after, (case, d.state.reason)
+    assert (d.change.direction if d.change else None) == direction, case
+
+
+def test_a_margin_decision_says_its_numbers() -> None:
+    obs = priced(80, 4.0)
+    state = decide(M, State(2), obs, 0.0).state
+    held = decide(M, state, obs, 300.0)
+    assert held.state.reason == (
+        "2: the market sends 80 requests/h, 2 workers prove up to 20/h each: a worker more "
+        "earns $0.30/h for the ~4.0 h the demand is expected to last; its set-up costs $1.70 "
+        "(120 min): held"
+    )
+    long = priced(80, 12.0)
+    raised = decide(M, decide(M, State(2), long, 0.0).state, long, 300.0)
+    assert raised.change is not None and "earns $0.30/h for the ~12.0 h" in raised.change.text
+
+
+def test_the_worst_worker_goes_when_it_earns_less_than_it_costs() -> None:
+    # max_cost_per_proof $1: the min_rate rule keeps any worker; margin alone decides. 3
+    # workers of 20/h, demand 44 ± 1: the worst gets 5/h, at $0.01 a proof $0.05/h < $0.10/h
+    lax = replace(M, max_cost_per_proof=1.0)
+    low = replace(priced(44, 10.0, proving=3, requested_err_per_h=1.0), usd_per_proof=0.01)
+    d = decide(lax, decide(lax, State(3), low, 0.0).state, low, 1800.0)
+    assert d.state.target == 2 and d.change is not None and d.change.direction == "down"
+    # at $0.03 a proof it earns $0.15/h: kept
+    high = replace(low, usd_per_proof=0.03)
+    kept = decide(lax, decide(lax, State(3), high, 0.0).state, high, 1800.0)
+    assert kept.state.target == 3, kept.state.reason

@@ -17,7 +17,7 @@ from vastui.console.summary import cluster_text
 from vastui.domain.engine_state import EngineStatus
 from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity
-from vastui.status import auto_line, cluster_line
+from vastui.status import auto_line, cluster_line, money_line
 from vastui.store import Store
 
 T0 = time.time() - 3600.0
@@ -222,3 +222,37 @@ async def test_demo_cluster_reads_the_running_demos_cluster(
     assert not path.exists()  # taken back when the demo stopped
     assert await asyncio.to_thread(main, argv) == 2
     assert "no demo is running" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("auto", "line"),
+    [
+        ({"target": 2}, None),
+        (
+            {"fleet_usd_per_h": 0.8, "won_share": 0.4, "obtained_per_h": 24.0,
+             "capacity_per_h": 60.0, "ask_fil": 0.005},
+            "the fleet bills $0.80/h (set fleet.fil_usd to see the margin); won 40% of what "
+            "the fleet could prove (24/h of 60/h); ask 0.005 FIL",
+        ),
+        (
+            {"fleet_usd_per_h": 0.8, "earned_usd_per_h": 1.1, "margin_usd_per_h": 0.3,
+             "margin_usd_per_day": 7.2, "won_share": 0.4, "obtained_per_h": 24.0,
+             "capacity_per_h": 60.0, "paid_fil_per_proof": 0.0052, "ask_fil": 0.005,
+             "suggested_ask_fil": 0.0031},
+            "margin $+0.30/h ($+7.20/day): the market paid $1.10/h, the fleet bills $0.80/h; "
+            "won 40% of what the fleet could prove (24/h of 60/h); paid 0.0052 FIL/proof; ask "
+            "0.005 FIL; an ask of 0.0031 FIL would still pay the fleet's $/proof (the ask is "
+            "yours to set)",
+        ),
+    ],
+)  # fmt: skip
+def test_the_status_shows_the_margin_and_the_share_of_the_work_won(
+    auto: dict, line: str | None
+) -> None:
+    assert money_line(auto) == line
+    full = auto_line({"state": "ok", "autoscale": {"min_workers": 1, "max_workers": 4, **auto}})
+    assert full is not None
+    assert (line in full) if line else ("\n" not in full)
+    if "margin_usd_per_h" in auto:
+        strip = cluster_text(replace(STATUS, cluster={"state": "ok", "autoscale": auto}))
+        assert strip is not None and "margin $+0.30/h" in strip.plain

@@ -370,6 +370,17 @@ def _cluster(c: Mapping[str, Any] | None, workers: Iterable[WorkerSample]) -> It
             _number(auto.get("demand_per_h")),
         )
         yield from _gauge(
+            "vastui_margin_usd_per_hour",
+            "What the market paid over the window per hour (at fleet.fil_usd) less what the "
+            "fleet bills per hour now",
+            _number(auto.get("margin_usd_per_h")),
+        )
+        yield from _gauge(
+            "vastui_market_won_ratio",
+            "Requests obtained over the window / what the proving workers could prove",
+            _number(auto.get("won_share")),
+        )
+        yield from _gauge(
             "vastui_auto_target_changed_timestamp_seconds",
             "When the automatic target last changed (engine clock; vastui events --kind target)",
             _number(auto.get("changed_at")),

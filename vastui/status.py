@@ -347,7 +347,36 @@ def auto_line(cluster: dict[str, Any] | None) -> str | None:
         parts.append(f"{auto['pooled']} stopped in the warm pool (max {auto.get('pool_max')})")
     if auto.get("reason"):
         parts.append(str(auto["reason"]))
-    return "; ".join(parts)
+    line = "; ".join(parts)
+    money = money_line(auto)
+    return f"{line}\n{money}" if money else line
+
+
+def money_line(auto: dict[str, Any]) -> str | None:
+    """Margin and the market: earned less billed per hour and per day, the share of what the
+    fleet could prove that it won, the price the market paid against the ask."""
+    parts = []
+    margin, day = _float(auto.get("margin_usd_per_h")), _float(auto.get("margin_usd_per_day"))
+    earned, billed = _float(auto.get("earned_usd_per_h")), _float(auto.get("fleet_usd_per_h"))
+    if margin is not None and day is not None and earned is not None and billed is not None:
+        parts.append(f"margin ${margin:+.2f}/h (${day:+.2f}/day): the market paid "
+                     f"${earned:.2f}/h, the fleet bills ${billed:.2f}/h")  # fmt: skip
+    elif billed is not None:
+        parts.append(f"the fleet bills ${billed:.2f}/h (set fleet.fil_usd to see the margin)")
+    won, got = _float(auto.get("won_share")), _float(auto.get("obtained_per_h"))
+    if won is not None and got is not None:
+        cap = _float(auto.get("capacity_per_h")) or 0.0
+        parts.append(f"won {won:.0%} of what the fleet could prove ({got:.0f}/h of {cap:.0f}/h)")
+    paid, ask = _float(auto.get("paid_fil_per_proof")), _float(auto.get("ask_fil"))
+    if paid is not None:
+        parts.append(f"paid {paid:.6g} FIL/proof")
+    if ask is not None:
+        parts.append(f"ask {ask:.6g} FIL")
+    suggested = _float(auto.get("suggested_ask_fil"))
+    if suggested is not None:
+        parts.append(f"an ask of {suggested:.6g} FIL would still pay the fleet's $/proof "
+                     "(the ask is yours to set)")  # fmt: skip
+    return "; ".join(parts) if parts else None
 
 
 def limits(status: dict[str, Any]) -> list[str]:

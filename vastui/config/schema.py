@@ -74,6 +74,10 @@ class FleetSection:
     image: str = DEFAULT_IMAGE
     disk_gb: float = 250.0
     max_cost_per_proof: float = 0.008  # $/proof; min_rate = ceil(dph_total / this)
+    # What a FIL is worth to the operator, in dollars: the market pays in FIL, Vast bills in
+    # dollars. With it the automatic target decides by margin and the status shows it; 0: not
+    # known (the target is bounded by max_cost_per_proof alone). No price is fetched.
+    fil_usd: float = 0.0
     # A number of workers to keep, or "auto" in the file: the fleet follows the cluster's work
     # (vastui/engine/autoscale.py) between min_workers and max_workers, aiming at
     # target_utilisation, shrinking after scale_down_after_min of idle workers (auto_target
@@ -413,6 +417,7 @@ _VALIDATORS: list[tuple[str, typing.Callable[[Config], bool], str]] = [
         lambda c: 1e-6 <= c.fleet.max_cost_per_proof <= 100,
         "a number > 0 (from 0.000001 to 100 $/proof)",
     ),
+    ("fleet.fil_usd", lambda c: 0 <= c.fleet.fil_usd <= 1_000_000, "0 to 1000000 (dollars)"),
     # The image, every parameter file curio fetches with EnableProofShare and the PCE files
     # (vastui/domain/plan.py): a smaller disk fails every worker's setup.
     (

@@ -239,6 +239,9 @@ def auto_text(auto: dict[str, object]) -> Text:
     unclaimed = auto.get("unclaimed")
     if isinstance(unclaimed, int) and unclaimed > 0:
         text.append(f" {unclaimed} unclaimed", style="bold yellow")
+    margin = auto.get("margin_usd_per_h")
+    if isinstance(margin, int | float):
+        text.append(f" margin ${margin:+.2f}/h", style="green" if margin >= 0 else "bold red")
     return text
 
 

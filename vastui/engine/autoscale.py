@@ -94,6 +94,22 @@ class Observed:
     # the proving worker a cut would give up first (the worst $/proof): $/h, proofs/h
     worst_dph: float = 0.0
     worst_rate: float = 0.0
+    # Money (issue 43): dollars the market paid per proof the fleet proved over the window
+    # (curio's payments at the operator's FIL price; None: not known, and money bounds the
+    # target by max_cost_per_proof alone); how much longer the demand's current level is
+    # expected to last (vastui/engine/demandshift.py; None: no level); the worker a raise
+    # brings first: its proofs/h (0: one like those proving), the hours before it proves and
+    # the dollars its set-up costs besides its $/h (parameters at its offer's $/GB)
+    usd_per_proof: float | None = None
+    expected_h: float | None = None
+    next_rate: float = 0.0
+    next_setup_h: float = 0.0
+    next_setup_usd: float = 0.0
+    # rises expected to come back within the warm pool's horizon (hours of them, the stream's
+    # history says; 0: none learned), and what the worker bills stopped between them ($/h)
+    later_h: float = 0.0
+    later_idle_h: float = 0.0
+    next_storage_dph: float = 0.0
 
     @property
     def utilisation(self) -> float | None:
@@ -309,6 +325,62 @@ def _last_unpaid(s: Settings, obs: Observed) -> bool:
     return left < _min_rate(s, obs.worst_dph)
 
 
+@dataclass(frozen=True, slots=True)
+class Worth:
+    """What the next worker up would earn over the time the demand is expected to last."""
+
+    earn_per_h: float  # its paid proofs at the market's price, less its $/h
+    hours: float  # the demand's level expected to last this much longer
+    setup_h: float
+    setup_usd: float  # its $/h over the set-up and its parameters' bandwidth
+    total: float
+
+    def text(self) -> str:
+        return (
+            f"a worker more earns ${self.earn_per_h:.2f}/h for the ~{self.hours:.1f} h the "
+            f"demand is expected to last; its set-up costs ${self.setup_usd:.2f} "
+            f"({self.setup_h * 60:.0f} min)"
+        )
+
+
+def raise_worth(s: Settings, obs: Observed, k: int = 1) -> Worth | None:
+    """The margin of the ``k``-th worker up: the paid proofs it would add (the demand beyond
+    the fleet's capacity and the k − 1 before it, taken low as ``_demand_low``, at most its
+    rate) at the market's price, less its $/h, over the demand's expected remaining time less
+    its set-up, less the set-up ($/h while it sets up, its parameters' bandwidth). None: the
+    price or the time not known."""
+    if obs.usd_per_proof is None or obs.expected_h is None or obs.requested_per_h is None:
+        return None
+    if obs.proving == 0 or obs.capacity_per_h <= 0:
+        return None
+    rate = obs.next_rate if obs.next_rate > 0 else obs.capacity_per_h / obs.proving
+    low = _demand_low(s, obs, obs.requested_per_h)
+    added = min(rate, max(0.0, low - obs.capacity_per_h - (k - 1) * rate))
+    dph = _next_dph(obs)
+    earn = added * obs.usd_per_proof - dph
+    setup_usd = dph * obs.next_setup_h + obs.next_setup_usd
+    total = earn * max(0.0, obs.expected_h - obs.next_setup_h) - setup_usd
+    # a rise that comes back: the worker waits for it in the warm pool (its storage billed)
+    # and proves again without a second set-up; counted only when it pays for its wait
+    later = earn * obs.later_h - obs.next_storage_dph * obs.later_idle_h
+    if later > 0:
+        total += later
+    return Worth(earn, obs.expected_h + (obs.later_h if later > 0 else 0.0),
+                 obs.next_setup_h, setup_usd, total)  # fmt: skip
+
+
+def _worst_loses(s: Settings, obs: Observed) -> bool:
+    """Whether the worker a cut gives up first earns less than its $/h: what the others leave
+    it of the demand (a standard error high) at the market's price."""
+    if obs.usd_per_proof is None or obs.proving < 2 or obs.requested_per_h is None:
+        return False
+    if obs.worst_dph <= 0 or obs.worst_rate <= 0:
+        return False
+    high = obs.requested_per_h + obs.requested_err_per_h
+    left = max(0.0, high - (obs.capacity_per_h - obs.worst_rate))
+    return min(obs.worst_rate, left) * obs.usd_per_proof < obs.worst_dph
+
+
 def _at_risk(s: Settings, obs: Observed) -> bool:
     """Work that may miss the market's deadline: the oldest unclaimed request's wait plus a
     proof's latency at the fleet's mean rate (max_pending in flight) past ``risk_share`` of it;
@@ -331,7 +403,8 @@ def _follow(
     using less than its target utilisation less ``band``."""
     up_to = clamp(max(1, math.floor(need + s.round_up)), s)
     down_to = math.floor(need + s.round_up + 0.5)
-    if _last_unpaid(s, obs):  # the worst worker would not earn its min_rate: one fewer
+    if _last_unpaid(s, obs) or _worst_loses(s, obs):
+        # the worst worker would not earn its min_rate, or would earn less than it costs
         down_to = min(down_to, obs.proving - 1)
     down_to = clamp(max(1, down_to), s)
     wanted = up_to if up_to > target else down_to if down_to < target else target
@@ -357,7 +430,10 @@ def _follow(
         state.changed_at is not None and now - state.changed_at >= s.settle_s
     )
     urgent = _at_risk(s, obs) and target < s.max_workers
-    paying = _paying(s, obs)
+    worth = raise_worth(s, obs)
+    # with the market's price known, margin decides (below); max_cost_per_proof still caps
+    # each worker's own $/proof where offers are ranked (min_rate)
+    paying = _paying(s, obs) if worth is None else None
     if not urgent and up_since is not None and paying is not None and paying < 1:
         low = _demand_low(s, obs, demand)
         surplus = max(0.0, low - obs.capacity_per_h)
@@ -367,16 +443,31 @@ def _follow(
             f"keeps it within ${s.max_cost_per_proof:g}/proof"
         )
         return Decision(replace(state, pressure_since=None, reason=text), None)
+    if not urgent and up_since is not None and worth is not None and worth.total <= 0:
+        text = f"{target}: {seen}: {worth.text()}: held"
+        return Decision(replace(state, pressure_since=None, reason=text), None)
     if settled and (urgent or (up_since is not None and now - up_since >= s.up_after_s)):
         grow = max(target + 1, min(wanted, 2 * target))
         if not urgent and paying is not None:
             grow = min(grow, target + paying)  # each added worker kept to its min_rate
+        if not urgent and worth is not None:
+            # as many as each earn more than they cost, the k-th fed what the others leave
+            # (a start from the warm pool one at a time: the next one up may be a rental)
+            paid = 1
+            while (
+                obs.next_dph <= 0 and paid < grow - target
+                and (w := raise_worth(s, obs, paid + 1)) and w.total > 0
+            ):  # fmt: skip
+                paid += 1
+            grow = target + paid
         after = clamp(grow, s)
         why = (
             f"work waits {_minutes(obs.oldest_unclaimed_s or 0.0)}"
             if urgent and wanted <= target
             else f"{seen}: {wanted} needed"
         )
+        if worth is not None and not urgent:
+            why += f"; {worth.text()}"
         text = f"work waits: {why}: target {target} → {after}"
         return Decision(State(after, None, None, now, text), Change(target, after, "up", text))
     since_change = math.inf if state.changed_at is None else now - state.changed_at
@@ -391,6 +482,7 @@ def _follow(
 
 
 __all__ = [
-    "Change", "Decision", "Observed", "Settings", "State", "clamp", "decide", "initial",
+    "Change", "Decision", "Observed", "Settings", "State", "Worth", "clamp", "decide", "initial",
+    "raise_worth",
     "requested_err_per_h", "requested_per_h",
 ]  # fmt: skip

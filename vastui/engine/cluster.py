@@ -55,6 +55,7 @@ from typing import Any
 from vastui.config import Config
 from vastui.domain.worker import InstanceRecord
 from vastui.engine import identity
+from vastui.engine.demandshift import Run
 from vastui.engine.labels import fleet_id_of
 from vastui.redact import redact
 from vastui.sanitize import sanitize_line
@@ -237,6 +238,8 @@ class Totals:
     sign_error: str | None = None
     sign_refused_at: float | None = None
     signed_at: float | None = None
+    paid_fil: float = 0.0  # what the market paid over the window (FIL)
+    ask_fil: float | None = None  # the ask price set in curio (FIL per proof)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -251,6 +254,7 @@ class Totals:
             "overdue": self.overdue,
             "sign_refused": self.sign_refused, "sign_error": self.sign_error,
             "sign_refused_at": self.sign_refused_at, "signed_at": self.signed_at,
+            "paid_fil": self.paid_fil, "ask_fil": self.ask_fil,
         }  # fmt: skip
 
 
@@ -292,6 +296,18 @@ def _seconds(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return max(0.0, float(value))
     return 0.0
+
+
+def _fil(value: Any) -> float:
+    """FIL from attoFIL or FIL text (untrusted): bounded by the token's supply (2e9 FIL); a
+    value that does not parse or is out of bounds is 0, not trusted."""
+    try:
+        x = float(str(value))
+    except (TypeError, ValueError):
+        return 0.0
+    if "." not in str(value) and abs(x) >= 1e9:  # attoFIL
+        x /= 1e18
+    return x if math.isfinite(x) and 0.0 <= x <= 2e9 else 0.0
 
 
 def _count(value: Any) -> int:
@@ -403,6 +419,40 @@ SELECT coalesce(sum(extract(epoch FROM (r.e - coalesce(f.f, r.s)))), 0)::float8,
         WHERE g.t >= f.f + INTERVAL '1 second')
 FROM runs r LEFT JOIN firsts f ON f.id = r.id
 """
+# The same runs one by one (vastui/engine/demandshift.py tests the stream for changes): each
+# run's end, the seconds it asked from its first poll's batch on, the requests obtained after it.
+_REQUEST_RUN_LIST = """
+WITH runs AS (
+    SELECT row_number() OVER (ORDER BY work_end) AS id, work_start AS s, work_end AS e
+    FROM harmony_task_history
+    WHERE name = %(req)s AND work_end > %(since)s AND work_end >= work_start
+    ORDER BY work_end LIMIT 20000
+),
+got AS (
+    SELECT r.id, q.obtained_at AT TIME ZONE 'UTC' AS t
+    FROM runs r JOIN proofshare_queue q ON (q.obtained_at AT TIME ZONE 'UTC') BETWEEN r.s AND r.e
+),
+firsts AS (SELECT id, min(t) AS f FROM got GROUP BY id)
+SELECT r.e, extract(epoch FROM (r.e - coalesce(f.f, r.s)))::float8,
+       (SELECT count(*) FROM got g WHERE g.id = r.id AND g.t >= f.f + INTERVAL '1 second')
+FROM runs r LEFT JOIN firsts f ON f.id = r.id ORDER BY r.e
+"""
+# What the market paid over the window, attoFIL: each wallet's voucher is cumulative
+# (ProofReward.CumulativeAmount, lib/proofsvc/common/types.go:45-53; the submit task records
+# each one, tasks/proofshare/task_submit.go:189-192), so the window's pay is its highest in the
+# window less its highest before.
+_REVENUE = """
+SELECT coalesce(sum(w.hi - coalesce(w.lo, 0)), 0)::text FROM (
+    SELECT p.provider_id, max(p.payment_cumulative_amount::numeric) AS hi,
+           (SELECT max(b.payment_cumulative_amount::numeric) FROM proofshare_provider_payments b
+            WHERE b.provider_id = p.provider_id AND b.created_at < %(since)s) AS lo
+    FROM proofshare_provider_payments p WHERE p.created_at >= %(since)s
+    GROUP BY p.provider_id
+) w
+"""
+# The ask price the operator set in curio (proofshare_meta.pprice, FIL per proof: the web UI's
+# "Price (FIL/p)", Snark-Market.md "Pricing")
+_ASK = "SELECT pprice FROM proofshare_meta LIMIT 1"
 _OVERDUE = """
 SELECT count(*) FROM proofshare_queue WHERE NOT submit_done AND obtained_at < %(due)s
 """
@@ -631,6 +681,8 @@ class ClusterReader:
             })
         )[0]  # fmt: skip
         signed = [t for t in (from_db_time(signing[3]), from_db_time(signing[4])) if t is not None]
+        revenue = (await _fetch(conn, _REVENUE, {"since": since_tz}))[0]
+        ask = await _fetch(conn, _ASK, {})
         return Totals(
             waiting=_count(tasks[0]), claimed=_count(tasks[1]), request_task=_count(tasks[2]) > 0,
             machines=_count(tasks[3]),
@@ -646,7 +698,26 @@ class ClusterReader:
             sign_refused=_count(signing[0]),
             sign_error=sanitize_line(signing[1], 300) if isinstance(signing[1], str) else None,
             sign_refused_at=from_db_time(signing[2]), signed_at=max(signed, default=None),
+            paid_fil=_fil(revenue[0]), ask_fil=_fil(ask[0][0]) if ask else None,
         )  # fmt: skip
+
+    async def request_runs(self, since: float, now: float) -> list[Run]:
+        """The request task's runs that ended after ``since`` (engine clock), one by one."""
+
+        async def work(conn: Any) -> list[Run]:
+            rows = await _fetch(conn, _REQUEST_RUN_LIST,
+                                {"req": PSHARE_REQUEST, "since": to_db_time(since)})  # fmt: skip
+            out = []
+            for end, asked, got in rows:
+                t = from_db_time(end)
+                # bounded by physics: a run cannot end in the future nor ask longer than a day
+                if t is None or t > now + 60.0:
+                    continue
+                out.append(Run(t, min(max(0.0, _seconds(asked)), 86400.0), _count(got)))
+            return out
+
+        runs: list[Run] = await self._run(work)
+        return runs
 
     async def rows_at(self, host_and_port: str) -> list[Row]:
         async def work(conn: Any) -> list[Row]:

@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import math
+import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -32,12 +33,14 @@ from vastui.config import Config
 from vastui.domain.delivery import Delivery
 from vastui.domain.engine_state import EngineStatus
 from vastui.domain.journal import Intent
+from vastui.domain.plan import PARAMS_GB
 from vastui.domain.reports import WorkerEvent, parse_stored_result
 from vastui.domain.worker import ForeignInstance, InstanceRecord, Progress
 from vastui.engine import (
     autoscale,
     bidding,
     delivery,
+    demandshift,
     drain,
     identity,
     payment,
@@ -45,6 +48,7 @@ from vastui.engine import (
     pool,
     production,
     provision,
+    ranking,
     spend,
     transitions,
 )
@@ -213,6 +217,10 @@ class Engine:
         # the automatic target's state (fleet.target_workers = "auto"), None until decided
         self.auto: autoscale.State | None = None
         self._auto_observed: autoscale.Observed | None = None
+        # the market's demand as levels (issue 43): fed from curio's request task's runs at
+        # each cluster read, rebuilt from DEMAND_HISTORY_S of them after a restart
+        self.demand = demandshift.Watch()
+        self._fleet_dph = 0.0
         # when a verdict of curio's failures waiting for a reading of cuzk was first seen
         # (production.waits_for_cuzk), per instance, engine clock
         self._curio_waits: dict[int, float] = {}
@@ -888,6 +896,9 @@ class Engine:
         try:
             deadline = self.config.proving.market_deadline_min * 60.0
             read = await reader.read([*workers, *gone], now, window, deadline)
+            last = self.demand.last_end
+            since = now - DEMAND_HISTORY_S if last is None else max(last, now - DEMAND_HISTORY_S)
+            self.demand.feed(await reader.request_runs(since, now))
             fleet = identity.node_prefixes(self.config.fleet.name, await self.acts.load_identity())
             named = await reader.named_rows(*fleet)
         except ClusterError as exc:
@@ -1366,20 +1377,75 @@ class Engine:
         worst = max(rated, key=lambda x: worker_cost_per_proof(x[1])[0] or math.inf, default=None)
         t = view.totals
         oldest = t.oldest_unclaimed_at
+        obtained, asked_s = t.request_obtained, t.request_runs_s
+        level = self.demand.level
+        if level is not None and level.obtained >= self.demand.params.min_count:
+            # the demand's current level (demandshift): a change is seen in minutes, where
+            # the window's count would blend it with the hour before
+            obtained, asked_s = level.obtained, level.asked_s
+        money = self._money_outlook(records, pick, now)
+        # what the fleet bills per hour now: running workers' $/h, stopped ones' storage
+        # (bandwidth is billed per GB, not per hour: in `vastui status`'s spend, not here)
+        ours = [r for r in records if r.source == "vastui"]
+        self._fleet_dph = sum(
+            (r.storage_dph or 0.0) if r.pooled_since is not None or r.stopped_since is not None
+            else (r.dph_total or 0.0)
+            for r in ours
+        )  # fmt: skip
         return autoscale.Observed(
             read=True, unclaimed=t.unclaimed,
             oldest_unclaimed_s=None if oldest is None else max(0.0, now - oldest),
             done_per_h=t.cluster_done * 3600.0 / view.window_s, capacity_per_h=sum(rates),
             proving=len(rates), workers=len(live), window_s=view.window_s,
-            requested_per_h=autoscale.requested_per_h(t.request_obtained, t.request_runs_s),
+            requested_per_h=autoscale.requested_per_h(obtained, asked_s),
             dph_per_h=sum(r.dph_total or 0.0 for _rate, r in rated),
-            requested_err_per_h=autoscale.requested_err_per_h(
-                t.request_obtained, t.request_runs_s
-            ),
+            requested_err_per_h=autoscale.requested_err_per_h(obtained, asked_s),
             next_dph=next_dph,
             worst_dph=(worst[1].dph_total or 0.0) if worst else 0.0,
             worst_rate=worst[0] if worst else 0.0,
+            usd_per_proof=self.usd_per_proof(), **money,
         )  # fmt: skip
+
+    def usd_per_proof(self) -> float | None:
+        """Dollars the market paid per proof the cluster proved over the window (its payments
+        at ``fleet.fil_usd``): None without a FIL price, a fresh reading or a proof."""
+        view, fil_usd = self.cluster_view, self.config.fleet.fil_usd
+        if fil_usd <= 0 or view is None or not self._cluster_fresh:
+            return None
+        done = view.totals.cluster_done
+        return view.totals.paid_fil * fil_usd / done if done > 0 else None
+
+    def _money_outlook(
+        self, records: list[InstanceRecord], pick: InstanceRecord | None, now: float
+    ) -> dict[str, Any]:
+        """What the next worker up would cost before it proves, and how long the demand's
+        level is expected to last (now and, for a rise that comes back, later)."""
+        fleet = self.config.fleet
+        ours = [r for r in records if r.source == "vastui"]
+        rate = drain.worker_rate(pick) if pick is not None else None
+        if pick is not None and rate:
+            setup_h, setup_usd = pool.RESTART_H, 0.0
+            storage = pick.storage_dph or 0.0
+        else:
+            rate = 0.0
+            speeds = [r.inet_down for r in ours if r.inet_down]
+            inet = statistics.median(speeds) if speeds else None
+            costs = [r.inet_down_cost for r in ours if r.inet_down_cost is not None]
+            setup_h = ranking.setup_hours(inet, 40.0, fleet.bench_proofs)
+            setup_usd = PARAMS_GB * (statistics.median(costs) if costs else 0.0)
+            stored = [r.storage_dph for r in ours if r.storage_dph]
+            storage = statistics.median(stored) if stored else 0.0
+        pool_h = fleet.warm_pool_max_h if fleet.warm_pool_max > 0 else 0.0
+        later = self.demand.recurring_hours(now, pool_h)
+        return {
+            "expected_h": self.demand.expected_hours(now),
+            "next_rate": rate,
+            "next_setup_h": setup_h,
+            "next_setup_usd": setup_usd,
+            "later_h": later,
+            "later_idle_h": max(0.0, pool_h - later),
+            "next_storage_dph": storage,
+        }
 
     def auto_summary(self) -> dict[str, Any] | None:
         """The automatic target for the status: its state, reason and last reading."""
@@ -1400,6 +1466,44 @@ class Engine:
                 demand_per_h=None if obs.requested_per_h is None
                 else round(obs.requested_per_h, 1),
             )  # fmt: skip
+            out.update(self._money_summary(obs))
+        return out
+
+    def _money_summary(self, obs: autoscale.Observed) -> dict[str, Any]:
+        """Margin and the market for the status: what the market paid over the window less
+        what the fleet bills now, per hour and per day; the share of what the fleet could prove
+        that it obtained; the price paid and the ask set in curio; a lower ask suggested where
+        the fleet wins little of the work at a price that would still pay its $/proof."""
+        view = self.cluster_view
+        if view is None or view.window_s <= 0:
+            return {}
+        t, hours = view.totals, view.window_s / 3600.0
+        out: dict[str, Any] = {"fleet_usd_per_h": round(self._fleet_dph, 4)}
+        obtained_per_h = t.taken / hours
+        if obs.capacity_per_h > 0:
+            out["won_share"] = round(min(1.0, obtained_per_h / obs.capacity_per_h), 3)
+            out["obtained_per_h"] = round(obtained_per_h, 1)
+        paid_per_proof = t.paid_fil / t.paid_recent if t.paid_recent else None
+        if paid_per_proof is not None:
+            out["paid_fil_per_proof"] = round(paid_per_proof, 9)
+        if t.ask_fil is not None:
+            out["ask_fil"] = t.ask_fil
+        fil_usd = self.config.fleet.fil_usd
+        if fil_usd > 0:
+            earned = t.paid_fil * fil_usd / hours
+            out.update(
+                earned_usd_per_h=round(earned, 4),
+                margin_usd_per_h=round(earned - self._fleet_dph, 4),
+                margin_usd_per_day=round((earned - self._fleet_dph) * 24, 2),
+            )  # fmt: skip
+            # the fleet's own $/proof at full use, in FIL: an ask above it that wins little
+            # of the work leaves money on the table (the market pays its price, not the ask:
+            # Snark-Market.md "Notes", retries "still higher than your minimum price")
+            won = out.get("won_share")
+            if obs.capacity_per_h > 0 and obs.dph_per_h > 0 and won is not None and won < 0.5:
+                cost_fil = obs.dph_per_h / obs.capacity_per_h / fil_usd
+                if t.ask_fil is not None and t.ask_fil > cost_fil * 1.2:
+                    out["suggested_ask_fil"] = round(cost_fil * 1.2, 6)
         return out
 
     async def _provision(self) -> None:
@@ -1553,6 +1657,9 @@ class Engine:
                 "fleet %d/%d workers: %s", status.workers, status.target, status.reason or "renting"
             )
         self.status = status
+
+
+DEMAND_HISTORY_S = 48 * 3600.0  # the request task's runs read after a restart
 
 
 def autoscale_settings(config: Config) -> autoscale.Settings:

@@ -37,6 +37,10 @@ from vastui.engine import ranking
 from vastui.engine.drain import worker_rate
 from vastui.engine.policy import Kill
 
+# A pooled worker's start to proving again: Vast's start, the set-up, the parameters checked
+# on its disk, the daemon and curio started (measured end to end in the simulated world:
+# bench/demand.py RESTART_S)
+RESTART_H = 4.0 / 60.0
 EXPIRED_KIND = "pool_expired"  # vastui/domain/stages.py KILL_KINDS
 UNAVAILABLE_KIND = "pool_unavailable"
 
