@@ -69,15 +69,16 @@ from vastsim.demand import ESTABLISHED_BALANCE, FiniteDemand, parse_curve
 from vastsim.proofsvc import Market
 from vastui.config import Config
 from vastui.domain.worker import InstanceRecord
-from vastui.engine import autoscale, pool
+from vastui.engine import autoscale, demandshift, pool
 from vastui.engine.engine import autoscale_settings
 
 PREFIX = "economics.demand"
 WALLET = "f1benchdemandwallet"
 PRICE = 5 * 10**15  # 0.005 FIL, curio's suggested ask (Snark-Market.md "Pricing")
-# What a paid proof earns in dollars, for the volume-aware figure: the ask above at $3 per FIL
-# (ASSUMPTION: no FIL price is a fact of this world; the figure's sign turns on it).
-USD_PER_PAID = 0.015
+# What a FIL is worth in dollars (ASSUMPTION: no FIL price is a fact of this world; the margin's
+# sign turns on it): the operator's [fleet] fil_usd. A paid proof at the ask above earns $0.015.
+FIL_USD = 3.0
+USD_PER_PAID = PRICE / 10**18 * FIL_USD
 TICK_S = 20.0  # the workers' claims and completions
 POLL_S = 3.0  # the request task's polls (ProofRequestPollInterval, task_request.go)
 STEP_S = 60.0  # the engine's step
@@ -122,7 +123,19 @@ CURVES: dict[str, tuple[Callable[[float], str], bool]] = {
     "new_wallet": (lambda h: "steady:100", True),
 }
 
+MARGIN = "economics.margin"
+STEADY_CURVES = ("steady", "new_wallet")
+
 GOALS = [
+    Goal(f"{MARGIN}.summary.auto_vs_best_fixed.median", ">=", 1.1,
+         "auto's margin ÷ the best-earning fixed target's in hindsight, median over runs"),
+    Goal(f"{MARGIN}.summary.auto_vs_best_fixed.worst", ">=", 0.9, "the worst of them"),
+    Goal(f"{MARGIN}.summary.runs_auto_loses_where_fixed_earns", "<=", 0,
+         "runs where auto loses money while the best fixed target earns"),
+    Goal(f"{MARGIN}.summary.detect_minutes.median", "<=", 10,
+         "a demand step up (2x or more) to the target's first move"),
+    Goal(f"{MARGIN}.summary.false_raises_per_week", "<=", 1,
+         "raises of the target on steady curves after their first 6 h, per week"),
     Goal(f"{PREFIX}.summary.auto_vs_best_fixed_cost_ratio.median", "<=", 0.85,
          "auto ÷ the best fixed target in hindsight, $/paid proof, median over curves and seeds"),
     Goal(f"{PREFIX}.summary.auto_vs_best_fixed_cost_ratio.worst", "<=", 1.0, "the worst of them"),
@@ -216,6 +229,7 @@ class Run:
     targets: list[tuple[float, int]]
     warm_up_min: float | None = None  # a step up to the first pooled worker started proving
     pool_starts: int = 0
+    earned_usd: float = 0.0
 
     @property
     def cost_per_paid(self) -> float:
@@ -223,9 +237,9 @@ class Run:
 
     @property
     def margin(self) -> float:
-        """Dollars earned less spent, at USD_PER_PAID a paid proof: counts the volume that
-        $/paid proof does not (a request this cluster does not take goes elsewhere)."""
-        return self.paid * USD_PER_PAID - self.cost
+        """Dollars earned (the market's payments at FIL_USD) less spent: counts the volume
+        that $/paid proof does not (a request this cluster does not take goes elsewhere)."""
+        return self.earned_usd - self.cost
 
 
 class World:
@@ -270,6 +284,13 @@ class World:
         self.rentals: list[Rental] = []
         self.done_times: deque[float] = deque()
         self.paid = self.computed = self.challenges = 0
+        self.earned_usd = 0.0  # the market's payments, at FIL_USD
+        # each completion's time and dollars (0 for a challenge), for the engine's window
+        self.paid_times: deque[tuple[float, float]] = deque()
+        # the request task's runs as vastui reads them (cluster.py _REQUEST_RUNS), for the
+        # demand's change test; and the test itself, fed as the engine feeds it
+        self.run_feed: list[demandshift.Run] = []
+        self.watch = demandshift.Watch()
         self.pool_kills: list[str] = []  # pool.expired's kinds
 
     # -- curio's cluster -----------------------------------------------------------------
@@ -330,6 +351,10 @@ class World:
             # one poll at least: curio's loop sleeps ProofRequestPollInterval (3 s) between
             end = max(self.t, self.run_start + 3.0)
             self.request_runs.append((self.run_start, end, tuple(self.run_times)))
+            first = min(self.run_times, default=self.run_start)
+            got = sum(1 for t in self.run_times if t >= first + 1.0)
+            if end > first:
+                self.run_feed.append(demandshift.Run(end, end - first, got))
 
     def _tick(self) -> None:
         self._deaths()
@@ -342,6 +367,11 @@ class World:
                 self.computed += 1
                 self.done_times.append(self.t)
                 reward = self.market.complete(WALLET, cid, b"proof")
+                usd = 0.0
+                if reward is not None:
+                    usd = int(reward.get("amount") or 0) / 10**18 * FIL_USD
+                    self.earned_usd += usd
+                self.paid_times.append((self.t, usd))
                 if reward is not None:
                     if reward.get("pow"):
                         self.challenges += 1
@@ -377,6 +407,14 @@ class World:
             first = min(rows, default=s)
             open_s += end - first
             obtained += sum(1 for t in rows if t >= first + 1.0)
+        while self.paid_times and self.paid_times[0][0] < self.t - 3600.0:
+            self.paid_times.popleft()
+        self.watch.feed(self.run_feed)
+        self.run_feed = []
+        level = self.watch.level
+        if level is not None and level.obtained >= self.watch.params.min_count:
+            # the demand's current level, not the hour's: a change is seen in minutes
+            obtained, open_s = level.obtained, level.asked_s
         serving = [w for w in self.proving() if w.drain_deadline is None]
         live = self._live()
         # the worker a raise brings first (the engine's pool.pick), the one a cut gives up first
@@ -392,7 +430,38 @@ class World:
             requested_err_per_h=autoscale.requested_err_per_h(obtained, open_s),
             next_dph=pick.dph if pick else 0.0,
             worst_dph=worst.dph if worst else 0.0, worst_rate=worst.mu if worst else 0.0,
+            usd_per_proof=(
+                sum(u for _t, u in self.paid_times) / len(self.paid_times)
+                if self.paid_times else None
+            ),
+            expected_h=self.watch.expected_hours(self.t),
+            later_h=(later := self.watch.recurring_hours(self.t, self._pool_h())),
+            later_idle_h=max(0.0, self._pool_h() - later),
+            next_storage_dph=pick.storage_dph if pick else self._storage_dph(),
+            next_rate=pick.mu if pick else 0.0,
+            next_setup_h=RESTART_S / 3600.0 if pick else self._setup_h(),
+            next_setup_usd=0.0 if pick else PARAMS_GB * self._inet_cost(),
         )  # fmt: skip
+
+    def _pool_h(self) -> float:
+        """How long a worker given up waits in the warm pool at most (0: no pool)."""
+        cfg = self.pool_config
+        return 0.0 if cfg is None or cfg.fleet.warm_pool_max <= 0 else cfg.fleet.warm_pool_max_h
+
+    def _storage_dph(self) -> float:
+        """A new rental's storage $/h: the mean of the rentals so far."""
+        return statistics.fmean(w.storage_dph for w in self.rentals) if self.rentals else 0.0
+
+    def _setup_h(self) -> float:
+        """A new rental's hours to proving, as the engine's store knows them: the median of
+        the rentals so far (2 h before any)."""
+        done = [(w.proving_since - w.rented_at) / 3600.0 for w in self.rentals
+                if w.proving_since is not None and not w.restarted_at]  # fmt: skip
+        return statistics.median(done) if done else 2.0
+
+    def _inet_cost(self) -> float:
+        """A new rental's $/GB: the mean of the rentals so far (1 cent before any)."""
+        return statistics.fmean(w.inet_cost for w in self.rentals) if self.rentals else 0.01
 
     def _live(self) -> list[Rental]:
         """The workers of the target: setting up or proving, or a queued start from the pool
@@ -546,6 +615,7 @@ class World:
             scale_up_min=self._scale_up_min(), targets=targets,
             warm_up_min=self._warm_up_min(targets),
             pool_starts=sum(len(w.restarted_at) for w in self.rentals),
+            earned_usd=self.earned_usd,
         )  # fmt: skip
 
     def _warm_up_min(self, targets: list[tuple[float, int]]) -> float | None:
@@ -589,7 +659,8 @@ def auto_config(**fleet: Any) -> Config:
 def compare(curve: str, seed: int, hours: float, config: Config) -> dict[str, Any]:
     make_spec, new_wallet = CURVES[curve]
     spec = make_spec(hours)
-    auto = World(spec, new_wallet, seed, hours, pool_config=config).run(auto_policy(config))
+    auto_world = World(spec, new_wallet, seed, hours, pool_config=config)
+    auto = auto_world.run(auto_policy(config))
     fixed = {n: World(spec, new_wallet, seed, hours).run(lambda _w, n=n: n)
              for n in range(1, MAX_WORKERS + 1)}  # fmt: skip
     best_n = min(fixed, key=lambda n: (fixed[n].cost_per_paid, n))
@@ -604,6 +675,7 @@ def compare(curve: str, seed: int, hours: float, config: Config) -> dict[str, An
     return {
         "auto": auto, "best": best, "best_n": best_n, "spec": spec,
         "best_margin": fixed[margin_n], "best_margin_n": margin_n, "original": original,
+        "curve": auto_world.curve, "t0": auto_world.t0, "levels": list(auto_world.watch.levels),
     }  # fmt: skip
 
 
@@ -622,6 +694,13 @@ def run(quick: bool) -> dict[str, Any]:
     warm: list[float] = []
     margins: list[float] = []  # auto's margin ÷ the best fixed target's by margin
     missed_auto = missed_best = 0
+    margin_ratios: list[float] = []
+    loses = 0
+    detect: list[float] = []
+    seen: list[float] = []
+    held_rises = 0
+    false_raises = 0
+    steady_hours = 0.0
     vs_original: dict[int, list[float]] = {m: [] for m in ORIGINAL_LOOKS_MIN}
     missed_original: dict[int, int] = dict.fromkeys(ORIGINAL_LOOKS_MIN, 0)
     for curve in CURVES:
@@ -669,6 +748,24 @@ def run(quick: bool) -> dict[str, Any]:
                 missed_original[m] += orig.missed
             if by_margin.margin > 0:
                 margins.append(auto.margin / by_margin.margin)
+                margin_ratios.append(auto.margin / by_margin.margin)
+                loses += auto.margin < 0
+            moves, alarms = _rise_moves(got, hours)
+            detect += [m for m in moves if m is not None]
+            held_rises += sum(1 for m in moves if m is None)
+            seen += alarms
+            if curve in STEADY_CURVES:
+                false_raises += sum(1 for (t, n), (_t, n0) in zip(auto.targets[1:], auto.targets,
+                                                                   strict=False)
+                                    if n > n0 and t >= got["t0"] + 6 * 3600.0)  # fmt: skip
+                steady_hours += hours - 6.0
+            figures.update({
+                f"{MARGIN}.{curve}.seed{seed}.auto_usd": round(auto.margin, 2),
+                f"{MARGIN}.{curve}.seed{seed}.best_fixed_usd": round(by_margin.margin, 2),
+                f"{MARGIN}.{curve}.seed{seed}.earned_usd": round(auto.earned_usd, 2),
+                f"{MARGIN}.{curve}.seed{seed}.spent_usd": round(auto.cost, 2),
+                f"{MARGIN}.{curve}.seed{seed}.target_moves_min": [_round(m) for m in moves],
+            })  # fmt: skip
             if ratio is not None:
                 ratios.append(ratio)
             if auto.idle_share is not None:
@@ -692,6 +789,18 @@ def run(quick: bool) -> dict[str, Any]:
         f"{PREFIX}.summary.margin.auto_vs_best_fixed.median": _median(margins),
         f"{PREFIX}.summary.margin.auto_vs_best_fixed.worst": _round(min(margins, default=None)),
     })  # fmt: skip
+    figures.update({
+        f"{MARGIN}.summary.auto_vs_best_fixed.median": _median(margin_ratios),
+        f"{MARGIN}.summary.auto_vs_best_fixed.worst": _round(min(margin_ratios, default=None)),
+        f"{MARGIN}.summary.runs_auto_loses_where_fixed_earns": loses,
+        f"{MARGIN}.summary.detect_minutes.median": _median(detect),
+        f"{MARGIN}.summary.detect_minutes.rises_held": held_rises,
+        f"{MARGIN}.summary.seen_minutes.median": _median(seen),
+        f"{MARGIN}.summary.false_raises_per_week": (
+            round(false_raises * 168.0 / steady_hours, 2) if steady_hours else None
+        ),
+        f"{MARGIN}.summary.fil_usd_assumed": FIL_USD,
+    })  # fmt: skip
     for m in ORIGINAL_LOOKS_MIN:
         o_key = f"{PREFIX}.summary.auto_vs_fair_original_{m}min_cost_ratio"
         figures.update({
@@ -700,6 +809,40 @@ def run(quick: bool) -> dict[str, Any]:
             f"{PREFIX}.summary.missed_deadlines.fair_original_{m}min": missed_original[m],
         })  # fmt: skip
     return figures
+
+
+def _rise_moves(got: dict[str, Any], hours: float) -> tuple[list[float | None], list[float]]:
+    """For each step up of the curve by 2x or more: the minutes to the target's first rise
+    within it (None: held through it), and the minutes to the demand test's alarm."""
+    curve, t0 = got["curve"], got["t0"]
+    starts = []
+    h = 0.0
+    while h < hours:  # the curve's rises, sampled each minute
+        before, now = curve.at(h), curve.at(h + 1 / 60)
+        if now >= 2 * max(before, 1e-9) and now > before:
+            starts.append(t0 + (h + 1 / 60) * 3600.0)
+        h += 1 / 60
+    auto = got["auto"]
+    moves: list[float | None] = []
+    alarms: list[float] = []
+    for start in starts:
+        end = start + _rise_length(curve) * 3600.0
+        ups = [t for (t, n), (_t, n0) in zip(auto.targets[1:], auto.targets, strict=False)
+               if n > n0 and start <= t < end]  # fmt: skip
+        moves.append((min(ups) - start) / 60.0 if ups else None)
+        seen = [lv.seen_at for lv in got["levels"]
+                if lv.seen_at is not None and start <= lv.seen_at < end]  # fmt: skip
+        if seen:
+            alarms.append((min(seen) - start) / 60.0)
+    return moves, alarms
+
+
+def _rise_length(curve: Any) -> float:
+    if curve.kind == "pulse":
+        return curve.until_h - curve.at_h
+    if curve.kind == "bursts":
+        return curve.at_h / 2
+    return math.inf
 
 
 def _round(x: float | None) -> float | None:
