@@ -236,6 +236,10 @@ class Offer:
     # bandwidth, $/GB (vast-api.md §4): the parameters, each request and proof go over it
     inet_down_cost: float | None = None
     inet_up_cost: float | None = None
+    # MB/s (vast-api.md:142; the CLI's help says "disk read bandwidth, in MB/s",
+    # vastai/cli/commands/offers.py:86): with inet_down it bounds the parameters' download
+    # (vastui/engine/ranking.py time_to_prove_h)
+    disk_bw: float | None = None
 
     def __post_init__(self) -> None:
         # However an Offer is made, it can be rented and priced: valid ids, a real price.
@@ -263,7 +267,7 @@ class Offer:
             raise ModelError(f"offer is not a JSON object: {type(raw).__name__}")
         (offer_id, machine, host, gpu, gpus, gpu_ram, cpu_ram, cores, cores_all, cpu, dph, disk,
          down, up, pcie, rel, rel_old, geo, cuda, verification, rentable, min_bid,
-         storage, down_cost, up_cost) = values  # fmt: skip
+         storage, down_cost, up_cost, disk_bw) = values  # fmt: skip
         if not (type(offer_id) is int and 1 <= offer_id <= INT64_MAX):
             offer_id = _req_id(raw, "id", "offer")
         if not (type(dph) is float and MIN_DPH <= dph <= MAX_DPH):
@@ -315,6 +319,9 @@ class Offer:
             up_cost
             if type(up_cost) is float and 0.0 <= up_cost <= MAX_GB_PRICE
             else _quantity(up_cost, MAX_GB_PRICE),
+            disk_bw
+            if type(disk_bw) is float and 0.0 <= disk_bw <= MAX_QUANTITY
+            else _quantity(disk_bw),
         )
 
     def to_api(self) -> dict[str, Any]:
@@ -345,6 +352,7 @@ class Offer:
             "storage_total_cost": self.storage_total_cost,
             "inet_down_cost": self.inet_down_cost,
             "inet_up_cost": self.inet_up_cost,
+            "disk_bw": self.disk_bw,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -373,7 +381,7 @@ _OFFER_KEYS = (
     "cpu_cores_effective", "cpu_cores", "cpu_name", "dph_total", "disk_space", "inet_down",
     "inet_up", "pcie_bw", "reliability2", "reliability", "geolocation", "cuda_max_good",
     "verification", "rentable", "min_bid", "storage_total_cost", "inet_down_cost",
-    "inet_up_cost",
+    "inet_up_cost", "disk_bw",
 )  # fmt: skip
 _offer_values = itemgetter(*_OFFER_KEYS)
 _VERIFICATION = {None: None, True: "verified", False: "unverified"}
