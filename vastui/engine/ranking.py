@@ -8,14 +8,24 @@ For each offer:
   (the reference's working assumption, `original-system.md` §4), times the GPU count;
 - min_rate: ceil(dph_total / max $/proof): the rate at which this price pays off;
 - expected $/proof = dph_total / expected rate.
+
+When the work is urgent (issue 43: a burst expected to last a few hours), the order is what
+each offer would earn over that time, which counts when it proves: its time from rent to first
+proof (the parameters at the slower of its link and its disk, the set-up, the benchmark) is
+hours it bills and does not prove (``Urgency``, ``rank_urgent``). Each ranked offer says which
+order ranked it (``ranked_by``, ``rank_note``).
+
+One file: the ranked offer, the record it is published as and the two orders that make it
+change together (a field added to RankedOffer is a key of the record and a term of an order).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from vastui.config import Config
 from vastui.domain.machines import PerfRecord
@@ -24,6 +34,15 @@ from vastui.engine.bidding import BidQuote, Risk, RiskModel, better, quote
 from vastui.numbers import parse_number
 from vastui.pricing import min_rate_at
 from vastui.vast.models import ModelError, Offer, unchecked_constructor
+
+if TYPE_CHECKING:
+    from vastui.engine.autoscale import Observed
+
+# Which order ranked an offer: its expected $/proof (always, unless the work is urgent), or,
+# the work being urgent, what it earns over the time the work lasts (which counts when it
+# proves; rank_urgent).
+RANKED_BY_COST = "cost_per_proof"
+RANKED_BY_TIME = "time_to_prove"
 
 # Per-GPU proofs/hour with ample RAM and CPU; used only until a machine of that model is measured.
 DEFAULT_GPU_RATES: dict[str, float] = {
@@ -69,6 +88,29 @@ class RankedOffer:
     # $/proof above are the bid's.
     bid: BidQuote | None = None
     as_bid: bool = False
+    # Which order ranked it (RANKED_BY_COST or RANKED_BY_TIME) and, ranked by when it proves,
+    # its hours from rent to first proof and what ordered it: its margin in dollars over the
+    # urgent work's hours (the market's price known), else its $/proof over them. The fields
+    # above stay the steady-state ones: viability is never the urgency's.
+    ranked_by: str = RANKED_BY_COST
+    time_to_prove_h: float | None = None
+    urgent_margin: float | None = None
+    urgent_cost_per_proof: float | None = None
+
+    @property
+    def rank_note(self) -> str:
+        """How it was ranked, for the operator."""
+        if self.ranked_by != RANKED_BY_TIME:
+            return "ranked by $/proof"
+        note = "ranked by when it proves: work is urgent"
+        if self.time_to_prove_h is not None:
+            note += f" (proves in ~{self.time_to_prove_h * 60:.0f} min"
+            if self.urgent_margin is not None:
+                note += f", earns ${self.urgent_margin:.2f} over the work"
+            elif self.urgent_cost_per_proof is not None:
+                note += f", ${self.urgent_cost_per_proof:.4f}/proof over the work"
+            note += ")"
+        return note
 
     @property
     def rent_bid(self) -> BidQuote | None:
@@ -140,6 +182,10 @@ def to_record(ranked: RankedOffer) -> dict[str, object]:
         "bad_reason": ranked.bad_reason,
         "bid": None if ranked.bid is None else ranked.bid.to_json(),
         "as_bid": ranked.as_bid,
+        "ranked_by": ranked.ranked_by,
+        "time_to_prove_h": ranked.time_to_prove_h,
+        "urgent_margin": ranked.urgent_margin,
+        "urgent_cost_per_proof": ranked.urgent_cost_per_proof,
     }
 
 
@@ -162,6 +208,11 @@ def from_record(row: Mapping[str, Any]) -> RankedOffer | None:
             bad_reason=None if row.get("bad_reason") is None else str(row["bad_reason"]),
             bid=_bid_from(row.get("bid")),
             as_bid=row.get("as_bid") is True and _bid_from(row.get("bid")) is not None,
+            # rows published before issue 43 hold none of these: ranked by $/proof
+            ranked_by=RANKED_BY_TIME if row.get("ranked_by") == RANKED_BY_TIME else RANKED_BY_COST,
+            time_to_prove_h=_opt(row.get("time_to_prove_h")),
+            urgent_margin=_opt(row.get("urgent_margin")),  # a loss is negative
+            urgent_cost_per_proof=_opt(row.get("urgent_cost_per_proof")),
         )
     except (KeyError, TypeError, ValueError, ModelError):
         return None
@@ -220,6 +271,168 @@ def setup_hours(inet_down: float | None, rate: float, bench_proofs: int) -> floa
     mbps = inet_down if inet_down and inet_down > 0 else DEFAULT_INET_MBPS
     download = PARAMS_DISK_GIB * GIB * 8 / (mbps * 1e6) / 3600.0
     return download + SETUP_FIXED_H + (1 + bench_proofs) / rate
+
+
+# -- when a rental proves (issue 43) ------------------------------------------------------
+#
+# The parameters (plan.PARAMS_DISK_GIB, ~145 GB) come over the offer's link and are written to
+# its disk: the slower of the two bounds the download. Vast lists both per offer: inet_down in
+# Mbit/s and disk_bw in MB/s (vast-api.md:142-143; the CLI's help, vastai/cli/commands/
+# offers.py:86 and :107, says disk_bw is the disk's *read* bandwidth: taken as its sequential
+# write speed too, ASSUMPTION). Whether a host already holds the worker image would shorten the
+# set-up too, but Vast says nothing of it: no offer field names an image or a cache (the search
+# fields, vastai/api/query.py:109-166; the CLI's field list, offers.py:72-123; vast-api.md
+# §3.3, :123-166); "image" is a field of benchmarks and templates only (query.py:190, :236).
+# So the image's pull stays inside SETUP_FIXED_H for every offer.
+#
+# A listed figure is trusted within physical bounds only: one not finite, not positive or past
+# the ceiling is no measurement (the link falls back to DEFAULT_INET_MBPS, the disk to no bound
+# of its own); one below the floor is a slow link or disk, kept slow at the floor.
+MIN_INET_MBPS = 1.0  # ASSUMPTION: 145 GB at 1 Mbit/s is 13 days: slower is as good as never
+MAX_INET_MBPS = 100_000.0  # ASSUMPTION: 100 Gbit/s, past any host's uplink
+MIN_DISK_MBS = 10.0  # ASSUMPTION: slower than a spinning disk
+MAX_DISK_MBS = 100_000.0  # ASSUMPTION: past any NVMe array a host lists
+
+
+def _trusted(value: float | None, floor: float, ceiling: float) -> float | None:
+    if value is None or not math.isfinite(value) or value <= 0.0 or value > ceiling:
+        return None
+    return max(value, floor)
+
+
+def fetch_mbps(inet_down: float | None, disk_bw: float | None) -> float:
+    """Mbit/s at which the parameters reach the disk: the link (Mbit/s) bounded by the disk
+    (MB/s), each trusted only within physical bounds (untrusted link: the default; untrusted
+    disk: no bound)."""
+    link = _trusted(inet_down, MIN_INET_MBPS, MAX_INET_MBPS) or DEFAULT_INET_MBPS
+    disk = _trusted(disk_bw, MIN_DISK_MBS, MAX_DISK_MBS)
+    return link if disk is None else min(link, disk * 8.0)
+
+
+def time_to_prove_h(offer: Offer, rate: float | None, bench_proofs: int) -> float | None:
+    """Hours from rent to first proof: the parameters' download (``fetch_mbps``), the fixed
+    set-up, the benchmark's 1 + bench_proofs proofs at the expected rate. None: no rate known
+    (nothing says how long its benchmark takes)."""
+    if rate is None or not math.isfinite(rate) or rate <= 0.0:
+        return None
+    download_s = PARAMS_DISK_GIB * GIB * 8 / (fetch_mbps(offer.inet_down, offer.disk_bw) * 1e6)
+    return download_s / 3600.0 + SETUP_FIXED_H + (1 + max(0, bench_proofs)) / rate
+
+
+# -- the order when the work is urgent (issue 43) -------------------------------------------
+
+# The market's deadline: 45 min (curio's Snark-Market.md:169, cuzk-verified.md:125). Requests
+# left waiting half of it mean the work outruns the fleet now.
+DEADLINE_S = 2700.0
+WAITING_SHARE = 0.5  # ASSUMPTION
+# Work whose level is expected to last at most this long is urgent: a new rental proves 1 to 4
+# h after it is rented, so over a few hours when it proves decides what it earns; over longer,
+# its $/proof does (ASSUMPTION).
+URGENT_MAX_H = 6.0
+# Work waiting near the deadline with no learned duration is taken to last this long (a burst
+# of a few hours, issue 43; ASSUMPTION).
+DEFAULT_BURST_H = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Urgency:
+    """Work that is urgent: how much longer it is expected to last, and what the market pays
+    per proof (None: not known; offers are then ordered by $/proof over those hours)."""
+
+    hours: float
+    usd_per_proof: float | None = None
+    bench_proofs: int = 12
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.hours) and self.hours >= 0.0):
+            raise ValueError(f"urgent work's hours must be finite and >= 0: {self.hours!r}")
+        price = self.usd_per_proof
+        if price is not None and not (math.isfinite(price) and price >= 0.0):
+            raise ValueError(f"usd_per_proof must be finite and >= 0: {price!r}")
+
+
+def urgency_of(
+    observed: Observed | None, bench_proofs: int, max_hours: float = URGENT_MAX_H
+) -> Urgency | None:
+    """Whether the market's work is urgent, from the autoscaler's reading of the cluster
+    (vastui/engine/autoscale.py Observed): its level expected to last at most ``max_hours``
+    (demandshift's expected_h), or requests waiting past ``WAITING_SHARE`` of the deadline with
+    no duration learned (then ``DEFAULT_BURST_H``). None: not urgent, or no fresh reading."""
+    if observed is None or not observed.read:
+        return None
+    hours = observed.expected_h
+    if hours is None or not math.isfinite(hours):
+        waited = observed.oldest_unclaimed_s or 0.0
+        if hours is not None or waited < WAITING_SHARE * DEADLINE_S:
+            return None
+        hours = DEFAULT_BURST_H
+    if hours > max_hours:
+        return None
+    price = observed.usd_per_proof
+    if price is not None and not (math.isfinite(price) and price >= 0.0):
+        price = None
+    return Urgency(max(0.0, hours), price, bench_proofs)
+
+
+def urgent_worth(
+    ranked: RankedOffer, urgency: Urgency
+) -> tuple[float | None, float | None, float | None]:
+    """(hours to first proof, margin $, $/proof) of renting this offer for urgent work.
+
+    Its rate earns over the hours left once it proves: margin = (hours − time to prove) ×
+    (rate × (price − bandwidth per proof) − $/h) − set-up (the parameters at its $/GB and its
+    $/h while it sets up), as autoscale.raise_worth counts a raise. $/proof = everything it
+    bills over the hours (its $/h all along, the parameters) ÷ the proofs made within them,
+    plus the bandwidth per proof; None when it proves none within them. The rate is the
+    offer's expected one: that a worker more is fed is the autoscaler's call, not the order's.
+    Everything None without a rate."""
+    rate = ranked.expected_rate
+    offer = ranked.offer
+    ttp = time_to_prove_h(offer, rate, urgency.bench_proofs)
+    if ttp is None or rate is None:
+        return None, None, None
+    dph = ranked.dph_total  # as it would be rented (a bid's total)
+    useful_h = max(0.0, urgency.hours - ttp)
+    params_usd = PARAMS_GB * (offer.inet_down_cost or 0.0)
+    per_proof = bandwidth_per_proof(offer)
+    margin = None
+    if urgency.usd_per_proof is not None:
+        earn_per_h = rate * (urgency.usd_per_proof - per_proof) - dph
+        margin = useful_h * earn_per_h - (params_usd + dph * ttp)
+    proofs = rate * useful_h
+    cost = (dph * urgency.hours + params_usd) / proofs + per_proof if proofs > 0 else None
+    return ttp, margin, cost
+
+
+def _urgent_key(ranked: RankedOffer) -> tuple[int, float, int, float]:
+    """The most margin first (the market's price known), else the least $/proof over the
+    work's hours; offers proving nothing within them after, soonest first; unknown rates last;
+    then, as by $/proof, a measured machine and the lower price."""
+    known = 0 if ranked.known_rate is not None else 1
+    if ranked.urgent_margin is not None:
+        return (0, -ranked.urgent_margin, known, ranked.dph_total)
+    if ranked.urgent_cost_per_proof is not None:
+        return (0, ranked.urgent_cost_per_proof, known, ranked.dph_total)
+    if ranked.time_to_prove_h is not None:
+        return (1, ranked.time_to_prove_h, known, ranked.dph_total)
+    return (2, 0.0, known, ranked.dph_total)
+
+
+def rank_urgent(ranked: Iterable[RankedOffer], urgency: Urgency | None) -> list[RankedOffer]:
+    """Ranked offers in the order urgent work wants (``urgent_worth``), each marked so; with
+    no urgency, as they are (today's order)."""
+    if urgency is None:
+        return list(ranked)
+    marked = []
+    for r in ranked:
+        ttp, margin, cost = urgent_worth(r, urgency)
+        marked.append(
+            replace(
+                r, ranked_by=RANKED_BY_TIME, time_to_prove_h=ttp, urgent_margin=margin,
+                urgent_cost_per_proof=cost,
+            )
+        )  # fmt: skip
+    return sorted(marked, key=_urgent_key)
 
 
 class RateModel:
@@ -301,10 +514,12 @@ def rank_offers(
     max_cost_per_proof: float,
     bids: tuple[Config, RiskModel] | None = None,
     levers: Levers | None = None,
+    urgency: Urgency | None = None,
 ) -> list[RankedOffer]:
     """Annotate and sort offers, cheapest expected $/proof first (unknown last). With
     ``bids`` (the config, bids on, and what interruptions cost each machine), an offer is
-    ranked as a bid when that is cheaper per proof than renting it on demand."""
+    ranked as a bid when that is cheaper per proof than renting it on demand. With
+    ``urgency`` (urgent work), ordered by what each earns over its hours (``rank_urgent``)."""
     bidding = bids is not None and bids[0].bids.mode != "off"
     levers = levers or Levers()
     model = RateModel(perf, levers.prior_blend)
@@ -366,9 +581,15 @@ def rank_offers(
                 bad_reasons.get(machine),
                 bid,
                 as_bid,
+                RANKED_BY_COST,
+                None,
+                None,
+                None,
             )
         )
         keys.append(_sort_key(cost, known, dph))
+    if urgency is not None:
+        return rank_urgent(ranked, urgency)
     # Sorting indices by precomputed keys (stable, as sorting by RankedOffer.sort_key is).
     order = sorted(range(len(ranked)), key=keys.__getitem__)
     return [ranked[i] for i in order]
