@@ -29,6 +29,11 @@ is the offer to rent (or none) and, whenever the fleet is not being grown, a typ
 ``no_viable_offer``         no offer is expected to reach the rate its price requires
 ==========================  ======================================================================
 
+When the work is urgent (``FleetView.urgency``, issue 43) the viable offers are taken in the
+order urgent work wants: what each earns over the hours the work lasts, which counts when it
+proves (vastui/engine/ranking.py ``rank_urgent``); the rent's reason says it was so ranked.
+Without it (the default) the ranking's own order holds.
+
 Only a rent in flight blocks an offer (and a machine with a live worker stays busy): an offer
 rented before may be rented again, and a machine that failed is kept off by the bad list (and
 its strikes), a slow one by its measured rate in the ranking, not by its offer id.
@@ -43,7 +48,7 @@ from dataclasses import dataclass, field
 from vastui.config import FleetSection
 from vastui.domain import plan
 from vastui.engine.policy import LIVE_STAGES, PIPELINE_STAGES
-from vastui.engine.ranking import RankedOffer
+from vastui.engine.ranking import RANKED_BY_TIME, RankedOffer, Urgency, rank_urgent
 
 REASON_KINDS: tuple[str, ...] = (
     "target_zero",
@@ -180,6 +185,9 @@ class FleetView:
     rents_last_hour: int = 0  # rents this fleet sent (or may have) in the last hour
     max_rents_per_slot_hour: int = 0  # fleet.max_rents_per_slot_hour; 0: no breaker
     pooled: int = 0  # stopped in the warm pool (vastui/engine/pool.py): not workers, storage
+    # the work is urgent: the offer to rent is the one that earns most over its hours, which
+    # counts when it proves (ranking.rank_urgent); None: the ranking's $/proof order
+    urgency: Urgency | None = None
 
     @property
     def live(self) -> int:
@@ -234,6 +242,7 @@ def build_view(
     target: int | None = None,
     fleet_failure_until: str | None = None,
     pooled: Sequence[int | None] = (),
+    urgency: Urgency | None = None,
 ) -> FleetView:
     """The fleet as a provisioning decision sees it, from what the engine observed. Rents whose
     outcome is still unknown count as workers (and cost); in a dry run the would-be rents of this
@@ -241,7 +250,8 @@ def build_view(
     workers are on their way out: not workers of the target, still a cost. ``target``: the
     automatic target of this step (vastui/engine/autoscale.py), else the configured one;
     ``pooled``: the machines of the workers stopped in the warm pool (not workers; their
-    machines are not rented anew: a scale-up starts them)."""
+    machines are not rented anew: a scale-up starts them); ``urgency``: the work is urgent
+    (ranking.urgency_of), the offer to rent is picked by when it proves as well as its price."""
     dry = dict(dry_offers or {}) if dry_run else {}
     live = [w for w in workers if not w.draining]
     stages: dict[str, int] = {}
@@ -278,6 +288,7 @@ def build_view(
         identity_collision=identity_collision,
         rents_last_hour=rents_last_hour,
         pooled=len(pooled),
+        urgency=urgency,
     )
 
 
@@ -394,6 +405,9 @@ def decide(view: FleetView, offers: Sequence[RankedOffer]) -> Decision:
         return early
     open_offers = [r for r in offers if _rentable(view, r)]
     viable = [r for r in open_offers if r.viable]
+    if view.urgency is not None:
+        # only the viable ones: what it would earn orders them, never whether one is viable
+        viable = rank_urgent(viable, view.urgency)
     for ranked in viable:
         if view.dph_in_use + ranked.dph_total <= view.max_total_dph:
             return Decision(ranked, _dry_reason(view, ranked) if view.dry_run else None)
@@ -430,6 +444,7 @@ def rent_reason(view: FleetView, ranked: RankedOffer) -> str:
         f"on machine {best.machine_id}"
         + ("" if best.bid_price is None else f" as a bid at ${best.bid_price:.4f}/h")
         + f": {best.economics()} ({best.rate_source})"
+        + _rank_note(ranked)
     )
 
 
@@ -448,7 +463,12 @@ def _rentable(view: FleetView, ranked: RankedOffer) -> bool:
 
 def _dry_reason(view: FleetView, ranked: RankedOffer) -> Reason:
     best = Candidate.of(ranked, view.max_cost_per_proof)
-    return Reason("dry_run", f"dry run: would rent {best.describe()}", best)
+    return Reason("dry_run", f"dry run: would rent {best.describe()}{_rank_note(ranked)}", best)
+
+
+def _rank_note(ranked: RankedOffer) -> str:
+    """Said of a rent when urgent work ranked it (by $/proof, as always: nothing)."""
+    return f"; {ranked.rank_note}" if ranked.ranked_by == RANKED_BY_TIME else ""
 
 
 def _no_viable(view: FleetView, open_offers: Sequence[RankedOffer]) -> Reason:
