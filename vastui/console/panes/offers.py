@@ -27,7 +27,7 @@ from vastui.console.panes.base import (
 )
 from vastui.domain.machines import REASON_MAX_CHARS
 from vastui.domain.plan import PARAMS_GB
-from vastui.engine.ranking import RankedOffer
+from vastui.engine.ranking import RANKED_BY_TIME, RankedOffer
 from vastui.sanitize import sanitize_line
 from vastui.vast.query import MAX_FILTER_CHARS, QueryError, build_search_body
 
@@ -175,7 +175,8 @@ class OffersPane(TablePane):
         self._ordered()  # counts the bad ones of this offers list
         hidden = 0 if self.show_bad else self._bad
         shown = len(self._rows)
-        return f"1 Offers ({shown}{f', {hidden} bad hidden' if hidden else ''})"
+        mode = rank_mode(self.host.offers)
+        return f"1 Offers ({shown}{f', {hidden} bad hidden' if hidden else ''}{mode})"
 
     def selected_offer(self) -> RankedOffer | None:
         rec = self.selected()
@@ -197,6 +198,8 @@ class OffersPane(TablePane):
         body.append(f"  → min_rate {min_rate:.0f} proofs/h", style="bold")
         body.append(f" (max ${host.config.fleet.max_cost_per_proof}/proof)\n")
         body.append(f"expected {fmt(ranked.expected_rate, '.0f')} proofs/h ({ranked.rate_source})")
+        if ranked.ranked_by == RANKED_BY_TIME:
+            body.append(f"\n{ranked.rank_note}", style="bold yellow")
         if ranked.bad:
             body.append("\nthis machine is on the bad list", style="bold red")
 
@@ -267,6 +270,15 @@ def ask_ignore(pane: TablePane, machine: int, gpu: str | None, where: str | None
         ),
         done,
     )
+
+
+def rank_mode(offers: list[RankedOffer]) -> str:
+    """The tab's word on the order (issue 43): nothing while offers are ranked by $/proof, as
+    always; said when urgent work ranked them by when they prove (the rank is the list's:
+    every offer of it is marked alike)."""
+    if offers and offers[0].ranked_by == RANKED_BY_TIME:
+        return ", by when it proves: work is urgent"
+    return ""
 
 
 def known_cell(ranked: RankedOffer) -> Text:
