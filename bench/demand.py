@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.common import Goal, progress
-from vastsim.demand import ESTABLISHED_BALANCE, FiniteDemand, parse_curve
+from vastsim.demand import ESTABLISHED_BALANCE, FiniteDemand, parse_curve, rivals_for
 from vastsim.proofsvc import Market
 from vastui.config import Config
 from vastui.domain.worker import InstanceRecord
@@ -98,6 +98,13 @@ BENCH_S = 20 * 60.0
 # start, overhead included (8.5 min, this constant's value until 2026-12-05).
 RESTART_S = 4.0 * 60.0
 BENCH_FAIL = 0.15
+SNAP_WORK = 1.6  # a Snap's work in PoRep-equivalents (_work)
+# cuzk's pipeline (original-system.md §4, RTX 5070 Ti): one proof alone 88.9 s, pipelined 37.7 s
+# a proof: with k proofs in flight a worker proves at pipeline(k) of its full rate,
+# k (K + c) / (K (k + c)), K = MaxPending, c chosen so that pipeline(1) = 37.7 / 88.9
+# (ASSUMPTION: the curve between one and MaxPending is not measured; this one is concave)
+PIPE_ALONE = 37.7 / 88.9
+PIPE_C = MAX_PENDING * (1 - PIPE_ALONE) / (MAX_PENDING * PIPE_ALONE - 1)
 # ASSUMPTION: a start from the warm pool that Vast queues (resources_unavailable: the machine's
 # GPUs were rented while it was stopped); no figure is published
 START_QUEUED = 0.1
@@ -111,7 +118,8 @@ MAX_WORKERS = 10
 HOURS_FULL, HOURS_QUICK = 48.0, 24.0
 SEEDS_FULL, SEEDS_QUICK = (1, 2, 3), (1,)
 
-# name → (curve spec with H for the run's hours, a new wallet)
+# name → (curve spec with H for the run's hours, a new wallet). With the priced market (issue
+# 43) a curve is every buyer's demand; the rivals take their share of it (``rivals_for``).
 CURVES: dict[str, tuple[Callable[[float], str], bool]] = {
     "steady": (lambda h: "steady:60", False),
     "daily": (lambda h: "daily:70:0.8", False),
@@ -121,7 +129,22 @@ CURVES: dict[str, tuple[Callable[[float], str], bool]] = {
     # 6 h at 20/h, 6 h at 150/h, over and over: work that comes and goes within a day
     "bursts": (lambda h: "bursts:20:150:12", False),
     "new_wallet": (lambda h: "steady:100", True),
+    # at fleet scale (tens of workers): a steady base with bursts, a daily cycle, a market that
+    # dries up for a day (ASSUMPTION: shapes an operator of tens of workers meets; no market
+    # history is published)
+    "fleet_bursts": (lambda h: "bursts:900:2700:12", False),
+    "fleet_daily": (lambda h: "daily:1800:0.6", False),
+    "fleet_dry": (lambda h: f"pulse:1800:120:{h / 3:g}:{h / 3 + min(24.0, h / 2):g}", False),
 }
+FLEET_MAX_WORKERS = 60
+# An operator who runs tens of workers holds the slots for them (ASSUMPTION: 1,000 slots,
+# 50,000 challenge proofs; a slot holds one ask or one assigned proof, Snark-Market.md:163)
+FLEET_BALANCE = 50 * 1000
+
+
+def is_fleet(curve: str) -> bool:
+    return curve.startswith("fleet_")
+
 
 MARGIN = "economics.margin"
 STEADY_CURVES = ("steady", "new_wallet")
@@ -148,6 +171,14 @@ GOALS = [
 ]  # fmt: skip
 
 
+def pipeline(k: int) -> float:
+    """The share of a worker's full rate it proves at with ``k`` proofs in flight."""
+    if k <= 0:
+        return 0.0
+    k = min(k, MAX_PENDING)
+    return k * (MAX_PENDING + PIPE_C) / (MAX_PENDING * (k + PIPE_C))
+
+
 @dataclass
 class Rental:
     """One rented worker: its machine (drawn) and what became of it."""
@@ -163,10 +194,10 @@ class Rental:
     proving_since: float | None = None
     gone_at: float | None = None
     drain_deadline: float | None = None
-    # done_at, cid, obtained_at
-    in_flight: list[tuple[float, str, float]] = field(default_factory=list)
+    # each claimed request: [work left (PoRep-equivalents), cid, obtained_at, downloaded at]
+    in_flight: list[list[Any]] = field(default_factory=list)
     requests: int = 0
-    busy_s: float = 0.0  # ∫ in_flight / MaxPending over proving time
+    busy_s: float = 0.0  # ∫ pipeline(in flight) over proving time: its throughput used
     proving_s: float = 0.0
     storage_dph: float = 0.0  # what it bills stopped
     pooled_since: float | None = None  # stopped in the warm pool since
@@ -254,6 +285,8 @@ class World:
         tick_s: float = TICK_S,
         pool_config: Config | None = None,
         look_s: float | None = None,
+        priced: bool = True,
+        balance: int | None = None,
     ) -> None:
         self.pool_config = pool_config  # the engine's warm pool (None: surplus destroyed)
         # the fair original's operator: acts only every look_s (None: vastui's engine, each step)
@@ -267,10 +300,19 @@ class World:
         self.step_at = self.t0 + self.curve.at_h * 3600.0 if self.curve.kind != "steady" else None
         if self.curve.kind == "bursts":  # the first burst: half a period in
             self.step_at = self.t0 + self.curve.at_h * 1800.0
-        balance = 0 if new_wallet else ESTABLISHED_BALANCE
-        self.demand = FiniteDemand(self.curve, seed=world_seed, balance=balance, start=self.t0)
+        if balance is None:
+            balance = 0 if new_wallet else ESTABLISHED_BALANCE
+        # the priced market (vastsim/demand.py Rivals): rivals' asks and capacity, a market
+        # price that moves; off: every open ask takes the next request (the market until 43)
+        self.demand = FiniteDemand(
+            self.curve,
+            seed=world_seed,
+            balance=balance,
+            start=self.t0,
+            rivals=rivals_for(self.curve, world_seed) if priced else None,
+        )
         self.market = Market(clock=lambda: self.t, seed=world_seed, pow_share=0.0,
-                             policy=self.demand)  # fmt: skip
+                             policy=self.demand, lazy_data=True)  # fmt: skip
         self.queue: deque[tuple[str, float]] = deque()  # unclaimed: cid, obtained_at
         self.known: set[str] = set()
         self.requesting = False
@@ -353,16 +395,17 @@ class World:
             self.request_runs.append((self.run_start, end, tuple(self.run_times)))
             first = min(self.run_times, default=self.run_start)
             got = sum(1 for t in self.run_times if t >= first + 1.0)
-            if end > first:
-                self.run_feed.append(demandshift.Run(end, end - first, got))
+            batch = sum(1 for t in self.run_times if t < first + 1.0)
+            self.run_feed.append(demandshift.Run(end, max(0.0, end - first), got, batch))
 
     def _tick(self) -> None:
         self._deaths()
         for w in self.proving():
             keep = []
-            for done_at, cid, obtained in w.in_flight:
-                if done_at > self.t:
-                    keep.append((done_at, cid, obtained))
+            for item in self._serve(w):
+                cid = item[1]
+                if item[0] > 0:
+                    keep.append(item)
                     continue
                 self.computed += 1
                 self.done_times.append(self.t)
@@ -384,10 +427,28 @@ class World:
                 while self.queue and len(w.in_flight) < MAX_PENDING:
                     cid, obtained = self.queue.popleft()
                     download = REQUEST_GB * 8000.0 / w.inet_down
-                    w.in_flight.append((self.t + download + w.latency_s, cid, obtained))
+                    w.in_flight.append([self._work(cid), cid, obtained, self.t + download])
                     w.requests += 1
-            w.busy_s += len(w.in_flight) / MAX_PENDING * self.tick_s
             w.proving_s += self.tick_s
+
+    def _work(self, cid: str) -> float:
+        """A request's work in PoRep-equivalents: a Snap is 16 units of ~130M constraints
+        against PoRep's 10 (lib/proofsvc/common/types.go:114-124 DeciCost). ASSUMPTION: its
+        proving time scales with its constraints (no published Snap timing on the same GPU)."""
+        req = self.market.requests.get(cid)
+        return SNAP_WORK if req is not None and req.kind == "snap" else 1.0
+
+    def _serve(self, w: Rental) -> list[list[Any]]:
+        """One tick of cuzk's pipeline: the proofs downloaded share the worker's throughput,
+        which is its full rate only with enough of them in flight (``pipeline``: one proof
+        alone ~89 s against ~37.7 s each pipelined, original-system.md §4)."""
+        ready = [item for item in w.in_flight if item[3] <= self.t]
+        if ready:
+            share = w.mu * pipeline(len(ready)) * self.tick_s / 3600.0 / len(ready)
+            for item in ready:
+                item[0] -= share
+            w.busy_s += pipeline(len(ready)) * self.tick_s
+        return w.in_flight
 
     # -- the fleet -----------------------------------------------------------------------
 
@@ -411,8 +472,10 @@ class World:
             self.paid_times.popleft()
         self.watch.feed(self.run_feed)
         self.run_feed = []
-        level = self.watch.level
-        if level is not None and level.obtained >= self.watch.params.min_count:
+        # the run asking now, as the engine reads it (harmony_task's update_time at the claim)
+        watch = self.watch.with_open_run(self.run_start if self.requesting else None, self.t)
+        level = watch.level
+        if level is not None and level.obtained >= watch.params.min_count:
             # the demand's current level, not the hour's: a change is seen in minutes
             obtained, open_s = level.obtained, level.asked_s
         serving = [w for w in self.proving() if w.drain_deadline is None]
@@ -434,8 +497,8 @@ class World:
                 sum(u for _t, u in self.paid_times) / len(self.paid_times)
                 if self.paid_times else None
             ),
-            expected_h=self.watch.expected_hours(self.t),
-            later_h=(later := self.watch.recurring_hours(self.t, self._pool_h())),
+            expected_h=watch.expected_hours(self.t), saturated=watch.saturated(),
+            later_h=(later := watch.recurring_hours(self.t, self._pool_h())),
             later_idle_h=max(0.0, self._pool_h() - later),
             next_storage_dph=pick.storage_dph if pick else self._storage_dph(),
             next_rate=pick.mu if pick else 0.0,
@@ -473,7 +536,7 @@ class World:
         ]  # fmt: skip
 
     def _free(self, w: Rental) -> None:
-        for _done, cid, obtained in w.in_flight:  # vastui frees a stopped worker's tasks
+        for _left, cid, obtained, _ready in w.in_flight:  # vastui frees a stopped worker's tasks
             self.queue.appendleft((cid, obtained))
         w.in_flight = []
 
@@ -659,24 +722,46 @@ def auto_config(**fleet: Any) -> Config:
 def compare(curve: str, seed: int, hours: float, config: Config) -> dict[str, Any]:
     make_spec, new_wallet = CURVES[curve]
     spec = make_spec(hours)
-    auto_world = World(spec, new_wallet, seed, hours, pool_config=config)
+    fleet = is_fleet(curve)
+    balance = FLEET_BALANCE if fleet else None
+    if fleet:
+        config = replace(config, fleet=replace(config.fleet, max_workers=FLEET_MAX_WORKERS))
+
+    def world(**kw: Any) -> World:
+        return World(spec, new_wallet, seed, hours, balance=balance, **kw)
+
+    auto_world = world(pool_config=config)
     auto = auto_world.run(auto_policy(config))
-    fixed = {n: World(spec, new_wallet, seed, hours).run(lambda _w, n=n: n)
-             for n in range(1, MAX_WORKERS + 1)}  # fmt: skip
+    fixed = _fixed_targets(world, FLEET_MAX_WORKERS if fleet else MAX_WORKERS)
     best_n = min(fixed, key=lambda n: (fixed[n].cost_per_paid, n))
     best = fixed[best_n]
     # the operator at their best by the other measure: the fixed target that earned the most
     margin_n = max(fixed, key=lambda n: (fixed[n].margin, -n))
     # the fair original at that target: its operator looks every 60 or 15 minutes
-    original = {
-        m: World(spec, new_wallet, seed, hours, look_s=m * 60.0).run(lambda _w: best_n)
-        for m in ORIGINAL_LOOKS_MIN
-    }
+    original = {m: world(look_s=m * 60.0).run(lambda _w: best_n) for m in ORIGINAL_LOOKS_MIN}
     return {
         "auto": auto, "best": best, "best_n": best_n, "spec": spec,
         "best_margin": fixed[margin_n], "best_margin_n": margin_n, "original": original,
         "curve": auto_world.curve, "t0": auto_world.t0, "levels": list(auto_world.watch.levels),
     }  # fmt: skip
+
+
+def _fixed_targets(world: Callable[..., World], most: int) -> dict[int, Run]:
+    """Every fixed target up to ``most`` (10: each one); past 10, a grid of fives and then
+    each target within four of the grid's best earner (the operator at their best, found as
+    they would: the margin is unimodal enough in the target for a grid to find its top)."""
+
+    def one(n: int) -> Run:
+        return world().run(lambda _w: n)
+
+    if most <= 10:
+        return {n: one(n) for n in range(1, most + 1)}
+    runs = {n: one(n) for n in range(5, most + 1, 5)}
+    top = max(runs, key=lambda n: (runs[n].margin, -n))
+    for n in range(max(1, top - 4), min(most, top + 4) + 1):
+        if n not in runs:
+            runs[n] = one(n)
+    return runs
 
 
 def _median(values: list[float]) -> float | None:

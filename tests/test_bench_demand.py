@@ -3,6 +3,7 @@ on the simulator's market with finite work and a model of curio's cluster."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,7 @@ from bench.demand import PARAMS_GB, REQUEST_GB, WALLET, World, auto_config, auto
 
 def trace(spec: str, new_wallet: bool, hours: float) -> tuple[list[tuple[float, int, int]], World]:
     """(hour, target, the wallet's slots) at each change of target."""
-    world = World(spec, new_wallet, 1, hours, tick_s=60.0)
+    world = World(spec, new_wallet, 1, hours, tick_s=60.0, priced=False)
     policy = auto_policy(auto_config())
     changes: list[tuple[float, int, int]] = []
 
@@ -56,7 +57,7 @@ def test_the_warm_pool_restarts_a_given_up_worker_and_bills_its_storage() -> Non
     engine's own pool.keep), and grows again from the pool (pool.pick): the restarted worker
     proves again without a new rental's set-up."""
     config = auto_config()
-    world = World("daily:100:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config)
+    world = World("daily:100:0.8", False, 1, 48.0, tick_s=60.0, pool_config=config, priced=False)
     run = world.run(auto_policy(config))
     restarted = [w for w in world.rentals if w.restarted_at]
     assert restarted and run.pool_starts == sum(len(w.restarted_at) for w in restarted)
@@ -128,3 +129,34 @@ def test_a_start_vast_queues_is_on_its_way_until_the_engine_gives_it_up_and_rent
     nxt = [r.rented_at for r in world.rentals if r.rented_at >= first]
     nxt += [w.start_queued_at for w in queued if w.start_queued_at >= first]
     assert nxt and min(nxt) - first <= demand.STEP_S
+
+
+def test_a_proof_alone_is_slower_than_one_among_others() -> None:
+    """cuzk's pipeline (original-system.md §4): one proof alone 88.9 s, 37.7 s each pipelined."""
+    from bench.demand import MAX_PENDING, pipeline
+
+    assert pipeline(0) == 0.0
+    assert pipeline(1) == pytest.approx(37.7 / 88.9)
+    assert pipeline(MAX_PENDING) == pytest.approx(1.0) == pipeline(MAX_PENDING + 5)
+    shares = [pipeline(k) for k in range(1, MAX_PENDING + 1)]
+    assert shares == sorted(shares) and len(set(shares)) == MAX_PENDING
+    # throughput per proof in flight falls: each proof waits longer among more, but less long
+    # than alone would make it
+    assert all(a / i > b / (i + 1) for i, (a, b) in enumerate(itertools.pairwise(shares), 1))
+
+
+def test_on_the_priced_market_rivals_take_their_share_and_snap_pays_more() -> None:
+    """Two fixed workers on a market of 200 requests/h with rivals (vastsim/demand.py
+    rivals_for): the rivals take some, the fleet is paid P × cost ÷ 10 by kind, and what it
+    earned is what the market paid."""
+    world = World("steady:200", False, 2, 12.0, tick_s=60.0)
+    run = world.run(lambda _w: 2)
+    d = world.demand
+    assert d.rivals is not None and d.rivals.members
+    assert d.taken_by_rivals > 0 and d.taken_by_us["porep"] > 0 and d.taken_by_us["snap"] > 0
+    paid = [r for r in world.market.requests.values() if r.done and not r.pow]
+    assert run.earned_usd == pytest.approx(sum(r.amount for r in paid) / 10**18 * demand.FIL_USD)
+    snap = [r.amount / r.market_price for r in paid if r.kind == "snap"]
+    porep = [r.amount / r.market_price for r in paid if r.kind == "porep"]
+    assert snap and porep
+    assert min(snap) == pytest.approx(1.6, rel=1e-6) and max(porep) == pytest.approx(1.0, rel=1e-6)

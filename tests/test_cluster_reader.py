@@ -338,9 +338,9 @@ async def test_the_request_tasks_runs_one_by_one_as_the_demand_test_reads_them(
         later = await reader.request_runs(T0 + 1.5 * H, now=T0 + 2 * H)
     finally:
         await reader.close()
-    assert [(round(r.end - T0), round(r.asked_s), r.obtained) for r in runs] == [
-        (round(1.25 * H), round(0.2 * H), 2),
-        (round(1.75 * H), round(0.2 * H), 2),
+    assert [(round(r.end - T0), round(r.asked_s), r.obtained, r.first) for r in runs] == [
+        (round(1.25 * H), round(0.2 * H), 2, 1),
+        (round(1.75 * H), round(0.2 * H), 2, 2),
     ]
     assert [round(r.end - T0) for r in later] == [round(1.75 * H)]
 

@@ -212,4 +212,21 @@ def test_rivals_keep_the_arrivals_and_without_them_the_market_is_as_before() -> 
     assert demand.taken_by_rivals == 0 and demand.rivals is None and not demand.pending
     assert all(r.market_price is None and r.amount == fil(5.0) for r in m.requests.values())
     _m, with_rivals = market(Rivals(seed=5))
-    assert with_rivals.arrived == 489 and accounted(with_rivals)
+    # the same buyers come; those whose most per proof is under P do not send
+    assert with_rivals.rivals is not None
+    assert with_rivals.arrived + with_rivals.rivals.priced_out == 489 and accounted(with_rivals)
+    assert 0 < with_rivals.rivals.priced_out < 489 / 2
+
+
+def test_buyers_send_less_as_the_price_rises() -> None:
+    """A buyer sends only while P is at most its most per proof (BUYER_MAX_FIL, log-uniform
+    0.004-0.02 FIL): at the floor nobody is priced out, at the ceiling everybody is."""
+    from vastsim.demand import BUYER_MAX_FIL
+
+    def out_of_1000(price_fil: float) -> int:
+        r = Rivals(seed=3, count=0, price=fil(price_fil * 1000))
+        return sum(1 for _ in range(1000) if not r.sends())
+
+    low, mid, high = out_of_1000(BUYER_MAX_FIL[0] * 0.9), out_of_1000(0.009), out_of_1000(0.05)
+    assert (low, high) == (0, 1000)
+    assert 350 < mid < 650  # log-midpoint of 0.004-0.02 is ~0.0089

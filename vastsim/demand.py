@@ -53,6 +53,9 @@ ASSUMPTIONs, each read from nowhere:
 * ties between equal asks: a seeded order drawn per rival (``Rival.tiebreak``; ours counts 0.5);
 * a share ``snap_share`` (0.25) of requests are Snap, and Snap is matched first when several wait;
 * this provider is paid the base price only (the service fee is the service's);
+* a buyer sends only while P is at most its own most per proof, drawn log-uniform in
+  ``BUYER_MAX_FIL`` (0.004-0.02 FIL): curio's client does refuse above its max per-proof price
+  (task_client_send.go:397-415), but no buyer's setting is published (``Rivals.priced_out``);
 * the lazy routing: requests are offered, at their arrival, to the rivals cheaper than this
   provider's cheapest ask (its last known one), and those left wait for it; what it does not take
   within ``patience_s`` goes, then, to the rivals dearer than it, at or under P.
@@ -83,6 +86,7 @@ MAX_RATE_PER_H = 100_000.0  # a bound on any curve (a typo must not make a busy 
 # The priced market (module doc). Amounts in attoFIL; the market's prices are whole nFIL
 # (PriceResponse, lib/proofsvc/clientctl.go:102-109).
 NANO = 10**9
+ATTO_PER_FIL = 10**18
 MILLI_FIL = 10**15
 SUGGESTED_PRICE = 5 * MILLI_FIL  # Snark-Market.md:155
 DECI_COST = {"porep": 10, "snap": 16}  # ProofData.DeciCost, common/types.go:114-124
@@ -95,6 +99,10 @@ PRICE_STEP = 0.05  # ASSUMPTION
 PRICE_FLOOR = 1 * MILLI_FIL  # ASSUMPTION: 0.001 FIL
 PRICE_CEILING = 50 * MILLI_FIL  # ASSUMPTION: 0.05 FIL
 SNAP_SHARE = 0.25  # ASSUMPTION: as the market stand-in's own mix
+# A buyer's most per proof (the client's max per-proof price: curio's client refuses to send when
+# the market's price and fee pass it, tasks/proofshare/task_client_send.go:397-415). ASSUMPTION:
+# log-uniform over this range (no buyers' settings are published): demand falls as P rises.
+BUYER_MAX_FIL = (0.004, 0.02)
 
 
 class DemandError(ValueError):
@@ -271,12 +279,15 @@ class Rivals:
     history: list[tuple[float, int]] = field(default_factory=list)
     next_reprice: float | None = None  # set by ``begin``
     unserved: int = 0  # requests nobody took since the last reprice
+    priced_out: int = 0  # requests not sent: P above the buyer's most (BUYER_MAX_FIL)
     marginal: int | None = None  # the dearest ask that took a request since the last reprice
     _rng: random.Random = field(init=False)
+    _buyers: random.Random = field(init=False)
     _order: list[Rival] = field(init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed * 104_729 + 71)
+        self._buyers = random.Random(self.seed * 104_729 + 73)
         if not self.members:
             n = self.count if self.count is not None else self._rng.randint(*RIVALS_COUNT)
             self.members = [self._draw() for _ in range(n)]
@@ -297,6 +308,15 @@ class Rivals:
 
     def kind(self) -> str:
         return "snap" if self._rng.random() < self.snap_share else "porep"
+
+    def sends(self) -> bool:
+        """Whether a buyer sends at today's P: its most per proof drawn (BUYER_MAX_FIL)."""
+        low, high = (math.log(x) for x in BUYER_MAX_FIL)
+        most = math.exp(self._buyers.uniform(low, high)) * ATTO_PER_FIL
+        if self.price > most:
+            self.priced_out += 1
+            return False
+        return True
 
     def split(self, ours: int | None) -> tuple[list[Rival], list[Rival]]:
         """The rivals at or under P, cheapest first: those ahead of an ask at ``ours`` and those
@@ -343,6 +363,19 @@ class Rivals:
     def _bounded(self, price: float) -> int:
         """Whole nFIL within the floor and the ceiling."""
         return min(self.ceiling, max(self.floor, round(price / NANO) * NANO))
+
+
+# The rivals' capacity against the curve's mean (ASSUMPTION: half of the work would find a
+# rival's ask; the rest waits for this provider's or lapses), at RIVAL_RATE_PER_H's mean each
+RIVAL_SHARE = 0.5
+
+
+def rivals_for(curve: Curve, seed: int) -> Rivals:
+    """The other providers of a curve's market: their capacity RIVAL_SHARE of its mean (none
+    for a trickle of work)."""
+    mean = (curve.rate + curve.after) / 2 if curve.kind == "bursts" else curve.rate
+    each = sum(RIVAL_RATE_PER_H) / 2
+    return Rivals(seed=seed, count=round(RIVAL_SHARE * mean / each))
 
 
 @dataclass(eq=False)
@@ -416,14 +449,20 @@ class FiniteDemand:
 
     def expire(self, market: Market, provider: str, now: float) -> None:
         account = self._account(provider)
-        for req in list(market.live.values()):
-            if req.ask.provider != provider or req.done or req.expired:
-                continue
-            if now - req.matched_at > self.deadline_s:
-                req.expired = True
-                market.live.pop(req.cid, None)
-                account.missed += 1
-                account.balance = max(0, account.balance - MISS_PENALTY)
+        # ``market.live`` holds requests in the order they were matched (a dict keeps its
+        # insertion order, the clock does not go back): past the first one still in time,
+        # none is due
+        due = []
+        for req in market.live.values():
+            if now - req.matched_at <= self.deadline_s:
+                break
+            if req.ask.provider == provider and not req.done and not req.expired:
+                due.append(req)
+        for req in due:
+            req.expired = True
+            market.live.pop(req.cid, None)
+            account.missed += 1
+            account.balance = max(0, account.balance - MISS_PENALTY)
 
     def completed(self, market: Market, req: Request, now: float) -> None:
         if req.pow:
@@ -544,6 +583,8 @@ class FiniteDemand:
         if not accepted:
             return
         kind = rivals.kind()
+        if not rivals.sends():
+            return
         self.arrived += 1
         self.arrived_by_kind[kind] += 1
         ahead, _behind = rivals.split(self._ours())
@@ -590,4 +631,5 @@ __all__ = [
     "Rivals",
     "market_pay",
     "parse_curve",
+    "rivals_for",
 ]

@@ -206,11 +206,15 @@ class Market:
         snap_share: float = 0.25,
         pow_share: float = 0.1,
         policy: DemandPolicy | None = None,
+        lazy_data: bool = False,
     ) -> None:
         self.clock = clock
         self.snap_share = snap_share
         self.pow_share = pow_share
         self.policy: DemandPolicy = policy or UnlimitedDemand()
+        # a bench that never fetches a request's data: made when asked for (its CID then names
+        # the request's kind, miner and sector, not its bytes)
+        self.lazy_data = lazy_data
         self._rng = random.Random(seed * 6151 + 29)
         self._seed = seed
         self.lock = threading.RLock()
@@ -259,6 +263,8 @@ class Market:
     def proof_data(self, cid: str) -> bytes | None:
         with self.lock:
             req = self.requests.get(cid)
+            if req is not None and not req.data:
+                req.data = request_data(req.kind, req.miner, req.sector)
             return None if req is None else req.data
 
     def complete(self, provider: str, cid: str, proof: bytes) -> dict[str, Any] | None:
@@ -303,8 +309,12 @@ class Market:
         terms = self._terms(ask)
         if terms is not None:  # the kind was drawn anyway: the seed's sequence stands
             kind = terms.kind
-        data = request_data(kind, miner, sector)
-        cid = request_cid(self._seed, rid, data)
+        if self.lazy_data:
+            data = b""
+            cid = request_cid(self._seed, rid, f"{kind}:{miner}:{sector}".encode())
+        else:
+            data = request_data(kind, miner, sector)
+            cid = request_cid(self._seed, rid, data)
         req = Request(rid, ask, cid, kind, miner, sector, pow_, data, now)
         if terms is not None:
             req.market_price, req.pay = terms.market_price, terms.pay

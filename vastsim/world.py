@@ -10,7 +10,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from vastsim.cloud import SimCloud
-from vastsim.demand import ESTABLISHED_BALANCE, DemandError, FiniteDemand, parse_curve
+from vastsim.demand import (
+    ESTABLISHED_BALANCE,
+    DemandError,
+    FiniteDemand,
+    parse_curve,
+    rivals_for,
+)
 from vastsim.demo import client_for_cloud, make_demo_cloud
 from vastsim.hosting import host_maintenance, worker_hosts
 from vastsim.server import ListenError, ServeOptions, run_server
@@ -107,7 +113,9 @@ def market_demand(spec: str, seed: int, new_wallet: bool) -> FiniteDemand | None
             raise DemandError("--new-wallet needs a finite --demand (slots mean nothing unlimited)")
         return None
     balance = 0 if new_wallet else ESTABLISHED_BALANCE
-    return FiniteDemand(parse_curve(spec), seed=seed, balance=balance)
+    curve = parse_curve(spec)
+    # the priced market (issue 43): rivals sized to the curve, a price that moves
+    return FiniteDemand(curve, seed=seed, balance=balance, rivals=rivals_for(curve, seed))
 
 
 def world() -> SimWorld:

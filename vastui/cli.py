@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -486,6 +487,7 @@ def _non_negative(text: str) -> float:
 # expire and be penalised unseen. A demo database carries its simulated time into the next run
 # (runtime.demo_request): a real day at 1000x is under three years of it.
 MAX_SPEED = 1000.0
+DEMO_FIL_USD = 3.0  # the demo's FIL price (cmd_console)
 
 
 def _speed(text: str) -> float:
@@ -577,6 +579,12 @@ def cmd_console(opts: Options, args: argparse.Namespace) -> int:
         and not fleet.auto_target
     ):
         run.target_workers = 3  # the demo keeps a small fleet busy, headless or not
+    if opts.demo and fleet.fil_usd <= 0:
+        # the simulated market pays in FIL and margin needs dollars: the demo's FIL price
+        # (ASSUMPTION, the economics bench's FIL_USD; an operator sets fleet.fil_usd)
+        opts.config = dataclasses.replace(
+            opts.config, fleet=dataclasses.replace(fleet, fil_usd=DEMO_FIL_USD)
+        )
     if args.engine_only:
         from vastui.engine.headless import run_headless
 

@@ -110,6 +110,9 @@ class Observed:
     later_h: float = 0.0
     later_idle_h: float = 0.0
     next_storage_dph: float = 0.0
+    # the request task's runs are filled by their first poll: the demand reads low, and is
+    # at least what one worker more would take (demandshift.Watch.saturated)
+    saturated: bool = False
 
     @property
     def utilisation(self) -> float | None:
@@ -345,17 +348,27 @@ class Worth:
 
 def raise_worth(s: Settings, obs: Observed, k: int = 1) -> Worth | None:
     """The margin of the ``k``-th worker up: the paid proofs it would add (the demand beyond
-    the fleet's capacity and the k − 1 before it, taken low as ``_demand_low``, at most its
-    rate) at the market's price, less its $/h, over the demand's expected remaining time less
-    its set-up, less the set-up ($/h while it sets up, its parameters' bandwidth). None: the
-    price or the time not known."""
+    the fleet's capacity, what is on its way and the k − 1 before it, at most its rate) at the
+    market's price, less its $/h, over the demand's expected remaining time less its set-up,
+    less the set-up ($/h while it sets up, its parameters' bandwidth); a rise that recurs adds
+    its later hours when they pay for the wait in the warm pool. None: the price or the time
+    not known."""
     if obs.usd_per_proof is None or obs.expected_h is None or obs.requested_per_h is None:
         return None
     if obs.proving == 0 or obs.capacity_per_h <= 0:
         return None
     rate = obs.next_rate if obs.next_rate > 0 else obs.capacity_per_h / obs.proving
-    low = _demand_low(s, obs, obs.requested_per_h)
-    added = min(rate, max(0.0, low - obs.capacity_per_h - (k - 1) * rate))
+    # the expected demand (its level's rate: the change test already asked for evidence of
+    # the level; a margin is an expectation, not a bound)
+    demand = obs.requested_per_h
+    # workers on their way (setting up, a pooled start) will take their share when they prove:
+    # counted as capacity, so a shortage is not rented for twice
+    on_way = max(0, obs.workers - obs.proving) * obs.capacity_per_h / obs.proving
+    if obs.saturated and on_way <= 0:
+        # a floor, not a measure: the market gives more than the fleet asks for, how much more
+        # it does not say; once what is on its way proves, the next growth asks again
+        demand = max(demand, obs.capacity_per_h * s.growth, obs.capacity_per_h + rate)
+    added = min(rate, max(0.0, demand - obs.capacity_per_h - on_way - (k - 1) * rate))
     dph = _next_dph(obs)
     earn = added * obs.usd_per_proof - dph
     setup_usd = dph * obs.next_setup_h + obs.next_setup_usd
@@ -408,6 +421,9 @@ def _follow(
         down_to = min(down_to, obs.proving - 1)
     down_to = clamp(max(1, down_to), s)
     wanted = up_to if up_to > target else down_to if down_to < target else target
+    if obs.saturated and obs.unclaimed > 0 and obs.workers <= obs.proving:
+        # the market fills every run at once: the measured demand is a floor (raise_worth)
+        wanted = clamp(max(wanted, math.ceil(target * s.growth), target + 1), s)
     # two signals must agree: more wanted and work left unclaimed (the fleet is full), or
     # fewer wanted and the fleet using too little of what it can do
     util = obs.utilisation
@@ -446,6 +462,8 @@ def _follow(
     if not urgent and up_since is not None and worth is not None and worth.total <= 0:
         text = f"{target}: {seen}: {worth.text()}: held"
         return Decision(replace(state, pressure_since=None, reason=text), None)
+    # with margin known, capacity on its way is counted in it (raise_worth): no need to wait
+    settled = settled or (worth is not None and not urgent)
     if settled and (urgent or (up_since is not None and now - up_since >= s.up_after_s)):
         grow = max(target + 1, min(wanted, 2 * target))
         if not urgent and paying is not None:
@@ -455,7 +473,7 @@ def _follow(
             # (a start from the warm pool one at a time: the next one up may be a rental)
             paid = 1
             while (
-                obs.next_dph <= 0 and paid < grow - target
+                obs.next_dph <= 0 and paid < max(1, wanted - target)
                 and (w := raise_worth(s, obs, paid + 1)) and w.total > 0
             ):  # fmt: skip
                 paid += 1

@@ -210,6 +210,7 @@ class Totals:
     request_owner: int | None = None  # machine id holding bg:PShareRequest (None: nobody)
     request_owner_addr: str | None = None
     request_task: bool = False  # a bg:PShareRequest task exists
+    request_asking_since: float | None = None  # its owner claimed it then (engine clock)
     machines: int = 0  # rows in harmony_machines
     taken: int = 0  # proofshare_queue rows obtained in the window
     computed: int = 0
@@ -246,6 +247,7 @@ class Totals:
             "psprove_waiting": self.waiting, "psprove_claimed": self.claimed,
             "request_owner": self.request_owner, "request_owner_addr": self.request_owner_addr,
             "request_task": self.request_task, "machines": self.machines, "taken": self.taken,
+            "request_asking_since": self.request_asking_since,
             "computed": self.computed, "submitted": self.submitted,
             "challenges": self.challenges, "paid": self.paid, "paid_recent": self.paid_recent,
             "cluster_done": self.cluster_done, "cluster_failed": self.cluster_failed,
@@ -365,8 +367,10 @@ SELECT count(*) FILTER (WHERE name = %(prove)s AND owner_id IS NULL),
        (SELECT count(*) FROM harmony_machines)
 FROM harmony_task
 """
+# ... and since when it holds the task (harmonytask sets update_time at the claim): the run
+# asking now, whose exposure without a request yet is evidence of the rate too
 _REQUEST_OWNER = """
-SELECT t.owner_id, m.host_and_port FROM harmony_task t
+SELECT t.owner_id, m.host_and_port, t.update_time FROM harmony_task t
 LEFT JOIN harmony_machines m ON m.id = t.owner_id
 WHERE t.name = %(req)s AND t.owner_id IS NOT NULL ORDER BY t.id LIMIT 1
 """
@@ -420,7 +424,8 @@ SELECT coalesce(sum(extract(epoch FROM (r.e - coalesce(f.f, r.s)))), 0)::float8,
 FROM runs r LEFT JOIN firsts f ON f.id = r.id
 """
 # The same runs one by one (vastui/engine/demandshift.py tests the stream for changes): each
-# run's end, the seconds it asked from its first poll's batch on, the requests obtained after it.
+# run's end, the seconds it asked from its first poll's batch on, the requests obtained after it
+# and in that batch.
 _REQUEST_RUN_LIST = """
 WITH runs AS (
     SELECT row_number() OVER (ORDER BY work_end) AS id, work_start AS s, work_end AS e
@@ -434,7 +439,8 @@ got AS (
 ),
 firsts AS (SELECT id, min(t) AS f FROM got GROUP BY id)
 SELECT r.e, extract(epoch FROM (r.e - coalesce(f.f, r.s)))::float8,
-       (SELECT count(*) FROM got g WHERE g.id = r.id AND g.t >= f.f + INTERVAL '1 second')
+       (SELECT count(*) FROM got g WHERE g.id = r.id AND g.t >= f.f + INTERVAL '1 second'),
+       (SELECT count(*) FROM got g WHERE g.id = r.id AND g.t < f.f + INTERVAL '1 second')
 FROM runs r LEFT JOIN firsts f ON f.id = r.id ORDER BY r.e
 """
 # What the market paid over the window, attoFIL: each wallet's voucher is cumulative
@@ -688,6 +694,7 @@ class ClusterReader:
             machines=_count(tasks[3]),
             request_owner=int(owner[0][0]) if owner else None,
             request_owner_addr=str(owner[0][1]) if owner and owner[0][1] else None,
+            request_asking_since=from_db_time(owner[0][2]) if owner else None,
             taken=_count(market[0]), computed=_count(market[1]), submitted=_count(market[2]),
             challenges=_count(market[3]), paid=_count(paid[0]),
             paid_recent=_count(paid_recent[0]),
@@ -708,12 +715,13 @@ class ClusterReader:
             rows = await _fetch(conn, _REQUEST_RUN_LIST,
                                 {"req": PSHARE_REQUEST, "since": to_db_time(since)})  # fmt: skip
             out = []
-            for end, asked, got in rows:
+            for end, asked, got, first in rows:
                 t = from_db_time(end)
                 # bounded by physics: a run cannot end in the future nor ask longer than a day
                 if t is None or t > now + 60.0:
                     continue
-                out.append(Run(t, min(max(0.0, _seconds(asked)), 86400.0), _count(got)))
+                asked_s = min(max(0.0, _seconds(asked)), 86400.0)
+                out.append(Run(t, asked_s, _count(got), _count(first)))
             return out
 
         runs: list[Run] = await self._run(work)

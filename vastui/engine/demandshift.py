@@ -35,10 +35,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 HOUR = 3600.0
+SATURATION_RUNS = 12
+SATURATED_SHARE = 0.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class Run:
     end: float
     asked_s: float
     obtained: int
+    first: int = 0  # the first poll's batch (left out of ``obtained``: a backlog, not a rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,8 @@ class Watch:
     down: _Side = field(default_factory=_Side)
     last_end: float | None = None  # the last run fed (runs ending at or before it are old)
     changes: int = 0  # alarms so far
+    # the last runs: whether each was filled by its first poll alone (see ``saturated``)
+    recent: deque[bool] = field(default_factory=lambda: deque(maxlen=SATURATION_RUNS))
 
     @property
     def level(self) -> Level | None:
@@ -120,9 +126,15 @@ class Watch:
         for run in sorted(runs, key=lambda r: r.end):
             if self.last_end is not None and run.end <= self.last_end:
                 continue  # fed already (the reading overlaps the last one)
-            if run.asked_s <= 0 or run.obtained < 0 or not math.isfinite(run.asked_s):
+            if run.obtained < 0 or run.first < 0 or not math.isfinite(run.asked_s):
+                continue
+            if run.asked_s <= 0:
+                if run.first > 0:  # filled at its first poll: no rate, but a sign of one
+                    self.last_end = run.end
+                    self.recent.append(True)
                 continue
             self.last_end = run.end
+            self.recent.append(run.first > 0 and run.obtained == 0)
             new = self._one(run)
             if new is not None:
                 began.append(new)
@@ -191,6 +203,41 @@ class Watch:
 
     # -- what the decision reads ---------------------------------------------------------
 
+    def with_open_run(self, asking_since: float | None, now: float) -> Watch:
+        """The test as it would stand if the run asking now ended now with nothing after its
+        first poll: a run that has waited long for a request says the rate is low before it
+        ends (at a rate fallen to nothing it never ends). A copy: the run is fed when it ends."""
+        if asking_since is None:
+            return self
+        start = max(asking_since, self.last_end or asking_since)
+        if now - start <= 0:
+            return self
+        copy = Watch(
+            self.params,
+            list(self.levels),
+            replace(self.up),
+            replace(self.down),
+            self.last_end,
+            self.changes,
+            deque(self.recent, maxlen=SATURATION_RUNS),
+        )
+        level = copy.level
+        if level is None:
+            return copy
+        # only the evidence that it is lower: the up side could not gain from no arrival
+        copy._one(Run(now, now - start, 0))
+        return copy
+
+    def saturated(self) -> bool:
+        """Whether the market gives this cluster more than it asks for: most of the last runs
+        were filled by their first poll alone. Such a run says nothing of the rate but that it
+        is high (its first batch is left out as a backlog), so a fleet the market keeps full
+        reads its demand low: the decision takes it as a floor (autoscale.raise_worth)."""
+        full = sum(self.recent)
+        return len(self.recent) >= SATURATION_RUNS // 2 and full >= SATURATED_SHARE * len(
+            self.recent
+        )
+
     def rising(self) -> bool:
         """Whether the current level is a rise over the one before it."""
         return _is_rise(self.levels, len(self.levels) - 1, self.params.rise)
@@ -204,20 +251,19 @@ class Watch:
         return out
 
     def expected_hours(self, now: float) -> float | None:
-        """How much longer the current level is expected to last, hours: for a rise, the
-        median of what the past rises that lasted longer than this one has so far still had
-        left; without such a history, and for any other level, as long again as it has lasted
-        (Gott's rule). None: no level yet."""
+        """How much longer the current level is expected to last, hours: the median of what the
+        levels that ended and lasted longer than this one has so far still had left (for a
+        rise, the rises that ended, if any did: a burst lasts as bursts do); without such a
+        history, as long again as it has lasted (Gott's rule). None: no level yet."""
         level = self.level
         if level is None:
             return None
         elapsed = max(0.0, (now - level.start) / HOUR)
-        if self.rising():
-            # the rises that lasted longer than this one has so far: what they had left
-            longer = [d - elapsed for d in self.rise_hours() if d > elapsed]
-            if longer:
-                return statistics.median(longer)
-        return elapsed
+        past = self.rise_hours() if self.rising() else []
+        if not past:
+            past = [(lv.end - lv.start) / HOUR for lv in self.levels if lv.end is not None]
+        longer = [d - elapsed for d in past if d > elapsed]
+        return statistics.median(longer) if longer else elapsed
 
     def recurring_hours(self, now: float, horizon_h: float) -> float:
         """The hours of rises expected within the next ``horizon_h`` after the current one:

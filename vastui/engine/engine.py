@@ -1378,12 +1378,13 @@ class Engine:
         t = view.totals
         oldest = t.oldest_unclaimed_at
         obtained, asked_s = t.request_obtained, t.request_runs_s
-        level = self.demand.level
-        if level is not None and level.obtained >= self.demand.params.min_count:
+        demand = self.demand.with_open_run(t.request_asking_since, now)
+        level = demand.level
+        if level is not None and level.obtained >= demand.params.min_count:
             # the demand's current level (demandshift): a change is seen in minutes, where
             # the window's count would blend it with the hour before
             obtained, asked_s = level.obtained, level.asked_s
-        money = self._money_outlook(records, pick, now)
+        money = self._money_outlook(records, pick, now, demand)
         # what the fleet bills per hour now: running workers' $/h, stopped ones' storage
         # (bandwidth is billed per GB, not per hour: in `vastui status`'s spend, not here)
         ours = [r for r in records if r.source == "vastui"]
@@ -1416,7 +1417,11 @@ class Engine:
         return view.totals.paid_fil * fil_usd / done if done > 0 else None
 
     def _money_outlook(
-        self, records: list[InstanceRecord], pick: InstanceRecord | None, now: float
+        self,
+        records: list[InstanceRecord],
+        pick: InstanceRecord | None,
+        now: float,
+        demand: demandshift.Watch,
     ) -> dict[str, Any]:
         """What the next worker up would cost before it proves, and how long the demand's
         level is expected to last (now and, for a rise that comes back, later)."""
@@ -1436,9 +1441,10 @@ class Engine:
             stored = [r.storage_dph for r in ours if r.storage_dph]
             storage = statistics.median(stored) if stored else 0.0
         pool_h = fleet.warm_pool_max_h if fleet.warm_pool_max > 0 else 0.0
-        later = self.demand.recurring_hours(now, pool_h)
+        later = demand.recurring_hours(now, pool_h)
         return {
-            "expected_h": self.demand.expected_hours(now),
+            "expected_h": demand.expected_hours(now),
+            "saturated": demand.saturated(),
             "next_rate": rate,
             "next_setup_h": setup_h,
             "next_setup_usd": setup_usd,
