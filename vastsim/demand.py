@@ -22,6 +22,9 @@ What it does not say, and this stand-in assumes (ASSUMPTION, marked where used):
 Requests arrive as a non-homogeneous Poisson process (thinning) with the curve's rate, seeded:
 two markets with the same seed and the same calls match the same requests.
 
+One file: one policy of the market stand-in, its curve, slots, deadline and priced matching
+working on the same waiting requests under the market's lock, in one event order.
+
 A priced market (``FiniteDemand.rivals``, off by default): with a ``Rivals``, the curve is every
 buyer's demand and the market has other providers, each with a minimum ask and a capacity, and a
 market price P (attoFIL per PoRep-equivalent) that moves with supply and demand. An arriving

@@ -31,6 +31,9 @@ vastsim/demand.py ``Rivals``), at what the policy fixed at the match (``Terms``)
 Not modelled yet: signatures are not checked (curio signs asks and completions through the
 Lotus API, lib/proofsvc/sigs.go:211-242; a later issue checks them), and proofs are not
 verified here (curio's own ``CheckOutput`` runs before it submits, types.go:236-307).
+
+One file: the market's state and the HTTP paths that serve it, each path a thin call into
+``Market`` under its lock; the request data it hands out is built here too, by the one seed.
 """
 
 from __future__ import annotations

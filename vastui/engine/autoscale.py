@@ -30,6 +30,10 @@ proof's latency past 90 % of it) adds a worker at once, whatever it costs. Befor
 is measured, unclaimed work raises the target by half (at least one) and a fleet using too
 little lowers it to what its work needs.
 Without a fresh reading of the cluster the target holds: no number is invented.
+
+One file: one pure decision read top to bottom (the reading, the state kept between steps, the
+rules up and down, money's bounds on both and the margin of a raise share ``Settings`` and
+``Observed``); split, each rule would need the others' helpers.
 """
 
 from __future__ import annotations

@@ -1302,6 +1302,8 @@ class Engine:
             fleet_failure=pause.get("text"),
             fleet_failure_until=until if isinstance(until := pause.get("until"), str) else None,
             no_credit=self.no_credit,
+            # urgent work: offers ranked by when they would prove (ranking.urgency_of)
+            urgency=ranking.urgency_of(self._auto_observed, fleet.bench_proofs),
             spent_today=await self._spent_today() if fleet.max_daily_spend > 0 else 0.0,
             rents_last_hour=await self.store.intents.rents_since(self.clock() - 3600.0),
             target=self._target(),
