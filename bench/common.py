@@ -274,6 +274,19 @@ def load_results(path: Path = RESULTS_PATH) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+# Figures whose first segment is not their module's: the demand bench (bench/demand.py) keeps the
+# names it had inside the economics module (issue 43 names them so)
+PREFIX_OWNERS = {"economics.demand": "demand", "economics.margin": "demand"}
+
+
+def owner(key: str) -> str:
+    """The module a figure or goal key belongs to."""
+    for prefix, module in PREFIX_OWNERS.items():
+        if key == prefix or key.startswith(prefix + "."):
+            return module
+    return key.split(".")[0]
+
+
 def merge_results(
     previous: Mapping[str, Any],
     machine_info: Mapping[str, Any],
@@ -286,12 +299,8 @@ def merge_results(
     run keep theirs from before (`--only offers` leaves the keys benchmark's figures alone)."""
     ran = set(modules)
     old_modules = dict(previous.get("modules") or {})
-    old_figures = {
-        k: v for k, v in (previous.get("figures") or {}).items() if k.split(".")[0] not in ran
-    }
-    old_goals = {
-        k: v for k, v in (previous.get("goals") or {}).items() if k.split(".")[0] not in ran
-    }
+    old_figures = {k: v for k, v in (previous.get("figures") or {}).items() if owner(k) not in ran}
+    old_goals = {k: v for k, v in (previous.get("goals") or {}).items() if owner(k) not in ran}
     old_modules.update(modules)
     return {
         "machine": dict(machine_info),

@@ -551,7 +551,8 @@ class World:
         cfg = self.pool_config
         if cfg is not None:
             pooled = sum(1 for r in self.rentals if r.pooled_since is not None and not r.gone_at)
-            if pool.keep(w.record(cfg.fleet.max_cost_per_proof), pooled, cfg).pooled:
+            idle_h = self.watch.rise_gap_hours()
+            if pool.keep(w.record(cfg.fleet.max_cost_per_proof), pooled, cfg, idle_h).pooled:
                 w.pooled_since = self.t
                 self._free(w)
                 return

@@ -107,3 +107,32 @@ def test_without_history_a_level_is_expected_to_last_as_long_again() -> None:
     left = watch.expected_hours(4 * HOUR)
     assert left is not None and 3.5 <= left <= 4.1
     assert not watch.rising() and watch.rise_hours() == []
+
+
+def test_the_rest_between_rises_is_learned() -> None:
+    def bursts(t: float) -> float:
+        return 150.0 if (t / HOUR) % 12 >= 6 else 20.0
+
+    watch = Watch()
+    assert watch.rise_gap_hours() is None
+    watch.feed(stream(2, bursts, 42.5, cap=180.0))
+    gap = watch.rise_gap_hours()
+    assert gap is not None and 4.5 <= gap <= 7.5, gap
+
+
+def test_work_that_comes_back_after_a_dry_spell_is_seen_at_once() -> None:
+    """A market that dried up brings no request to count: the quiet level (one request in 20 h)
+    is tested all the same, having been asked an hour, and the first run of the work's return
+    is a change (waiting for 8 requests would make it the third)."""
+    watch = Watch()
+    t = 0.0
+    for _ in range(40):  # 200/h: three requests in 54 s, runs back to back
+        t += 54.0
+        watch.feed([Run(t, 54.0, 3)])
+    t += 20 * HOUR
+    watch.feed([Run(t, 20 * HOUR, 1)])  # dried up
+    level = watch.level
+    assert level is not None and (level.rate_per_h or 0) < 1.0
+    t += 54.0
+    [back] = watch.feed([Run(t, 54.0, 3)])
+    assert (back.rate_per_h or 0) > 100.0

@@ -108,3 +108,23 @@ def test_the_instances_pane_says_a_worker_is_in_the_warm_pool() -> None:
     queued = stage_text(worker(pooled_since=NOW - H, pool_start_at=NOW), now=NOW).plain
     assert "warm pool" in queued and "start queued" in queued
     assert "warm pool" not in stage_text(worker(), now=NOW).plain
+
+
+@pytest.mark.parametrize(
+    ("case", "idle_h", "kept", "said"),
+    [
+        # storage $0.03/h; a new rental's set-up ~$2.5: a short rest between rises keeps it
+        ("rises 6 h apart", 6.0, True, "the demand's rests between rises"),
+        # ... one 100 h long costs more in storage than the set-up saved
+        ("rises 100 h apart: past the pool's 48 h", 100.0, False, "past fleet.warm_pool_max_h"),
+        ("rises 40 h apart, dear storage", 40.0, False, "costs more than a new rental"),
+        ("not known: the configured idle time", None, True, "fleet.warm_pool_idle_h"),
+    ],
+)  # fmt: skip
+def test_the_wait_a_kept_worker_is_sized_for_is_learned_from_the_rises(
+    case: str, idle_h: float | None, kept: bool, said: str
+) -> None:
+    rec = worker(storage_dph=0.1) if "dear" in case else worker()
+    verdict = pool.keep(rec, 0, cfg(), idle_h=idle_h)
+    assert verdict.pooled is kept, (case, verdict.why)
+    assert said in verdict.why, verdict.why

@@ -108,6 +108,9 @@ class Acts:
         offers_changed: Callable[[int | None], None],
     ) -> None:
         self.config = config
+        # how long the demand rests between its rises, as the engine last learned it (pool.keep
+        # sizes a kept worker's wait by it); None: not known yet
+        self.pool_idle_h: float | None = None
         self.store = store
         self.client = client
         self.clock = clock
@@ -480,7 +483,7 @@ class Acts:
             return None
         live = await self.store.instances.all(include_killed=False)
         pooled = sum(1 for r in live if r.pooled_since is not None)
-        verdict = pool.keep(rec, pooled, self.config)
+        verdict = pool.keep(rec, pooled, self.config, idle_h=self.pool_idle_h)
         if not verdict.pooled:
             log.info("instance %s is not kept warm: %s", rec.vast_id, verdict.why)
             return None

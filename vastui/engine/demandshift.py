@@ -33,6 +33,7 @@ a rise lasts from the stream's own history (``rise_hours``): the rises that ende
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import deque
@@ -83,6 +84,8 @@ class Params:
     # a level's rate is tested against only once it rests on this many requests (fewer: a
     # baseline of two or three would make any run look like a change)
     min_count: int = 8
+    # ... or once it was asked this long (a market that dried up brings no request to count)
+    quiet_s: float = 3600.0
     # a rise: a level at least this many times the one before it
     rise: float = 1.5
     # the baseline's uncertainty: tested this many standard errors toward the alarm's side
@@ -148,17 +151,22 @@ class Watch:
         base_n, base_s = level.obtained, level.asked_s
         self.levels[-1] = replace(level, obtained=base_n + run.obtained,
                                   asked_s=base_s + run.asked_s)  # fmt: skip
-        if base_n < self.params.min_count:
+        quiet = base_s >= self.params.quiet_s  # long asked, few requests: a rate near nothing
+        if base_n < self.params.min_count and not quiet:
             return None  # the level's rate is not known well enough to test against yet
         alarm = None
         for side, sign in ((self.up, 1), (self.down, -1)):
+            if sign < 0 and base_n < self.params.min_count:
+                continue  # a level of next to nothing cannot fall
             # the baseline: the level's rate before this side's statistic left 0
             n0, s0 = base_n - side.obtained, base_s - side.asked_s
             if n0 < self.params.min_count or s0 <= 0:
                 n0, s0 = base_n, base_s
             # the baseline taken ``margin`` standard errors toward the side's alarm: a rate
             # known from a few requests is uncertain, and tested as if exact it raises false
-            # alarms (a baseline 20 % low makes a rise of 2x look certain)
+            # alarms (a baseline 20 % low makes a rise of 2x look certain); a quiet level's
+            # counts as one request at least
+            n0 = max(n0, 1)
             lam0 = n0 / s0 * (1.0 + sign * self.params.margin / math.sqrt(n0))
             r = self.params.ratio if sign > 0 else self.params.down_ratio
             if sign > 0:
@@ -264,6 +272,19 @@ class Watch:
             past = [(lv.end - lv.start) / HOUR for lv in self.levels if lv.end is not None]
         longer = [d - elapsed for d in past if d > elapsed]
         return statistics.median(longer) if longer else elapsed
+
+    def rise_gap_hours(self) -> float | None:
+        """How long the demand rested between rises (the end of one rise to the start of the
+        next, median; None before two rises): how long a worker kept for the next one waits."""
+        rises = [
+            lv for i, lv in enumerate(self.levels) if _is_rise(self.levels, i, self.params.rise)
+        ]
+        gaps = [
+            (b.start - a.end) / HOUR
+            for a, b in itertools.pairwise(rises)
+            if a.end is not None and b.start >= a.end
+        ]
+        return statistics.median(gaps) if gaps else None
 
     def recurring_hours(self, now: float, horizon_h: float) -> float:
         """The hours of rises expected within the next ``horizon_h`` after the current one:

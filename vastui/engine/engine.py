@@ -1356,6 +1356,7 @@ class Engine:
         if change is not None:
             log.info("%s", change.text)
         self.auto, self._auto_observed = after, observed
+        self.acts.pool_idle_h = self.demand.rise_gap_hours()
 
     def _observed(self, records: list[InstanceRecord], now: float) -> autoscale.Observed:
         """This step's reading for the automatic target: none without a fresh cluster read."""

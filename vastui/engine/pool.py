@@ -63,8 +63,11 @@ def setup_saved(rec: InstanceRecord, bench_proofs: int) -> float | None:
     return PARAMS_GB * (rec.inet_down_cost or 0.0) + hours * rec.dph_total
 
 
-def keep(rec: InstanceRecord, pooled: int, config: Config) -> Keep:
-    """The warm pool's side of a surplus worker's end (the module's rules)."""
+def keep(rec: InstanceRecord, pooled: int, config: Config, idle_h: float | None = None) -> Keep:
+    """The warm pool's side of a surplus worker's end (the module's rules). ``idle_h``: how
+    long the demand has rested between its rises (demandshift.Watch.rise_gap_hours), the wait
+    a kept worker is sized for in place of ``fleet.warm_pool_idle_h`` once it is known; a wait
+    past ``fleet.warm_pool_max_h`` keeps nobody (it would be destroyed before the rise)."""
     fleet = config.fleet
     if not fleet.auto_target:
         return Keep(False, "a fixed target: lowering it is the operator's shrink")
@@ -78,18 +81,25 @@ def keep(rec: InstanceRecord, pooled: int, config: Config) -> Keep:
     saved = setup_saved(rec, fleet.bench_proofs)
     if saved is None or rec.storage_dph is None:
         return Keep(False, "its storage price or set-up cost is not known")
-    storage = rec.storage_dph * fleet.warm_pool_idle_h
+    wait = fleet.warm_pool_idle_h if idle_h is None else idle_h
+    why = "the demand's rests between rises" if idle_h is not None else "fleet.warm_pool_idle_h"
+    if wait >= fleet.warm_pool_max_h:
+        return Keep(
+            False,
+            f"the next rise is {wait:.1f} h away ({why}), past fleet.warm_pool_max_h "
+            f"({fleet.warm_pool_max_h:g} h)",
+        )
+    storage = rec.storage_dph * wait
     if storage >= saved:
         return Keep(
             False,
-            f"its storage for {fleet.warm_pool_idle_h:g} h (${storage:.2f}) costs more than a "
-            f"new rental's set-up (${saved:.2f})",
+            f"its storage for {wait:.3g} h ({why}: ${storage:.2f}) costs more than a new "
+            f"rental's set-up (${saved:.2f})",
         )
     return Keep(
         True,
-        f"stopped into the warm pool: ${rec.storage_dph:.3f}/h of storage for "
-        f"{fleet.warm_pool_idle_h:g} h (${storage:.2f}) against a new rental's set-up "
-        f"(${saved:.2f})",
+        f"stopped into the warm pool: ${rec.storage_dph:.3f}/h of storage for {wait:.3g} h "
+        f"({why}: ${storage:.2f}) against a new rental's set-up (${saved:.2f})",
     )
 
 
