@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench import demand
 from bench.common import Goal, progress
 from bench.economics_fleet import Outcome
 from bench.economics_original import OPERATOR_CHECK_S, OriginalPolicy
@@ -83,7 +82,6 @@ GOALS = [
         0.85,
         "the same, the worst neutral world",
     ),
-    *demand.GOALS,
 ]
 Policy = Callable[[Market, Config], Outcome]
 
@@ -422,7 +420,6 @@ def run(quick: bool) -> dict[str, Any]:
                     figures.update(total.figures(f"economics.{name}", hours))
             if not quick:
                 figures.update(_uncapped(scenario, seeds, hours))
-    figures.update(demand.run(quick))  # the fleet against the market's work (bench/demand.py)
     return figures
 
 
