@@ -8,8 +8,9 @@ of the seed's own), each day's listings and prices drawn from the run's seed.
 vastui's fleet is run by its real decision functions (bench/economics_vastui.py); the
 original's by its rules (bench/economics_original.py); both rent from the same listings, with
 the same worker timings (bench/economics_worker.py) and the same dice per machine and rental.
-Money is vastui/engine/spend.py's: dph_total × billed time, rejected = killed before proving
-or by the gate.
+Money is vastui/engine/spend.py's: dph_total × billed time plus bandwidth (the parameters and
+each request at the offer's $/GB, every policy alike: bench/economics_fleet.py), rejected =
+killed before proving or by the gate.
 
 `python -m bench.economics [--quick]` runs it alone; `python -m bench` runs it with the rest.
 """
@@ -151,6 +152,7 @@ class Totals:
             f"{prefix}.usd_per_1000_proofs": _per_1000(self.cost_per_proof),
             f"{prefix}.spent_usd": round(self.spent / n, 2),
             f"{prefix}.rejected_usd": round(self.rejected_spent / n, 2),
+            f"{prefix}.bandwidth_usd": round(sum(r.bandwidth for r in self.runs) / n, 2),
             f"{prefix}.rejected_share": _ratio(self.rejected_spent, self.spent),
             f"{prefix}.proofs": round(self.proofs / n),
             f"{prefix}.hours_to_target": round(hours, 1)

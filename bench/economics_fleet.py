@@ -1,6 +1,14 @@
 """What both policies share in the economics bench: the event queue, the fleet's instances as
 vastui's store records (so spend is vastui/engine/spend.py's, for both), the machines the fleet
 holds, and the figures of a run.
+
+Bandwidth is billed for every policy alike, as spend.py bills it: each record carries its
+offer's link and $/GB (``inet_down``, ``inet_down_cost``, ``inet_up_cost``) and the first
+parameter fetch's start and end (``params_from``/``params_to``, as store.instances.set_stage
+keeps them), so each rental pays the parameters (plan.PARAMS_GB, ~145 GB, or what its link
+carried before it was destroyed mid-fetch); at the end of a run each record is given the
+requests its production downloaded and the proofs it sent (``requests_carried``/
+``proofs_carried``: the bench has no curio cluster to read them from).
 """
 
 from __future__ import annotations
@@ -77,10 +85,28 @@ class Worker:
 
     def delivered(self, now: float) -> int:
         """Proofs delivered in production by now (the truth, not what was measured)."""
+        return self.work(now)[0]
+
+    def work(self, now: float) -> tuple[int, int]:
+        """(completed, failed) proofs in production by now: each one a request downloaded,
+        each completed one a proof sent (an earlier run's failures are not kept: a floor)."""
         if self.production is None:
-            return self.banked
+            return self.banked, 0
         end = now if self.rec.killed_at is None else min(now, self.rec.killed_at)
-        return self.banked + self.production.counts(end)[0]
+        done, failed = self.production.counts(end)
+        return self.banked + done, failed
+
+    def billed(self, now: float) -> InstanceRecord:
+        """The record as spend.py bills it at ``now``: with the requests and proofs of its
+        production (spend.cluster_work reads them from the carried counts)."""
+        done, failed = self.work(now)
+        if done + failed == 0:
+            return self.rec
+        return replace(
+            self.rec,
+            requests_carried=self.rec.requests_carried + done + failed,
+            proofs_carried=self.rec.proofs_carried + done,
+        )
 
 
 @dataclass
@@ -142,6 +168,9 @@ class Fleet:
             num_gpus=offer.num_gpus,
             dph_total=offer.dph_total,
             cpu_ram_gb=offer.cpu_ram_gb,
+            inet_down=offer.inet_down,
+            inet_down_cost=offer.inet_down_cost,
+            inet_up_cost=offer.inet_up_cost,
             state="loading",
             stage_started_at=now,
             created_at=now,
@@ -158,11 +187,15 @@ class Fleet:
         return worker
 
     def set_stage(self, w: Worker, stage: str) -> None:
-        """store.instances.set_stage: state, stage_started_at and ``<stage>_at``; a no-op when
-        already there."""
+        """store.instances.set_stage: state, stage_started_at and ``<stage>_at``, the first
+        parameter fetch's start and end (store/instances.py:38-40); a no-op when already there."""
         if w.rec.state != stage and not w.rec.killed:
             now = self.clock.now
-            fields = {"state": stage, "stage_started_at": now, f"{stage}_at": now}
+            fields: dict[str, Any] = {"state": stage, "stage_started_at": now, f"{stage}_at": now}
+            if stage == "paramfetch" and w.rec.params_from is None:
+                fields["params_from"] = now
+            elif stage in ("benchmark", "proving") and w.rec.params_to is None:
+                fields["params_to"] = now
             w.rec = replace(w.rec, **fields)
             if stage == "proving":
                 self._count_target()
@@ -190,7 +223,7 @@ class Fleet:
             self.target_reached_at = self.clock.now
 
     def figures(self, now: float) -> Outcome:
-        records = [w.rec for w in self.workers.values()]
+        records = [w.billed(now) for w in self.workers.values()]
         money = spend.fleet_spend(records, now, day_start=0.0)
         proofs = sum(w.delivered(now) for w in self.workers.values())
         rejected = [w for w in self.workers.values() if spend.is_rejected(w.rec)]
@@ -198,6 +231,7 @@ class Fleet:
         return Outcome(
             spent=money.total,
             rejected_spent=money.rejected,
+            bandwidth=money.bandwidth,
             proofs=proofs,
             rentals=len(records),
             rejected=len(rejected),
@@ -222,6 +256,7 @@ class Outcome:
     bans: int = 0
     interruptions: int = 0  # outbids of its bid rentals
     bid_rentals: int = 0
+    bandwidth: float = 0.0  # of ``spent``: the parameters and requests at the offers' $/GB
 
     @property
     def cost_per_proof(self) -> float:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.economics import config
-from bench.economics_fleet import Clock
+from bench.economics_fleet import Clock, Worker
 from bench.economics_original import OriginalPolicy
 from bench.economics_vastui import VastuiPolicy
 from bench.economics_worker import (
@@ -31,8 +31,9 @@ from bench.economics_world import Hidden, Market, Scenario, machine_fault
 from vastsim import ManualClock, SimCloud
 from vastsim.outages import outage_after
 from vastsim.workers import SimWorkerHost
+from vastui.domain.plan import PARAMS_GB, PROOF_UP_GB, REQUEST_GB
 from vastui.domain.reports import parse_bench_result
-from vastui.engine import policy
+from vastui.engine import policy, spend
 
 H = 3600.0
 NO_FAULT = Hidden()
@@ -333,15 +334,56 @@ def test_vastui_bans_a_failing_machine_the_original_rents_it_again() -> None:
     assert all(w.rec.kill_kind == "deadline_benchmark" for w in rents[:-1])
 
 
-def test_spend_is_billed_time_by_price() -> None:
+def test_spend_is_billed_time_by_price_and_bandwidth_by_the_gb() -> None:
     vastui = VastuiPolicy(small_market(), config(2))
     out = vastui.run(24)
+    workers = list(vastui.fleet.workers.values())
     by_hand = sum(
         ((w.rec.killed_at or 24 * H) - (w.rec.created_at or 0.0)) / H * (w.rec.dph_total or 0.0)
-        for w in vastui.fleet.workers.values()
+        for w in workers
     )
-    assert out.spent == pytest.approx(by_hand)
+    assert out.spent == pytest.approx(by_hand + out.bandwidth)
+    assert out.bandwidth == pytest.approx(sum(bandwidth_by_hand(w, 24 * H) for w in workers))
     assert 0 <= out.rejected_spent <= out.spent
+
+
+def bandwidth_by_hand(w: Worker, now: float) -> float:
+    """The parameters (all of them once the fetch ended, else what the link carried), each
+    production request down and each proof up, at the offer's $/GB."""
+    end = w.rec.killed_at if w.rec.killed_at is not None else now
+    down, up = w.offer.inet_down_cost or 0.0, w.offer.inet_up_cost or 0.0
+    if w.rec.params_to is not None:
+        params = PARAMS_GB
+    elif w.rec.params_from is not None:
+        params = min(PARAMS_GB, (end - w.rec.params_from) * (w.offer.inet_down or 0) / 8000)
+    else:
+        params = 0.0
+    done, failed = w.work(now)
+    return params * down + (done + failed) * REQUEST_GB * down + done * PROOF_UP_GB * up
+
+
+@pytest.mark.parametrize("policy_of", ["vastui", "original", "fair"])
+def test_every_policy_pays_the_parameters_download_of_each_rental(policy_of: str) -> None:
+    """Issue 43 item 5: a rental's cost includes the ~145 GB of parameters × the offer's
+    $/GB, whichever policy rented it (the records once carried no $/GB: bandwidth was 0)."""
+    market = small_market()
+    runner = (
+        VastuiPolicy(market, config(2))
+        if policy_of == "vastui"
+        else OriginalPolicy(market, config(2), fair=policy_of == "fair")
+    )
+    out = runner.run(24)
+    fetched = [w for w in runner.fleet.workers.values() if w.rec.params_to is not None]
+    assert fetched and out.bandwidth > 0
+    for w in fetched:
+        price = w.offer.inet_down_cost or 0.0
+        assert w.rec.inet_down_cost == price
+        billed = spend.instance_cost(w.billed(24 * H), 24 * H)
+        time_only = spend.time_cost(w.rec, 24 * H)
+        assert billed - time_only >= PARAMS_GB * price - 1e-9
+    assert out.bandwidth == pytest.approx(
+        sum(bandwidth_by_hand(w, 24 * H) for w in runner.fleet.workers.values())
+    )
 
 
 # -- the original at its best (issue 18) ------------------------------------------------------
