@@ -12,6 +12,10 @@ Money is vastui/engine/spend.py's: dph_total × billed time plus bandwidth (the 
 each request at the offer's $/GB, every policy alike: bench/economics_fleet.py), rejected =
 killed before proving or by the gate.
 
+The neutral world (bench/economics_world.py ``NeutralWorld``) is run on every scenario and world
+seed against the literal original (its own filter, benchmark and Ignore:
+bench/economics_original.py ``literal``), beside the fair original.
+
 `python -m bench.economics [--quick]` runs it alone; `python -m bench` runs it with the rest.
 """
 
@@ -22,7 +26,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,6 +61,8 @@ WORLD_SEEDS_QUICK = (7,)
 FAIR = "economics.vs_fair_original"
 FAIR_OFF = f"{FAIR}.bids_off"
 NEUTRAL = "economics.neutral"
+LITERAL = f"{NEUTRAL}.vs_literal_original"
+INF_MARK = "inf"  # a ratio whose vastui side made no proof: "inf: <why>" (not a number)
 # Other bidders per machine (vastsim/bids.py): no source publishes how often an
 # interruptible instance is outbid (vast-api.md §14), so the headline takes the simulator's
 # pressure 1 and the sweep shows where bids stop paying.
@@ -82,6 +88,22 @@ GOALS = [
         "<=",
         0.85,
         "the same, the worst neutral world",
+    ),
+    # issue 43 item 5: against the original as its source runs, in the neutral world
+    Goal(
+        f"{LITERAL}.cost_per_proof_ratio.median",
+        "<=",
+        0.7,
+        "vastui ÷ the literal original, neutral world, scenarios × world seeds",
+    ),
+    Goal(f"{LITERAL}.cost_per_proof_ratio.worst", "<=", 0.85, "the same, the worst run"),
+    # A run where vastui made no proof has no finite ratio: its .worst reads "inf: ..." (not a
+    # number, so the harness calls that goal not measured); this one says it was missed.
+    Goal(
+        f"{LITERAL}.vastui_idle_runs",
+        "<=",
+        0,
+        "neutral runs where vastui made no proof (its $/proof ratio infinite or undefined)",
     ),
 ]
 Policy = Callable[[Market, Config], Outcome]
@@ -199,52 +221,159 @@ def compare(vastui: Totals, other: Totals) -> dict[str, float | None]:
 
 
 def world_market(
-    world_seed: int, cfg: Config, bid_pressure: float, neutral: bool = False
+    world_seed: int,
+    cfg: Config,
+    bid_pressure: float,
+    neutral: bool = False,
+    scenario: Scenario | None = None,
 ) -> Market:
     """The demo's market shape on one world: its machines, hidden speeds and faults, and its
     market all drawn from the world seed; other bidders at ``bid_pressure``; ``neutral``: the
-    world that shares fewer of vastui's assumptions (bench/economics_world.py)."""
+    world that shares fewer of vastui's assumptions (bench/economics_world.py); ``scenario``:
+    how rough it is (default the demo's)."""
     demo = next(s for s in SCENARIOS if s.name == HEADLINE)
     return Market(
-        world_seed=world_seed, seed=world_seed, hosts=HOSTS, scenario=demo, config=cfg,
-        days=DAYS, bid_pressure=bid_pressure, neutral=neutral,
+        world_seed=world_seed, seed=world_seed, hosts=HOSTS, scenario=scenario or demo,
+        config=cfg, days=DAYS, bid_pressure=bid_pressure, neutral=neutral,
     )  # fmt: skip
 
 
 NEUTRAL_CHECK_MIN = (60, 15)  # the fair operator's look: the headline's cadence, and closer
 
 
-def vs_fair_neutral(world_seeds: Sequence[int], hours: float, cfg: Config) -> dict[str, Any]:
-    """vastui (bids on, and off) against the original at its best in the neutral world (issue
-    30 item 6): its speeds and RAM effect apart from vastui's priors, some models unknown to
-    them, intermittent faults, Known Perf as the original shows it, and the operator looking
-    every 60 and every 15 minutes. The same ratios as ``vs_fair``, beside them."""
+@dataclass
+class Sides:
+    """vastui's runs and an original's, paired run by run (the same market each time)."""
+
+    vastui: list[Outcome]
+    other: list[Outcome]
+
+    def ratios(self, key: str) -> dict[str, Any]:
+        """Per-run ratios, vastui ÷ the other: $/proof (and without bandwidth), $ on rejected
+        workers, proofs; their median, worst and best, an infinity marked."""
+        pairs = list(zip(self.vastui, self.other, strict=True))
+        idle = sum(1 for v, _ in pairs if v.proofs == 0)
+        mark = f"vastui made no proof in {idle} of {len(pairs)} runs"
+        out: dict[str, Any] = {}
+        for name, values, why in (
+            ("cost_per_proof_ratio", [_div(_cpp(v), _cpp(o)) for v, o in pairs], mark),
+            (
+                "cost_per_proof_ratio_ex_bandwidth",
+                [_div(_cpp_ex(v), _cpp_ex(o)) for v, o in pairs],
+                mark,
+            ),
+            # infinite only when the other side rejected nothing, or proved nothing: dropped
+            (
+                "rejected_spend_ratio",
+                [_div(v.rejected_spent, o.rejected_spent) for v, o in pairs],
+                None,
+            ),
+            ("proofs_ratio", [_div(v.proofs, o.proofs) for v, o in pairs], None),
+        ):
+            out.update(_spread(f"{key}.{name}", values, why))
+        return out
+
+    @staticmethod
+    def money(key: str, runs: Sequence[Outcome]) -> dict[str, Any]:
+        """One side's money per run (means) and $ per 1,000 proofs over all its runs."""
+        n = len(runs)
+        spent = sum(r.spent for r in runs)
+        proofs = sum(r.proofs for r in runs)
+        return {
+            f"{key}.spent_usd": round(spent / n, 2),
+            f"{key}.bandwidth_usd": round(sum(r.bandwidth for r in runs) / n, 2),
+            f"{key}.rejected_usd": round(sum(r.rejected_spent for r in runs) / n, 2),
+            f"{key}.proofs": round(proofs / n),
+            f"{key}.rentals": round(sum(r.rentals for r in runs) / n, 1),
+            f"{key}.target_reached_runs": sum(1 for r in runs if r.target_hours is not None),
+            f"{key}.usd_per_1000_proofs": _per_1000(spent / proofs if proofs else math.inf),
+            f"{key}.bandwidth_usd_per_1000_proofs": _per_1000(
+                sum(r.bandwidth for r in runs) / proofs if proofs else math.inf
+            ),
+        }
+
+
+def neutral_world(
+    world_seeds: Sequence[int], scenarios: Sequence[Scenario], hours: float, cfg: Config
+) -> dict[str, Any]:
+    """vastui (bids on, and off) in the neutral world on every scenario and world seed,
+    against the literal original (its own filter, benchmark and Ignore; and, as a row, the
+    same with a pipelined benchmark) and, on the demo's scenario, against the original at its
+    best with the operator looking every 60 and every 15 minutes (issue 30 item 6's figures)."""
     on = replace(cfg, bids=replace(cfg.bids, mode="auto"))
     off = replace(cfg, bids=replace(cfg.bids, mode="off"))
-    ratios: dict[str, list[float]] = {}
-    for ws in world_seeds:
-        progress(f"economics: the neutral world {ws}")
-        market = world_market(ws, cfg, BID_PRESSURE, neutral=True)
-        mine = {
-            "": VastuiPolicy(market, on).run(hours),
-            ".bids_off": VastuiPolicy(market, off).run(hours),
-        }
-        for minutes in NEUTRAL_CHECK_MIN:
-            fair = OriginalPolicy(
-                market, off, fair=True, known_by_slice=True, check_s=minutes * 60.0
-            ).run(hours)
-            for suffix, v in mine.items():
-                key = f"{NEUTRAL}.vs_fair_original_{minutes}min{suffix}"
-                ratios.setdefault(f"{key}.cost_per_proof_ratio", []).append(
-                    _div(_cpp(v), _cpp(fair))
-                )
-                ratios.setdefault(f"{key}.rejected_spend_ratio", []).append(
-                    _div(v.rejected_spent, fair.rejected_spent)
-                )
-    out: dict[str, Any] = {f"{NEUTRAL}.world_seeds": len(world_seeds)}
-    for key, values in ratios.items():
-        out.update(_spread(key, values))
+    fair_ratios: dict[str, list[float]] = {}
+    mine: dict[str, list[Outcome]] = {"": [], ".bids_off": []}
+    literal: list[Outcome] = []
+    piped: list[Outcome] = []
+    by_scenario: dict[str, Sides] = {}
+    for scenario in scenarios:
+        for ws in world_seeds:
+            progress(f"economics: the neutral world {ws}, {scenario.name} market")
+            market = world_market(ws, cfg, BID_PRESSURE, neutral=True, scenario=scenario)
+            runs = {"": VastuiPolicy(market, on).run(hours)}
+            runs[".bids_off"] = VastuiPolicy(market, off).run(hours)
+            for suffix, v in runs.items():
+                mine[suffix].append(v)
+            literal.append(OriginalPolicy(market, off, literal=True).run(hours))
+            piped.append(
+                OriginalPolicy(market, off, literal=True, sequential_bench=False).run(hours)
+            )
+            sides = by_scenario.setdefault(scenario.name, Sides([], []))
+            sides.vastui.append(runs[""])
+            sides.other.append(literal[-1])
+            if scenario.name == HEADLINE:
+                fair_ratios = _vs_fair_neutral(market, off, runs, hours, fair_ratios)
+    out: dict[str, Any] = {
+        f"{NEUTRAL}.world_seeds": len(world_seeds),
+        f"{NEUTRAL}.scenarios": len(scenarios),
+    }
+    idle = sum(1 for v in mine[""] if v.proofs == 0)
+    idle_off = sum(1 for v in mine[".bids_off"] if v.proofs == 0)
+    for key, values in fair_ratios.items():
+        # only the headline scenario's runs meet the fair original: an infinite ratio is one
+        # of its worlds where vastui made no proof
+        why = f"vastui made no proof in {sum(map(math.isinf, values))} of {len(values)} worlds"
+        out.update(_spread(key, values, why if key.endswith("cost_per_proof_ratio") else None))
+    for suffix, runs_of in mine.items():
+        out.update(Sides(runs_of, literal).ratios(f"{LITERAL}{suffix}"))
+    out.update(Sides.money(f"{LITERAL}.vastui", mine[""]))
+    out.update(Sides.money(f"{LITERAL}.vastui_bids_off", mine[".bids_off"]))
+    out.update(Sides.money(f"{LITERAL}.literal_original", literal))
+    out[f"{LITERAL}.vastui_idle_runs"] = idle
+    out[f"{LITERAL}.vastui_bids_off_idle_runs"] = idle_off
+    for name, sides in by_scenario.items():
+        ratios = [_div(_cpp(v), _cpp(o)) for v, o in zip(sides.vastui, sides.other, strict=True)]
+        out.update(
+            _spread(f"{LITERAL}.by_scenario.{name}.cost_per_proof_ratio", ratios, "vastui idle")
+        )
+    pipelined = f"{NEUTRAL}.vs_literal_original_pipelined_bench"
+    out.update(Sides(mine[""], piped).ratios(pipelined))
+    out.update(Sides.money(f"{pipelined}.literal_original", piped))
     return out
+
+
+def _vs_fair_neutral(
+    market: Market,
+    off: Config,
+    mine: Mapping[str, Outcome],
+    hours: float,
+    ratios: dict[str, list[float]],
+) -> dict[str, list[float]]:
+    """vastui (bids on, and off) against the original at its best on one neutral world (issue
+    30 item 6): Known Perf as the original shows it, the operator looking every 60 and every 15
+    minutes; the per-world ratios appended to ``ratios``."""
+    for minutes in NEUTRAL_CHECK_MIN:
+        fair = OriginalPolicy(
+            market, off, fair=True, known_by_slice=True, check_s=minutes * 60.0
+        ).run(hours)
+        for suffix, v in mine.items():
+            key = f"{NEUTRAL}.vs_fair_original_{minutes}min{suffix}"
+            ratios.setdefault(f"{key}.cost_per_proof_ratio", []).append(_div(_cpp(v), _cpp(fair)))
+            ratios.setdefault(f"{key}.rejected_spend_ratio", []).append(
+                _div(v.rejected_spent, fair.rejected_spent)
+            )
+    return ratios
 
 
 def vs_fair(world_seeds: Sequence[int], hours: float, cfg: Config) -> dict[str, Any]:
@@ -346,17 +475,31 @@ def levers(
     return out
 
 
-def _spread(key: str, values: Sequence[float]) -> dict[str, Any]:
+def _spread(key: str, values: Sequence[float], mark: str | None = None) -> dict[str, Any]:
+    """Median, worst and best of per-run values; an infinite one is dropped (None), or, with
+    ``mark``, written "inf: <mark>" (a goal on it is not met, nor measured: the idle-run goal
+    says it)."""
     finite = [x for x in values if math.isfinite(x)]
+
+    def shown(x: float) -> float | str | None:
+        if mark is not None and not math.isfinite(x):
+            return f"{INF_MARK}: {mark}"
+        return _round(x)
+
     return {
-        f"{key}.median": _round(statistics.median(values)),
-        f"{key}.worst": _round(max(values)),
+        f"{key}.median": shown(statistics.median(values)),
+        f"{key}.worst": shown(max(values)),
         f"{key}.best": _round(min(finite)) if finite else None,
     }
 
 
 def _cpp(o: Outcome) -> float:
     return o.spent / o.proofs if o.proofs else math.inf
+
+
+def _cpp_ex(o: Outcome) -> float:
+    """$/proof without bandwidth."""
+    return (o.spent - o.bandwidth) / o.proofs if o.proofs else math.inf
 
 
 def _div(a: float, b: float) -> float:
@@ -387,7 +530,9 @@ def run(quick: bool) -> dict[str, Any]:
     fair = vs_fair(worlds, hours, cfg)
     fair_cpp, off_cpp = fair.pop("_fair_cpp"), fair.pop("_off_cpp")
     figures.update(fair)
-    figures.update(vs_fair_neutral(worlds, hours, cfg))
+    # the neutral world on every scenario (--quick: the headline's, as the sweep below)
+    neutral = [s for s in SCENARIOS if s.name == HEADLINE] if quick else list(SCENARIOS)
+    figures.update(neutral_world(worlds, neutral, hours, cfg))
     pressures = PRESSURES_QUICK if quick else PRESSURES_FULL
     figures.update(bid_sweep(worlds, pressures, hours, cfg, fair_cpp, off_cpp))
     if not quick:

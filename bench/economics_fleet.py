@@ -116,6 +116,10 @@ class Fleet:
     market: Market
     config: Config
     clock: Clock
+    # The search the fleet rents from: None, the fleet's filter and disk (vastui's); the
+    # literal original passes its own (economics_world.ORIGINAL_FILTER, ORIGINAL_DISK_GB).
+    offer_filter: str | None = None
+    disk_gb: float | None = None
     workers: dict[int, Worker] = field(default_factory=dict)
     _live: dict[int, Worker] = field(default_factory=dict)  # in rent order
     rentals: Counter[int] = field(default_factory=Counter)  # machine → rentals so far
@@ -135,7 +139,7 @@ class Fleet:
         busy = self.busy()
         return [
             o
-            for o in self.market.listed(now)
+            for o in self.market.listed(now, self.offer_filter, self.disk_gb)
             if o.machine_id not in busy and self.down_until.get(o.machine_id, 0.0) <= now
         ]
 

@@ -19,6 +19,18 @@ machines are never offered again), the Known Perf column read (host_perf: the be
 machine ever posted; an offer whose known rate is below its min_rate is passed over, and the
 machines known to pay are deployed first, cheapest per proof), and a crashed benchmark that
 posts 0 proofs/h at once and is destroyed by /bench-done instead of waiting out the timeout.
+The fair original also rents through vastui's filter with vastui's worker timings: generous.
+
+``literal`` is the original as its source runs (issue 43 item 5): its own offer filter and disk
+(original-system.md:141, 148; economics_world.ORIGINAL_FILTER), its own benchmark
+(economics_worker.literal_bench: 12 sequential proofs after a daemon restart, the rate over the
+batch's time, a crash posting nothing), a new daemon for production, and its operator's Ignore
+as the UI offers it: the Ignore button sits on each offers-table row beside the Known Perf badge,
+which is red ("bad") below 25 proofs/h (ui.html:1138-1141 @ misc/cuzk-rseal-merge), and Ignore
+writes "Not good enough (<gpu>, <location>)" (ui.html:1318; original-system.md:156, 160).
+ASSUMPTION (INFERRED from that reason and that badge): at each look the operator presses
+Ignore on the rows whose badge is red, and on no other; a machine that crashed posted no rate
+and shows no badge. "Hide bad hosts" is on (its default), Bulk Deploy takes the cheapest $/h.
 """
 
 from __future__ import annotations
@@ -26,8 +38,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench.economics_fleet import Clock, Fleet, Outcome, Worker
-from bench.economics_worker import PROVE_START_S, Production, original_bench
-from bench.economics_world import Market
+from bench.economics_worker import (
+    ORIGINAL_PROD_RESTART_S,
+    PROVE_START_S,
+    Production,
+    literal_bench,
+    original_bench,
+)
+from bench.economics_world import ORIGINAL_DISK_GB, ORIGINAL_FILTER, Market
 from vastui.config import Config
 from vastui.pricing import min_rate
 from vastui.vast.models import Offer
@@ -37,6 +55,7 @@ MONITOR_S = 60.0
 PARAM_TIMEOUT_S = 90 * 60.0
 BENCH_TIMEOUT_S = 45 * 60.0
 OPERATOR_CHECK_S = 3600.0
+KNOWN_PERF_BAD_BELOW = 25.0  # the offers table's red badge (ui.html:1140)
 
 
 class OriginalPolicy:
@@ -49,10 +68,14 @@ class OriginalPolicy:
         ignore_failed: bool = False,
         fair: bool = False,
         known_by_slice: bool = False,
+        literal: bool = False,
+        sequential_bench: bool = True,
     ) -> None:
         self.config = config
         self.check_s = check_s
         self.fair = fair
+        self.literal = literal
+        self.sequential_bench = sequential_bench  # literal: its batch run one proof at a time
         self.ignore_failed = ignore_failed or fair
         self.ignored: set[int] = set()
         # host_perf: the best rate posted per (machine, GPU model, number of GPUs), its primary
@@ -66,7 +89,10 @@ class OriginalPolicy:
         self.known_by_slice = known_by_slice
         self.idle: set[int] = set()  # machines whose worker the operator found stopped
         self.clock = Clock()
-        self.fleet = Fleet(market, config, self.clock)
+        if literal:
+            self.fleet = Fleet(market, config, self.clock, ORIGINAL_FILTER, ORIGINAL_DISK_GB)
+        else:
+            self.fleet = Fleet(market, config, self.clock)
 
     def run(self, hours: float) -> Outcome:
         self.clock.every(MONITOR_FIRST_S, MONITOR_S, self.monitor)
@@ -94,6 +120,12 @@ class OriginalPolicy:
             }
         if self.fair:
             self.ignored |= self.idle
+        if self.literal:
+            self.ignored |= {
+                mid
+                for mid in self.known
+                if (rate := self._shown_perf(mid)) is not None and rate < KNOWN_PERF_BAD_BELOW
+            }
         self._deploy(now)
 
     def _visibly_stopped(self, w: Worker, now: float) -> bool:
@@ -129,6 +161,12 @@ class OriginalPolicy:
                 good.append((o.dph_total / rate, o.id, o))
         return [o for _, _, o in sorted(good)] + unknown
 
+    def _shown_perf(self, machine_id: int) -> float | None:
+        """The bench_rate the offers table's Known Perf badge shows for the machine: its last
+        scanned host_perf row (see ``known``), as posted."""
+        rows = self.known.get(machine_id)
+        return max(rows.items())[1] if rows else None
+
     def _known_rate(self, o: Offer) -> float | None:
         rows = self.known.get(o.machine_id)
         if not rows:
@@ -146,7 +184,11 @@ class OriginalPolicy:
         if r.paramfetch_end is None:
             return
         self._at(w, r.paramfetch_end, self._param_done)
-        w.bench = original_bench(r, self.config.fleet.bench_proofs, crash_posts_zero=self.fair)
+        proofs = self.config.fleet.bench_proofs
+        if self.literal:
+            w.bench = literal_bench(r, proofs, self.sequential_bench)
+        else:
+            w.bench = original_bench(r, proofs, crash_posts_zero=self.fair)
         self._at(w, r.paramfetch_end + w.bench.duration, self._bench_done)
 
     def _at(self, w: Worker, t: float, fn: Callable[[Worker], None]) -> None:
@@ -176,9 +218,10 @@ class OriginalPolicy:
             return
         self.fleet.set_stage(w, "proving")
         r = w.rental
-        w.production = Production(
-            self.clock.now + PROVE_START_S, r.interval, r.fill, r.hidden, r.offline
-        )
+        start = self.clock.now + PROVE_START_S
+        if self.literal:
+            start += ORIGINAL_PROD_RESTART_S
+        w.production = Production(start, r.interval, r.fill, r.hidden, r.offline)
 
     # -- the monitor ---------------------------------------------------------------------
 

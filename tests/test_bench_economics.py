@@ -19,10 +19,12 @@ from bench.economics_original import OriginalPolicy
 from bench.economics_vastui import VastuiPolicy
 from bench.economics_worker import (
     BENCH_TIMEOUT_S,
+    SYNTH_SHARE,
     Production,
     Rental,
     _failing_between,
     early_abort,
+    literal_bench,
     lsq_rate,
     original_bench,
     plan,
@@ -374,7 +376,7 @@ def bandwidth_by_hand(w: Worker, now: float) -> float:
     return params * down + (done + failed) * REQUEST_GB * down + done * PROOF_UP_GB * up
 
 
-@pytest.mark.parametrize("policy_of", ["vastui", "original", "fair"])
+@pytest.mark.parametrize("policy_of", ["vastui", "original", "fair", "literal"])
 def test_every_policy_pays_the_parameters_download_of_each_rental(policy_of: str) -> None:
     """Issue 43 item 5: a rental's cost includes the ~145 GB of parameters × the offer's
     $/GB, whichever policy rented it (the records once carried no $/GB: bandwidth was 0)."""
@@ -382,7 +384,9 @@ def test_every_policy_pays_the_parameters_download_of_each_rental(policy_of: str
     runner = (
         VastuiPolicy(market, config(2))
         if policy_of == "vastui"
-        else OriginalPolicy(market, config(2), fair=policy_of == "fair")
+        else OriginalPolicy(
+            market, config(2), fair=policy_of == "fair", literal=policy_of == "literal"
+        )
     )
     out = runner.run(24)
     fetched = [w for w in runner.fleet.workers.values() if w.rec.params_to is not None]
@@ -584,3 +588,53 @@ def test_the_neutral_world_lists_two_models_under_names_vastui_has_no_prior_for(
         assert world.listed_name(model) not in DEFAULT_GPU_RATES
     curve = [world.ram_factor(g) for g in (64, 128, 256, 384, 512, 1024)]
     assert curve == sorted(curve) and curve[-1] == 1.0
+
+
+# -- the literal original (issue 43 item 5) ---------------------------------------------------
+
+
+def test_the_literal_original_rents_through_its_own_filter() -> None:
+    """An offer vastui's filter refuses (its driver_version>=580) but the original's accepts
+    is rentable by the literal original, and the literal original rents it when cheapest."""
+    market = small_market()
+    cheapest = min(
+        market.listed(0.0, ORIGINAL_FILTER, ORIGINAL_DISK_GB), key=lambda o: (o.dph_total, o.id)
+    )
+    for offer in market.by_id[cheapest.machine_id].offers:
+        offer["driver_version"], offer["driver_vers"] = "575.57.08", 575_057_008
+    market._listings.clear()  # search again with the machine's new driver
+    assert cheapest.machine_id not in {o.machine_id for o in market.listed(0.0)}
+    literal = OriginalPolicy(market, config(2), literal=True)
+    assert cheapest.id in {o.id for o in literal.fleet.available(0.0)}
+    vastui = VastuiPolicy(market, config(2))
+    assert cheapest.id not in {o.id for o in vastui.fleet.available(0.0)}
+    literal.run(1)
+    assert cheapest.machine_id in {w.offer.machine_id for w in literal.fleet.workers.values()}
+    # the fair original rents through vastui's filter (generous): it never sees it
+    fair = OriginalPolicy(market, config(2), fair=True)
+    fair.run(1)
+    assert cheapest.machine_id not in {w.offer.machine_id for w in fair.fleet.workers.values()}
+
+
+def test_the_literal_benchmark_times_proofs_one_at_a_time() -> None:
+    r = rental(60.0)
+    seq = literal_bench(r)
+    piped = literal_bench(r, sequential=False)
+    assert seq.rate is not None and piped.rate is not None
+    # each proof's whole latency (synthesis, then GPU), slowed while the PCE is extracted again
+    assert seq.rate < 60.0 / (1 + SYNTH_SHARE) * 1.001
+    assert seq.rate > 60.0 / (1 + SYNTH_SHARE) / 1.5
+    assert piped.rate == pytest.approx(60.0, rel=0.2) and seq.duration > piped.duration
+    failed = literal_bench(rental(60.0, Hidden("gpu_panic", 2, 3)))
+    assert failed.rate is not None and failed.rate < seq.rate  # failed proofs not counted
+    for fault in ("cuda_abort", "hang", "no_cuda", "gpu_oom", "host_oom"):
+        crashed = literal_bench(rental(60.0, Hidden(fault, 3, 4)))
+        assert crashed.rate is None and math.isinf(crashed.duration), fault  # the timeout
+
+
+def test_the_literal_operator_ignores_the_red_known_perf_badge_only() -> None:
+    market = small_market()
+    literal = OriginalPolicy(market, config(2), literal=True)
+    literal.known = {1: {("RTX 4090", 1): 24.9}, 2: {("RTX 4090", 1): 25.0}}
+    literal.operator()
+    assert literal.ignored == {1}  # below 25 p/h: "bad" (ui.html:1140), "Not good enough"
