@@ -260,7 +260,7 @@ def clean_figures(module: str, raw: Mapping[str, Any]) -> tuple[dict[str, Figure
         if not isinstance(value, int | float | str):
             notes.append(f"{key}: {type(value).__name__} is not a figure")
             continue
-        if not key.startswith(f"{module}."):
+        if owner(key) != module:
             key = f"{module}.{key}"
         figures[key] = value
     return figures, notes

@@ -850,7 +850,9 @@ def run(quick: bool) -> dict[str, Any]:
                 f"{MARGIN}.{curve}.seed{seed}.best_fixed_usd": round(by_margin.margin, 2),
                 f"{MARGIN}.{curve}.seed{seed}.earned_usd": round(auto.earned_usd, 2),
                 f"{MARGIN}.{curve}.seed{seed}.spent_usd": round(auto.cost, 2),
-                f"{MARGIN}.{curve}.seed{seed}.target_moves_min": [_round(m) for m in moves],
+                f"{MARGIN}.{curve}.seed{seed}.target_moves_min": " ".join(
+                    "held" if m is None else f"{m:g}" for m in moves
+                ),
             })  # fmt: skip
             if ratio is not None:
                 ratios.append(ratio)

@@ -370,3 +370,21 @@ def test_the_worst_worker_goes_when_it_earns_less_than_it_costs() -> None:
     high = replace(low, usd_per_proof=0.03)
     kept = decide(lax, decide(lax, State(3), high, 0.0).state, high, 1800.0)
     assert kept.state.target == 3, kept.state.reason
+
+
+def test_a_market_that_fills_every_run_at_once_grows_the_fleet_one_by_one() -> None:
+    """Saturated (the request task's runs filled by their first poll): the measured demand is
+    only a floor. One worker more when nothing is on its way; none while one is."""
+    # measured 42/h against 2 workers of 20/h: the need alone says 2
+    full = priced(42, 10.0, unclaimed=6, saturated=True, next_setup_h=0.5, next_setup_usd=0.2)
+    state = decide(M, State(2), full, 0.0).state
+    d = decide(M, state, full, 300.0)
+    assert d.state.target == 3 and d.change is not None, d.state.reason
+    coming = replace(full, workers=3)  # the one rented is setting up
+    state = decide(M, State(3), coming, 0.0).state
+    held = decide(M, state, coming, 300.0)
+    assert held.state.target == 3 and held.change is None, held.state.reason
+    # not saturated: the same reading holds at 2
+    plain = replace(full, saturated=False)
+    state = decide(M, State(2), plain, 0.0).state
+    assert decide(M, state, plain, 300.0).state.target == 2

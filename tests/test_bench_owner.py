@@ -28,3 +28,10 @@ def test_a_module_run_replaces_only_its_own_figures() -> None:
     assert set(after["goals"]) == {"economics.vs_fair_original.y"}
     again = merge_results(after, {}, {"economics": {"status": "ok"}}, {}, {}, quick=False)
     assert again["figures"] == {"economics.margin.w": 4, "offers.z": 3}
+
+
+def test_a_modules_figures_keep_the_names_it_owns() -> None:
+    from bench.common import clean_figures
+
+    figures, notes = clean_figures("demand", {"economics.margin.x": 1.5, "y": 2, "z": [1]})
+    assert figures == {"economics.margin.x": 1.5, "demand.y": 2} and len(notes) == 1

@@ -370,8 +370,10 @@ def raise_worth(s: Settings, obs: Observed, k: int = 1) -> Worth | None:
     on_way = max(0, obs.workers - obs.proving) * obs.capacity_per_h / obs.proving
     if obs.saturated and on_way <= 0:
         # a floor, not a measure: the market gives more than the fleet asks for, how much more
-        # it does not say; once what is on its way proves, the next growth asks again
-        demand = max(demand, obs.capacity_per_h * s.growth, obs.capacity_per_h + rate)
+        # it does not say: one worker more, and once it proves the next growth asks again (in
+        # the bench, growing by half at once rented 27-41 workers where the best fixed fleet
+        # was 9-26: more supply lowers the market's price for every worker)
+        demand = max(demand, obs.capacity_per_h + rate) if k == 1 else demand
     added = min(rate, max(0.0, demand - obs.capacity_per_h - on_way - (k - 1) * rate))
     dph = _next_dph(obs)
     earn = added * obs.usd_per_proof - dph
@@ -427,7 +429,7 @@ def _follow(
     wanted = up_to if up_to > target else down_to if down_to < target else target
     if obs.saturated and obs.unclaimed > 0 and obs.workers <= obs.proving:
         # the market fills every run at once: the measured demand is a floor (raise_worth)
-        wanted = clamp(max(wanted, math.ceil(target * s.growth), target + 1), s)
+        wanted = clamp(max(wanted, target + 1), s)
     # two signals must agree: more wanted and work left unclaimed (the fleet is full), or
     # fewer wanted and the fleet using too little of what it can do
     util = obs.utilisation
