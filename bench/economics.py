@@ -17,6 +17,10 @@ seed against the literal original (its own filter, benchmark and Ignore:
 bench/economics_original.py ``literal``), beside the fair original.
 
 `python -m bench.economics [--quick]` runs it alone; `python -m bench` runs it with the rest.
+
+One file: the module's runs and the figures read off them (the scenarios, the bid sweep, the
+neutral world against both originals) share one set of totals and one comparison; the worlds,
+the policies and the fleet are modules of their own.
 """
 
 from __future__ import annotations
