@@ -1439,7 +1439,11 @@ class Engine:
             speeds = [r.inet_down for r in ours if r.inet_down]
             inet = statistics.median(speeds) if speeds else None
             costs = [r.inet_down_cost for r in ours if r.inet_down_cost is not None]
-            setup_h = ranking.setup_hours(inet, 40.0, fleet.bench_proofs)
+            # the benchmark's length at the rate the fleet's workers measured (a new rental
+            # like them; 30/h, a slow card's, before any)
+            rates = [x for r in ours if (x := drain.worker_rate(r))]
+            rate_h = statistics.median(rates) if rates else 30.0
+            setup_h = ranking.setup_hours(inet, rate_h, fleet.bench_proofs)
             setup_usd = PARAMS_GB * (statistics.median(costs) if costs else 0.0)
             stored = [r.storage_dph for r in ours if r.storage_dph]
             storage = statistics.median(stored) if stored else 0.0
