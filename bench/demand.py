@@ -472,7 +472,7 @@ class World:
             self.paid_times.popleft()
         self.watch.feed(self.run_feed)
         self.run_feed = []
-        # the run asking now, as the engine reads it (harmony_task's update_time at the claim)
+        # the run asking now, as the engine reads it (harmony_task's update_time: when posted)
         watch = self.watch.with_open_run(self.run_start if self.requesting else None, self.t)
         level = watch.level
         if level is not None and level.obtained >= watch.params.min_count:

@@ -210,7 +210,7 @@ class Totals:
     request_owner: int | None = None  # machine id holding bg:PShareRequest (None: nobody)
     request_owner_addr: str | None = None
     request_task: bool = False  # a bg:PShareRequest task exists
-    request_asking_since: float | None = None  # its owner claimed it then (engine clock)
+    request_asking_since: float | None = None  # posted (or last released) then, engine clock
     machines: int = 0  # rows in harmony_machines
     taken: int = 0  # proofshare_queue rows obtained in the window
     computed: int = 0
@@ -367,8 +367,11 @@ SELECT count(*) FILTER (WHERE name = %(prove)s AND owner_id IS NULL),
        (SELECT count(*) FROM harmony_machines)
 FROM harmony_task
 """
-# ... and since when it holds the task (harmonytask sets update_time at the claim): the run
-# asking now, whose exposure without a request yet is evidence of the rate too
+# ... and since when it has waited to run: update_time is written when a task is posted or
+# released (harmony/harmonytask/harmonytask.go:762, task_type_handler.go:456,476), not at the
+# claim (task_type_handler.go:175-178); the request task is posted when the queue runs low and
+# claimed at the next scheduling poll, so this is its run's start within that poll. The run
+# asking now, whose exposure without a request yet is evidence of the rate too.
 _REQUEST_OWNER = """
 SELECT t.owner_id, m.host_and_port, t.update_time FROM harmony_task t
 LEFT JOIN harmony_machines m ON m.id = t.owner_id
